@@ -1,0 +1,53 @@
+# One entry point for people and machines. `make setup` is idempotent.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.rechain-installed
+NATIVE_SRC := $(shell find workers/native/src -name '*.rs') workers/native/Cargo.toml
+PY_SRC := pyproject.toml
+DEMO := demo
+
+.PHONY: setup demo test test-rust test-py bench lint fmt clean
+
+setup: $(STAMP)
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python $(NATIVE_SRC) $(PY_SRC)
+	$(BIN)/pip install -q "setuptools>=68" "setuptools-rust>=1.9" wheel
+	$(BIN)/pip install -q --no-build-isolation -e ".[dev]"
+	touch $(STAMP)
+
+demo: setup
+	rm -rf $(DEMO)
+	$(BIN)/rechain gen bitcoin $(DEMO)/node --blocks 20000 --side-branches 5 --orphans 3 --tx-per-block 1:4
+	$(BIN)/rechain btc reindex --blocks $(DEMO)/node/blocks --data $(DEMO)/data --network regtest
+	$(BIN)/rechain btc status --data $(DEMO)/data
+	$(BIN)/rechain query --data $(DEMO)/data "SELECT status, count(*) AS blocks, max(height) AS top FROM headers GROUP BY status ORDER BY blocks DESC"
+
+test: setup test-rust test-py
+
+test-rust:
+	cd workers/native && cargo test --release --quiet
+
+test-py:
+	RAY_AUTH_MODE=disabled $(BIN)/pytest -q -m "not slow" tests
+
+bench: setup
+	$(BIN)/python benchmarks/btc_headers.py
+
+lint: setup
+	$(BIN)/ruff check pipeline workers schemas tests benchmarks
+	$(BIN)/ruff format --check pipeline workers schemas tests benchmarks
+	$(BIN)/mypy pipeline workers/btc_scan.py schemas
+	cd workers/native && cargo fmt --check && cargo clippy --release --all-targets -- -D warnings
+
+fmt: setup
+	$(BIN)/ruff format pipeline workers schemas tests benchmarks
+	$(BIN)/ruff check --fix pipeline workers schemas tests benchmarks
+	cd workers/native && cargo fmt
+
+clean:
+	rm -rf $(VENV) workers/native/target build *.egg-info $(DEMO)

@@ -1,0 +1,1 @@
+"""The coordinator side of rechain: planning, ordered committing, checkpoints, CLI, metrics."""

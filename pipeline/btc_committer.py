@@ -1,0 +1,372 @@
+"""The Bitcoin committer: the only writer of the data folder during a reindex.
+
+It receives shard results in (file, offset) order, stitches neighbouring shards into exactly
+what one sequential scan of the file would report, and commits each shard's records, events and
+the file's new progress in one atomic RocksDB write (so a killed run resumes where it stopped).
+When scanning is done it links the block tree (in the Rust core), rebuilds the block index and
+best chain, and publishes the ``headers`` Parquet table as a new generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rechain.pipeline import metrics
+from rechain.pipeline.btc_plan import FINGERPRINT_BYTES, BlkFile
+from rechain.pipeline.store import DataDir
+from rechain.schemas import bitcoin as ds
+from rechain.schemas import rocksdb as layout
+from rechain.workers import _native
+from rechain.workers.btc_scan import ShardResult, scan_unit
+
+log = logging.getLogger(__name__)
+STAGE = "btc_headers"
+
+
+def ipc_bytes(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes([layout.SCAN_SEGMENT_VERSION]) + sink.getvalue().to_pybytes()
+
+
+def read_ipc(value: bytes) -> pa.Table:
+    if value[:1] != bytes([layout.SCAN_SEGMENT_VERSION]):
+        raise ValueError(f"unknown scan segment version {value[:1]!r}")
+    return pa.ipc.open_stream(pa.py_buffer(value[1:])).read_all()
+
+
+@dataclass
+class Pending:
+    """A gap left open by the last shard: began at ``start``, scanned through ``through``."""
+
+    start: int
+    through: int
+    all_zero: bool
+
+
+@dataclass
+class FileState:
+    file: BlkFile
+    pending: Pending
+    entry: dict[str, Any]
+
+
+@dataclass
+class CommitStats:
+    records: int = 0
+    events: int = 0
+    bytes_read: int = 0
+    shards: int = 0
+    rescans: int = 0
+    commit_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    link: dict[str, float] = field(default_factory=dict)
+
+
+def gap_event(file_no: int, start: int, end: int, all_zero: bool, at_eof: bool) -> dict[str, Any]:
+    kind = {
+        (True, True): "zero_tail",
+        (True, False): "zero_gap",
+        (False, True): "trailing_garbage",
+        (False, False): "garbage",
+    }[(all_zero, at_eof)]
+    return {"file": file_no, "offset": start, "end": end, "kind": kind,
+            "declared": None, "consumed": None, "reason": None}
+
+
+class BtcCommitter:
+    def __init__(self, data: DataDir, network: str, *, root_hash: str | None = None) -> None:
+        self.data = data
+        self.network = network
+        self.root_hash = root_hash
+        self.files: dict[int, FileState] = {}
+        self.stats = CommitStats()
+        self.events_schema = ds.schema(ds.EVENTS)
+
+    # -- planning helpers -----------------------------------------------------------------------
+    def file_entry(self, file_no: int) -> dict[str, Any] | None:
+        import json
+
+        raw = self.data.get(layout.CF_BTC_FILES, layout.file_key(file_no))
+        return None if raw is None else json.loads(raw)
+
+    def resume_position(self, f: BlkFile, head: bytes) -> int:
+        """Where scanning of ``f`` resumes; resets a file that shrank or was replaced."""
+        import hashlib
+
+        entry = self.file_entry(f.file_no)
+        if entry is None:
+            return 0
+        fp_len = entry["fingerprint_len"]
+        same_head = len(head) >= fp_len and hashlib.sha256(head[:fp_len]).hexdigest() == entry[
+            "fingerprint"]
+        if f.size < entry["committed_pos"] or not same_head:
+            log.warning("%s changed since the last run (shrunk or replaced): rescanning it",
+                        f.path.name)
+            self.forget_file(f.file_no)
+            return 0
+        return int(entry["committed_pos"])
+
+    def forget_file(self, file_no: int) -> None:
+        prefix = layout.file_key(file_no)
+        keys = [k for k, _ in self.data.items(layout.CF_BTC_SCAN, prefix)]
+        self.data.write(
+            {layout.CF_META: [(layout.META_BTC_DIRTY, True)]},
+            {layout.CF_BTC_SCAN: keys, layout.CF_BTC_FILES: [prefix]},
+        )
+
+    def begin_file(self, f: BlkFile, start: int, head: bytes) -> None:
+        import hashlib
+
+        fp_len = min(FINGERPRINT_BYTES, f.size)
+        entry = {
+            "v": layout.FILE_ENTRY_VERSION,
+            "name": f.path.name,
+            "size": f.size,
+            "fingerprint_len": fp_len,
+            "fingerprint": hashlib.sha256(head[:fp_len]).hexdigest(),
+            "committed_pos": start,
+            "tail": None,
+        }
+        self.files[f.file_no] = FileState(f, Pending(start, start, True), entry)
+
+    # -- ordered apply ------------------------------------------------------------------------------
+    def apply(self, result: ShardResult) -> None:
+        """Stitches one shard onto its file's open state and commits it atomically."""
+        state = self.files[result.unit.file_no]
+        self.stats.decode_seconds += result.seconds
+        metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
+        t0 = time.perf_counter()
+        stitched = self._stitch(state, result)
+        if stitched is None:
+            self.stats.rescans += 1
+            result = scan_unit(result.unit, start=state.pending.through)
+            stitched = self._stitch(state, result)
+            assert stitched is not None, "a rescan starts exactly where the last shard ended"
+        closing_gap, new_pending = stitched
+        info = result.info
+        events = result.events
+        if closing_gap is not None:
+            gap = pa.RecordBatch.from_pylist([closing_gap], schema=self.events_schema)
+            events = pa.Table.from_batches([gap, events]).combine_chunks().to_batches()[0] \
+                if events.num_rows else gap
+        state.pending = new_pending
+        at_eof = int(info["bound"]) >= state.file.size
+        entry = state.entry
+        entry["committed_pos"] = new_pending.start
+        entry["tail"] = None
+        if at_eof and new_pending.start < state.file.size:
+            entry["tail"] = gap_event(state.file.file_no, new_pending.start, state.file.size,
+                                      new_pending.all_zero, True)
+        puts: dict[str, list[tuple[bytes, Any]]] = {
+            layout.CF_BTC_FILES: [(layout.file_key(state.file.file_no), dict(entry))],
+            layout.CF_META: [(layout.META_BTC_DIRTY, True)],
+        }
+        seg_start = int(info["start"])
+        scan_puts = []
+        if result.records.num_rows:
+            scan_puts.append((layout.segment_key(state.file.file_no, seg_start,
+                                                 layout.SEGMENT_RECORDS), ipc_bytes(result.records)))
+        if events.num_rows:
+            scan_puts.append((layout.segment_key(state.file.file_no, seg_start,
+                                                 layout.SEGMENT_EVENTS), ipc_bytes(events)))
+        if scan_puts:
+            puts[layout.CF_BTC_SCAN] = scan_puts
+        self.data.write(puts)
+        dt = time.perf_counter() - t0
+        self.stats.commit_seconds += dt
+        self.stats.shards += 1
+        self.stats.records += result.records.num_rows
+        self.stats.events += events.num_rows
+        self.stats.bytes_read += int(info["bytes_read"])
+        metrics.COMMIT_SECONDS.labels(STAGE).observe(dt)
+        metrics.RECORDS.labels(STAGE).inc(result.records.num_rows)
+        metrics.BYTES_READ.labels(STAGE).inc(int(info["bytes_read"]))
+        if events.num_rows:
+            for kind, count in zip(*_value_counts(events.column("kind")), strict=True):
+                if kind not in ds.NORMAL_EVENT_KINDS:
+                    metrics.SKIPS.labels(STAGE, kind).inc(count)
+
+    def _stitch(
+        self, state: FileState, result: ShardResult
+    ) -> tuple[dict[str, Any] | None, Pending] | None:
+        """Returns (gap event closed by this shard, new pending state), or None: rescan needed.
+
+        The previous shard left a gap open from ``p.start`` through ``p.through``. If this shard
+        starts there, its leading gap simply continues that one. If the previous record ran past
+        this shard's start, the shard's findings before that point are inside the record: they
+        are dropped when they are a gap of raw zeros, and otherwise the shard is rescanned from
+        the record's end, so the result always equals one sequential scan.
+        """
+        p = state.pending
+        info = result.info
+        s = int(info["start"])
+        empty = bool(info["empty"])
+        lead = info["leading_gap"]
+        shard_pending = Pending(int(info["pending_start"]), int(info["pending_through"]),
+                                bool(info["pending_all_zero"]))
+        file_no = state.file.file_no
+        if p.through == s:
+            if empty:
+                return None if shard_pending.start != s else (
+                    None, Pending(p.start, shard_pending.through,
+                                  p.all_zero and shard_pending.all_zero))
+            first = int(lead[0]) if lead else s
+            zero = p.all_zero and (bool(lead[1]) if lead else True)
+            gap = gap_event(file_no, p.start, first, zero, False) if p.start < first else None
+            return gap, shard_pending
+        if p.through < s:
+            return None
+        # The previous record extends past this shard's start (so p.start == p.through).
+        if empty:
+            if shard_pending.through <= p.through:
+                return None, p
+            return (None, Pending(p.start, shard_pending.through, True)) \
+                if shard_pending.all_zero else None
+        first = int(lead[0]) if lead else s
+        if first < p.through or (first > p.through and not (lead and bool(lead[1]))):
+            return None
+        gap = gap_event(file_no, p.start, first, True, False) if p.start < first else None
+        return gap, shard_pending
+
+    # -- after scanning -----------------------------------------------------------------------------
+    def compact_scan_log(self) -> None:
+        """Merges each file's segments into one per kind, so the log is the same however the
+        scan was split or interrupted."""
+        by_file: dict[tuple[int, bytes], list[tuple[bytes, bytes]]] = {}
+        for key, value in self.data.items(layout.CF_BTC_SCAN):
+            file_no, _, kind = layout.parse_segment_key(key)
+            by_file.setdefault((file_no, kind), []).append((key, value))
+        for (file_no, kind), segs in by_file.items():
+            canonical = layout.segment_key(file_no, 0, kind)
+            if len(segs) == 1 and segs[0][0] == canonical:
+                continue
+            table = pa.concat_tables([read_ipc(v) for _, v in segs]).combine_chunks()
+            batch = table.to_batches()[0] if table.num_rows else None
+            deletes = [k for k, _ in segs if k != canonical]
+            puts = [(canonical, ipc_bytes(batch))] if batch is not None else []
+            self.data.write({layout.CF_BTC_SCAN: puts}, {layout.CF_BTC_SCAN: deletes})
+
+    def scan_log(self, kind: bytes, dataset: str) -> pa.Table:
+        tables = [read_ipc(v) for k, v in self.data.items(layout.CF_BTC_SCAN)
+                  if layout.parse_segment_key(k)[2] == kind]
+        if not tables:
+            return pa.Table.from_batches([ds.empty(dataset)])
+        return pa.concat_tables(tables)
+
+    def link_and_publish(self) -> dict[str, Any]:
+        """Links every committed record into the block tree and publishes index and Parquet."""
+        timings: dict[str, float] = {}
+        t = time.perf_counter()
+        records = self.scan_log(layout.SEGMENT_RECORDS, ds.RECORDS).combine_chunks()
+        batch = records.to_batches()[0] if records.num_rows else ds.empty(ds.RECORDS)
+        timings["load_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        headers, ikeys, ivals, bkeys, bvals, linked = _native.link_headers(
+            batch, self.network, self.root_hash)
+        timings["link_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        for cf in layout.DERIVED_COLUMN_FAMILIES:
+            self.data.reset_column_family(cf)
+        self.data.put_arrays(layout.CF_BTC_INDEX, ikeys, ivals)
+        self.data.put_arrays(layout.CF_BTC_BEST, bkeys, bvals)
+        self.data.db.flush()
+        timings["index_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        previous = self.data.meta_get(layout.META_BTC_SUMMARY) or {}
+        generation = int(previous.get("generation", 0)) + 1
+        self.data.stage_parquet(ds.HEADERS, generation, pa.Table.from_batches([headers]),
+                                ds.ROW_GROUP_ROWS)
+        timings["parquet_s"] = time.perf_counter() - t
+        summary = self._summary(headers, dict(linked), generation, batch)
+        self.data.write({layout.CF_META: [
+            (layout.META_BTC_SUMMARY, summary),
+            (layout.META_BTC_DIRTY, False),
+        ]})
+        self.data.remove_other_generations(ds.HEADERS, generation)
+        self.stats.link = timings
+        return summary
+
+    def _summary(self, headers: pa.RecordBatch, linked: dict[str, Any], generation: int,
+                 records: pa.RecordBatch) -> dict[str, Any]:
+        status = headers.column("status")
+        orphans = pc.filter(headers.column("hash"), pc.equal(status, "orphan")).to_pylist()
+        invalid_mask = pc.equal(status, "invalid")
+        invalid = [
+            {"hash": h, "reason": r}
+            for h, r in zip(pc.filter(headers.column("hash"), invalid_mask).to_pylist(),
+                            pc.filter(headers.column("invalid_reason"), invalid_mask).to_pylist(),
+                            strict=True)
+        ]
+        return {
+            "network": self.network,
+            "tip_hash": linked["tip_hash"],
+            "tip_height": linked["tip_height"],
+            "chainwork": linked["chainwork"],
+            "blocks_indexed": linked["blocks_indexed"],
+            "distinct_hashes": linked["distinct"],
+            "records": records.num_rows,
+            "orphans": orphans,
+            "duplicates": linked["duplicates"],
+            "invalid": invalid,
+            "generation": generation,
+            "body_checked": bool(pc.any(records.column("body_checked")).as_py() or False),
+        }
+
+    def skipped(self) -> list[dict[str, Any]]:
+        return skipped_from(self.data)
+
+
+def _value_counts(column: pa.Array) -> tuple[list[str], list[int]]:
+    vc = pc.value_counts(column)
+    return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
+
+
+def skipped_from(data: DataDir) -> list[dict[str, Any]]:
+    """Every reported skip or anomaly: scan events, file tails, and damaged record copies."""
+    import json
+
+    names = {}
+    tails = []
+    for key, value in data.items(layout.CF_BTC_FILES):
+        entry = json.loads(value)
+        file_no = int.from_bytes(key, "big")
+        names[file_no] = entry["name"]
+        if entry.get("tail"):
+            tails.append(entry["tail"])
+    rows: list[dict[str, Any]] = []
+    for key, value in data.items(layout.CF_BTC_SCAN):
+        _, _, kind = layout.parse_segment_key(key)
+        table = read_ipc(value)
+        if kind == layout.SEGMENT_EVENTS:
+            rows.extend(table.to_pylist())
+        else:
+            bad = table.filter(pc.equal(table.column("status"), "invalid_body"))
+            for r in bad.select(["file", "magic_offset", "status", "reason"]).to_pylist():
+                rows.append({"file": r["file"], "offset": r["magic_offset"], "end": None,
+                             "kind": "invalid_body", "declared": None, "consumed": None,
+                             "reason": r["reason"]})
+    rows.extend(tails)
+    out = []
+    for e in sorted(rows, key=lambda e: (e["file"], e["offset"])):
+        if e["kind"] in ds.NORMAL_EVENT_KINDS:
+            continue
+        item: dict[str, Any] = {
+            "file": names.get(e["file"], f"blk{e['file']:05d}.dat"),
+            "offset": e["offset"],
+            "reason": e["kind"],
+        }
+        for k in ("end", "declared", "consumed"):
+            if e.get(k) is not None:
+                item[k] = e[k]
+        if e.get("reason"):
+            item["detail"] = e["reason"]
+        out.append(item)
+    return out

@@ -1,0 +1,36 @@
+"""``rechain gen bitcoin``: writes a test chain (Rust core) and its ``expected.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rechain.pipeline.errors import RechainError
+from rechain.workers import _native
+
+
+def generate(outdir: Path, *, blocks: int, network: str = "regtest", seed: int = 1,
+             file_size: int = 134_217_728, xor: bool = True, shuffle_window: int = 16,
+             side_branches: int = 0, orphans: int = 0, tx_per_block: str = "1:1",
+             ) -> dict[str, Any]:
+    try:
+        lo_s, _, hi_s = tx_per_block.partition(":")
+        tx_min, tx_max = int(lo_s), int(hi_s or lo_s)
+    except ValueError:
+        raise RechainError(f"--tx-per-block wants MIN:MAX, got {tx_per_block!r}") from None
+    if blocks < 1 or tx_min < 1 or tx_max < tx_min:
+        raise RechainError("--blocks and --tx-per-block must be at least 1 (and MIN <= MAX)")
+    if file_size < 1024:
+        raise RechainError("--file-size must be at least 1024 bytes")
+    try:
+        facts = dict(_native.generate_bitcoin(
+            str(outdir), blocks, network, seed, file_size, xor, shuffle_window, side_branches,
+            orphans, tx_min, tx_max))
+    except (OSError, ValueError) as e:
+        raise RechainError(str(e)) from e
+    facts["seed"] = seed
+    best_chain = facts.pop("best_chain")
+    (outdir / "expected.json").write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
+    (outdir / "best_chain.txt").write_text("\n".join(best_chain) + "\n")
+    return facts

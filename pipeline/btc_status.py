@@ -1,0 +1,90 @@
+"""Reading a finished (or running) Bitcoin reindex: status summary and single-block lookups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rechain.pipeline.btc_committer import skipped_from
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.store import DataDir
+from rechain.schemas import rocksdb as layout
+
+
+def status(data_path: Path) -> dict[str, Any]:
+    with DataDir(data_path, readonly=True) as data:
+        summary = data.meta_get(layout.META_BTC_SUMMARY)
+        if summary is None:
+            raise RechainError(f"{data_path}: no completed Bitcoin reindex here yet")
+        out = {
+            "network": summary["network"],
+            "tip_hash": summary["tip_hash"],
+            "tip_height": summary["tip_height"],
+            "chainwork": summary["chainwork"],
+            "blocks_indexed": summary["blocks_indexed"],
+            "orphans": summary["orphans"],
+            "duplicates": summary["duplicates"],
+            "invalid": summary["invalid"],
+            "skipped": skipped_from(data),
+            "records": summary["records"],
+            "distinct_hashes": summary["distinct_hashes"],
+            "body_checked": summary["body_checked"],
+            "pending_changes": bool(data.meta_get(layout.META_BTC_DIRTY)),
+            "run": data.meta_get(layout.META_BTC_RUN),
+        }
+        return out
+
+
+def block(data_path: Path, *, height: int | None = None, hash_: str | None = None) -> dict[str, Any]:
+    with DataDir(data_path, readonly=True) as data:
+        if height is not None:
+            key = data.get(layout.CF_BTC_BEST, layout.best_chain_key(height))
+            if key is None:
+                raise RechainError(f"no block at height {height} on the best chain")
+        else:
+            assert hash_ is not None
+            try:
+                key = layout.index_key(hash_.lower())
+            except ValueError as e:
+                raise RechainError(str(e)) from e
+        value = data.get(layout.CF_BTC_INDEX, key)
+        if value is None:
+            raise RechainError(f"block {hash_ or height} is not in the index")
+        info = layout.decode_index_value(value)
+        info["file_name"] = f"blk{int(info['file']):05d}.dat"  # type: ignore[call-overload]
+        return info
+
+
+def format_status(s: dict[str, Any]) -> str:
+    rows = [
+        ("network", s["network"]),
+        ("tip", f"{s['tip_hash']} (height {s['tip_height']})"),
+        ("chainwork", s["chainwork"]),
+        ("blocks indexed", f"{s['blocks_indexed']:,}"),
+        ("records scanned", f"{s['records']:,}"),
+        ("duplicates", f"{s['duplicates']:,}"),
+        ("orphans", f"{len(s['orphans']):,}"),
+        ("invalid", f"{len(s['invalid']):,}"),
+        ("skipped", f"{len(s['skipped']):,}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    for item in s["skipped"][:20]:
+        extra = " ".join(f"{k}={v}" for k, v in item.items() if k not in ("file", "offset", "reason"))
+        lines.append(f"  skip {item['file']}@{item['offset']}: {item['reason']} {extra}".rstrip())
+    if len(s["skipped"]) > 20:
+        lines.append(f"  ... {len(s['skipped']) - 20} more (use --json)")
+    for item in s["invalid"][:20]:
+        lines.append(f"  invalid {item['hash']}: {item['reason']}")
+    run = s.get("run") or {}
+    if run:
+        lines.append(
+            f"last run: {run.get('records_scanned', 0):,} records from {run.get('bytes_read', 0):,}"
+            f" of {run.get('file_bytes', 0):,} bytes in {run.get('total_s', 0):.2f}s"
+        )
+    return "\n".join(lines)
+
+
+def format_block(b: dict[str, Any]) -> str:
+    width = max(len(k) for k in b)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in b.items())

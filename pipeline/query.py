@@ -1,0 +1,73 @@
+"""``rechain query``: DuckDB over the published Parquet tables, one view per table name."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from rechain.pipeline.errors import RechainError
+
+
+def current_generation(table_dir: Path) -> Path | None:
+    gens = sorted(p for p in table_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return gens[-1] if gens else None
+
+
+def connect(data: Path) -> duckdb.DuckDBPyConnection:
+    root = data / "parquet"
+    if not root.is_dir():
+        raise RechainError(f"{data}: no Parquet tables yet (run a reindex first)")
+    con = duckdb.connect(":memory:")
+    for table_dir in sorted(root.iterdir()):
+        gen = current_generation(table_dir) if table_dir.is_dir() else None
+        if gen is None:
+            continue
+        pattern = str(gen / "*.parquet").replace("'", "''")
+        con.execute(f"CREATE VIEW \"{table_dir.name}\" AS SELECT * FROM read_parquet('{pattern}')")
+    return con
+
+
+def run_query(data: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    con = connect(data)
+    try:
+        cur = con.execute(sql)
+    except duckdb.Error as e:
+        raise RechainError(f"query failed: {e}") from e
+    columns = [d[0] for d in cur.description] if cur.description else []
+    return columns, cur.fetchall()
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, bytes | bytearray):
+        return v.hex()
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def render(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps([dict(zip(columns, map(_plain, r), strict=True)) for r in rows])
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows([[_plain(v) for v in r] for r in rows])
+        return buf.getvalue().rstrip("\n")
+    cells = [[("NULL" if v is None else str(_plain(v))) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+"""Starting or joining Ray: an embedded local cluster by default, ``--ray-address`` to join one."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import ray
+
+
+def ensure_ray(address: str | None, workers: int) -> float:
+    """Initialises Ray once per process; returns the seconds start-up took (0 if already up)."""
+    if ray.is_initialized():
+        return 0.0
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    t0 = time.perf_counter()
+    common = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
+    if address:
+        ray.init(address=address, **common)
+    else:
+        ray.init(num_cpus=workers, include_dashboard=False, **common)
+    return time.perf_counter() - t0

@@ -1,0 +1,195 @@
+"""The data folder: an exclusive lock, the RocksDB database and atomic Parquet publication.
+
+Layout of DATADIR::
+
+    LOCK                      held (flock) by the one run using the folder
+    rocksdb/                  column families from rechain.schemas.rocksdb
+    parquet/<table>/<gen>/    Parquet parts of one published generation of a table
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
+
+from rechain.pipeline.errors import DataFolderBusy, RechainError
+from rechain.schemas import rocksdb as layout
+
+
+class DataDir:
+    """Opens DATADIR for one run (read-write, locked) or for reading (no lock, read-only)."""
+
+    def __init__(self, path: str | Path, *, readonly: bool = False, create: bool = True) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock_fd: int | None = None
+        if readonly:
+            if not (self.path / "rocksdb").exists():
+                raise RechainError(f"{self.path}: no rechain data here (run a reindex first)")
+        else:
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._lock_fd = os.open(self.path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise RechainError(f"{self.path}: cannot use data folder: {e.strerror}") from e
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise DataFolderBusy(
+                    f"{self.path} is in use by another rechain run; wait for it or use another --data"
+                ) from None
+        self.db = self._open_db(create and not readonly)
+        self._cfs = {name: self.db.get_column_family(name) for name in layout.COLUMN_FAMILIES}
+        self._check_layout()
+
+    def _open_db(self, create: bool) -> Rdict:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(create)
+        opts.create_missing_column_families(True)
+        opts.set_max_background_jobs(2)
+        path = str(self.path / "rocksdb")
+        try:
+            existing = Rdict.list_cf(path, opts) if (self.path / "rocksdb" / "CURRENT").exists() else []
+            cfs = {name: Options(raw_mode=True) for name in set(layout.COLUMN_FAMILIES) | set(existing)}
+            cfs.pop("default", None)
+            if self.readonly:
+                return Rdict(path, opts, column_families=cfs, access_type=AccessType.read_only())
+            return Rdict(path, opts, column_families=cfs)
+        except Exception as e:  # rocksdict raises plain Exception with RocksDB's message
+            raise RechainError(f"{path}: cannot open RocksDB: {e}") from e
+
+    def _check_layout(self) -> None:
+        raw = self.meta_get(layout.META_LAYOUT)
+        if raw is None:
+            if not self.readonly:
+                self.write({layout.CF_META: [(layout.META_LAYOUT, {"version": layout.LAYOUT_VERSION})]})
+            return
+        if raw.get("version") != layout.LAYOUT_VERSION:
+            raise RechainError(
+                f"{self.path}: data layout version {raw.get('version')} is not "
+                f"{layout.LAYOUT_VERSION}; reindex into a new --data folder"
+            )
+
+    # -- key/value access -------------------------------------------------------------------
+    def cf(self, name: str) -> Any:
+        return self._cfs[name]
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        value = self._cfs[cf].get(key)
+        return None if value is None else bytes(value)
+
+    def meta_get(self, key: bytes) -> Any:
+        raw = self.get(layout.CF_META, key)
+        return None if raw is None else json.loads(raw)
+
+    def items(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        it = self._cfs[cf].iter()
+        it.seek(prefix)
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(prefix):
+                break
+            yield key, bytes(it.value())
+            it.next()
+
+    def write(
+        self,
+        puts: dict[str, list[tuple[bytes, Any]]],
+        deletes: dict[str, list[bytes]] | None = None,
+        *,
+        sync: bool = True,
+    ) -> None:
+        """One atomic write; dict/list values are stored as JSON."""
+        wb = WriteBatch(raw_mode=True)
+        for cf, keys in (deletes or {}).items():
+            handle = self.db.get_column_family_handle(cf)
+            for key in keys:
+                wb.delete(key, handle)
+        for cf, pairs in puts.items():
+            handle = self.db.get_column_family_handle(cf)
+            for key, value in pairs:
+                if not isinstance(value, bytes | bytearray):
+                    value = json.dumps(value, sort_keys=True).encode()
+                wb.put(key, bytes(value), handle)
+        opts = WriteOptions()
+        opts.sync = sync
+        self.db.write(wb, opts)
+
+    def put_arrays(self, cf: str, keys: pa.Array, values: pa.Array, chunk: int = 200_000) -> None:
+        """Bulk load pre-encoded binary key/value columns (built by the Rust core)."""
+        handle = self.db.get_column_family_handle(cf)
+        opts = WriteOptions()
+        opts.disable_wal = True
+        for lo in range(0, len(keys), chunk):
+            wb = WriteBatch(raw_mode=True)
+            ks = keys.slice(lo, chunk).to_pylist()
+            vs = values.slice(lo, chunk).to_pylist()
+            for k, v in zip(ks, vs, strict=True):
+                wb.put(k, v, handle)
+            self.db.write(wb, opts)
+
+    def reset_column_family(self, name: str) -> None:
+        """Drops and recreates a derived column family (rebuilt whole by its stage)."""
+        self.db.drop_column_family(name)
+        self._cfs[name] = self.db.create_column_family(name, Options(raw_mode=True))
+
+    # -- Parquet publication ------------------------------------------------------------------
+    def parquet_dir(self, table: str) -> Path:
+        return self.path / "parquet" / table
+
+    def stage_parquet(self, table: str, generation: int, data: pa.Table, row_group: int) -> Path:
+        """Writes a generation's parts into a temp folder, fsyncs them and renames the folder."""
+        base = self.parquet_dir(table)
+        final = base / f"{generation:06d}"
+        tmp = base / f".{generation:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        part = tmp / "part-00000.parquet"
+        pq.write_table(data, part, row_group_size=row_group, compression="zstd", write_statistics=True)
+        with open(part, "rb") as f:
+            os.fsync(f.fileno())
+        os.rename(tmp, final)
+        _fsync_dir(base)
+        return final
+
+    def remove_other_generations(self, table: str, keep: int | None) -> None:
+        base = self.parquet_dir(table)
+        if not base.exists():
+            return
+        for child in base.iterdir():
+            if keep is None or child.name != f"{keep:06d}":
+                shutil.rmtree(child, ignore_errors=True)
+
+    def close(self) -> None:
+        try:
+            self.db.close()
+        finally:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def __enter__(self) -> DataDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

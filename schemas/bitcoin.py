@@ -1,0 +1,31 @@
+"""Bitcoin datasets: Arrow schemas (declared once in the Rust core) and their Parquet layout."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from rechain.workers import _native
+
+#: Scan log: one row per accepted record copy, in file/offset order.
+RECORDS = "btc_records"
+#: Scan events: skipped or suspicious byte ranges with file, offset and reason.
+EVENTS = "btc_events"
+#: The linked block tree, one row per distinct hash (Parquet table ``headers``).
+HEADERS = "headers"
+
+#: Parquet tables rechain publishes for ``rechain query``.
+PARQUET_TABLES = (HEADERS,)
+#: Rows per Parquet row group: small enough for height-range pruning by statistics.
+ROW_GROUP_ROWS = 131_072
+
+#: Events that are part of a healthy node's files rather than damage.
+NORMAL_EVENT_KINDS = frozenset({"zero_tail"})
+
+
+def schema(dataset: str) -> pa.Schema:
+    """Arrow schema of a dataset, as the Rust core declares it."""
+    return _native.empty_batch(dataset).schema
+
+
+def empty(dataset: str) -> pa.RecordBatch:
+    return _native.empty_batch(dataset)

@@ -1,0 +1,65 @@
+"""RocksDB layout: column families, meta keys and value versions.
+
+Block-index keys and values are encoded by the Rust core (``workers/native/src/store.rs``);
+this module names where they live and wraps the encoders for Python callers.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from rechain.workers import _native
+
+#: Run metadata: JSON values under the META_* keys.
+CF_META = "meta"
+#: Per blk file: scan progress and fingerprint (JSON, versioned).
+CF_BTC_FILES = "btc_files"
+#: Scan log: Arrow IPC segments keyed by (file, start, kind).
+CF_BTC_SCAN = "btc_scan"
+#: Block index: hash (internal order) -> index value v1.
+CF_BTC_INDEX = "btc_index"
+#: Best chain: height (u32 big-endian) -> hash (internal order).
+CF_BTC_BEST = "btc_best"
+
+COLUMN_FAMILIES = (CF_META, CF_BTC_FILES, CF_BTC_SCAN, CF_BTC_INDEX, CF_BTC_BEST)
+#: Column families rebuilt whole by every link phase.
+DERIVED_COLUMN_FAMILIES = (CF_BTC_INDEX, CF_BTC_BEST)
+
+META_LAYOUT = b"layout"
+META_BTC_NETWORK = b"btc/network"
+META_BTC_SUMMARY = b"btc/summary"
+META_BTC_DIRTY = b"btc/dirty"
+META_BTC_RUN = b"btc/run"
+
+#: Version of this layout; a data folder written by another version is refused.
+LAYOUT_VERSION = 1
+FILE_ENTRY_VERSION = 1
+SCAN_SEGMENT_VERSION = 1
+
+SEGMENT_RECORDS = b"r"
+SEGMENT_EVENTS = b"e"
+
+
+def file_key(file_no: int) -> bytes:
+    return struct.pack(">I", file_no)
+
+
+def segment_key(file_no: int, start: int, kind: bytes) -> bytes:
+    return struct.pack(">IQ", file_no, start) + kind
+
+
+def parse_segment_key(key: bytes) -> tuple[int, int, bytes]:
+    file_no, start = struct.unpack(">IQ", key[:12])
+    return file_no, start, key[12:]
+
+
+def best_chain_key(height: int) -> bytes:
+    return bytes(_native.best_chain_key(height))
+
+
+def index_key(display_hash: str) -> bytes:
+    return bytes(_native.parse_hash(display_hash))
+
+
+def decode_index_value(value: bytes) -> dict[str, object]:
+    return dict(_native.decode_index_value(value))

@@ -1,0 +1,475 @@
+//! Test-chain generator: a `blocks/` folder laid out like a real node's (spec §1.4): blocks in
+//! arrival order (shuffled within windows), files cut below a maximum size, `xor.dat`, a
+//! zero-filled preallocated tail on the file still being written, side branches and blocks
+//! whose parent never appears. Real proof of work at regtest difficulty; deterministic per seed.
+
+use super::block::merkle_root;
+use super::encode::write_compact_size;
+use super::header::{block_work, check_pow, sha256d, Header};
+use super::network::Network;
+use primitive_types::U256;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::fs::File;
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
+
+/// Generated blocks are mined at regtest difficulty, whatever the network's magic and genesis.
+pub const GENERATED_BITS: u32 = 0x207fffff;
+pub const GENERATED_NETWORKS: [Network; 4] =
+    [Network::Main, Network::Testnet3, Network::Signet, Network::Regtest];
+const BLOCKFILE_CHUNK_SIZE: u64 = 16 << 20;
+const GENESIS_SCRIPT_SIG: &str = "04ffff001d0104455468652054696d65732030332f4a616e2f32303039204368616e63656c6c6f72206f6e206272696e6b206f66207365636f6e64206261696c6f757420666f722062616e6b73";
+const GENESIS_PUBKEY_SCRIPT: &str = "4104678afdb0fe5548271967f1a67130b7105cd6a828e03909a67962e0ea1f61deb649f6bc3f4cef38c4f35504e51ec112de5c384df7ba0b8d578a4c702b6bf11d5fac";
+#[derive(Clone, Debug)]
+pub struct GenConfig {
+    pub network: Network,
+    pub blocks: u64,
+    pub seed: u64,
+    pub file_size: u64,
+    pub xor: bool,
+    pub shuffle_window: usize,
+    pub side_branches: usize,
+    pub orphans: usize,
+    pub tx_min: usize,
+    pub tx_max: usize,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct GenSummary {
+    pub tip_hash: [u8; 32],
+    pub tip_height: u64,
+    pub chainwork: U256,
+    pub blocks_indexed: u64,
+    pub side_branch_blocks: u64,
+    pub orphans: Vec<[u8; 32]>,
+    /// Records whose proof of work the network rejects (non-regtest networks).
+    pub invalid_count: u64,
+    pub records: u64,
+    pub files: u32,
+    pub bytes: u64,
+    pub xor_key: [u8; 8],
+    pub heights: Vec<(u64, [u8; 32])>,
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The network's real genesis block, rebuilt from its parameters (spec §8.2). Testnet4's genesis
+/// carries a different coinbase and is not generated.
+pub fn genesis_block(network: Network) -> Vec<u8> {
+    let (script_sig, pubkey_script) = (unhex(GENESIS_SCRIPT_SIG), unhex(GENESIS_PUBKEY_SCRIPT));
+    let mut tx = Vec::new();
+    tx.extend_from_slice(&1u32.to_le_bytes());
+    tx.push(1);
+    tx.extend_from_slice(&[0u8; 32]);
+    tx.extend_from_slice(&u32::MAX.to_le_bytes());
+    write_compact_size(&mut tx, script_sig.len() as u64);
+    tx.extend_from_slice(&script_sig);
+    tx.extend_from_slice(&u32::MAX.to_le_bytes());
+    tx.push(1);
+    tx.extend_from_slice(&5_000_000_000u64.to_le_bytes());
+    write_compact_size(&mut tx, pubkey_script.len() as u64);
+    tx.extend_from_slice(&pubkey_script);
+    tx.extend_from_slice(&0u32.to_le_bytes());
+    let (time, nonce) = network.genesis_time_nonce();
+    let header = Header {
+        version: 1,
+        prev_hash: [0u8; 32],
+        merkle_root: sha256d(&tx),
+        time,
+        bits: network.genesis_bits(),
+        nonce,
+    };
+    let mut block = header.serialize().to_vec();
+    block.push(1);
+    block.extend_from_slice(&tx);
+    block
+}
+
+struct TxBytes {
+    bytes: Vec<u8>,
+    txid: [u8; 32],
+    wtxid: [u8; 32],
+}
+
+fn push_script(out: &mut Vec<u8>, script: &[u8]) {
+    write_compact_size(out, script.len() as u64);
+    out.extend_from_slice(script);
+}
+
+fn random_output_script(rng: &mut SmallRng) -> Vec<u8> {
+    let mut key = [0u8; 32];
+    rng.fill(&mut key);
+    match rng.gen_range(0..4) {
+        0 => [&[0x00, 0x14][..], &key[..20]].concat(),
+        1 => [&[0x76, 0xa9, 0x14][..], &key[..20], &[0x88, 0xac]].concat(),
+        2 => [&[0x51, 0x20][..], &key[..]].concat(),
+        _ => [&[0xa9, 0x14][..], &key[..20], &[0x87]].concat(),
+    }
+}
+
+/// A spend with random prevouts and plausible script sizes; segwit about half the time.
+fn random_tx(rng: &mut SmallRng) -> TxBytes {
+    let segwit = rng.gen_bool(0.5);
+    let n_in = rng.gen_range(1..=2usize);
+    let n_out = rng.gen_range(1..=2usize);
+    let mut base = Vec::with_capacity(256);
+    write_compact_size(&mut base, n_in as u64);
+    for _ in 0..n_in {
+        let mut prev = [0u8; 36];
+        rng.fill(&mut prev[..]);
+        base.extend_from_slice(&prev);
+        if segwit {
+            base.push(0);
+        } else {
+            let mut sig = vec![0u8; 106];
+            rng.fill(&mut sig[..]);
+            push_script(&mut base, &sig);
+        }
+        base.extend_from_slice(&0xffff_fffdu32.to_le_bytes());
+    }
+    write_compact_size(&mut base, n_out as u64);
+    for _ in 0..n_out {
+        base.extend_from_slice(&rng.gen_range(546u64..100_000_000).to_le_bytes());
+        push_script(&mut base, &random_output_script(rng));
+    }
+    let version = 2u32.to_le_bytes();
+    let lock = 0u32.to_le_bytes();
+    let legacy = [&version[..], &base, &lock].concat();
+    let txid = sha256d(&legacy);
+    if !segwit {
+        return TxBytes {
+            wtxid: txid,
+            txid,
+            bytes: legacy,
+        };
+    }
+    let mut witness = Vec::with_capacity(110 * n_in);
+    for _ in 0..n_in {
+        witness.push(2);
+        let mut sig = [0u8; 105];
+        rng.fill(&mut sig[..]);
+        push_script(&mut witness, &sig[..72]);
+        push_script(&mut witness, &sig[72..]);
+    }
+    let bytes = [&version[..], &[0x00, 0x01], &base, &witness, &lock].concat();
+    TxBytes {
+        wtxid: sha256d(&bytes),
+        txid,
+        bytes,
+    }
+}
+
+fn bip34_push(height: u64) -> Vec<u8> {
+    if height == 0 {
+        return vec![0x00];
+    }
+    if height <= 16 {
+        return vec![0x50 + height as u8];
+    }
+    let mut n = Vec::new();
+    let mut h = height;
+    while h > 0 {
+        n.push((h & 0xff) as u8);
+        h >>= 8;
+    }
+    if n.last().unwrap() & 0x80 != 0 {
+        n.push(0);
+    }
+    [&[n.len() as u8][..], &n].concat()
+}
+
+fn coinbase(height: u64, tag: u64, witness_commitment: Option<[u8; 32]>) -> TxBytes {
+    let mut base = Vec::with_capacity(128);
+    base.push(1);
+    base.extend_from_slice(&[0u8; 32]);
+    base.extend_from_slice(&u32::MAX.to_le_bytes());
+    let script_sig = [bip34_push(height), tag.to_le_bytes().to_vec()].concat();
+    push_script(&mut base, &script_sig);
+    base.extend_from_slice(&u32::MAX.to_le_bytes());
+    base.push(if witness_commitment.is_some() { 2 } else { 1 });
+    let subsidy = 5_000_000_000u64 >> (height / 150).min(63);
+    base.extend_from_slice(&subsidy.to_le_bytes());
+    let mut p2wpkh = vec![0x00, 0x14];
+    p2wpkh.extend_from_slice(&sha256d(&tag.to_le_bytes())[..20]);
+    push_script(&mut base, &p2wpkh);
+    if let Some(c) = witness_commitment {
+        base.extend_from_slice(&0u64.to_le_bytes());
+        push_script(&mut base, &[&[0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed][..], &c].concat());
+    }
+    let version = 2u32.to_le_bytes();
+    let lock = 0u32.to_le_bytes();
+    let legacy = [&version[..], &base, &lock].concat();
+    let txid = sha256d(&legacy);
+    if witness_commitment.is_none() {
+        return TxBytes {
+            wtxid: txid,
+            txid,
+            bytes: legacy,
+        };
+    }
+    // Witness reserved value: one 32-byte item of zeros.
+    let mut witness = vec![1u8, 32];
+    witness.extend_from_slice(&[0u8; 32]);
+    let bytes = [&version[..], &[0x00, 0x01], &base, &witness, &lock].concat();
+    TxBytes {
+        wtxid: sha256d(&bytes),
+        txid,
+        bytes,
+    }
+}
+
+/// Builds and mines one block on `prev` at `height`; returns (hash, serialized block).
+fn make_block(
+    rng: &mut SmallRng,
+    prev: [u8; 32],
+    height: u64,
+    time: u32,
+    n_tx: usize,
+    pow_limit: U256,
+) -> ([u8; 32], Vec<u8>) {
+    let tag: u64 = rng.gen();
+    let spends: Vec<TxBytes> = (1..n_tx).map(|_| random_tx(rng)).collect();
+    let commitment = if spends.iter().any(|t| t.txid != t.wtxid) {
+        let mut wtxids: Vec<[u8; 32]> = vec![[0u8; 32]];
+        wtxids.extend(spends.iter().map(|t| t.wtxid));
+        let (root, _) = merkle_root(&wtxids);
+        Some(sha256d(&[&root[..], &[0u8; 32]].concat()))
+    } else {
+        None
+    };
+    let cb = coinbase(height, tag, commitment);
+    let mut txids = vec![cb.txid];
+    txids.extend(spends.iter().map(|t| t.txid));
+    let (root, _) = merkle_root(&txids);
+    let mut header = Header {
+        version: 0x2000_0000,
+        prev_hash: prev,
+        merkle_root: root,
+        time,
+        bits: GENERATED_BITS,
+        nonce: 0,
+    };
+    let mut bytes = header.serialize();
+    let hash = loop {
+        let h = sha256d(&bytes);
+        if check_pow(&h, GENERATED_BITS, pow_limit).is_ok() {
+            break h;
+        }
+        header.nonce += 1;
+        bytes[76..80].copy_from_slice(&header.nonce.to_le_bytes());
+    };
+    let mut block = bytes.to_vec();
+    write_compact_size(&mut block, n_tx as u64);
+    block.extend_from_slice(&cb.bytes);
+    for t in &spends {
+        block.extend_from_slice(&t.bytes);
+    }
+    (hash, block)
+}
+
+/// Writes records like Core's `FlatFileSeq`: a new file when the next record would reach the
+/// maximum size, finished files truncated, the last one preallocated with raw zeros.
+struct BlkWriter<'a> {
+    dir: &'a Path,
+    file_size: u64,
+    key: [u8; 8],
+    file_no: u32,
+    used: u64,
+    out: Option<BufWriter<File>>,
+    scratch: Vec<u8>,
+    total: u64,
+}
+
+impl<'a> BlkWriter<'a> {
+    fn write(&mut self, magic: [u8; 4], block: &[u8]) -> io::Result<()> {
+        let rec_len = 8 + block.len() as u64;
+        if self.out.is_some() && self.used + rec_len >= self.file_size {
+            self.out.take().unwrap().flush()?;
+            self.file_no += 1;
+            self.used = 0;
+        }
+        if self.out.is_none() {
+            let path = self.dir.join(format!("blk{:05}.dat", self.file_no));
+            self.out = Some(BufWriter::with_capacity(1 << 20, File::create(path)?));
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&magic);
+        self.scratch.extend_from_slice(&(block.len() as u32).to_le_bytes());
+        self.scratch.extend_from_slice(block);
+        let phase = (self.used % 8) as usize;
+        for (i, b) in self.scratch.iter_mut().enumerate() {
+            *b ^= self.key[(phase + i) & 7];
+        }
+        self.out.as_mut().unwrap().write_all(&self.scratch)?;
+        self.used += rec_len;
+        self.total += rec_len;
+        Ok(())
+    }
+
+    /// Leaves the last file with the zero-filled tail of Core's preallocation.
+    fn finish(mut self) -> io::Result<u32> {
+        if let Some(mut w) = self.out.take() {
+            let chunk = if self.file_size >= 4 * BLOCKFILE_CHUNK_SIZE {
+                BLOCKFILE_CHUNK_SIZE
+            } else {
+                (self.file_size / 4).max(4096)
+            };
+            let target = self.used.div_ceil(chunk) * chunk;
+            w.flush()?;
+            let mut f = w.into_inner().map_err(|e| e.into_error())?;
+            f.seek(SeekFrom::Start(self.used))?;
+            f.write_all(&vec![0u8; (target - self.used) as usize])?;
+        }
+        Ok(self.file_no + 1)
+    }
+}
+
+pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
+    if !GENERATED_NETWORKS.contains(&cfg.network) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot generate {} chains (main, testnet, signet, regtest)", cfg.network.name()),
+        ));
+    }
+    std::fs::create_dir_all(blocks_dir)?;
+    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let mut key = [0u8; 8];
+    if cfg.xor {
+        while key == [0u8; 8] {
+            rng.fill(&mut key);
+        }
+    }
+    std::fs::write(blocks_dir.join("xor.dat"), key)?;
+    let pow_limit = Network::Regtest.pow_limit();
+    let genesis = genesis_block(cfg.network);
+    let genesis_hash = cfg.network.genesis_hash();
+    let (genesis_time, _) = cfg.network.genesis_time_nonce();
+    let n = cfg.blocks.max(1);
+    let tx_count = |rng: &mut SmallRng| rng.gen_range(cfg.tx_min.max(1)..=cfg.tx_max.max(cfg.tx_min).max(1));
+
+    // Main chain, in height order; heights[h] = hash.
+    let mut chain: Vec<([u8; 32], Vec<u8>)> = Vec::with_capacity(n as usize);
+    chain.push((genesis_hash, genesis));
+    for h in 1..n {
+        let prev = chain[h as usize - 1].0;
+        let time = genesis_time + 600 * h as u32;
+        let k = tx_count(&mut rng);
+        chain.push(make_block(&mut rng, prev, h, time, k, pow_limit));
+    }
+    // Arrival order: genesis first, then each window of the main chain shuffled.
+    let mut summary = GenSummary {
+        xor_key: key,
+        tip_height: n - 1,
+        tip_hash: chain[n as usize - 1].0,
+        ..Default::default()
+    };
+    summary.heights = chain.iter().enumerate().map(|(h, b)| (h as u64, b.0)).collect();
+    let w = cfg.shuffle_window.max(1);
+    let mut main_positions: Vec<usize> = (1..chain.len()).collect();
+    for win in main_positions.chunks_mut(w) {
+        for i in (1..win.len()).rev() {
+            let j = rng.gen_range(0..=i);
+            win.swap(i, j);
+        }
+    }
+    let mut blocks_out: Vec<(u64, Vec<u8>)> = Vec::with_capacity(chain.len());
+    // Sort key: arrival slot; extra blocks are slotted after their parent's window.
+    for (slot, (_, bytes)) in std::iter::once(0usize)
+        .chain(main_positions.into_iter())
+        .map(|h| (h, std::mem::take(&mut chain[h].1)))
+        .enumerate()
+    {
+        blocks_out.push(((slot as u64) << 20, bytes));
+    }
+    // Side branches: fork below the tip so the main chain keeps strictly more work.
+    if n >= 4 {
+        for _ in 0..cfg.side_branches {
+            let fork_at = rng.gen_range(1..n - 2);
+            let max_len = (n - 2 - fork_at).clamp(1, 3);
+            let len = rng.gen_range(1..=max_len);
+            let mut prev = summary.heights[fork_at as usize].1;
+            for d in 1..=len {
+                let h = fork_at + d;
+                let time = genesis_time + 600 * h as u32 + 1;
+                let k = tx_count(&mut rng);
+                let (hash, bytes) = make_block(&mut rng, prev, h, time, k, pow_limit);
+                prev = hash;
+                summary.side_branch_blocks += 1;
+                let slot = (h + w as u64) << 20 | rng.gen_range(0..1u64 << 19);
+                blocks_out.push((slot, bytes));
+            }
+        }
+    }
+    // Orphans: a child of a block that is mined but never written.
+    for _ in 0..cfg.orphans {
+        let at = rng.gen_range(0..n);
+        let parent = summary.heights[at as usize].1;
+        let time = genesis_time + 600 * (at as u32 + 1) + 2;
+        let (ghost, _) = make_block(&mut rng, parent, at + 1, time, 1, pow_limit);
+        let (hash, bytes) = make_block(&mut rng, ghost, at + 2, time + 600, 1, pow_limit);
+        summary.orphans.push(hash);
+        let slot = rng.gen_range(0..blocks_out.len() as u64) << 20 | 1 << 19;
+        blocks_out.push((slot, bytes));
+    }
+    blocks_out.sort_by_key(|b| b.0);
+
+    let mut writer = BlkWriter {
+        dir: blocks_dir,
+        file_size: cfg.file_size.max(1024),
+        key,
+        file_no: 0,
+        used: 0,
+        out: None,
+        scratch: Vec::new(),
+        total: 0,
+    };
+    let magic = cfg.network.magic();
+    for (_, bytes) in &blocks_out {
+        writer.write(magic, bytes)?;
+    }
+    summary.records = blocks_out.len() as u64;
+    summary.bytes = writer.total;
+    summary.files = writer.finish()?;
+
+    if cfg.network == Network::Regtest {
+        summary.blocks_indexed = n + summary.side_branch_blocks;
+        summary.chainwork = block_work(GENERATED_BITS) * U256::from(n);
+    } else {
+        // Regtest difficulty is above every other network's limit: only genesis is valid.
+        summary.blocks_indexed = 1;
+        summary.chainwork = block_work(cfg.network.genesis_bits());
+        summary.tip_height = 0;
+        summary.tip_hash = genesis_hash;
+        summary.invalid_count = summary.records - 1;
+        summary.heights.truncate(1);
+        summary.orphans.clear();
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn genesis_blocks_hash_to_the_known_values() {
+        for net in GENERATED_NETWORKS {
+            let g = genesis_block(net);
+            assert_eq!(sha256d(&g[..80]), net.genesis_hash(), "{net:?}");
+        }
+        assert_eq!(genesis_block(Network::Main).len(), 285);
+    }
+
+    #[test]
+    fn bip34_pushes() {
+        assert_eq!(bip34_push(1), vec![0x51]);
+        assert_eq!(bip34_push(127), vec![1, 127]);
+        assert_eq!(bip34_push(128), vec![2, 128, 0]);
+        assert_eq!(bip34_push(702_861), vec![3, 0x8d, 0xb9, 0x0a]);
+    }
+}

@@ -1,0 +1,195 @@
+//! The 80-byte block header (spec §4.2), its hash, compact targets and proof of work (§5.1).
+//!
+//! ```text
+//! 0        4                36                68      72      76      80
+//! | version | prev hash (32) | merkle root (32) | time  | bits  | nonce |
+//! ```
+
+use primitive_types::U256;
+use sha2::{Digest, Sha256};
+
+pub const HEADER_LEN: usize = 80;
+
+pub fn sha256d(data: &[u8]) -> [u8; 32] {
+    let first = Sha256::digest(data);
+    Sha256::digest(first).into()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub version: i32,
+    pub prev_hash: [u8; 32],
+    pub merkle_root: [u8; 32],
+    pub time: u32,
+    pub bits: u32,
+    pub nonce: u32,
+}
+
+impl Header {
+    pub fn parse(b: &[u8; HEADER_LEN]) -> Header {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        Header {
+            version: u32_at(0) as i32,
+            prev_hash: b[4..36].try_into().unwrap(),
+            merkle_root: b[36..68].try_into().unwrap(),
+            time: u32_at(68),
+            bits: u32_at(72),
+            nonce: u32_at(76),
+        }
+    }
+
+    pub fn serialize(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..4].copy_from_slice(&self.version.to_le_bytes());
+        b[4..36].copy_from_slice(&self.prev_hash);
+        b[36..68].copy_from_slice(&self.merkle_root);
+        b[68..72].copy_from_slice(&self.time.to_le_bytes());
+        b[72..76].copy_from_slice(&self.bits.to_le_bytes());
+        b[76..80].copy_from_slice(&self.nonce.to_le_bytes());
+        b
+    }
+}
+
+/// Result of decoding nBits the way Core's `arith_uint256::SetCompact` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactTarget {
+    pub target: U256,
+    pub negative: bool,
+    pub overflow: bool,
+}
+
+pub fn decode_compact(bits: u32) -> CompactTarget {
+    let exponent = bits >> 24;
+    let mut word = bits & 0x007f_ffff;
+    let target = if exponent <= 3 {
+        // Core shifts the mantissa first; the sign and overflow tests then see the shifted word.
+        word >>= 8 * (3 - exponent);
+        U256::from(word)
+    } else if exponent - 3 >= 32 {
+        U256::zero()
+    } else {
+        // Bits shifted past 256 are lost, as in Core.
+        U256::from(word) << (8 * (exponent - 3) as usize)
+    };
+    let negative = word != 0 && (bits & 0x0080_0000) != 0;
+    let overflow = word != 0
+        && (exponent > 34 || (word > 0xff && exponent > 33) || (word > 0xffff && exponent > 32));
+    CompactTarget {
+        target,
+        negative,
+        overflow,
+    }
+}
+
+/// Why a header fails `CheckProofOfWork`; the strings are Core's reject reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowError {
+    /// nBits negative, overflowing, zero or above the network's limit.
+    BadDiffBits,
+    /// Hash above the target.
+    HighHash,
+}
+
+impl PowError {
+    pub fn reason(self) -> &'static str {
+        match self {
+            PowError::BadDiffBits => "bad-diffbits",
+            PowError::HighHash => "high-hash",
+        }
+    }
+}
+
+/// Hash (internal order) read as a little-endian 256-bit integer.
+pub fn hash_to_u256(hash: &[u8; 32]) -> U256 {
+    U256::from_little_endian(hash)
+}
+
+pub fn check_pow(hash: &[u8; 32], bits: u32, pow_limit: U256) -> Result<(), PowError> {
+    let c = decode_compact(bits);
+    if c.negative || c.overflow || c.target.is_zero() || c.target > pow_limit {
+        return Err(PowError::BadDiffBits);
+    }
+    if hash_to_u256(hash) > c.target {
+        return Err(PowError::HighHash);
+    }
+    Ok(())
+}
+
+/// Block proof: floor(2^256 / (target + 1)), 0 for unusable nBits (Core's `GetBlockProof`).
+pub fn block_work(bits: u32) -> U256 {
+    let c = decode_compact(bits);
+    if c.negative || c.overflow || c.target.is_zero() {
+        return U256::zero();
+    }
+    (!c.target / (c.target + U256::one())) + U256::one()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(s: &str) -> Vec<u8> {
+        (0..s.len() / 2)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn compact_vectors_from_core() {
+        for bits in [0x00123456u32, 0x01003456, 0x02000056, 0x03000000, 0x04000000] {
+            assert!(decode_compact(bits).target.is_zero());
+        }
+        for bits in [0x00923456u32, 0x01803456, 0x02800056, 0x03800000, 0x04800000] {
+            let c = decode_compact(bits);
+            assert!(c.target.is_zero() && !c.negative);
+        }
+        assert_eq!(decode_compact(0x01123456).target, U256::from(0x12));
+        let c = decode_compact(0x01fedcba);
+        assert_eq!(c.target, U256::from(0x7e));
+        assert!(c.negative);
+        assert_eq!(decode_compact(0x02123456).target, U256::from(0x1234));
+        assert_eq!(decode_compact(0x03123456).target, U256::from(0x123456));
+        assert_eq!(decode_compact(0x04123456).target, U256::from(0x12345600u64));
+        assert!(decode_compact(0x04923456).negative);
+        assert_eq!(decode_compact(0x05009234).target, U256::from(0x92340000u64));
+        assert_eq!(decode_compact(0x20123456).target, U256::from(0x123456) << 232);
+        assert!(decode_compact(0xff123456).overflow);
+    }
+
+    #[test]
+    fn work_vectors() {
+        assert_eq!(block_work(0x1d00ffff), U256::from(0x1_0001_0001u64));
+        assert_eq!(block_work(0x207fffff), U256::from(2));
+        assert_eq!(block_work(0x1e0377ae), U256::from(4_838_420u64));
+        assert_eq!(block_work(0x1a06d450), U256::from(0x257c3becdacc64u64));
+    }
+
+    #[test]
+    fn mainnet_header_from_spec() {
+        let raw = h("04e0ff3f5f3b2119529dc4013ff0f427a457bed706e7b5b8dec30900000000000000000022906797f7ab258c0f896c35b2d6725c0554f579af99754b241aec8c76727d4091a45561ebd00e17e3d6da41");
+        let b: [u8; 80] = raw.clone().try_into().unwrap();
+        let hdr = Header::parse(&b);
+        assert_eq!(hdr.version, 0x3fffe004);
+        assert_eq!(hdr.bits, 0x170ed0eb);
+        assert_eq!(hdr.nonce, 1_104_860_899);
+        assert_eq!(hdr.serialize().to_vec(), raw);
+        let mut hash = sha256d(&b);
+        assert!(check_pow(&hash, hdr.bits, crate::btc::network::Network::Main.pow_limit()).is_ok());
+        hash.reverse();
+        assert_eq!(
+            hash.to_vec(),
+            h("000000000000000000000c835b2adcaedc20fdf6ee440009c249452c726dafae")
+        );
+        // A flipped nonce bit breaks proof of work.
+        let mut bad = b;
+        bad[79] ^= 1;
+        assert_eq!(
+            check_pow(&sha256d(&bad), hdr.bits, crate::btc::network::Network::Main.pow_limit()),
+            Err(PowError::HighHash)
+        );
+        assert_eq!(
+            check_pow(&sha256d(&b), 0x207fffff, crate::btc::network::Network::Main.pow_limit()),
+            Err(PowError::BadDiffBits)
+        );
+    }
+}

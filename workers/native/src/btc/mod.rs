@@ -1,0 +1,10 @@
+//! Bitcoin block files: network constants, codecs, the scanner, the block-tree linker and the
+//! test-chain generator. Nothing here knows about Arrow or Python (see `datasets`).
+
+pub mod block;
+pub mod encode;
+pub mod gen;
+pub mod header;
+pub mod link;
+pub mod network;
+pub mod scan;

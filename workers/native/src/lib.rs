@@ -1,0 +1,287 @@
+//! rechain's native core, exposed to Python as `rechain.workers._native`.
+//!
+//! Byte work lives here (scanning, decoding, hashing, linking, generating); Python receives
+//! Arrow record batches through the C data interface and never loops over records.
+
+pub mod btc;
+pub mod datasets;
+pub mod store;
+
+use btc::network::Network;
+use btc::scan::{ScanConfig, Scanner};
+use primitive_types::U256;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3_arrow::{PyArray, PyRecordBatch};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn network(name: &str) -> PyResult<Network> {
+    Network::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown network {name:?} (expected main, testnet, testnet4, signet or regtest)"
+        ))
+    })
+}
+
+fn key8(b: &[u8]) -> PyResult<[u8; 8]> {
+    b.try_into()
+        .map_err(|_| PyValueError::new_err("the XOR key must be exactly 8 bytes"))
+}
+
+fn hex_be(v: U256) -> String {
+    v.to_big_endian().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Network constants: magic (hex), genesis hash (display hex), pow limit bits.
+#[pyfunction]
+fn network_info<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict>> {
+    let n = network(name)?;
+    let d = PyDict::new(py);
+    d.set_item("name", n.name())?;
+    d.set_item("magic", PyBytes::new(py, &n.magic()))?;
+    d.set_item("genesis_hash", n.genesis_hash_hex())?;
+    d.set_item("genesis_bits", n.genesis_bits())?;
+    Ok(d)
+}
+
+/// Scans record starts in `[start, bound)` of one blk file.
+/// Returns (records, events, info) where info describes what is left open at the shard's end.
+#[pyfunction]
+#[pyo3(signature = (path, file_no, start, bound, network_name, xor_key, check_bodies=false))]
+#[allow(clippy::too_many_arguments)]
+fn scan_blk<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    file_no: u32,
+    start: u64,
+    bound: u64,
+    network_name: &str,
+    xor_key: &[u8],
+    check_bodies: bool,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+    let cfg = ScanConfig {
+        network: network(network_name)?,
+        xor_key: key8(xor_key)?,
+        check_bodies,
+    };
+    let result = py.detach(|| -> std::io::Result<_> {
+        let mut scanner = Scanner::open(&cfg, &path)?;
+        scanner.scan(start, bound)
+    });
+    let shard = result.map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    let records = PyRecordBatch::new(datasets::btc_records::build(file_no, &shard.records)).into_pyarrow(py)?;
+    let events = PyRecordBatch::new(datasets::btc_events::build(file_no, &shard.events)).into_pyarrow(py)?;
+    let info = PyDict::new(py);
+    info.set_item("start", shard.start)?;
+    info.set_item("bound", shard.bound)?;
+    info.set_item("file_len", shard.file_len)?;
+    info.set_item("leading_gap", shard.leading_gap)?;
+    info.set_item("empty", shard.empty)?;
+    info.set_item("pending_start", shard.pending.start)?;
+    info.set_item("pending_through", shard.pending.through)?;
+    info.set_item("pending_all_zero", shard.pending.all_zero)?;
+    info.set_item("bytes_read", shard.bytes_read)?;
+    Ok((records, events, info))
+}
+
+/// Empty batches with the dataset schemas (the schemas' single source).
+#[pyfunction]
+fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny>> {
+    let batch = match dataset {
+        "btc_records" => datasets::btc_records::build(0, &[]),
+        "btc_events" => datasets::btc_events::build(0, &[]),
+        "headers" => arrow_array::RecordBatch::new_empty(datasets::btc_headers::schema()),
+        other => return Err(PyValueError::new_err(format!("unknown dataset {other}"))),
+    };
+    PyRecordBatch::new(batch).into_pyarrow(py)
+}
+
+fn binary<'py>(py: Python<'py>, a: arrow_array::BinaryArray) -> PyResult<Bound<'py, PyAny>> {
+    let arr = PyArray::from_array_ref(Arc::new(a));
+    let obj: Py<PyAny> = arr.to_pyarrow(py)?.unbind();
+    Ok(obj.into_bound(py))
+}
+
+/// Links all record copies (one `btc_records` batch in scan order) into the block tree.
+/// Returns (headers batch, index keys, index values, best-chain keys, best-chain values, summary).
+#[pyfunction]
+#[pyo3(signature = (records, network_name, root_hash=None))]
+fn link_headers<'py>(
+    py: Python<'py>,
+    records: PyRecordBatch,
+    network_name: &str,
+    root_hash: Option<&str>,
+) -> PyResult<Bound<'py, PyList>> {
+    let net = network(network_name)?;
+    let root = match root_hash {
+        Some(h) => datasets::hex::parse_display_hex(h)
+            .ok_or_else(|| PyValueError::new_err(format!("bad root hash {h}")))?,
+        None => net.genesis_hash(),
+    };
+    let batch = records.into_inner();
+    let linked = py
+        .detach(|| datasets::btc_headers::build(&batch, root))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let summary = PyDict::new(py);
+    let out = &linked.link;
+    let tip = out.tip.map(|t| t as usize);
+    summary.set_item("tip_hash", linked.tip_hash.map(|h| datasets::hex::display_hex(&h)))?;
+    summary.set_item("tip_height", tip.and_then(|t| out.height[t]))?;
+    summary.set_item("chainwork", tip.map(|t| hex_be(out.chainwork[t])))?;
+    summary.set_item("blocks_indexed", out.height.iter().filter(|h| h.is_some()).count())?;
+    summary.set_item("duplicates", out.duplicates)?;
+    summary.set_item("distinct", out.record.len())?;
+    let items = PyList::empty(py);
+    items.append(PyRecordBatch::new(linked.headers).into_pyarrow(py)?)?;
+    items.append(binary(py, linked.index_keys)?)?;
+    items.append(binary(py, linked.index_values)?)?;
+    items.append(binary(py, linked.best_keys)?)?;
+    items.append(binary(py, linked.best_values)?)?;
+    items.append(summary)?;
+    Ok(items)
+}
+
+/// Decodes one `btc_index` value (layout in `store.rs`).
+#[pyfunction]
+fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+    let v = store::IndexValue::decode(value).map_err(PyValueError::new_err)?;
+    let d = PyDict::new(py);
+    let state = [
+        btc::link::EntryState::Active,
+        btc::link::EntryState::ValidFork,
+        btc::link::EntryState::HeadersOnly,
+        btc::link::EntryState::Orphan,
+        btc::link::EntryState::Unlinked,
+        btc::link::EntryState::Invalid,
+    ]
+    .get(v.state as usize)
+    .map(|s| s.name())
+    .unwrap_or("unknown");
+    let h = btc::header::Header::parse(&v.header);
+    d.set_item("hash", datasets::hex::display_hex(&btc::header::sha256d(&v.header)))?;
+    d.set_item("prev_hash", datasets::hex::display_hex(&h.prev_hash))?;
+    d.set_item("merkle_root", datasets::hex::display_hex(&h.merkle_root))?;
+    d.set_item("version", h.version)?;
+    d.set_item("time", h.time)?;
+    d.set_item("bits", h.bits)?;
+    d.set_item("nonce", h.nonce)?;
+    d.set_item("height", v.height)?;
+    d.set_item("status", state)?;
+    d.set_item("in_best_chain", v.in_best_chain)?;
+    d.set_item(
+        "chainwork",
+        v.height.map(|_| v.chainwork.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+    )?;
+    d.set_item("file", v.file)?;
+    d.set_item("offset", v.magic_offset)?;
+    d.set_item("data_pos", v.magic_offset + 8)?;
+    d.set_item("size", v.declared_size)?;
+    d.set_item("n_tx", v.n_tx)?;
+    d.set_item("copies", v.copies)?;
+    Ok(d)
+}
+
+#[pyfunction]
+fn best_chain_key<'py>(py: Python<'py>, height: u32) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &store::best_chain_key(height))
+}
+
+#[pyfunction]
+fn parse_hash<'py>(py: Python<'py>, display_hex: &str) -> PyResult<Bound<'py, PyBytes>> {
+    let h = datasets::hex::parse_display_hex(display_hex)
+        .ok_or_else(|| PyValueError::new_err(format!("not a 64-digit hex hash: {display_hex}")))?;
+    Ok(PyBytes::new(py, &h))
+}
+
+#[pyfunction]
+fn display_hash(internal: &[u8]) -> String {
+    datasets::hex::display_hex(internal)
+}
+
+/// Generates a test chain under `outdir/blocks`; returns the facts for expected.json.
+#[pyfunction]
+#[pyo3(signature = (outdir, blocks, network_name="regtest", seed=1, file_size=134_217_728, xor=true,
+                    shuffle_window=16, side_branches=0, orphans=0, tx_min=1, tx_max=1))]
+#[allow(clippy::too_many_arguments)]
+fn generate_bitcoin<'py>(
+    py: Python<'py>,
+    outdir: PathBuf,
+    blocks: u64,
+    network_name: &str,
+    seed: u64,
+    file_size: u64,
+    xor: bool,
+    shuffle_window: usize,
+    side_branches: usize,
+    orphans: usize,
+    tx_min: usize,
+    tx_max: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = btc::gen::GenConfig {
+        network: network(network_name)?,
+        blocks,
+        seed,
+        file_size,
+        xor,
+        shuffle_window,
+        side_branches,
+        orphans,
+        tx_min,
+        tx_max,
+    };
+    let dir = outdir.join("blocks");
+    let s = py
+        .detach(|| btc::gen::generate(&cfg, &dir))
+        .map_err(|e| PyOSError::new_err(format!("{}: {e}", dir.display())))?;
+    let d = PyDict::new(py);
+    d.set_item("network", cfg.network.name())?;
+    d.set_item("tip_hash", datasets::hex::display_hex(&s.tip_hash))?;
+    d.set_item("tip_height", s.tip_height)?;
+    d.set_item("chainwork", hex_be(s.chainwork))?;
+    d.set_item("blocks_indexed", s.blocks_indexed)?;
+    d.set_item("side_branch_blocks", s.side_branch_blocks)?;
+    let orphans: Vec<String> = s.orphans.iter().map(|h| datasets::hex::display_hex(h)).collect();
+    d.set_item("orphans", orphans)?;
+    d.set_item("invalid_count", s.invalid_count)?;
+    d.set_item("duplicates", 0)?;
+    d.set_item("records", s.records)?;
+    d.set_item("files", s.files)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("xor_key", s.xor_key.iter().map(|b| format!("{b:02x}")).collect::<String>())?;
+    let heights: Vec<String> = s.heights.iter().map(|(_, h)| datasets::hex::display_hex(h)).collect();
+    d.set_item("best_chain", heights)?;
+    Ok(d)
+}
+
+/// This machine's double-SHA-256 rate on 80-byte headers, single thread: `n` hashes, in seconds.
+#[pyfunction]
+fn hash_headers_seconds(py: Python<'_>, n: u64) -> f64 {
+    py.detach(|| {
+        let mut header = [7u8; 80];
+        let t = std::time::Instant::now();
+        let mut acc = 0u8;
+        for i in 0..n {
+            header[76..80].copy_from_slice(&(i as u32).to_le_bytes());
+            acc ^= btc::header::sha256d(&header)[0];
+        }
+        std::hint::black_box(acc);
+        t.elapsed().as_secs_f64()
+    })
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(network_info, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_blk, m)?)?;
+    m.add_function(wrap_pyfunction!(empty_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(link_headers, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;
+    m.add_function(wrap_pyfunction!(best_chain_key, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(display_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;
+    m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
+    Ok(())
+}
