@@ -10,8 +10,9 @@ best chain, and publishes the ``headers`` Parquet table as a new generation.
 from __future__ import annotations
 
 import logging
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -23,7 +24,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
-from rechain.workers.btc_scan import ShardResult, scan_unit
+from rechain.workers.btc_scan import ShardResult, WorkUnit, scan_unit
 
 log = logging.getLogger(__name__)
 STAGE = "btc_headers"
@@ -81,6 +82,82 @@ def gap_event(file_no: int, start: int, end: int, all_zero: bool, at_eof: bool) 
             "declared": None, "consumed": None, "reason": None}
 
 
+def stitch(p: Pending, info: dict[str, Any], file_no: int
+           ) -> tuple[dict[str, Any] | None, Pending] | None:
+    """Joins a shard onto the open state of its file: (gap event it closes, new open state),
+    or None when the shard must be rescanned from ``p.through``.
+
+    The previous shard left a gap open from ``p.start`` through ``p.through``. If this shard
+    starts there, its leading gap simply continues that one. If the previous record ran past
+    this shard's start, the shard's findings before that point are inside the record: they are
+    dropped when they are a gap of raw zeros, and otherwise the shard is rescanned from the
+    record's end, so the result always equals one sequential scan of the file.
+    """
+    s = int(info["start"])
+    empty = bool(info["empty"])
+    lead = info["leading_gap"]
+    shard_pending = Pending(int(info["pending_start"]), int(info["pending_through"]),
+                            bool(info["pending_all_zero"]))
+    if p.through == s:
+        if empty:
+            return None, Pending(p.start, shard_pending.through,
+                                 p.all_zero and shard_pending.all_zero)
+        first = int(lead[0]) if lead else s
+        zero = p.all_zero and (bool(lead[1]) if lead else True)
+        gap = gap_event(file_no, p.start, first, zero, False) if p.start < first else None
+        return gap, shard_pending
+    if p.through < s:
+        return None
+    # The previous record extends past this shard's start (so p.start == p.through).
+    if empty:
+        if shard_pending.through <= p.through:
+            return None, p
+        return (None, Pending(p.start, shard_pending.through, True)) \
+            if shard_pending.all_zero else None
+    first = int(lead[0]) if lead else s
+    if first < p.through or (first > p.through and not (lead and bool(lead[1]))):
+        return None
+    gap = gap_event(file_no, p.start, first, True, False) if p.start < first else None
+    return gap, shard_pending
+
+
+def with_gap(events: pa.RecordBatch, gap: dict[str, Any] | None) -> pa.RecordBatch:
+    """Prepends a gap event (which precedes every event of the shard) to its events."""
+    if gap is None:
+        return events
+    batch = pa.RecordBatch.from_pylist([gap], schema=events.schema)
+    if not events.num_rows:
+        return batch
+    return pa.Table.from_batches([batch, events]).combine_chunks().to_batches()[0]
+
+
+def scan_file(unit: WorkUnit, bounds: list[int] | None = None,
+              size: int | None = None) -> tuple[pa.Table, pa.Table]:
+    """Scans a whole file sequentially in shards cut at ``bounds`` and stitches them: the
+    reference the parallel path must equal (used by tests and tools)."""
+    size = size if size is not None else os.path.getsize(unit.path)
+    cuts = sorted({0, size, *(b for b in (bounds or []) if 0 < b < size)})
+    pending = Pending(0, 0, True)
+    records, events = [], []
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        part = replace(unit, start=lo, bound=hi)
+        result = scan_unit(part)
+        joined = stitch(pending, result.info, unit.file_no)
+        if joined is None:
+            result = scan_unit(part, start=pending.through)
+            joined = stitch(pending, result.info, unit.file_no)
+            assert joined is not None
+        gap, pending = joined
+        records.append(result.records)
+        events.append(with_gap(result.events, gap))
+    if pending.start < size:
+        tail = gap_event(unit.file_no, pending.start, size, pending.all_zero, True)
+        events.append(pa.RecordBatch.from_pylist([tail], schema=ds.schema(ds.EVENTS)))
+    rec = pa.Table.from_batches(records, schema=ds.schema(ds.RECORDS))
+    ev = pa.Table.from_batches(events, schema=ds.schema(ds.EVENTS))
+    return rec, ev
+
+
 class BtcCommitter:
     def __init__(self, data: DataDir, network: str, *, root_hash: str | None = None) -> None:
         self.data = data
@@ -88,7 +165,6 @@ class BtcCommitter:
         self.root_hash = root_hash
         self.files: dict[int, FileState] = {}
         self.stats = CommitStats()
-        self.events_schema = ds.schema(ds.EVENTS)
 
     # -- planning helpers -----------------------------------------------------------------------
     def file_entry(self, file_no: int) -> dict[str, Any] | None:
@@ -144,19 +220,16 @@ class BtcCommitter:
         self.stats.decode_seconds += result.seconds
         metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
         t0 = time.perf_counter()
-        stitched = self._stitch(state, result)
+        file_no = state.file.file_no
+        stitched = stitch(state.pending, result.info, file_no)
         if stitched is None:
             self.stats.rescans += 1
             result = scan_unit(result.unit, start=state.pending.through)
-            stitched = self._stitch(state, result)
+            stitched = stitch(state.pending, result.info, file_no)
             assert stitched is not None, "a rescan starts exactly where the last shard ended"
         closing_gap, new_pending = stitched
         info = result.info
-        events = result.events
-        if closing_gap is not None:
-            gap = pa.RecordBatch.from_pylist([closing_gap], schema=self.events_schema)
-            events = pa.Table.from_batches([gap, events]).combine_chunks().to_batches()[0] \
-                if events.num_rows else gap
+        events = with_gap(result.events, closing_gap)
         state.pending = new_pending
         at_eof = int(info["bound"]) >= state.file.size
         entry = state.entry
@@ -193,48 +266,6 @@ class BtcCommitter:
             for kind, count in zip(*_value_counts(events.column("kind")), strict=True):
                 if kind not in ds.NORMAL_EVENT_KINDS:
                     metrics.SKIPS.labels(STAGE, kind).inc(count)
-
-    def _stitch(
-        self, state: FileState, result: ShardResult
-    ) -> tuple[dict[str, Any] | None, Pending] | None:
-        """Returns (gap event closed by this shard, new pending state), or None: rescan needed.
-
-        The previous shard left a gap open from ``p.start`` through ``p.through``. If this shard
-        starts there, its leading gap simply continues that one. If the previous record ran past
-        this shard's start, the shard's findings before that point are inside the record: they
-        are dropped when they are a gap of raw zeros, and otherwise the shard is rescanned from
-        the record's end, so the result always equals one sequential scan.
-        """
-        p = state.pending
-        info = result.info
-        s = int(info["start"])
-        empty = bool(info["empty"])
-        lead = info["leading_gap"]
-        shard_pending = Pending(int(info["pending_start"]), int(info["pending_through"]),
-                                bool(info["pending_all_zero"]))
-        file_no = state.file.file_no
-        if p.through == s:
-            if empty:
-                return None if shard_pending.start != s else (
-                    None, Pending(p.start, shard_pending.through,
-                                  p.all_zero and shard_pending.all_zero))
-            first = int(lead[0]) if lead else s
-            zero = p.all_zero and (bool(lead[1]) if lead else True)
-            gap = gap_event(file_no, p.start, first, zero, False) if p.start < first else None
-            return gap, shard_pending
-        if p.through < s:
-            return None
-        # The previous record extends past this shard's start (so p.start == p.through).
-        if empty:
-            if shard_pending.through <= p.through:
-                return None, p
-            return (None, Pending(p.start, shard_pending.through, True)) \
-                if shard_pending.all_zero else None
-        first = int(lead[0]) if lead else s
-        if first < p.through or (first > p.through and not (lead and bool(lead[1]))):
-            return None
-        gap = gap_event(file_no, p.start, first, True, False) if p.start < first else None
-        return gap, shard_pending
 
     # -- after scanning -----------------------------------------------------------------------------
     def compact_scan_log(self) -> None:

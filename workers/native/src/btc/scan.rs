@@ -33,6 +33,9 @@ const PREFIX_LEN: u64 = 8;
 const SEQUENTIAL_GAP: u64 = 1024;
 const STREAM_CHUNK: usize = 1 << 20;
 const SMALL_READ: usize = 128;
+/// Raw zero bytes that confirm a record's end: more than any header's run of zeros (a header
+/// always carries a 32-byte merkle root).
+const ZERO_CONFIRM: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -177,6 +180,9 @@ pub struct ScanConfig {
 struct BlkReader {
     file: File,
     len: u64,
+    /// Streaming reads stop here (the shard's bound plus room for one record prefix), so a
+    /// shard does not read its neighbour's bytes unless a record really extends into them.
+    stream_end: u64,
     key: [u8; 8],
     key_is_zero: bool,
     buf_pos: u64,
@@ -192,6 +198,7 @@ impl BlkReader {
         Ok(BlkReader {
             file,
             len,
+            stream_end: len,
             key,
             key_is_zero: key == [0u8; 8],
             buf_pos: 0,
@@ -212,7 +219,11 @@ impl BlkReader {
             return Ok(());
         }
         let sequential = pos >= self.buf_pos && pos <= self.buf_end() + SEQUENTIAL_GAP;
-        let chunk = if sequential { STREAM_CHUNK } else { SMALL_READ };
+        let chunk = if sequential {
+            (STREAM_CHUNK as u64).min(self.stream_end.saturating_sub(pos)) as usize
+        } else {
+            SMALL_READ
+        };
         let read_len = (n.max(chunk) as u64).min(self.len.saturating_sub(pos)) as usize;
         self.raw.resize(read_len, 0);
         self.file.read_exact_at(&mut self.raw, pos)?;
@@ -281,6 +292,7 @@ impl<'a> Scanner<'a> {
     pub fn scan(&mut self, start: u64, bound: u64) -> io::Result<ShardScan> {
         let len = self.reader.len;
         let bound = bound.min(len);
+        self.reader.stream_end = (bound + SMALL_READ as u64).min(len);
         let mut out = ShardScan {
             start,
             bound,
@@ -395,12 +407,14 @@ impl<'a> Scanner<'a> {
         if next > len {
             return Ok(false);
         }
-        let n = 4.min((len - next) as usize);
         self.reader.ensure(next, SMALL_READ)?;
-        if self.reader.raw(next, n).iter().all(|&b| b == 0) {
+        let n = 4.min((len - next) as usize);
+        if n == 4 && self.reader.dec(next, 4) == self.magic && !is_zero(self.reader.raw(next, 4)) {
             return Ok(true);
         }
-        Ok(n == 4 && self.reader.dec(next, 4) == self.magic)
+        // Raw zeros (a preallocated tail or a crash gap) long enough that no header has them.
+        let z = ZERO_CONFIRM.min((len - next) as usize);
+        Ok(is_zero(self.reader.raw(next, z)))
     }
 
     fn candidate(&mut self, c: u64) -> io::Result<Candidate> {

@@ -1,0 +1,61 @@
+"""Shared fixtures: the shared data folder, one Ray runtime per session, an in-process CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rechain.pipeline.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("RECHAIN_SHARED", REPO.parent / "shared"))
+BTC_DATA = SHARED / "data" / "bitcoin"
+CORPUS = BTC_DATA / "corpus"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_session() -> Iterator[None]:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    """Runs the CLI in this process (sharing its Ray runtime); returns (code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def cli_json(*argv: str) -> Any:
+    code, out, err = cli(*argv)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def gen_chain(root: Path, *args: str) -> dict[str, Any]:
+    code, _, err = cli("gen", "bitcoin", root, *args)
+    assert code == 0, err
+    return json.loads((root / "expected.json").read_text())
+
+
+def blocks_dir_with(tmp: Path, corpus_file: str, xor: bool) -> Path:
+    """A blocks/ folder holding one corpus file as blk00000.dat (and xor.dat when it is XORed)."""
+    blocks = tmp / "blocks"
+    blocks.mkdir(parents=True, exist_ok=True)
+    shutil.copy(CORPUS / corpus_file, blocks / "blk00000.dat")
+    if xor:
+        shutil.copy(CORPUS / "xor.dat", blocks / "xor.dat")
+    return blocks
