@@ -238,10 +238,13 @@ class BtcCommitter:
         if at_eof and new_pending.start < state.file.size:
             entry["tail"] = gap_event(state.file.file_no, new_pending.start, state.file.size,
                                       new_pending.all_zero, True)
+        changed = bool(result.records.num_rows or events.num_rows) or \
+            self.file_entry(state.file.file_no) != entry
         puts: dict[str, list[tuple[bytes, Any]]] = {
             layout.CF_BTC_FILES: [(layout.file_key(state.file.file_no), dict(entry))],
-            layout.CF_META: [(layout.META_BTC_DIRTY, True)],
         }
+        if changed:
+            puts[layout.CF_META] = [(layout.META_BTC_DIRTY, True)]
         seg_start = int(info["start"])
         scan_puts = []
         if result.records.num_rows:
@@ -311,21 +314,21 @@ class BtcCommitter:
         self.data.db.flush()
         timings["index_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        previous = self.data.meta_get(layout.META_BTC_SUMMARY) or {}
-        generation = int(previous.get("generation", 0)) + 1
+        generation = int(self.data.meta_get(layout.META_BTC_GENERATION) or 0) + 1
         self.data.stage_parquet(ds.HEADERS, generation, pa.Table.from_batches([headers]),
                                 ds.ROW_GROUP_ROWS)
         timings["parquet_s"] = time.perf_counter() - t
-        summary = self._summary(headers, dict(linked), generation, batch)
+        summary = self._summary(headers, dict(linked), batch)
         self.data.write({layout.CF_META: [
             (layout.META_BTC_SUMMARY, summary),
+            (layout.META_BTC_GENERATION, generation),
             (layout.META_BTC_DIRTY, False),
         ]})
         self.data.remove_other_generations(ds.HEADERS, generation)
         self.stats.link = timings
         return summary
 
-    def _summary(self, headers: pa.RecordBatch, linked: dict[str, Any], generation: int,
+    def _summary(self, headers: pa.RecordBatch, linked: dict[str, Any],
                  records: pa.RecordBatch) -> dict[str, Any]:
         status = headers.column("status")
         orphans = pc.filter(headers.column("hash"), pc.equal(status, "orphan")).to_pylist()
@@ -347,7 +350,6 @@ class BtcCommitter:
             "orphans": orphans,
             "duplicates": linked["duplicates"],
             "invalid": invalid,
-            "generation": generation,
             "body_checked": bool(pc.any(records.column("body_checked")).as_py() or False),
         }
 

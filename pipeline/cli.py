@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     grp.add_argument("--hash")
     b.add_argument("--json", action="store_true")
 
+    v = sub.add_parser("verify", help="check RocksDB, Parquet and manifest agree; print a digest")
+    v.add_argument("--data", type=Path, required=True)
+    v.add_argument("--json", action="store_true")
+
     q = sub.add_parser("query", help="SQL (DuckDB) over the Parquet tables")
     q.add_argument("--data", type=Path, required=True)
     q.add_argument("sql")
@@ -131,6 +135,17 @@ def dispatch(args: argparse.Namespace) -> int:
             blk = btc_status.block(args.data, height=args.height, hash_=args.hash)
             _print_json(blk) if args.json else print(btc_status.format_block(blk))
             return 0
+    if args.command == "verify":
+        from rechain.pipeline.verify import verify
+
+        result = verify(args.data)
+        if args.json:
+            _print_json(result)
+        else:
+            print(("OK" if result["ok"] else "MISMATCH") + f"  digest {result['digest']['content']}")
+            for p in result["problems"]:
+                print(f"  {p}")
+        return 0 if result["ok"] else 1
     if args.command == "query":
         from rechain.pipeline.query import render, run_query
 

@@ -30,6 +30,8 @@ META_BTC_NETWORK = b"btc/network"
 META_BTC_SUMMARY = b"btc/summary"
 META_BTC_DIRTY = b"btc/dirty"
 META_BTC_RUN = b"btc/run"
+#: Published generation of the headers table (a run artefact, not content).
+META_BTC_GENERATION = b"btc/generation"
 
 #: Version of this layout; a data folder written by another version is refused.
 LAYOUT_VERSION = 1
