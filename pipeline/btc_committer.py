@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from rechain.pipeline import metrics
 from rechain.pipeline.btc_plan import FINGERPRINT_BYTES, BlkFile
 from rechain.pipeline.store import DataDir
@@ -78,12 +77,20 @@ def gap_event(file_no: int, start: int, end: int, all_zero: bool, at_eof: bool) 
         (False, True): "trailing_garbage",
         (False, False): "garbage",
     }[(all_zero, at_eof)]
-    return {"file": file_no, "offset": start, "end": end, "kind": kind,
-            "declared": None, "consumed": None, "reason": None}
+    return {
+        "file": file_no,
+        "offset": start,
+        "end": end,
+        "kind": kind,
+        "declared": None,
+        "consumed": None,
+        "reason": None,
+    }
 
 
-def stitch(p: Pending, info: dict[str, Any], file_no: int
-           ) -> tuple[dict[str, Any] | None, Pending] | None:
+def stitch(
+    p: Pending, info: dict[str, Any], file_no: int
+) -> tuple[dict[str, Any] | None, Pending] | None:
     """Joins a shard onto the open state of its file: (gap event it closes, new open state),
     or None when the shard must be rescanned from ``p.through``.
 
@@ -96,12 +103,14 @@ def stitch(p: Pending, info: dict[str, Any], file_no: int
     s = int(info["start"])
     empty = bool(info["empty"])
     lead = info["leading_gap"]
-    shard_pending = Pending(int(info["pending_start"]), int(info["pending_through"]),
-                            bool(info["pending_all_zero"]))
+    shard_pending = Pending(
+        int(info["pending_start"]), int(info["pending_through"]), bool(info["pending_all_zero"])
+    )
     if p.through == s:
         if empty:
-            return None, Pending(p.start, shard_pending.through,
-                                 p.all_zero and shard_pending.all_zero)
+            return None, Pending(
+                p.start, shard_pending.through, p.all_zero and shard_pending.all_zero
+            )
         first = int(lead[0]) if lead else s
         zero = p.all_zero and (bool(lead[1]) if lead else True)
         gap = gap_event(file_no, p.start, first, zero, False) if p.start < first else None
@@ -112,8 +121,11 @@ def stitch(p: Pending, info: dict[str, Any], file_no: int
     if empty:
         if shard_pending.through <= p.through:
             return None, p
-        return (None, Pending(p.start, shard_pending.through, True)) \
-            if shard_pending.all_zero else None
+        return (
+            (None, Pending(p.start, shard_pending.through, True))
+            if shard_pending.all_zero
+            else None
+        )
     first = int(lead[0]) if lead else s
     if first < p.through or (first > p.through and not (lead and bool(lead[1]))):
         return None
@@ -131,8 +143,9 @@ def with_gap(events: pa.RecordBatch, gap: dict[str, Any] | None) -> pa.RecordBat
     return pa.Table.from_batches([batch, events]).combine_chunks().to_batches()[0]
 
 
-def scan_file(unit: WorkUnit, bounds: list[int] | None = None,
-              size: int | None = None) -> tuple[pa.Table, pa.Table]:
+def scan_file(
+    unit: WorkUnit, bounds: list[int] | None = None, size: int | None = None
+) -> tuple[pa.Table, pa.Table]:
     """Scans a whole file sequentially in shards cut at ``bounds`` and stitches them: the
     reference the parallel path must equal (used by tests and tools)."""
     size = size if size is not None else os.path.getsize(unit.path)
@@ -166,7 +179,7 @@ class BtcCommitter:
         self.files: dict[int, FileState] = {}
         self.stats = CommitStats()
 
-    # -- planning helpers -----------------------------------------------------------------------
+    # -- planning helpers --
     def file_entry(self, file_no: int) -> dict[str, Any] | None:
         import json
 
@@ -181,11 +194,14 @@ class BtcCommitter:
         if entry is None:
             return 0
         fp_len = entry["fingerprint_len"]
-        same_head = len(head) >= fp_len and hashlib.sha256(head[:fp_len]).hexdigest() == entry[
-            "fingerprint"]
+        same_head = (
+            len(head) >= fp_len
+            and hashlib.sha256(head[:fp_len]).hexdigest() == entry["fingerprint"]
+        )
         if f.size < entry["committed_pos"] or not same_head:
-            log.warning("%s changed since the last run (shrunk or replaced): rescanning it",
-                        f.path.name)
+            log.warning(
+                "%s changed since the last run (shrunk or replaced): rescanning it", f.path.name
+            )
             self.forget_file(f.file_no)
             return 0
         return int(entry["committed_pos"])
@@ -213,7 +229,7 @@ class BtcCommitter:
         }
         self.files[f.file_no] = FileState(f, Pending(start, start, True), entry)
 
-    # -- ordered apply ------------------------------------------------------------------------------
+    # -- ordered apply --
     def apply(self, result: ShardResult) -> None:
         """Stitches one shard onto its file's open state and commits it atomically."""
         state = self.files[result.unit.file_no]
@@ -236,10 +252,13 @@ class BtcCommitter:
         entry["committed_pos"] = new_pending.start
         entry["tail"] = None
         if at_eof and new_pending.start < state.file.size:
-            entry["tail"] = gap_event(state.file.file_no, new_pending.start, state.file.size,
-                                      new_pending.all_zero, True)
-        changed = bool(result.records.num_rows or events.num_rows) or \
-            self.file_entry(state.file.file_no) != entry
+            entry["tail"] = gap_event(
+                state.file.file_no, new_pending.start, state.file.size, new_pending.all_zero, True
+            )
+        changed = (
+            bool(result.records.num_rows or events.num_rows)
+            or self.file_entry(state.file.file_no) != entry
+        )
         puts: dict[str, list[tuple[bytes, Any]]] = {
             layout.CF_BTC_FILES: [(layout.file_key(state.file.file_no), dict(entry))],
         }
@@ -248,11 +267,19 @@ class BtcCommitter:
         seg_start = int(info["start"])
         scan_puts = []
         if result.records.num_rows:
-            scan_puts.append((layout.segment_key(state.file.file_no, seg_start,
-                                                 layout.SEGMENT_RECORDS), ipc_bytes(result.records)))
+            scan_puts.append(
+                (
+                    layout.segment_key(state.file.file_no, seg_start, layout.SEGMENT_RECORDS),
+                    ipc_bytes(result.records),
+                )
+            )
         if events.num_rows:
-            scan_puts.append((layout.segment_key(state.file.file_no, seg_start,
-                                                 layout.SEGMENT_EVENTS), ipc_bytes(events)))
+            scan_puts.append(
+                (
+                    layout.segment_key(state.file.file_no, seg_start, layout.SEGMENT_EVENTS),
+                    ipc_bytes(events),
+                )
+            )
         if scan_puts:
             puts[layout.CF_BTC_SCAN] = scan_puts
         self.data.write(puts)
@@ -270,7 +297,7 @@ class BtcCommitter:
                 if kind not in ds.NORMAL_EVENT_KINDS:
                     metrics.SKIPS.labels(STAGE, kind).inc(count)
 
-    # -- after scanning -----------------------------------------------------------------------------
+    # -- after scanning --
     def compact_scan_log(self) -> None:
         """Merges each file's segments into one per kind, so the log is the same however the
         scan was split or interrupted."""
@@ -289,8 +316,11 @@ class BtcCommitter:
             self.data.write({layout.CF_BTC_SCAN: puts}, {layout.CF_BTC_SCAN: deletes})
 
     def scan_log(self, kind: bytes, dataset: str) -> pa.Table:
-        tables = [read_ipc(v) for k, v in self.data.items(layout.CF_BTC_SCAN)
-                  if layout.parse_segment_key(k)[2] == kind]
+        tables = [
+            read_ipc(v)
+            for k, v in self.data.items(layout.CF_BTC_SCAN)
+            if layout.parse_segment_key(k)[2] == kind
+        ]
         if not tables:
             return pa.Table.from_batches([ds.empty(dataset)])
         return pa.concat_tables(tables)
@@ -304,7 +334,8 @@ class BtcCommitter:
         timings["load_s"] = time.perf_counter() - t
         t = time.perf_counter()
         headers, ikeys, ivals, bkeys, bvals, linked = _native.link_headers(
-            batch, self.network, self.root_hash)
+            batch, self.network, self.root_hash
+        )
         timings["link_s"] = time.perf_counter() - t
         t = time.perf_counter()
         for cf in layout.DERIVED_COLUMN_FAMILIES:
@@ -315,29 +346,37 @@ class BtcCommitter:
         timings["index_s"] = time.perf_counter() - t
         t = time.perf_counter()
         generation = int(self.data.meta_get(layout.META_BTC_GENERATION) or 0) + 1
-        self.data.stage_parquet(ds.HEADERS, generation, pa.Table.from_batches([headers]),
-                                ds.ROW_GROUP_ROWS)
+        self.data.stage_parquet(
+            ds.HEADERS, generation, pa.Table.from_batches([headers]), ds.ROW_GROUP_ROWS
+        )
         timings["parquet_s"] = time.perf_counter() - t
         summary = self._summary(headers, dict(linked), batch)
-        self.data.write({layout.CF_META: [
-            (layout.META_BTC_SUMMARY, summary),
-            (layout.META_BTC_GENERATION, generation),
-            (layout.META_BTC_DIRTY, False),
-        ]})
+        self.data.write(
+            {
+                layout.CF_META: [
+                    (layout.META_BTC_SUMMARY, summary),
+                    (layout.META_BTC_GENERATION, generation),
+                    (layout.META_BTC_DIRTY, False),
+                ]
+            }
+        )
         self.data.remove_other_generations(ds.HEADERS, generation)
         self.stats.link = timings
         return summary
 
-    def _summary(self, headers: pa.RecordBatch, linked: dict[str, Any],
-                 records: pa.RecordBatch) -> dict[str, Any]:
+    def _summary(
+        self, headers: pa.RecordBatch, linked: dict[str, Any], records: pa.RecordBatch
+    ) -> dict[str, Any]:
         status = headers.column("status")
         orphans = pc.filter(headers.column("hash"), pc.equal(status, "orphan")).to_pylist()
         invalid_mask = pc.equal(status, "invalid")
         invalid = [
             {"hash": h, "reason": r}
-            for h, r in zip(pc.filter(headers.column("hash"), invalid_mask).to_pylist(),
-                            pc.filter(headers.column("invalid_reason"), invalid_mask).to_pylist(),
-                            strict=True)
+            for h, r in zip(
+                pc.filter(headers.column("hash"), invalid_mask).to_pylist(),
+                pc.filter(headers.column("invalid_reason"), invalid_mask).to_pylist(),
+                strict=True,
+            )
         ]
         return {
             "network": self.network,
@@ -383,9 +422,17 @@ def skipped_from(data: DataDir) -> list[dict[str, Any]]:
         else:
             bad = table.filter(pc.equal(table.column("status"), "invalid_body"))
             for r in bad.select(["file", "magic_offset", "status", "reason"]).to_pylist():
-                rows.append({"file": r["file"], "offset": r["magic_offset"], "end": None,
-                             "kind": "invalid_body", "declared": None, "consumed": None,
-                             "reason": r["reason"]})
+                rows.append(
+                    {
+                        "file": r["file"],
+                        "offset": r["magic_offset"],
+                        "end": None,
+                        "kind": "invalid_body",
+                        "declared": None,
+                        "consumed": None,
+                        "reason": r["reason"],
+                    }
+                )
     rows.extend(tails)
     out = []
     for e in sorted(rows, key=lambda e: (e["file"], e["offset"])):

@@ -10,10 +10,19 @@ from rechain.pipeline.errors import RechainError
 from rechain.workers import _native
 
 
-def generate(outdir: Path, *, blocks: int, network: str = "regtest", seed: int = 1,
-             file_size: int = 134_217_728, xor: bool = True, shuffle_window: int = 16,
-             side_branches: int = 0, orphans: int = 0, tx_per_block: str = "1:1",
-             ) -> dict[str, Any]:
+def generate(
+    outdir: Path,
+    *,
+    blocks: int,
+    network: str = "regtest",
+    seed: int = 1,
+    file_size: int = 134_217_728,
+    xor: bool = True,
+    shuffle_window: int = 16,
+    side_branches: int = 0,
+    orphans: int = 0,
+    tx_per_block: str = "1:1",
+) -> dict[str, Any]:
     try:
         lo_s, _, hi_s = tx_per_block.partition(":")
         tx_min, tx_max = int(lo_s), int(hi_s or lo_s)
@@ -24,9 +33,21 @@ def generate(outdir: Path, *, blocks: int, network: str = "regtest", seed: int =
     if file_size < 1024:
         raise RechainError("--file-size must be at least 1024 bytes")
     try:
-        facts = dict(_native.generate_bitcoin(
-            str(outdir), blocks, network, seed, file_size, xor, shuffle_window, side_branches,
-            orphans, tx_min, tx_max))
+        facts = dict(
+            _native.generate_bitcoin(
+                str(outdir),
+                blocks,
+                network,
+                seed,
+                file_size,
+                xor,
+                shuffle_window,
+                side_branches,
+                orphans,
+                tx_min,
+                tx_max,
+            )
+        )
     except (OSError, ValueError) as e:
         raise RechainError(str(e)) from e
     facts["seed"] = seed

@@ -103,7 +103,10 @@ def check_network(files: list[BlkFile], network: str, key: bytes) -> None:
                 )
         log.warning(
             "%s does not start with the %s magic %s (found %s); scanning for records anyway",
-            f.path.name, network, magic.hex(), head.hex(),
+            f.path.name,
+            network,
+            magic.hex(),
+            head.hex(),
         )
         return
 
@@ -114,7 +117,13 @@ def fingerprint(path: Path) -> str:
 
 
 def cut_shards(
-    f: BlkFile, start: int, shard_bytes: int, network: str, key: bytes, check_bodies: bool, seq0: int
+    f: BlkFile,
+    start: int,
+    shard_bytes: int,
+    network: str,
+    key: bytes,
+    check_bodies: bool,
+    seq0: int,
 ) -> list[WorkUnit]:
     units = []
     pos = start

@@ -64,8 +64,9 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
     with DataDir(opts.data) as data:
         stored = data.meta_get(layout.META_BTC_NETWORK)
         if stored is not None and stored != opts.network:
-            raise RechainError(f"{opts.data} holds a {stored} index; this run asked for "
-                               f"--network {opts.network}")
+            raise RechainError(
+                f"{opts.data} holds a {stored} index; this run asked for --network {opts.network}"
+            )
         data.write({layout.CF_META: [(layout.META_BTC_NETWORK, opts.network)]})
         committer = BtcCommitter(data, opts.network, root_hash=opts.root_hash)
         units: list[WorkUnit] = []
@@ -79,8 +80,11 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
             if start >= f.size:
                 continue
             committer.begin_file(f, start, head)
-            units.extend(cut_shards(f, start, opts.shard_bytes, opts.network, key,
-                                    opts.check_bodies, len(units)))
+            units.extend(
+                cut_shards(
+                    f, start, opts.shard_bytes, opts.network, key, opts.check_bodies, len(units)
+                )
+            )
         total_bytes = sum(u.bound - u.start for u in units)
         metrics.SHARDS_TOTAL.labels(STAGE).set(len(units))
         ray_start = 0.0
@@ -98,7 +102,8 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         if summary["records"] == 0 and any(f.size > 0 for f in files):
             raise RechainError(
                 f"no {opts.network} block records found in {len(files)} blk file(s) under "
-                f"{opts.blocks}: wrong --network or XOR key (xor.dat)?")
+                f"{opts.blocks}: wrong --network or XOR key (xor.dat)?"
+            )
         s = committer.stats
         report = {
             "files": len(files),
@@ -120,10 +125,14 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         return {**summary, "run": report}
 
 
-def _execute(units: list[WorkUnit], committer: BtcCommitter, opts: ReindexOptions,
-             workers: int, total_bytes: int) -> float:
+def _execute(
+    units: list[WorkUnit],
+    committer: BtcCommitter,
+    opts: ReindexOptions,
+    workers: int,
+    total_bytes: int,
+) -> float:
     import ray
-
     from rechain.pipeline.ray_runtime import ensure_ray
 
     ray_start = ensure_ray(opts.ray_address, workers)

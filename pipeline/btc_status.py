@@ -35,7 +35,9 @@ def status(data_path: Path) -> dict[str, Any]:
         return out
 
 
-def block(data_path: Path, *, height: int | None = None, hash_: str | None = None) -> dict[str, Any]:
+def block(
+    data_path: Path, *, height: int | None = None, hash_: str | None = None
+) -> dict[str, Any]:
     with DataDir(data_path, readonly=True) as data:
         if height is not None:
             key = data.get(layout.CF_BTC_BEST, layout.best_chain_key(height))
@@ -70,7 +72,9 @@ def format_status(s: dict[str, Any]) -> str:
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     for item in s["skipped"][:20]:
-        extra = " ".join(f"{k}={v}" for k, v in item.items() if k not in ("file", "offset", "reason"))
+        extra = " ".join(
+            f"{k}={v}" for k, v in item.items() if k not in ("file", "offset", "reason")
+        )
         lines.append(f"  skip {item['file']}@{item['offset']}: {item['reason']} {extra}".rstrip())
     if len(s["skipped"]) > 20:
         lines.append(f"  ... {len(s['skipped']) - 20} more (use --json)")

@@ -37,38 +37,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
-    gen = sub.add_parser("gen", help="generate test data").add_subparsers(dest="kind", required=True)
+    gen = sub.add_parser("gen", help="generate test data").add_subparsers(
+        dest="kind", required=True
+    )
     g = gen.add_parser("bitcoin", help="a blocks/ folder laid out like a node's, + expected.json")
     g.add_argument("outdir", type=Path)
     g.add_argument("--blocks", type=int, required=True, help="best-chain length incl. genesis")
     g.add_argument("--network", default="regtest", choices=["regtest", "testnet", "signet", "main"])
     g.add_argument("--seed", type=int, default=1)
-    g.add_argument("--file-size", type=parse_size, default=134_217_728,
-                   help="maximum blk file size (default 128MiB, as Core)")
+    g.add_argument(
+        "--file-size",
+        type=parse_size,
+        default=134_217_728,
+        help="maximum blk file size (default 128MiB, as Core)",
+    )
     g.add_argument("--xor", dest="xor", action="store_true", default=True)
     g.add_argument("--no-xor", dest="xor", action="store_false")
-    g.add_argument("--shuffle-window", type=int, default=16,
-                   help="blocks arrive shuffled within windows of this many")
+    g.add_argument(
+        "--shuffle-window",
+        type=int,
+        default=16,
+        help="blocks arrive shuffled within windows of this many",
+    )
     g.add_argument("--side-branches", type=int, default=0)
     g.add_argument("--orphans", type=int, default=0)
     g.add_argument("--tx-per-block", default="1:1", metavar="MIN:MAX")
 
-    btc = sub.add_parser("btc", help="Bitcoin block files").add_subparsers(dest="action",
-                                                                          required=True)
+    btc = sub.add_parser("btc", help="Bitcoin block files").add_subparsers(
+        dest="action", required=True
+    )
     r = btc.add_parser("reindex", help="rebuild the block index from blk*.dat files")
     r.add_argument("--blocks", type=Path, required=True, help="the node's blocks/ folder")
     r.add_argument("--data", type=Path, required=True, help="rechain's data folder")
-    r.add_argument("--network", default="main",
-                   choices=["main", "testnet", "testnet4", "signet", "regtest"])
+    r.add_argument(
+        "--network", default="main", choices=["main", "testnet", "testnet4", "signet", "regtest"]
+    )
     r.add_argument("--workers", type=int, default=0, help="parallel scan tasks (default: cores)")
-    r.add_argument("--ray-address", default=None, help="join this Ray cluster instead of a local one")
+    r.add_argument(
+        "--ray-address", default=None, help="join this Ray cluster instead of a local one"
+    )
     r.add_argument("--memory-budget", type=parse_size, default=parse_size("1G"))
     r.add_argument("--metrics-port", type=int, default=None)
     r.add_argument("--no-progress", action="store_true")
-    r.add_argument("--shard-size", type=parse_size, default=None,
-                   help="bytes per scan shard (default 32M)")
-    r.add_argument("--check-bodies", action="store_true",
-                   help="also frame and hash every block body (merkle root, witness commitment)")
+    r.add_argument(
+        "--shard-size", type=parse_size, default=None, help="bytes per scan shard (default 32M)"
+    )
+    r.add_argument(
+        "--check-bodies",
+        action="store_true",
+        help="also frame and hash every block body (merkle root, witness commitment)",
+    )
     r.add_argument("--json", action="store_true", help="print the result as JSON")
 
     s = btc.add_parser("status", help="summary of a data folder's block index")
@@ -97,12 +115,22 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "gen":
         from rechain.pipeline.btc_gen import generate
 
-        facts = generate(args.outdir, blocks=args.blocks, network=args.network, seed=args.seed,
-                         file_size=args.file_size, xor=args.xor,
-                         shuffle_window=args.shuffle_window, side_branches=args.side_branches,
-                         orphans=args.orphans, tx_per_block=args.tx_per_block)
-        print(f"wrote {facts['records']:,} blocks in {facts['files']} file(s) to "
-              f"{args.outdir / 'blocks'}; tip {facts['tip_hash']} at height {facts['tip_height']}")
+        facts = generate(
+            args.outdir,
+            blocks=args.blocks,
+            network=args.network,
+            seed=args.seed,
+            file_size=args.file_size,
+            xor=args.xor,
+            shuffle_window=args.shuffle_window,
+            side_branches=args.side_branches,
+            orphans=args.orphans,
+            tx_per_block=args.tx_per_block,
+        )
+        print(
+            f"wrote {facts['records']:,} blocks in {facts['files']} file(s) to "
+            f"{args.outdir / 'blocks'}; tip {facts['tip_hash']} at height {facts['tip_height']}"
+        )
         return 0
     if args.command == "btc":
         from rechain.pipeline import btc_status
@@ -113,9 +141,15 @@ def dispatch(args: argparse.Namespace) -> int:
 
             metrics.serve(args.metrics_port)
             opts = ReindexOptions(
-                blocks=args.blocks, data=args.data, network=args.network, workers=args.workers,
-                ray_address=args.ray_address, memory_budget=args.memory_budget,
-                progress=not args.no_progress, check_bodies=args.check_bodies)
+                blocks=args.blocks,
+                data=args.data,
+                network=args.network,
+                workers=args.workers,
+                ray_address=args.ray_address,
+                memory_budget=args.memory_budget,
+                progress=not args.no_progress,
+                check_bodies=args.check_bodies,
+            )
             if args.shard_size:
                 opts.shard_bytes = args.shard_size
             result = run(opts)
@@ -123,9 +157,11 @@ def dispatch(args: argparse.Namespace) -> int:
                 _print_json(result)
             else:
                 run_ = result["run"]
-                print(f"indexed {result['blocks_indexed']:,} blocks; tip {result['tip_hash']} "
-                      f"at height {result['tip_height']}; {run_['records_scanned']:,} records "
-                      f"scanned in {run_['total_s']:.2f}s")
+                print(
+                    f"indexed {result['blocks_indexed']:,} blocks; tip {result['tip_hash']} "
+                    f"at height {result['tip_height']}; {run_['records_scanned']:,} records "
+                    f"scanned in {run_['total_s']:.2f}s"
+                )
             return 0
         if args.action == "status":
             st = btc_status.status(args.data)
@@ -142,7 +178,9 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.json:
             _print_json(result)
         else:
-            print(("OK" if result["ok"] else "MISMATCH") + f"  digest {result['digest']['content']}")
+            print(
+                ("OK" if result["ok"] else "MISMATCH") + f"  digest {result['digest']['content']}"
+            )
             for p in result["problems"]:
                 print(f"  {p}")
         return 0 if result["ok"] else 1
@@ -157,8 +195,11 @@ def dispatch(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     try:
         return dispatch(args)
     except RechainError as e:

@@ -43,8 +43,14 @@ class Progress:
             )
             sys.stderr.flush()
         else:
-            log.info("%s %.1f%% %d records %.0f/s ETA %.1fs", self.label, frac * 100,
-                     self.records, rate, eta)
+            log.info(
+                "%s %.1f%% %d records %.0f/s ETA %.1fs",
+                self.label,
+                frac * 100,
+                self.records,
+                rate,
+                eta,
+            )
 
     def close(self) -> None:
         if self.enabled:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-
 from rechain.pipeline.errors import RechainError
 
 
@@ -66,8 +65,10 @@ def render(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> str:
         return buf.getvalue().rstrip("\n")
     cells = [[("NULL" if v is None else str(_plain(v))) for v in r] for r in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
     lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(lines)

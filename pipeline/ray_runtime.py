@@ -16,9 +16,19 @@ def ensure_ray(address: str | None, workers: int) -> float:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     t0 = time.perf_counter()
-    common = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
     if address:
-        ray.init(address=address, **common)
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            configure_logging=False,
+        )
     else:
-        ray.init(num_cpus=workers, include_dashboard=False, **common)
+        ray.init(
+            num_cpus=workers,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            configure_logging=False,
+        )
     return time.perf_counter() - t0

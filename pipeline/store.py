@@ -19,10 +19,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
-
 from rechain.pipeline.errors import DataFolderBusy, RechainError
 from rechain.schemas import rocksdb as layout
+from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
 
 class DataDir:
@@ -47,7 +46,8 @@ class DataDir:
                 os.close(self._lock_fd)
                 self._lock_fd = None
                 raise DataFolderBusy(
-                    f"{self.path} is in use by another rechain run; wait for it or use another --data"
+                    f"{self.path} is in use by another rechain run; "
+                    "wait for it or use another --data"
                 ) from None
         self.db = self._open_db(create and not readonly)
         self._cfs = {name: self.db.get_column_family(name) for name in layout.COLUMN_FAMILIES}
@@ -60,8 +60,12 @@ class DataDir:
         opts.set_max_background_jobs(2)
         path = str(self.path / "rocksdb")
         try:
-            existing = Rdict.list_cf(path, opts) if (self.path / "rocksdb" / "CURRENT").exists() else []
-            cfs = {name: Options(raw_mode=True) for name in set(layout.COLUMN_FAMILIES) | set(existing)}
+            existing = (
+                Rdict.list_cf(path, opts) if (self.path / "rocksdb" / "CURRENT").exists() else []
+            )
+            cfs = {
+                name: Options(raw_mode=True) for name in set(layout.COLUMN_FAMILIES) | set(existing)
+            }
             cfs.pop("default", None)
             if self.readonly:
                 return Rdict(path, opts, column_families=cfs, access_type=AccessType.read_only())
@@ -73,7 +77,9 @@ class DataDir:
         raw = self.meta_get(layout.META_LAYOUT)
         if raw is None:
             if not self.readonly:
-                self.write({layout.CF_META: [(layout.META_LAYOUT, {"version": layout.LAYOUT_VERSION})]})
+                self.write(
+                    {layout.CF_META: [(layout.META_LAYOUT, {"version": layout.LAYOUT_VERSION})]}
+                )
             return
         if raw.get("version") != layout.LAYOUT_VERSION:
             raise RechainError(
@@ -130,7 +136,7 @@ class DataDir:
         """Bulk load pre-encoded binary key/value columns (built by the Rust core)."""
         handle = self.db.get_column_family_handle(cf)
         opts = WriteOptions()
-        opts.disable_wal = True
+        opts.disable_wal = True  # type: ignore[method-assign,assignment]  # a property at run time
         for lo in range(0, len(keys), chunk):
             wb = WriteBatch(raw_mode=True)
             ks = keys.slice(lo, chunk).to_pylist()
@@ -157,7 +163,9 @@ class DataDir:
         shutil.rmtree(final, ignore_errors=True)
         tmp.mkdir(parents=True)
         part = tmp / "part-00000.parquet"
-        pq.write_table(data, part, row_group_size=row_group, compression="zstd", write_statistics=True)
+        pq.write_table(
+            data, part, row_group_size=row_group, compression="zstd", write_statistics=True
+        )
         with open(part, "rb") as f:
             os.fsync(f.fileno())
         os.rename(tmp, final)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from rechain.pipeline.query import current_generation
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
@@ -74,15 +73,21 @@ def verify(data_path: Path) -> dict[str, Any]:
                 problems.append(f"headers has {table.num_rows} rows, block index {index_count}")
             linked = table.filter(pa.compute.is_valid(table.column("height")))
             if linked.num_rows != summary["blocks_indexed"]:
-                problems.append(f"{linked.num_rows} linked rows, manifest says "
-                                f"{summary['blocks_indexed']}")
+                problems.append(
+                    f"{linked.num_rows} linked rows, manifest says {summary['blocks_indexed']}"
+                )
             _check_best_chain(data, table, summary, problems)
-        return {"ok": not problems, "problems": problems, "blocks_indexed": index_count,
-                "digest": digest(data)}
+        return {
+            "ok": not problems,
+            "problems": problems,
+            "blocks_indexed": index_count,
+            "digest": digest(data),
+        }
 
 
-def _check_best_chain(data: DataDir, table: pa.Table, summary: dict[str, Any],
-                      problems: list[str]) -> None:
+def _check_best_chain(
+    data: DataDir, table: pa.Table, summary: dict[str, Any], problems: list[str]
+) -> None:
     best = table.filter(table.column("in_best_chain")).sort_by("height")
     heights = best.column("height").to_pylist()
     if heights != list(range(len(heights))):

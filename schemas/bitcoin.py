@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pyarrow as pa
-
 from rechain.workers import _native
 
 #: Scan log: one row per accepted record copy, in file/offset order.

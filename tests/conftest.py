@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from rechain.pipeline.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

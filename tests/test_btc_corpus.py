@@ -8,10 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-
 from rechain.pipeline.btc_committer import scan_file
 from rechain.workers import _native
 from rechain.workers.btc_scan import WorkUnit
+
 from tests.conftest import CORPUS, blocks_dir_with, cli, cli_json
 
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
@@ -36,22 +36,25 @@ SCANNER_KEEPS_MORE = {
 def unit(case: dict[str, Any], check_bodies: bool) -> WorkUnit:
     key = bytes.fromhex(case["read_with_xor_key"]) if case["read_with_xor_key"] else bytes(8)
     path = CORPUS / case["file"]
-    return WorkUnit(0, str(path), 0, 0, path.stat().st_size, NETWORK[case["network"]], key,
-                    check_bodies)
+    return WorkUnit(
+        0, str(path), 0, 0, path.stat().st_size, NETWORK[case["network"]], key, check_bodies
+    )
 
 
 def as_manifest(records: pa.Table, events: pa.Table) -> tuple[list[Any], list[Any]]:
     recs = []
     for r in records.to_pylist():
-        recs.append({
-            "hash": _native.display_hash(r["hash"]),
-            "magic_offset": r["magic_offset"],
-            "data_pos": r["data_pos"],
-            "declared_size": r["declared_size"],
-            "consumed": None if r["status"] == "body_error" else r["consumed"],
-            "status": r["status"],
-            "error": r["reason"] if r["status"] == "body_error" else None,
-        })
+        recs.append(
+            {
+                "hash": _native.display_hash(r["hash"]),
+                "magic_offset": r["magic_offset"],
+                "data_pos": r["data_pos"],
+                "declared_size": r["declared_size"],
+                "consumed": None if r["status"] == "body_error" else r["consumed"],
+                "status": r["status"],
+                "error": r["reason"] if r["status"] == "body_error" else None,
+            }
+        )
     evs = []
     for e in events.to_pylist():
         kind = e["kind"]
@@ -67,8 +70,21 @@ def as_manifest(records: pa.Table, events: pa.Table) -> tuple[list[Any], list[An
 
 
 def expected(case: dict[str, Any]) -> tuple[list[Any], list[Any]]:
-    recs = [{k: r[k] for k in ("hash", "magic_offset", "data_pos", "declared_size", "consumed",
-                                "status", "error")} for r in case["recommended"]["records"]]
+    recs = [
+        {
+            k: r[k]
+            for k in (
+                "hash",
+                "magic_offset",
+                "data_pos",
+                "declared_size",
+                "consumed",
+                "status",
+                "error",
+            )
+        }
+        for r in case["recommended"]["records"]
+    ]
     return recs, case["recommended"]["events"]
 
 
@@ -92,10 +108,12 @@ def test_header_mode_matches_manifest_where_headers_can_tell(name: str) -> None:
     # does not read the bodies whose damage these cases hide.
     intact = [r for r in got_recs if r["status"] == "ok"]
     assert {(r["hash"], r["magic_offset"]) for r in got_recs} >= {
-        (r["hash"], r["magic_offset"]) for r in want_recs if r["status"] == "ok"}
+        (r["hash"], r["magic_offset"]) for r in want_recs if r["status"] == "ok"
+    }
     assert all(r["status"] == "ok" for r in intact)
     assert not records.column("body_checked").to_pylist() or not any(
-        records.column("body_checked").to_pylist())
+        records.column("body_checked").to_pylist()
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -122,12 +140,19 @@ def root_for(case: dict[str, Any]) -> str | None:
 def test_linked_tree_matches_core_reindex(name: str) -> None:
     case = CASES[name]
     records, _ = scan_file(unit(case, check_bodies=True))
-    batch = records.combine_chunks().to_batches()[0] if records.num_rows else \
-        _native.empty_batch("btc_records")
+    batch = (
+        records.combine_chunks().to_batches()[0]
+        if records.num_rows
+        else _native.empty_batch("btc_records")
+    )
     headers = _native.link_headers(batch, NETWORK[case["network"]], root_for(case))[0]
-    complete = {h for h, s in zip(headers.column("hash").to_pylist(),
-                                  headers.column("status").to_pylist(), strict=True)
-                if s in ("active", "valid-fork")}
+    complete = {
+        h
+        for h, s in zip(
+            headers.column("hash").to_pylist(), headers.column("status").to_pylist(), strict=True
+        )
+        if s in ("active", "valid-fork")
+    }
     core = {b["hash"] for b in case["core_reindex"]["indexed"]}
     if name in SCANNER_KEEPS_MORE:
         ok = {r["hash"] for r in case["recommended"]["records"] if r["status"] == "ok"}
@@ -139,15 +164,27 @@ def test_linked_tree_matches_core_reindex(name: str) -> None:
 
 
 def test_forks_duplicates_orphans_through_the_cli(tmp_path: Any) -> None:
-    for name, check in [("12_two_competing_forks.blk", "fork"),
-                        ("10_duplicated_block.blk", "dup"),
-                        ("11_parent_never_appears.blk", "orphan"),
-                        ("09_truncated_final_block.blk", "skip")]:
+    for name, check in [
+        ("12_two_competing_forks.blk", "fork"),
+        ("10_duplicated_block.blk", "dup"),
+        ("11_parent_never_appears.blk", "orphan"),
+        ("09_truncated_final_block.blk", "skip"),
+    ]:
         case = CASES[name]
         blocks = blocks_dir_with(tmp_path / name, name, xor=False)
         data = tmp_path / name / "data"
-        cli_json("btc", "reindex", "--blocks", blocks, "--data", data, "--network", "regtest",
-                 "--no-progress", "--json")
+        cli_json(
+            "btc",
+            "reindex",
+            "--blocks",
+            blocks,
+            "--data",
+            data,
+            "--network",
+            "regtest",
+            "--no-progress",
+            "--json",
+        )
         st = cli_json("btc", "status", "--data", data, "--json")
         by_block = {r["block"]: r["hash"] for r in case["recommended"]["records"]}
         if check == "fork":
@@ -161,34 +198,56 @@ def test_forks_duplicates_orphans_through_the_cli(tmp_path: Any) -> None:
             assert st["orphans"] == [by_block["B3"]] and st["tip_hash"] == by_block["B1"]
         else:
             assert {(s["file"], s["offset"], s["reason"]) for s in st["skipped"]} == {
-                ("blk00000.dat", 453, "body_error"), ("blk00000.dat", 541, "trailing_garbage")}
+                ("blk00000.dat", 453, "body_error"),
+                ("blk00000.dat", 541, "trailing_garbage"),
+            }
             assert st["tip_hash"] == by_block["B1"]
 
 
 def test_wrong_xor_key_is_a_clear_error(tmp_path: Any) -> None:
     blocks = blocks_dir_with(tmp_path, "19_real_mainnet_with_WRONG_xor_key.blk", xor=False)
     (blocks / "xor.dat").write_bytes(bytes.fromhex("0102030405060708"))
-    code, _, err = cli("btc", "reindex", "--blocks", blocks, "--data", tmp_path / "d",
-                       "--no-progress")
+    code, _, err = cli(
+        "btc", "reindex", "--blocks", blocks, "--data", tmp_path / "d", "--no-progress"
+    )
     assert code != 0
     assert "wrong --network or XOR key" in err and err.count("\n") == 1
 
 
 def test_other_networks_magic_names_the_network(tmp_path: Any) -> None:
     blocks = blocks_dir_with(tmp_path, "01_clean_in_order.blk", xor=False)
-    code, _, err = cli("btc", "reindex", "--blocks", blocks, "--data", tmp_path / "d",
-                       "--network", "main", "--no-progress")
+    code, _, err = cli(
+        "btc",
+        "reindex",
+        "--blocks",
+        blocks,
+        "--data",
+        tmp_path / "d",
+        "--network",
+        "main",
+        "--no-progress",
+    )
     assert code != 0 and "--network regtest" in err
 
 
-@pytest.mark.parametrize("content,message", [(b"\x01\x02\x03", "holds 3 bytes"),
-                                             (None, "blocks folder not found")])
+@pytest.mark.parametrize(
+    "content,message", [(b"\x01\x02\x03", "holds 3 bytes"), (None, "blocks folder not found")]
+)
 def test_bad_xor_dat_or_missing_folder(tmp_path: Any, content: bytes | None, message: str) -> None:
     if content is None:
         blocks = tmp_path / "nope"
     else:
         blocks = blocks_dir_with(tmp_path, "01_clean_in_order.blk", xor=False)
         (blocks / "xor.dat").write_bytes(content)
-    code, _, err = cli("btc", "reindex", "--blocks", blocks, "--data", tmp_path / "d",
-                       "--network", "regtest", "--no-progress")
+    code, _, err = cli(
+        "btc",
+        "reindex",
+        "--blocks",
+        blocks,
+        "--data",
+        tmp_path / "d",
+        "--network",
+        "regtest",
+        "--no-progress",
+    )
     assert code == 2 and message in err

@@ -12,29 +12,55 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from prometheus_client import REGISTRY
-
 from rechain.pipeline import metrics
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import verify
+
 from tests.conftest import cli, cli_json, gen_chain
 
 
 def reindex(blocks: Path, data: Path, *extra: str) -> dict[str, Any]:
-    return cli_json("btc", "reindex", "--blocks", blocks, "--data", data, "--network", "regtest",
-                    "--no-progress", "--json", *extra)
+    return cli_json(
+        "btc",
+        "reindex",
+        "--blocks",
+        blocks,
+        "--data",
+        data,
+        "--network",
+        "regtest",
+        "--no-progress",
+        "--json",
+        *extra,
+    )
 
 
 def headers(data: Path) -> list[dict[str, Any]]:
-    return cli_json("query", "--data", data, "SELECT * FROM headers ORDER BY hash",
-                    "--format", "json")
+    return cli_json(
+        "query", "--data", data, "SELECT * FROM headers ORDER BY hash", "--format", "json"
+    )
 
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     root = tmp_path_factory.mktemp("chain")
-    facts = gen_chain(root, "--blocks", "3000", "--side-branches", "6", "--orphans", "4",
-                      "--tx-per-block", "1:5", "--file-size", "256K", "--shuffle-window", "64",
-                      "--seed", "7")
+    facts = gen_chain(
+        root,
+        "--blocks",
+        "3000",
+        "--side-branches",
+        "6",
+        "--orphans",
+        "4",
+        "--tx-per-block",
+        "1:5",
+        "--file-size",
+        "256K",
+        "--shuffle-window",
+        "64",
+        "--seed",
+        "7",
+    )
     return root, facts
 
 
@@ -54,9 +80,14 @@ def test_status_matches_the_generators_expected_facts(chain: Any, indexed: Path)
     assert st["invalid"] == [] and st["skipped"] == []
     assert st["network"] == "regtest"
     best = (root / "best_chain.txt").read_text().split()
-    got = cli_json("query", "--data", indexed,
-                   "SELECT hash FROM headers WHERE in_best_chain ORDER BY height", "--format",
-                   "json")
+    got = cli_json(
+        "query",
+        "--data",
+        indexed,
+        "SELECT hash FROM headers WHERE in_best_chain ORDER BY height",
+        "--format",
+        "json",
+    )
     assert [r["hash"] for r in got] == best
     result = verify(indexed)
     assert result["ok"], result["problems"]
@@ -67,8 +98,19 @@ def test_block_lookup_by_height_and_hash(chain: Any, indexed: Path) -> None:
     by_hash = cli_json("btc", "block", "--data", indexed, "--hash", by_height["hash"], "--json")
     assert by_height == by_hash
     assert by_height["height"] == 1234 and by_height["in_best_chain"] is True
-    for field in ("version", "prev_hash", "merkle_root", "time", "bits", "nonce", "chainwork",
-                  "file", "offset", "size", "n_tx"):
+    for field in (
+        "version",
+        "prev_hash",
+        "merkle_root",
+        "time",
+        "bits",
+        "nonce",
+        "chainwork",
+        "file",
+        "offset",
+        "size",
+        "n_tx",
+    ):
         assert field in by_height
     code, _, err = cli("btc", "block", "--data", indexed, "--height", "999999")
     assert code == 2 and "no block at height" in err
@@ -84,22 +126,34 @@ def test_headers_table_agrees_with_an_independent_library(chain: Any, indexed: P
     assert len(rows) > 3000
     cache: dict[int, bytes] = {}
     for r in rows:
-        raw = cache.setdefault(r["file"], (root / "blocks" / f"blk{r['file']:05d}.dat").read_bytes())
+        raw = cache.setdefault(
+            r["file"], (root / "blocks" / f"blk{r['file']:05d}.dat").read_bytes()
+        )
         off = r["data_pos"]
-        hdr = bytes(b ^ key[(off + i) % 8] for i, b in enumerate(raw[off:off + 80]))
+        hdr = bytes(b ^ key[(off + i) % 8] for i, b in enumerate(raw[off : off + 80]))
         h = CBlockHeader.deserialize(hdr)
         assert b2lx(h.GetHash()) == r["hash"]
-        assert (b2lx(h.hashPrevBlock), b2lx(h.hashMerkleRoot), h.nTime, h.nBits, h.nNonce,
-                h.nVersion) == (r["prev_hash"], r["merkle_root"], r["time"], r["bits"],
-                                r["nonce"], r["version"])
+        assert (
+            b2lx(h.hashPrevBlock),
+            b2lx(h.hashMerkleRoot),
+            h.nTime,
+            h.nBits,
+            h.nNonce,
+            h.nVersion,
+        ) == (r["prev_hash"], r["merkle_root"], r["time"], r["bits"], r["nonce"], r["version"])
 
 
 def test_query_formats(indexed: Path) -> None:
-    code, out, _ = cli("query", "--data", indexed, "SELECT count(*) AS n FROM headers",
-                       "--format", "csv")
+    code, out, _ = cli(
+        "query", "--data", indexed, "SELECT count(*) AS n FROM headers", "--format", "csv"
+    )
     assert code == 0 and out.splitlines()[0] == "n" and int(out.splitlines()[1]) > 3000
-    code, out, _ = cli("query", "--data", indexed, "SELECT height, status FROM headers "
-                       "WHERE height < 3 ORDER BY height")
+    code, out, _ = cli(
+        "query",
+        "--data",
+        indexed,
+        "SELECT height, status FROM headers WHERE height < 3 ORDER BY height",
+    )
     lines = out.splitlines()
     assert lines[0].split() == ["height", "status"] and lines[-1] == "(3 rows)"
     code, _, err = cli("query", "--data", indexed, "SELECT nope FROM headers")
@@ -116,13 +170,25 @@ def test_arrival_order_and_sharding_do_not_change_the_tree(
     # Without side branches and orphans the blocks are the same for a seed; only the
     # arrival order (and the file cut) changes with the shuffle window.
     root = tmp_path / "g"
-    facts = gen_chain(root, "--blocks", "1500", "--shuffle-window", str(window), "--seed", "3",
-                      "--file-size", "64K", "--tx-per-block", "1:3")
+    facts = gen_chain(
+        root,
+        "--blocks",
+        "1500",
+        "--shuffle-window",
+        str(window),
+        "--seed",
+        "3",
+        "--file-size",
+        "64K",
+        "--tx-per-block",
+        "1:3",
+    )
     data = tmp_path / "d"
     reindex(root / "blocks", data, "--shard-size", seed_shards)
     rows = headers(data)
-    tree = [(r["hash"], r["prev_hash"], r["height"], r["chainwork"], r["in_best_chain"])
-            for r in rows]
+    tree = [
+        (r["hash"], r["prev_hash"], r["height"], r["chainwork"], r["in_best_chain"]) for r in rows
+    ]
     ref = tmp_path.parent / "arrival-reference.json"
     if ref.exists():
         assert json.loads(ref.read_text()) == [list(t) for t in tree]
@@ -145,9 +211,17 @@ def test_append_then_rerun_reads_only_new_bytes(chain: Any, tmp_path: Path) -> N
     last = files[-3]
     data_full = tmp_path / "full"
     reindex(full, data_full)
-    offsets = [r["offset"] for r in cli_json(
-        "query", "--data", data_full, f"SELECT \"offset\" FROM headers WHERE file = {len(files) - 3} "
-        "ORDER BY \"offset\"", "--format", "json")]
+    offsets = [
+        r["offset"]
+        for r in cli_json(
+            "query",
+            "--data",
+            data_full,
+            f'SELECT "offset" FROM headers WHERE file = {len(files) - 3} ORDER BY "offset"',
+            "--format",
+            "json",
+        )
+    ]
     cut = offsets[len(offsets) // 2]
     raw = last.read_bytes()
     (partial / last.name).write_bytes(raw[:cut] + bytes(len(raw) - cut))
@@ -177,8 +251,17 @@ def test_append_then_rerun_reads_only_new_bytes(chain: Any, tmp_path: Path) -> N
 
 def test_second_run_on_the_same_data_folder_is_refused(chain: Any, tmp_path: Path) -> None:
     with DataDir(tmp_path / "d"):
-        code, _, err = cli("btc", "reindex", "--blocks", chain[0] / "blocks", "--data",
-                           tmp_path / "d", "--network", "regtest", "--no-progress")
+        code, _, err = cli(
+            "btc",
+            "reindex",
+            "--blocks",
+            chain[0] / "blocks",
+            "--data",
+            tmp_path / "d",
+            "--network",
+            "regtest",
+            "--no-progress",
+        )
     assert code == 2 and "in use by another rechain run" in err
 
 
@@ -187,8 +270,9 @@ def test_metrics_are_counted_and_served(chain: Any, tmp_path: Path) -> None:
     reindex(chain[0] / "blocks", tmp_path / "d")
     after = REGISTRY.get_sample_value("rechain_stage_records_total", {"stage": "btc_headers"})
     assert after is not None and after - before == chain[1]["records"]
-    assert (REGISTRY.get_sample_value("rechain_stage_bytes_read_total",
-                                      {"stage": "btc_headers"}) or 0) > 0
+    assert (
+        REGISTRY.get_sample_value("rechain_stage_bytes_read_total", {"stage": "btc_headers"}) or 0
+    ) > 0
     import socket
 
     with socket.socket() as s:
@@ -202,8 +286,18 @@ def test_metrics_are_counted_and_served(chain: Any, tmp_path: Path) -> None:
 
 def test_non_regtest_generated_chain_is_invalid_beyond_genesis(tmp_path: Path) -> None:
     facts = gen_chain(tmp_path / "g", "--blocks", "20", "--network", "testnet")
-    st = cli_json("btc", "reindex", "--blocks", tmp_path / "g" / "blocks", "--data",
-                  tmp_path / "d", "--network", "testnet", "--no-progress", "--json")
+    st = cli_json(
+        "btc",
+        "reindex",
+        "--blocks",
+        tmp_path / "g" / "blocks",
+        "--data",
+        tmp_path / "d",
+        "--network",
+        "testnet",
+        "--no-progress",
+        "--json",
+    )
     assert st["tip_height"] == 0 and st["tip_hash"] == facts["tip_hash"]
     assert len(st["invalid"]) == facts["invalid_count"] == 19
     assert {i["reason"] for i in st["invalid"]} <= {"bad-diffbits", "bad-prevblk"}

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-
 from rechain.workers import _native
 
 

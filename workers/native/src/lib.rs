@@ -31,7 +31,10 @@ fn key8(b: &[u8]) -> PyResult<[u8; 8]> {
 }
 
 fn hex_be(v: U256) -> String {
-    v.to_big_endian().iter().map(|b| format!("{b:02x}")).collect()
+    v.to_big_endian()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Network constants: magic (hex), genesis hash (display hex), pow limit bits.
@@ -71,8 +74,10 @@ fn scan_blk<'py>(
         scanner.scan(start, bound)
     });
     let shard = result.map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
-    let records = PyRecordBatch::new(datasets::btc_records::build(file_no, &shard.records)).into_pyarrow(py)?;
-    let events = PyRecordBatch::new(datasets::btc_events::build(file_no, &shard.events)).into_pyarrow(py)?;
+    let records = PyRecordBatch::new(datasets::btc_records::build(file_no, &shard.records))
+        .into_pyarrow(py)?;
+    let events =
+        PyRecordBatch::new(datasets::btc_events::build(file_no, &shard.events)).into_pyarrow(py)?;
     let info = PyDict::new(py);
     info.set_item("start", shard.start)?;
     info.set_item("bound", shard.bound)?;
@@ -127,10 +132,16 @@ fn link_headers<'py>(
     let summary = PyDict::new(py);
     let out = &linked.link;
     let tip = out.tip.map(|t| t as usize);
-    summary.set_item("tip_hash", linked.tip_hash.map(|h| datasets::hex::display_hex(&h)))?;
+    summary.set_item(
+        "tip_hash",
+        linked.tip_hash.map(|h| datasets::hex::display_hex(&h)),
+    )?;
     summary.set_item("tip_height", tip.and_then(|t| out.height[t]))?;
     summary.set_item("chainwork", tip.map(|t| hex_be(out.chainwork[t])))?;
-    summary.set_item("blocks_indexed", out.height.iter().filter(|h| h.is_some()).count())?;
+    summary.set_item(
+        "blocks_indexed",
+        out.height.iter().filter(|h| h.is_some()).count(),
+    )?;
     summary.set_item("duplicates", out.duplicates)?;
     summary.set_item("distinct", out.record.len())?;
     let items = PyList::empty(py);
@@ -160,7 +171,10 @@ fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py,
     .map(|s| s.name())
     .unwrap_or("unknown");
     let h = btc::header::Header::parse(&v.header);
-    d.set_item("hash", datasets::hex::display_hex(&btc::header::sha256d(&v.header)))?;
+    d.set_item(
+        "hash",
+        datasets::hex::display_hex(&btc::header::sha256d(&v.header)),
+    )?;
     d.set_item("prev_hash", datasets::hex::display_hex(&h.prev_hash))?;
     d.set_item("merkle_root", datasets::hex::display_hex(&h.merkle_root))?;
     d.set_item("version", h.version)?;
@@ -172,7 +186,12 @@ fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py,
     d.set_item("in_best_chain", v.in_best_chain)?;
     d.set_item(
         "chainwork",
-        v.height.map(|_| v.chainwork.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+        v.height.map(|_| {
+            v.chainwork
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        }),
     )?;
     d.set_item("file", v.file)?;
     d.set_item("offset", v.magic_offset)?;
@@ -242,15 +261,29 @@ fn generate_bitcoin<'py>(
     d.set_item("chainwork", hex_be(s.chainwork))?;
     d.set_item("blocks_indexed", s.blocks_indexed)?;
     d.set_item("side_branch_blocks", s.side_branch_blocks)?;
-    let orphans: Vec<String> = s.orphans.iter().map(|h| datasets::hex::display_hex(h)).collect();
+    let orphans: Vec<String> = s
+        .orphans
+        .iter()
+        .map(|h| datasets::hex::display_hex(h))
+        .collect();
     d.set_item("orphans", orphans)?;
     d.set_item("invalid_count", s.invalid_count)?;
     d.set_item("duplicates", 0)?;
     d.set_item("records", s.records)?;
     d.set_item("files", s.files)?;
     d.set_item("bytes", s.bytes)?;
-    d.set_item("xor_key", s.xor_key.iter().map(|b| format!("{b:02x}")).collect::<String>())?;
-    let heights: Vec<String> = s.heights.iter().map(|(_, h)| datasets::hex::display_hex(h)).collect();
+    d.set_item(
+        "xor_key",
+        s.xor_key
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+    )?;
+    let heights: Vec<String> = s
+        .heights
+        .iter()
+        .map(|(_, h)| datasets::hex::display_hex(h))
+        .collect();
     d.set_item("best_chain", heights)?;
     Ok(d)
 }

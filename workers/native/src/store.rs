@@ -48,7 +48,10 @@ impl IndexValue {
             return Err(format!("unknown block-index value version {:?}", b.first()));
         }
         if b.len() != INDEX_VALUE_LEN {
-            return Err(format!("block-index value of {} bytes, expected {INDEX_VALUE_LEN}", b.len()));
+            return Err(format!(
+                "block-index value of {} bytes, expected {INDEX_VALUE_LEN}",
+                b.len()
+            ));
         }
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let opt = |v: u32| (v != NONE_U32).then_some(v);

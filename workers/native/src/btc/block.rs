@@ -80,7 +80,8 @@ pub fn parse_tx(c: &mut Cursor, data: &[u8], mode: BodyMode) -> Result<TxInfo, D
         body_start = start + 4;
         skip_inputs(c, n_in)?;
     }
-    if !segwit_form && !(n_in == 0 && flags == 0) {
+    let zero_in_zero_out = n_in == 0 && flags == 0;
+    if !segwit_form && !zero_in_zero_out {
         let n_out = c.compact_size()?;
         skip_outputs(c, n_out, Some(&mut commitment))?;
     }
@@ -115,7 +116,11 @@ pub fn parse_tx(c: &mut Cursor, data: &[u8], mode: BodyMode) -> Result<TxInfo, D
     let lock = c.take(4)?;
     let end = c.pos();
     let size = end - start;
-    let stripped_size = if segwit_form { 4 + (body_end - body_start) + 4 } else { size };
+    let stripped_size = if segwit_form {
+        4 + (body_end - body_start) + 4
+    } else {
+        size
+    };
     let mut info = TxInfo {
         has_witness,
         size,
@@ -266,7 +271,8 @@ mod tests {
     use super::*;
 
     fn fixture(name: &str) -> Vec<u8> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/bitcoin");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/bitcoin");
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();
             if p.file_name().unwrap().to_str().unwrap().starts_with(name) {
@@ -308,7 +314,10 @@ mod tests {
     fn real_testnet_block_checks_out() {
         let raw = fixture("testnet_block_");
         let s = parse_block(&raw, BodyMode::Check).unwrap();
-        assert_eq!((s.consumed, s.n_tx, s.stripped_size, s.weight), (4319, 15, 4283, 17168));
+        assert_eq!(
+            (s.consumed, s.n_tx, s.stripped_size, s.weight),
+            (4319, 15, 4283, 17168)
+        );
         assert_eq!(s.invalid, None);
     }
 
@@ -316,7 +325,10 @@ mod tests {
     fn every_truncation_is_an_error_not_a_panic() {
         let raw = fixture("testnet_block_");
         for cut in (0..raw.len()).step_by(7) {
-            assert!(parse_block(&raw[..cut], BodyMode::Check).is_err(), "cut at {cut}");
+            assert!(
+                parse_block(&raw[..cut], BodyMode::Check).is_err(),
+                "cut at {cut}"
+            );
         }
     }
 

@@ -88,7 +88,11 @@ pub fn read_compact_size(b: &[u8]) -> Result<(u64, usize), DecodeError> {
         }
         0xfe => {
             let s = b.get(1..5).ok_or(DecodeError::PastEnd)?;
-            (u32::from_le_bytes(s.try_into().unwrap()) as u64, 5, 0x1_0000)
+            (
+                u32::from_le_bytes(s.try_into().unwrap()) as u64,
+                5,
+                0x1_0000,
+            )
         }
         0xff => {
             let s = b.get(1..9).ok_or(DecodeError::PastEnd)?;
@@ -150,7 +154,10 @@ mod tests {
             &[0xfe, 0xff, 0xff, 0x00, 0x00],
             &[0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0],
         ] {
-            assert_eq!(read_compact_size(b), Err(DecodeError::NonCanonicalCompactSize));
+            assert_eq!(
+                read_compact_size(b),
+                Err(DecodeError::NonCanonicalCompactSize)
+            );
         }
         assert_eq!(read_compact_size(&[0xfd, 0x01]), Err(DecodeError::PastEnd));
         assert_eq!(read_compact_size(&[]), Err(DecodeError::PastEnd));

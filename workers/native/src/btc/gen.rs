@@ -16,8 +16,12 @@ use std::path::Path;
 
 /// Generated blocks are mined at regtest difficulty, whatever the network's magic and genesis.
 pub const GENERATED_BITS: u32 = 0x207fffff;
-pub const GENERATED_NETWORKS: [Network; 4] =
-    [Network::Main, Network::Testnet3, Network::Signet, Network::Regtest];
+pub const GENERATED_NETWORKS: [Network; 4] = [
+    Network::Main,
+    Network::Testnet3,
+    Network::Signet,
+    Network::Regtest,
+];
 const BLOCKFILE_CHUNK_SIZE: u64 = 16 << 20;
 const GENESIS_SCRIPT_SIG: &str = "04ffff001d0104455468652054696d65732030332f4a616e2f32303039204368616e63656c6c6f72206f6e206272696e6b206f66207365636f6e64206261696c6f757420666f722062616e6b73";
 const GENESIS_PUBKEY_SCRIPT: &str = "4104678afdb0fe5548271967f1a67130b7105cd6a828e03909a67962e0ea1f61deb649f6bc3f4cef38c4f35504e51ec112de5c384df7ba0b8d578a4c702b6bf11d5fac";
@@ -199,7 +203,10 @@ fn coinbase(height: u64, tag: u64, witness_commitment: Option<[u8; 32]>) -> TxBy
     push_script(&mut base, &p2wpkh);
     if let Some(c) = witness_commitment {
         base.extend_from_slice(&0u64.to_le_bytes());
-        push_script(&mut base, &[&[0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed][..], &c].concat());
+        push_script(
+            &mut base,
+            &[&[0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed][..], &c].concat(),
+        );
     }
     let version = 2u32.to_le_bytes();
     let lock = 0u32.to_le_bytes();
@@ -299,7 +306,8 @@ impl<'a> BlkWriter<'a> {
         }
         self.scratch.clear();
         self.scratch.extend_from_slice(&magic);
-        self.scratch.extend_from_slice(&(block.len() as u32).to_le_bytes());
+        self.scratch
+            .extend_from_slice(&(block.len() as u32).to_le_bytes());
         self.scratch.extend_from_slice(block);
         let phase = (self.used % 8) as usize;
         for (i, b) in self.scratch.iter_mut().enumerate() {
@@ -333,7 +341,10 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     if !GENERATED_NETWORKS.contains(&cfg.network) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("cannot generate {} chains (main, testnet, signet, regtest)", cfg.network.name()),
+            format!(
+                "cannot generate {} chains (main, testnet, signet, regtest)",
+                cfg.network.name()
+            ),
         ));
     }
     std::fs::create_dir_all(blocks_dir)?;
@@ -350,7 +361,8 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     let genesis_hash = cfg.network.genesis_hash();
     let (genesis_time, _) = cfg.network.genesis_time_nonce();
     let n = cfg.blocks.max(1);
-    let tx_count = |rng: &mut SmallRng| rng.gen_range(cfg.tx_min.max(1)..=cfg.tx_max.max(cfg.tx_min).max(1));
+    let tx_count =
+        |rng: &mut SmallRng| rng.gen_range(cfg.tx_min.max(1)..=cfg.tx_max.max(cfg.tx_min).max(1));
 
     // Main chain, in height order; heights[h] = hash.
     let mut chain: Vec<([u8; 32], Vec<u8>)> = Vec::with_capacity(n as usize);
@@ -368,7 +380,11 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         tip_hash: chain[n as usize - 1].0,
         ..Default::default()
     };
-    summary.heights = chain.iter().enumerate().map(|(h, b)| (h as u64, b.0)).collect();
+    summary.heights = chain
+        .iter()
+        .enumerate()
+        .map(|(h, b)| (h as u64, b.0))
+        .collect();
     let w = cfg.shuffle_window.max(1);
     let mut main_positions: Vec<usize> = (1..chain.len()).collect();
     for win in main_positions.chunks_mut(w) {
@@ -380,7 +396,7 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     let mut blocks_out: Vec<(u64, Vec<u8>)> = Vec::with_capacity(chain.len());
     // Sort key: arrival slot; extra blocks are slotted after their parent's window.
     for (slot, (_, bytes)) in std::iter::once(0usize)
-        .chain(main_positions.into_iter())
+        .chain(main_positions)
         .map(|h| (h, std::mem::take(&mut chain[h].1)))
         .enumerate()
     {

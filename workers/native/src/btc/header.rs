@@ -136,10 +136,22 @@ mod tests {
 
     #[test]
     fn compact_vectors_from_core() {
-        for bits in [0x00123456u32, 0x01003456, 0x02000056, 0x03000000, 0x04000000] {
+        for bits in [
+            0x00123456u32,
+            0x01003456,
+            0x02000056,
+            0x03000000,
+            0x04000000,
+        ] {
             assert!(decode_compact(bits).target.is_zero());
         }
-        for bits in [0x00923456u32, 0x01803456, 0x02800056, 0x03800000, 0x04800000] {
+        for bits in [
+            0x00923456u32,
+            0x01803456,
+            0x02800056,
+            0x03800000,
+            0x04800000,
+        ] {
             let c = decode_compact(bits);
             assert!(c.target.is_zero() && !c.negative);
         }
@@ -152,7 +164,10 @@ mod tests {
         assert_eq!(decode_compact(0x04123456).target, U256::from(0x12345600u64));
         assert!(decode_compact(0x04923456).negative);
         assert_eq!(decode_compact(0x05009234).target, U256::from(0x92340000u64));
-        assert_eq!(decode_compact(0x20123456).target, U256::from(0x123456) << 232);
+        assert_eq!(
+            decode_compact(0x20123456).target,
+            U256::from(0x123456) << 232
+        );
         assert!(decode_compact(0xff123456).overflow);
     }
 
@@ -174,7 +189,12 @@ mod tests {
         assert_eq!(hdr.nonce, 1_104_860_899);
         assert_eq!(hdr.serialize().to_vec(), raw);
         let mut hash = sha256d(&b);
-        assert!(check_pow(&hash, hdr.bits, crate::btc::network::Network::Main.pow_limit()).is_ok());
+        assert!(check_pow(
+            &hash,
+            hdr.bits,
+            crate::btc::network::Network::Main.pow_limit()
+        )
+        .is_ok());
         hash.reverse();
         assert_eq!(
             hash.to_vec(),
@@ -184,11 +204,19 @@ mod tests {
         let mut bad = b;
         bad[79] ^= 1;
         assert_eq!(
-            check_pow(&sha256d(&bad), hdr.bits, crate::btc::network::Network::Main.pow_limit()),
+            check_pow(
+                &sha256d(&bad),
+                hdr.bits,
+                crate::btc::network::Network::Main.pow_limit()
+            ),
             Err(PowError::HighHash)
         );
         assert_eq!(
-            check_pow(&sha256d(&b), 0x207fffff, crate::btc::network::Network::Main.pow_limit()),
+            check_pow(
+                &sha256d(&b),
+                0x207fffff,
+                crate::btc::network::Network::Main.pow_limit()
+            ),
             Err(PowError::BadDiffBits)
         );
     }

@@ -86,7 +86,9 @@ pub fn link(input: &LinkInput) -> LinkOutput {
     }
     let m = out.record.len();
     let rec = |e: usize| out.record[e] as usize;
-    let has_data: Vec<bool> = (0..m).map(|e| input.status[rec(e)] == RecordStatus::Ok).collect();
+    let has_data: Vec<bool> = (0..m)
+        .map(|e| input.status[rec(e)] == RecordStatus::Ok)
+        .collect();
     let bad_pow: Vec<bool> = (0..m)
         .map(|e| input.status[rec(e)] == RecordStatus::InvalidHeader)
         .collect();
@@ -119,8 +121,8 @@ pub fn link(input: &LinkInput) -> LinkOutput {
 
     // Invalid: bad proof of work, and everything that descends from it.
     let mut stack: Vec<u32> = Vec::new();
-    for e in 0..m {
-        if bad_pow[e] {
+    for (e, &bad) in bad_pow.iter().enumerate() {
+        if bad {
             out.invalid_reason[e] = Some(if input.status[rec(e)] == RecordStatus::InvalidHeader {
                 "high-hash"
             } else {
@@ -236,7 +238,14 @@ mod tests {
     fn out_of_order_fork_tie_goes_to_first_linkable() {
         // 1 <- 2 <- 3, 2 <- 4 (fork at equal work seen later), 9's parent never appears.
         let o = run(
-            &[(3, 2, Ok), (1, 0, Ok), (9, 8, Ok), (2, 1, Ok), (4, 2, Ok), (2, 1, Ok)],
+            &[
+                (3, 2, Ok),
+                (1, 0, Ok),
+                (9, 8, Ok),
+                (2, 1, Ok),
+                (4, 2, Ok),
+                (2, 1, Ok),
+            ],
             1,
         );
         assert_eq!(o.duplicates, 1);
@@ -253,8 +262,18 @@ mod tests {
     #[test]
     fn body_error_parent_makes_children_headers_only_until_good_copy() {
         let o = run(&[(1, 0, Ok), (2, 1, BodyError), (3, 2, Ok)], 1);
-        assert_eq!(o.state, vec![EntryState::Active, EntryState::HeadersOnly, EntryState::HeadersOnly]);
-        let o = run(&[(1, 0, Ok), (2, 1, InvalidBody), (3, 2, Ok), (2, 1, Ok)], 1);
+        assert_eq!(
+            o.state,
+            vec![
+                EntryState::Active,
+                EntryState::HeadersOnly,
+                EntryState::HeadersOnly
+            ]
+        );
+        let o = run(
+            &[(1, 0, Ok), (2, 1, InvalidBody), (3, 2, Ok), (2, 1, Ok)],
+            1,
+        );
         assert_eq!(o.record[1], 3);
         assert_eq!(o.state, vec![EntryState::Active; 3]);
     }

@@ -258,7 +258,7 @@ impl BlkReader {
 
 enum Candidate {
     /// Not a record start after all (e.g. too close to the end of the file): keep searching.
-    NotCandidate,
+    NoRecord,
     Rejected(Event),
     Record {
         record: Record,
@@ -319,7 +319,7 @@ impl<'a> Scanner<'a> {
                 break;
             };
             let outcome = self.candidate(c)?;
-            if let Candidate::NotCandidate = outcome {
+            if let Candidate::NoRecord = outcome {
                 // Byte c belongs to the gap; it is not raw zero (find_magic checks that).
                 gap_zero = false;
                 pos = c + 1;
@@ -348,7 +348,7 @@ impl<'a> Scanner<'a> {
                     out.events.extend(events);
                     resume
                 }
-                Candidate::NotCandidate => unreachable!(),
+                Candidate::NoRecord => unreachable!(),
             };
             pos = resume;
             gap_start = resume;
@@ -420,7 +420,7 @@ impl<'a> Scanner<'a> {
     fn candidate(&mut self, c: u64) -> io::Result<Candidate> {
         let len = self.reader.len;
         if c + PREFIX_LEN + HEADER_LEN as u64 > len {
-            return Ok(Candidate::NotCandidate);
+            return Ok(Candidate::NoRecord);
         }
         self.reader.ensure(c, SMALL_READ)?;
         let size = u32::from_le_bytes(self.reader.dec(c + 4, 4).try_into().unwrap());
@@ -433,7 +433,10 @@ impl<'a> Scanner<'a> {
         let header: [u8; HEADER_LEN] = self.reader.dec(data_pos, HEADER_LEN).try_into().unwrap();
         let count_bytes: Vec<u8> = self
             .reader
-            .dec(data_pos + HEADER_LEN as u64, 9.min(size as usize - HEADER_LEN))
+            .dec(
+                data_pos + HEADER_LEN as u64,
+                9.min(size as usize - HEADER_LEN),
+            )
             .to_vec();
         let hash = sha256d(&header);
         let bits = u32::from_le_bytes(header[72..76].try_into().unwrap());
@@ -453,7 +456,10 @@ impl<'a> Scanner<'a> {
         };
         if let Err(e) = pow {
             if !confirmed {
-                return Ok(Candidate::Rejected(Event::at(EventKind::MagicWithoutValidHeader, c)));
+                return Ok(Candidate::Rejected(Event::at(
+                    EventKind::MagicWithoutValidHeader,
+                    c,
+                )));
             }
             record.status = RecordStatus::InvalidHeader;
             record.reason = Some(e.reason().to_string());
@@ -532,7 +538,10 @@ fn body_error(mut record: Record, reason: String, resume: u64) -> Candidate {
 /// Decodes `xor.dat` content: missing → zero key; shorter than 8 → error; longer → first 8.
 pub fn xor_key_from_bytes(b: Option<&[u8]>) -> Result<([u8; 8], Option<String>), String> {
     match b {
-        None => Ok(([0u8; 8], Some("xor.dat missing: reading with the all-zero key".into()))),
+        None => Ok((
+            [0u8; 8],
+            Some("xor.dat missing: reading with the all-zero key".into()),
+        )),
         Some(b) if b.len() < 8 => Err(format!(
             "xor.dat holds {} bytes; Bitcoin Core writes exactly 8",
             b.len()
@@ -554,8 +563,13 @@ mod tests {
         // Key a1b2c3d4e5f60718: magic f9beb4d9 stored at offsets 0, 3, 8, 13.
         let key = [0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18];
         let magic = [0xf9u8, 0xbe, 0xb4, 0xd9];
-        let mut file = vec![0u8; 24];
-        let want = [(0usize, "580c770d"), (3, "2d5b42de"), (8, "580c770d"), (13, "0fb9ac78")];
+        let mut file = [0u8; 24];
+        let want = [
+            (0usize, "580c770d"),
+            (3, "2d5b42de"),
+            (8, "580c770d"),
+            (13, "0fb9ac78"),
+        ];
         for (off, hex) in want {
             let stored: Vec<u8> = (0..4).map(|i| magic[i] ^ key[(off + i) % 8]).collect();
             let s: String = stored.iter().map(|b| format!("{b:02x}")).collect();
@@ -566,7 +580,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rechain-xor-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("x.dat");
-        std::fs::File::create(&path).unwrap().write_all(&file[..17]).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&file[..17])
+            .unwrap();
         let mut r = BlkReader::open(&path, key).unwrap();
         for off in [3u64, 13] {
             r.raw.clear();

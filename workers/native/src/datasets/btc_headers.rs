@@ -78,7 +78,14 @@ fn status_of(s: &str) -> RecordStatus {
     }
 }
 
-fn header_bytes(version: i32, prev: &[u8; 32], merkle: &[u8; 32], time: u32, bits: u32, nonce: u32) -> [u8; 80] {
+fn header_bytes(
+    version: i32,
+    prev: &[u8; 32],
+    merkle: &[u8; 32],
+    time: u32,
+    bits: u32,
+    nonce: u32,
+) -> [u8; 80] {
     let mut h = [0u8; 80];
     h[0..4].copy_from_slice(&version.to_le_bytes());
     h[4..36].copy_from_slice(prev);
@@ -173,7 +180,9 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
         }
         c_status.append_value(state.name());
         let reason = match (state, statuses[r]) {
-            (EntryState::Invalid, RecordStatus::InvalidHeader) => reason_col.is_valid(r).then(|| reason_col.value(r)),
+            (EntryState::Invalid, RecordStatus::InvalidHeader) => {
+                reason_col.is_valid(r).then(|| reason_col.value(r))
+            }
             (EntryState::Invalid, _) => out.invalid_reason[e],
             _ => None,
         };
@@ -206,7 +215,14 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
             copies: out.copies[e],
             in_best_chain: best,
             chainwork: work,
-            header: header_bytes(version.value(r), &prevs[r], &merkles[r], time.value(r), bits.value(r), nonce.value(r)),
+            header: header_bytes(
+                version.value(r),
+                &prevs[r],
+                &merkles[r],
+                time.value(r),
+                bits.value(r),
+                nonce.value(r),
+            ),
         }
         .encode_into(&mut value);
         k_index.append_value(hashes[r]);

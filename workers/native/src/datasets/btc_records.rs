@@ -3,7 +3,8 @@
 
 use crate::btc::scan::Record;
 use arrow_array::builder::{
-    BooleanBuilder, FixedSizeBinaryBuilder, Int32Builder, StringBuilder, UInt32Builder, UInt64Builder,
+    BooleanBuilder, FixedSizeBinaryBuilder, Int32Builder, StringBuilder, UInt32Builder,
+    UInt64Builder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};

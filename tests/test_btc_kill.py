@@ -1,0 +1,105 @@
+"""kill -9 at random moments, then rerun: the final state equals an uninterrupted run's."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rechain.pipeline.store import DataDir
+from rechain.pipeline.verify import digest, verify
+
+from tests.conftest import gen_chain
+
+KILL_POINTS = int(os.environ.get("RECHAIN_KILL_POINTS", "4"))
+
+
+def reindex_cmd(blocks: Path, data: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "rechain.pipeline.cli",
+        "btc",
+        "reindex",
+        "--blocks",
+        str(blocks),
+        "--data",
+        str(data),
+        "--network",
+        "regtest",
+        "--no-progress",
+        "--workers",
+        "2",
+        "--shard-size",
+        "64K",
+    ]
+
+
+def run_to_end(blocks: Path, data: Path) -> float:
+    t0 = time.monotonic()
+    proc = subprocess.run(reindex_cmd(blocks, data), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return time.monotonic() - t0
+
+
+def kill_after(blocks: Path, data: Path, delay: float) -> bool:
+    """Starts a reindex in its own process group and SIGKILLs the whole group after ``delay``.
+    Returns False when the run finished before the kill."""
+    proc = subprocess.Popen(
+        reindex_cmd(blocks, data),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        proc.wait(timeout=delay)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return True
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("killchain")
+    gen_chain(
+        root,
+        "--blocks",
+        "60000",
+        "--file-size",
+        "1M",
+        "--side-branches",
+        "10",
+        "--orphans",
+        "5",
+        "--shuffle-window",
+        "256",
+        "--seed",
+        "11",
+    )
+    return root / "blocks"
+
+
+def test_killed_runs_resume_to_the_same_state(chain: Path, tmp_path: Path) -> None:
+    ref = tmp_path / "ref"
+    full = run_to_end(chain, ref)
+    with DataDir(ref, readonly=True) as d:
+        want = digest(d)
+    rng = random.Random(1234)
+    data = tmp_path / "killed"
+    kills = 0
+    # Kill points spread over the whole run: start-up, scanning/commits, linking, publishing.
+    for _ in range(KILL_POINTS):
+        if kill_after(chain, data, rng.uniform(0.5, full)):
+            kills += 1
+    assert kills >= max(1, KILL_POINTS // 2)
+    run_to_end(chain, data)
+    with DataDir(data, readonly=True) as d:
+        assert digest(d) == want
+    assert verify(data)["ok"]
