@@ -7,7 +7,7 @@ NATIVE_SRC := $(shell find workers/native/src -name '*.rs') workers/native/Cargo
 PY_SRC := pyproject.toml
 DEMO := demo
 
-.PHONY: setup demo test test-rust test-py bench lint fmt clean
+.PHONY: setup demo test test-rust test-py bench lint fmt clean soak
 
 setup: $(STAMP)
 
@@ -51,3 +51,6 @@ fmt: setup
 
 clean:
 	rm -rf $(VENV) workers/native/target build *.egg-info $(DEMO)
+
+soak: setup
+	RAY_AUTH_MODE=disabled RECHAIN_KILL_POINTS=200 $(BIN)/pytest -q tests/test_btc_kill.py

@@ -19,6 +19,7 @@ class Progress:
         self.last = 0.0
         self.done = 0
         self.records = 0
+        self.emitted = -1
 
     def update(self, bytes_done: int, records: int) -> None:
         self.done += bytes_done
@@ -28,6 +29,7 @@ class Progress:
             return
         self.last = now
         self._emit(now)
+        self.emitted = self.done
 
     def _emit(self, now: float) -> None:
         elapsed = max(now - self.t0, 1e-6)
@@ -53,7 +55,7 @@ class Progress:
             )
 
     def close(self) -> None:
-        if self.enabled:
+        if self.enabled and self.emitted != self.done:
             self._emit(time.monotonic())
             if self.tty:
                 sys.stderr.write("\n")

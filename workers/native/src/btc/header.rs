@@ -115,6 +115,50 @@ pub fn check_pow(hash: &[u8; 32], bits: u32, pow_limit: U256) -> Result<(), PowE
     Ok(())
 }
 
+/// `check_pow` for a stream of headers: the target of the last nBits seen is kept as big-endian
+/// bytes, so most headers cost one byte-wise comparison instead of 256-bit arithmetic.
+pub struct PowChecker {
+    pow_limit: U256,
+    bits: Option<u32>,
+    target_be: Result<[u8; 32], PowError>,
+}
+
+impl PowChecker {
+    pub fn new(pow_limit: U256) -> PowChecker {
+        PowChecker {
+            pow_limit,
+            bits: None,
+            target_be: Err(PowError::BadDiffBits),
+        }
+    }
+
+    pub fn check(&mut self, hash: &[u8; 32], bits: u32) -> Result<(), PowError> {
+        if self.bits != Some(bits) {
+            self.bits = Some(bits);
+            let c = decode_compact(bits);
+            let unusable = c.negative || c.overflow || c.target.is_zero();
+            self.target_be = if unusable || c.target > self.pow_limit {
+                Err(PowError::BadDiffBits)
+            } else {
+                Ok(c.target.to_big_endian())
+            };
+        }
+        let target = self.target_be?;
+        // The hash is a little-endian integer: compare from its last byte down.
+        for (i, t) in target.iter().enumerate() {
+            let h = hash[31 - i];
+            if h != *t {
+                return if h < *t {
+                    Ok(())
+                } else {
+                    Err(PowError::HighHash)
+                };
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Block proof: floor(2^256 / (target + 1)), 0 for unusable nBits (Core's `GetBlockProof`).
 pub fn block_work(bits: u32) -> U256 {
     let c = decode_compact(bits);
@@ -199,6 +243,18 @@ mod tests {
         assert_eq!(
             hash.to_vec(),
             h("000000000000000000000c835b2adcaedc20fdf6ee440009c249452c726dafae")
+        );
+        let mut checker = PowChecker::new(crate::btc::network::Network::Main.pow_limit());
+        assert!(checker.check(&sha256d(&b), hdr.bits).is_ok());
+        assert_eq!(
+            checker.check(&sha256d(&b), 0x207fffff),
+            Err(PowError::BadDiffBits)
+        );
+        let mut flipped = b;
+        flipped[79] ^= 1;
+        assert_eq!(
+            checker.check(&sha256d(&flipped), hdr.bits),
+            Err(PowError::HighHash)
         );
         // A flipped nonce bit breaks proof of work.
         let mut bad = b;

@@ -8,6 +8,27 @@ use super::header::block_work;
 use super::scan::RecordStatus;
 use primitive_types::U256;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Block hashes are already uniformly random: their first eight bytes are a fine hash, and far
+/// cheaper than SipHash on a million keys.
+#[derive(Default)]
+struct BlockHashHasher(u64);
+
+impl Hasher for BlockHashHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut word = [0u8; 8];
+        let n = bytes.len().min(8);
+        word[..n].copy_from_slice(&bytes[..n]);
+        self.0 ^= u64::from_le_bytes(word);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type HashIndex = HashMap<[u8; 32], u32, BuildHasherDefault<BlockHashHasher>>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -63,7 +84,7 @@ pub struct LinkOutput {
 
 pub fn link(input: &LinkInput) -> LinkOutput {
     let n = input.hashes.len();
-    let mut index: HashMap<[u8; 32], u32> = HashMap::with_capacity(n);
+    let mut index: HashIndex = HashIndex::with_capacity_and_hasher(n, Default::default());
     let mut out = LinkOutput::default();
     // Dedupe: the first intact copy wins; a hash with none keeps its first copy.
     for i in 0..n {

@@ -17,9 +17,8 @@
 
 use super::block::{parse_block, BodyMode};
 use super::encode::read_compact_size;
-use super::header::{check_pow, sha256d, HEADER_LEN};
+use super::header::{sha256d, PowChecker, HEADER_LEN};
 use super::network::Network;
-use primitive_types::U256;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -231,10 +230,7 @@ impl BlkReader {
         self.buf_pos = pos;
         if !self.key_is_zero {
             self.dec.resize(read_len, 0);
-            let phase = (pos % 8) as usize;
-            for (i, (d, r)) in self.dec.iter_mut().zip(self.raw.iter()).enumerate() {
-                *d = r ^ self.key[(phase + i) & 7];
-            }
+            xor_decode(&self.raw, &mut self.dec, self.key, pos);
         }
         Ok(())
     }
@@ -269,7 +265,7 @@ enum Candidate {
 
 pub struct Scanner<'a> {
     cfg: &'a ScanConfig,
-    pow_limit: U256,
+    pow: PowChecker,
     magic: [u8; 4],
     reader: BlkReader,
 }
@@ -278,7 +274,7 @@ impl<'a> Scanner<'a> {
     pub fn open(cfg: &'a ScanConfig, path: &Path) -> io::Result<Scanner<'a>> {
         Ok(Scanner {
             cfg,
-            pow_limit: cfg.network.pow_limit(),
+            pow: PowChecker::new(cfg.network.pow_limit()),
             magic: cfg.network.magic(),
             reader: BlkReader::open(path, cfg.xor_key)?,
         })
@@ -431,16 +427,16 @@ impl<'a> Scanner<'a> {
         }
         let data_pos = c + PREFIX_LEN;
         let header: [u8; HEADER_LEN] = self.reader.dec(data_pos, HEADER_LEN).try_into().unwrap();
-        let count_bytes: Vec<u8> = self
-            .reader
-            .dec(
-                data_pos + HEADER_LEN as u64,
-                9.min(size as usize - HEADER_LEN),
-            )
-            .to_vec();
+        let mut count_bytes = [0u8; 9];
+        let count_src = self.reader.dec(
+            data_pos + HEADER_LEN as u64,
+            9.min(size as usize - HEADER_LEN),
+        );
+        let count_len = count_src.len();
+        count_bytes[..count_len].copy_from_slice(count_src);
         let hash = sha256d(&header);
         let bits = u32::from_le_bytes(header[72..76].try_into().unwrap());
-        let pow = check_pow(&hash, bits, self.pow_limit);
+        let pow = self.pow.check(&hash, bits);
         let next = data_pos + size as u64;
         let confirmed = self.framing_confirmed(next)?;
         let mut record = Record {
@@ -504,7 +500,7 @@ impl<'a> Scanner<'a> {
                 Err(e) => return Ok(body_error(record, e.to_string(), after_header)),
             }
         }
-        match read_compact_size(&count_bytes) {
+        match read_compact_size(&count_bytes[..count_len]) {
             Ok((n, _)) => {
                 record.n_tx = Some(n);
                 record.consumed = Some(size);
@@ -516,6 +512,31 @@ impl<'a> Scanner<'a> {
             }
             Err(e) => Ok(body_error(record, e.to_string(), after_header)),
         }
+    }
+}
+
+/// De-obfuscates `raw` (which starts at absolute file offset `pos`) eight bytes at a time, with
+/// the key rotated to the chunk's phase (Core's approach since PR #31144).
+fn xor_decode(raw: &[u8], dec: &mut [u8], key: [u8; 8], pos: u64) {
+    let phase = (pos % 8) as usize;
+    let mut rotated = [0u8; 8];
+    for (i, b) in rotated.iter_mut().enumerate() {
+        *b = key[(phase + i) & 7];
+    }
+    let word = u64::from_ne_bytes(rotated);
+    let mut raw_chunks = raw.chunks_exact(8);
+    let mut dec_chunks = dec.chunks_exact_mut(8);
+    for (r, d) in (&mut raw_chunks).zip(&mut dec_chunks) {
+        let v = u64::from_ne_bytes(r.try_into().unwrap()) ^ word;
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+    for (i, (r, d)) in raw_chunks
+        .remainder()
+        .iter()
+        .zip(dec_chunks.into_remainder())
+        .enumerate()
+    {
+        *d = r ^ rotated[i];
     }
 }
 

@@ -1,7 +1,7 @@
 //! Dataset `headers`: one row per distinct block hash after linking, plus the RocksDB block-index
 //! entries made from the same rows (so Parquet and RocksDB can never disagree).
 
-use super::hex::display_hex_into;
+use super::hex::{display_hex_into, forward_hex_into};
 use crate::btc::link::{link, EntryState, LinkInput, LinkOutput};
 use crate::btc::scan::RecordStatus;
 use crate::store::{best_chain_key, IndexValue};
@@ -171,9 +171,7 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
         let work = out.chainwork[e].to_big_endian();
         if linked {
             s.clear();
-            for b in work.iter() {
-                s.push_str(&format!("{b:02x}"));
-            }
+            forward_hex_into(&work, &mut s);
             c_work.append_value(&s);
         } else {
             c_work.append_null();

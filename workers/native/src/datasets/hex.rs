@@ -11,6 +11,16 @@ pub fn display_hex_into(hash: &[u8], out: &mut String) {
     out.push_str(std::str::from_utf8(&buf[..hash.len() * 2]).unwrap());
 }
 
+/// Hex in byte order (for big-endian numbers such as chainwork).
+pub fn forward_hex_into(bytes: &[u8], out: &mut String) {
+    let mut buf = [0u8; 64];
+    for (i, b) in bytes.iter().take(32).enumerate() {
+        buf[2 * i] = DIGITS[(b >> 4) as usize];
+        buf[2 * i + 1] = DIGITS[(b & 15) as usize];
+    }
+    out.push_str(std::str::from_utf8(&buf[..bytes.len().min(32) * 2]).unwrap());
+}
+
 pub fn display_hex(hash: &[u8]) -> String {
     let mut s = String::with_capacity(64);
     display_hex_into(hash, &mut s);

@@ -1,0 +1,148 @@
+"""Bitcoin header reindex benchmark, side by side with this machine's own limits in one run.
+
+Reports: end-to-end headers/s (Ray start-up excluded, and reported on its own line), scanner
+headers/s per core against the double-SHA-256 limit per core measured now, bytes read as a
+fraction of file bytes (on a chain of ~8 KiB blocks), the committer's apply rate against the
+scanners' combined rate, and peak RSS of the rechain process and of the whole Ray tree.
+
+    .venv/bin/python benchmarks/btc_headers.py [--blocks 1000000] [--sparse-blocks 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, run_measured, write_result  # noqa: E402
+from rechain.workers import _native  # noqa: E402
+
+BIN = Path(sys.executable).parent / "rechain"
+
+
+def reindex(blocks: Path, data: Path, workers: int) -> tuple[dict, float, float, float]:
+    cmd = [
+        str(BIN),
+        "btc",
+        "reindex",
+        "--blocks",
+        str(blocks),
+        "--data",
+        str(data),
+        "--network",
+        "regtest",
+        "--no-progress",
+        "--json",
+        "--workers",
+        str(workers),
+    ]
+    done, rss, elapsed = run_measured(cmd)
+    return json.loads(done.stdout), elapsed, rss.peak_root / 2**20, rss.peak_tree / 2**20
+
+
+def scanner_rate(blocks: Path) -> tuple[float, int]:
+    """Single-thread scanner over every file (page cache warm), Arrow batches included."""
+    key = (blocks / "xor.dat").read_bytes()
+    files = sorted(blocks.glob("blk*.dat"))
+    n = 0
+    t0 = time.perf_counter()
+    for i, f in enumerate(files):
+        records, _, _ = _native.scan_blk(str(f), i, 0, f.stat().st_size, "regtest", key, False)
+        n += records.num_rows
+    return n / (time.perf_counter() - t0), n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--blocks", type=int, default=1_000_000)
+    ap.add_argument("--sparse-blocks", type=int, default=100_000)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rechain-bench-"))
+    try:
+        gen_t = time.perf_counter()
+        _native.generate_bitcoin(
+            str(work / "dense"), args.blocks, "regtest", 42, 134_217_728, True, 1024, 20, 10, 1, 1
+        )
+        gen_s = time.perf_counter() - gen_t
+        hash_rate = 2_000_000 / _native.hash_headers_seconds(2_000_000)
+        scan_rate, scanned = scanner_rate(work / "dense" / "blocks")
+        result, elapsed, rss_root, rss_tree = reindex(
+            work / "dense" / "blocks", work / "dense-data", args.workers
+        )
+        run = result["run"]
+        records = run["records_scanned"]
+        e2e = records / (run["total_s"] - run["ray_start_s"])
+        apply_s = run["commit_s"] + sum(
+            run.get(k, 0.0) for k in ("load_s", "link_s", "index_s", "parquet_s")
+        )
+        apply_rate = records / apply_s
+        combined_scan = records / max(run["worker_decode_s"] / args.workers, 1e-9)
+
+        # ~8 KiB blocks: a header index should read a small fraction of the bytes.
+        _native.generate_bitcoin(
+            str(work / "sparse"),
+            args.sparse_blocks,
+            "regtest",
+            43,
+            134_217_728,
+            True,
+            1024,
+            0,
+            0,
+            25,
+            45,
+        )
+        sparse, _, _, _ = reindex(work / "sparse" / "blocks", work / "sparse-data", args.workers)
+        srun = sparse["run"]
+
+        out = {
+            "benchmark": "btc_headers",
+            "machine": machine(),
+            "input": {
+                "headers": records,
+                "file_bytes": run["file_bytes"],
+                "generate_s": round(gen_s, 3),
+            },
+            "end_to_end_headers_per_s": round(e2e),
+            "ray_start_s": round(run["ray_start_s"], 3),
+            "wall_s_including_ray": round(elapsed, 3),
+            "scanner_headers_per_s_per_core": round(scan_rate),
+            "sha256d_limit_headers_per_s_per_core": round(hash_rate),
+            "scanner_vs_hash_limit": round(scan_rate / hash_rate, 3),
+            "committer_apply_headers_per_s": round(apply_rate),
+            "scanners_combined_headers_per_s": round(combined_scan),
+            "apply_vs_combined_scan": round(apply_rate / combined_scan, 3),
+            "stage_seconds": {k: round(v, 3) for k, v in run.items() if k.endswith("_s")},
+            "sparse_chain": {
+                "blocks": srun["records_scanned"],
+                "avg_block_bytes": round(srun["file_bytes"] / max(srun["records_scanned"], 1)),
+                "bytes_read": srun["bytes_read"],
+                "file_bytes": srun["file_bytes"],
+                "read_fraction": round(srun["bytes_read"] / srun["file_bytes"], 4),
+            },
+            "peak_rss_mib": {"rechain_process": round(rss_root), "ray_tree": round(rss_tree)},
+            "targets": {
+                "scanner_vs_hash_limit >= 0.5": scan_rate / hash_rate >= 0.5,
+                "end_to_end >= 500000/s": e2e >= 500_000,
+                "read_fraction < 0.05": srun["bytes_read"] / srun["file_bytes"] < 0.05,
+                "apply >= 3x combined scan": apply_rate >= 3 * combined_scan,
+                "peak rss (rechain process) < 1 GiB": rss_root < 1024,
+            },
+        }
+        path = write_result("btc_headers", out)
+        print(json.dumps(out, indent=1))
+        print(f"wrote {path}")
+        print(f"ray start-up: {run['ray_start_s']:.2f}s (excluded from end-to-end)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Shared benchmark helpers: machine description, peak RSS of a process tree, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+class TreeRss:
+    """Samples the summed RSS of a process and all its descendants; keeps the peaks."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.peak_tree = 0
+        self.peak_root = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+                total = 0
+                for p in procs:
+                    try:
+                        rss = p.memory_info().rss
+                    except psutil.Error:
+                        continue
+                    total += rss
+                    if p.pid == self.root.pid:
+                        self.peak_root = max(self.peak_root, rss)
+                self.peak_tree = max(self.peak_tree, total)
+            except psutil.Error:
+                pass
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> TreeRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_measured(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], TreeRss, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with TreeRss(proc.pid) as rss:
+        out, err = proc.communicate()
+    elapsed = time.perf_counter() - t0
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{err}")
+    return done, rss, elapsed
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
