@@ -340,9 +340,8 @@ class BtcCommitter:
         t = time.perf_counter()
         for cf in layout.DERIVED_COLUMN_FAMILIES:
             self.data.reset_column_family(cf)
-        self.data.put_arrays(layout.CF_BTC_INDEX, ikeys, ivals)
-        self.data.put_arrays(layout.CF_BTC_BEST, bkeys, bvals)
-        self.data.db.flush()
+        self.data.ingest_sorted(layout.CF_BTC_INDEX, ikeys, ivals)
+        self.data.ingest_sorted(layout.CF_BTC_BEST, bkeys, bvals)
         timings["index_s"] = time.perf_counter() - t
         t = time.perf_counter()
         generation = int(self.data.meta_get(layout.META_BTC_GENERATION) or 0) + 1

@@ -21,7 +21,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rechain.pipeline.errors import DataFolderBusy, RechainError
 from rechain.schemas import rocksdb as layout
-from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    SstFileWriter,
+    WriteBatch,
+    WriteOptions,
+)
 
 
 class DataDir:
@@ -132,18 +140,23 @@ class DataDir:
         opts.sync = sync
         self.db.write(wb, opts)
 
-    def put_arrays(self, cf: str, keys: pa.Array, values: pa.Array, chunk: int = 200_000) -> None:
-        """Bulk load pre-encoded binary key/value columns (built by the Rust core)."""
-        handle = self.db.get_column_family_handle(cf)
-        opts = WriteOptions()
-        opts.disable_wal = True  # type: ignore[method-assign,assignment]  # a property at run time
-        for lo in range(0, len(keys), chunk):
-            wb = WriteBatch(raw_mode=True)
-            ks = keys.slice(lo, chunk).to_pylist()
-            vs = values.slice(lo, chunk).to_pylist()
-            for k, v in zip(ks, vs, strict=True):
-                wb.put(k, v, handle)
-            self.db.write(wb, opts)
+    def ingest_sorted(self, cf: str, keys: pa.Array, values: pa.Array) -> None:
+        """Bulk load of key-sorted binary columns (built by the Rust core): one SST file, then
+        moved into the column family by RocksDB's atomic ingestion."""
+        if len(keys) == 0:
+            return
+        tmp = self.path / "tmp"
+        tmp.mkdir(exist_ok=True)
+        sst = tmp / f"{cf}.sst"
+        sst.unlink(missing_ok=True)
+        writer = SstFileWriter(Options(raw_mode=True))
+        writer.open(str(sst))
+        for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
+            writer[k] = v
+        writer.finish()
+        ingest = IngestExternalFileOptions()
+        ingest.set_move_files(True)
+        self._cfs[cf].ingest_external_file([str(sst)], ingest)
 
     def reset_column_family(self, name: str) -> None:
         """Drops and recreates a derived column family (rebuilt whole by its stage)."""

@@ -28,7 +28,7 @@ fn main() {
     let shard = scanner.scan(0, u64::MAX).unwrap();
     let scan_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let batch = rechain_native::datasets::btc_records::build(0, &shard.records);
+    let batch = rechain_native::datasets::btc_records::build(0, shard.records);
     let build_s = t.elapsed().as_secs_f64();
     let n = batch.num_rows() as f64;
     println!(

@@ -74,7 +74,7 @@ fn scan_blk<'py>(
         scanner.scan(start, bound)
     });
     let shard = result.map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
-    let records = PyRecordBatch::new(datasets::btc_records::build(file_no, &shard.records))
+    let records = PyRecordBatch::new(datasets::btc_records::build(file_no, shard.records))
         .into_pyarrow(py)?;
     let events =
         PyRecordBatch::new(datasets::btc_events::build(file_no, &shard.events)).into_pyarrow(py)?;
@@ -95,7 +95,7 @@ fn scan_blk<'py>(
 #[pyfunction]
 fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny>> {
     let batch = match dataset {
-        "btc_records" => datasets::btc_records::build(0, &[]),
+        "btc_records" => datasets::btc_records::build(0, Default::default()),
         "btc_events" => datasets::btc_events::build(0, &[]),
         "headers" => arrow_array::RecordBatch::new_empty(datasets::btc_headers::schema()),
         other => return Err(PyValueError::new_err(format!("unknown dataset {other}"))),

@@ -70,6 +70,56 @@ pub struct Record {
     pub body_checked: bool,
 }
 
+/// Accepted records, column by column, so they become Arrow arrays without a second pass.
+#[derive(Clone, Debug, Default)]
+pub struct RecordColumns {
+    pub magic_offset: Vec<u64>,
+    pub declared_size: Vec<u32>,
+    pub consumed: Vec<Option<u32>>,
+    pub status: Vec<RecordStatus>,
+    pub reason: Vec<Option<String>>,
+    pub hash: Vec<[u8; 32]>,
+    pub header: Vec<[u8; HEADER_LEN]>,
+    pub n_tx: Vec<Option<u64>>,
+    pub body_checked: Vec<bool>,
+}
+
+impl RecordColumns {
+    pub fn push(&mut self, r: Record) {
+        self.magic_offset.push(r.magic_offset);
+        self.declared_size.push(r.declared_size);
+        self.consumed.push(r.consumed);
+        self.status.push(r.status);
+        self.reason.push(r.reason);
+        self.hash.push(r.hash);
+        self.header.push(r.header);
+        self.n_tx.push(r.n_tx);
+        self.body_checked.push(r.body_checked);
+    }
+
+    pub fn len(&self) -> usize {
+        self.hash.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hash.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Record {
+        Record {
+            magic_offset: self.magic_offset[i],
+            declared_size: self.declared_size[i],
+            consumed: self.consumed[i],
+            status: self.status[i],
+            reason: self.reason[i].clone(),
+            hash: self.hash[i],
+            header: self.header[i],
+            n_tx: self.n_tx[i],
+            body_checked: self.body_checked[i],
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     Garbage,
@@ -156,7 +206,7 @@ pub struct ShardScan {
     pub start: u64,
     pub bound: u64,
     pub file_len: u64,
-    pub records: Vec<Record>,
+    pub records: RecordColumns,
     /// Events closed inside this shard, in offset order (the leading gap excluded).
     pub events: Vec<Event>,
     /// The gap from `start` to the first candidate, if one was found after `start`:
@@ -293,7 +343,7 @@ impl<'a> Scanner<'a> {
             start,
             bound,
             file_len: len,
-            records: Vec::new(),
+            records: RecordColumns::default(),
             events: Vec::new(),
             leading_gap: None,
             empty: true,

@@ -202,17 +202,29 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
         c_copy_status.append_value(statuses[r].name());
         c_checked.append_value(checked.value(r));
 
+        if best {
+            k_best.append_value(best_chain_key(out.height[e].unwrap()));
+            v_best.append_value(hashes[r]);
+        }
+    }
+    // The block index in key order, so it can be written as one sorted SST file and ingested.
+    let mut by_hash: Vec<u32> = (0..m as u32).collect();
+    by_hash.sort_unstable_by_key(|&e| hashes[out.record[e as usize] as usize]);
+    for &e in &by_hash {
+        let e = e as usize;
+        let r = out.record[e] as usize;
+        let ntx = n_tx.is_valid(r).then(|| n_tx.value(r));
         value.clear();
         IndexValue {
-            state: state as u8,
+            state: out.state[e] as u8,
             height: out.height[e],
             file: file.value(r),
             magic_offset: magic_offset.value(r),
             declared_size: declared.value(r),
             n_tx: ntx.map(|n| n.min(u32::MAX as u64 - 1) as u32),
             copies: out.copies[e],
-            in_best_chain: best,
-            chainwork: work,
+            in_best_chain: out.state[e] == EntryState::Active,
+            chainwork: out.chainwork[e].to_big_endian(),
             header: header_bytes(
                 version.value(r),
                 &prevs[r],
@@ -225,10 +237,6 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
         .encode_into(&mut value);
         k_index.append_value(hashes[r]);
         v_index.append_value(&value);
-        if best {
-            k_best.append_value(best_chain_key(out.height[e].unwrap()));
-            v_best.append_value(hashes[r]);
-        }
     }
     let cols: Vec<ArrayRef> = vec![
         Arc::new(c_hash.finish()),

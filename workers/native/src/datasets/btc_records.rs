@@ -1,12 +1,12 @@
 //! Dataset `btc_records`: one row per record candidate the scanner accepted (every copy, in file
 //! and offset order). Shards return it to the committer, which keeps it as the scan log.
 
-use crate::btc::scan::Record;
-use arrow_array::builder::{
-    BooleanBuilder, FixedSizeBinaryBuilder, Int32Builder, StringBuilder, UInt32Builder,
-    UInt64Builder,
+use crate::btc::scan::RecordColumns;
+use arrow_array::{
+    ArrayRef, BooleanArray, FixedSizeBinaryArray, Int32Array, RecordBatch, StringArray,
+    UInt32Array, UInt64Array,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_buffer::Buffer;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
@@ -31,61 +31,47 @@ pub fn schema() -> SchemaRef {
     ]))
 }
 
-pub fn build(file_no: u32, records: &[Record]) -> RecordBatch {
+/// Turns scanned columns into a batch; the big columns move into Arrow buffers without copies.
+pub fn build(file_no: u32, records: RecordColumns) -> RecordBatch {
     let n = records.len();
-    let mut file = UInt32Builder::with_capacity(n);
-    let mut magic_offset = UInt64Builder::with_capacity(n);
-    let mut data_pos = UInt64Builder::with_capacity(n);
-    let mut declared = UInt32Builder::with_capacity(n);
-    let mut consumed = UInt32Builder::with_capacity(n);
-    let mut status = StringBuilder::with_capacity(n, n * 2);
-    let mut reason = StringBuilder::new();
-    let mut hash = FixedSizeBinaryBuilder::with_capacity(n, 32);
-    let mut prev = FixedSizeBinaryBuilder::with_capacity(n, 32);
-    let mut merkle = FixedSizeBinaryBuilder::with_capacity(n, 32);
-    let mut version = Int32Builder::with_capacity(n);
-    let mut time = UInt32Builder::with_capacity(n);
-    let mut bits = UInt32Builder::with_capacity(n);
-    let mut nonce = UInt32Builder::with_capacity(n);
-    let mut n_tx = UInt64Builder::with_capacity(n);
-    let mut checked = BooleanBuilder::with_capacity(n);
-    for r in records {
-        let h = &r.header;
+    let mut prev = Vec::with_capacity(n * 32);
+    let mut merkle = Vec::with_capacity(n * 32);
+    let mut version = Vec::with_capacity(n);
+    let mut time = Vec::with_capacity(n);
+    let mut bits = Vec::with_capacity(n);
+    let mut nonce = Vec::with_capacity(n);
+    for h in &records.header {
         let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
-        file.append_value(file_no);
-        magic_offset.append_value(r.magic_offset);
-        data_pos.append_value(r.magic_offset + 8);
-        declared.append_value(r.declared_size);
-        consumed.append_option(r.consumed);
-        status.append_value(r.status.name());
-        reason.append_option(r.reason.as_deref());
-        hash.append_value(r.hash).unwrap();
-        prev.append_value(&h[4..36]).unwrap();
-        merkle.append_value(&h[36..68]).unwrap();
-        version.append_value(u32_at(0) as i32);
-        time.append_value(u32_at(68));
-        bits.append_value(u32_at(72));
-        nonce.append_value(u32_at(76));
-        n_tx.append_option(r.n_tx);
-        checked.append_value(r.body_checked);
+        prev.extend_from_slice(&h[4..36]);
+        merkle.extend_from_slice(&h[36..68]);
+        version.push(u32_at(0) as i32);
+        time.push(u32_at(68));
+        bits.push(u32_at(72));
+        nonce.push(u32_at(76));
     }
+    let data_pos: Vec<u64> = records.magic_offset.iter().map(|o| o + 8).collect();
+    let fixed = |bytes: Vec<u8>| -> ArrayRef {
+        Arc::new(FixedSizeBinaryArray::try_new(32, Buffer::from_vec(bytes), None).unwrap())
+    };
     let cols: Vec<ArrayRef> = vec![
-        Arc::new(file.finish()),
-        Arc::new(magic_offset.finish()),
-        Arc::new(data_pos.finish()),
-        Arc::new(declared.finish()),
-        Arc::new(consumed.finish()),
-        Arc::new(status.finish()),
-        Arc::new(reason.finish()),
-        Arc::new(hash.finish()),
-        Arc::new(prev.finish()),
-        Arc::new(merkle.finish()),
-        Arc::new(version.finish()),
-        Arc::new(time.finish()),
-        Arc::new(bits.finish()),
-        Arc::new(nonce.finish()),
-        Arc::new(n_tx.finish()),
-        Arc::new(checked.finish()),
+        Arc::new(UInt32Array::from(vec![file_no; n])),
+        Arc::new(UInt64Array::from(records.magic_offset)),
+        Arc::new(UInt64Array::from(data_pos)),
+        Arc::new(UInt32Array::from(records.declared_size)),
+        Arc::new(UInt32Array::from(records.consumed)),
+        Arc::new(StringArray::from_iter_values(
+            records.status.iter().map(|s| s.name()),
+        )),
+        Arc::new(StringArray::from(records.reason)),
+        fixed(records.hash.into_flattened()),
+        fixed(prev),
+        fixed(merkle),
+        Arc::new(Int32Array::from(version)),
+        Arc::new(UInt32Array::from(time)),
+        Arc::new(UInt32Array::from(bits)),
+        Arc::new(UInt32Array::from(nonce)),
+        Arc::new(UInt64Array::from(records.n_tx)),
+        Arc::new(BooleanArray::from(records.body_checked)),
     ];
     RecordBatch::try_new(schema(), cols).expect("btc_records columns match the schema")
 }
