@@ -29,10 +29,13 @@ log = logging.getLogger(__name__)
 STAGE = "btc_headers"
 
 
-def ipc_bytes(batch: pa.RecordBatch) -> bytes:
+def ipc_bytes(data: pa.Table | pa.RecordBatch) -> bytes:
+    """A versioned Arrow IPC stream of one batch (chunking never changes the bytes)."""
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.combine_chunks().to_batches():
+            writer.write_batch(batch)
     return bytes([layout.SCAN_SEGMENT_VERSION]) + sink.getvalue().to_pybytes()
 
 
@@ -264,22 +267,10 @@ class BtcCommitter:
         }
         if changed:
             puts[layout.CF_META] = [(layout.META_BTC_DIRTY, True)]
-        seg_start = int(info["start"])
-        scan_puts = []
-        if result.records.num_rows:
-            scan_puts.append(
-                (
-                    layout.segment_key(state.file.file_no, seg_start, layout.SEGMENT_RECORDS),
-                    ipc_bytes(result.records),
-                )
-            )
-        if events.num_rows:
-            scan_puts.append(
-                (
-                    layout.segment_key(state.file.file_no, seg_start, layout.SEGMENT_EVENTS),
-                    ipc_bytes(events),
-                )
-            )
+        scan_puts = self._cell_segments(
+            file_no, result.records, "magic_offset", layout.SEGMENT_RECORDS
+        )
+        scan_puts += self._cell_segments(file_no, events, "offset", layout.SEGMENT_EVENTS)
         if scan_puts:
             puts[layout.CF_BTC_SCAN] = scan_puts
         self.data.write(puts)
@@ -297,24 +288,25 @@ class BtcCommitter:
                 if kind not in ds.NORMAL_EVENT_KINDS:
                     metrics.SKIPS.labels(STAGE, kind).inc(count)
 
-    # -- after scanning --
-    def compact_scan_log(self) -> None:
-        """Merges each file's segments into one per kind, so the log is the same however the
-        scan was split or interrupted."""
-        by_file: dict[tuple[int, bytes], list[tuple[bytes, bytes]]] = {}
-        for key, value in self.data.items(layout.CF_BTC_SCAN):
-            file_no, _, kind = layout.parse_segment_key(key)
-            by_file.setdefault((file_no, kind), []).append((key, value))
-        for (file_no, kind), segs in by_file.items():
-            canonical = layout.segment_key(file_no, 0, kind)
-            if len(segs) == 1 and segs[0][0] == canonical:
-                continue
-            table = pa.concat_tables([read_ipc(v) for _, v in segs]).combine_chunks()
-            batch = table.to_batches()[0] if table.num_rows else None
-            deletes = [k for k, _ in segs if k != canonical]
-            puts = [(canonical, ipc_bytes(batch))] if batch is not None else []
-            self.data.write({layout.CF_BTC_SCAN: puts}, {layout.CF_BTC_SCAN: deletes})
+    def _cell_segments(
+        self, file_no: int, batch: pa.RecordBatch, offset_column: str, kind: bytes
+    ) -> list[tuple[bytes, bytes]]:
+        """Scan-log puts for a batch: rows go to the segment of the cell holding their offset,
+        after any rows that cell already has (committed in order, so offsets stay sorted)."""
+        if not batch.num_rows:
+            return []
+        cells = pc.divide(batch.column(offset_column), layout.SCAN_CELL_BYTES)
+        puts = []
+        for cell in pc.unique(cells).to_pylist():
+            part = pa.Table.from_batches([batch.filter(pc.equal(cells, cell))])
+            key = layout.segment_key(file_no, cell * layout.SCAN_CELL_BYTES, kind)
+            existing = self.data.get(layout.CF_BTC_SCAN, key)
+            if existing is not None:
+                part = pa.concat_tables([read_ipc(existing), part])
+            puts.append((key, ipc_bytes(part)))
+        return puts
 
+    # -- after scanning --
     def scan_log(self, kind: bytes, dataset: str) -> pa.Table:
         tables = [
             read_ipc(v)
@@ -349,7 +341,9 @@ class BtcCommitter:
             ds.HEADERS, generation, pa.Table.from_batches([headers]), ds.ROW_GROUP_ROWS
         )
         timings["parquet_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         summary = self._summary(headers, dict(linked), batch)
+        timings["summary_s"] = time.perf_counter() - t
         self.data.write(
             {
                 layout.CF_META: [

@@ -125,11 +125,12 @@ def cut_shards(
     check_bodies: bool,
     seq0: int,
 ) -> list[WorkUnit]:
+    """Shards on a fixed grid of ``shard_bytes`` (the first one may start mid-cell on resume)."""
     units = []
     pos = start
     seq = seq0
     while pos < f.size:
-        bound = min(f.size, pos + shard_bytes)
+        bound = min(f.size, (pos // shard_bytes + 1) * shard_bytes)
         units.append(WorkUnit(seq, str(f.path), f.file_no, pos, bound, network, key, check_bodies))
         seq += 1
         pos = bound

@@ -95,7 +95,6 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         dirty = bool(data.meta_get(layout.META_BTC_DIRTY))
         summary = data.meta_get(layout.META_BTC_SUMMARY)
         if dirty or summary is None:
-            committer.compact_scan_log()
             summary = committer.link_and_publish()
             for step, secs in committer.stats.link.items():
                 metrics.LINK_SECONDS.labels(STAGE, step).set(secs)

@@ -14,7 +14,8 @@ from rechain.workers import _native
 CF_META = "meta"
 #: Per blk file: scan progress and fingerprint (JSON, versioned).
 CF_BTC_FILES = "btc_files"
-#: Scan log: Arrow IPC segments keyed by (file, start, kind).
+#: Scan log: Arrow IPC segments keyed by (file, cell start, kind), one per SCAN_CELL_BYTES
+#: of a file, so its content is the same however a run was sharded or interrupted.
 CF_BTC_SCAN = "btc_scan"
 #: Block index: hash (internal order) -> index value v1.
 CF_BTC_INDEX = "btc_index"
@@ -38,6 +39,7 @@ LAYOUT_VERSION = 1
 FILE_ENTRY_VERSION = 1
 SCAN_SEGMENT_VERSION = 1
 
+SCAN_CELL_BYTES = 16 << 20
 SEGMENT_RECORDS = b"r"
 SEGMENT_EVENTS = b"e"
 
