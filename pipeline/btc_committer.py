@@ -338,7 +338,11 @@ class BtcCommitter:
         t = time.perf_counter()
         generation = int(self.data.meta_get(layout.META_BTC_GENERATION) or 0) + 1
         self.data.stage_parquet(
-            ds.HEADERS, generation, pa.Table.from_batches([headers]), ds.ROW_GROUP_ROWS
+            ds.HEADERS,
+            generation,
+            pa.Table.from_batches([headers]),
+            ds.ROW_GROUP_ROWS,
+            ds.HEADERS_DICTIONARY_COLUMNS,
         )
         timings["parquet_s"] = time.perf_counter() - t
         t = time.perf_counter()

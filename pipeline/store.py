@@ -167,7 +167,14 @@ class DataDir:
     def parquet_dir(self, table: str) -> Path:
         return self.path / "parquet" / table
 
-    def stage_parquet(self, table: str, generation: int, data: pa.Table, row_group: int) -> Path:
+    def stage_parquet(
+        self,
+        table: str,
+        generation: int,
+        data: pa.Table,
+        row_group: int,
+        dictionary_columns: list[str] | None = None,
+    ) -> Path:
         """Writes a generation's parts into a temp folder, fsyncs them and renames the folder."""
         base = self.parquet_dir(table)
         final = base / f"{generation:06d}"

@@ -17,6 +17,9 @@ PARQUET_TABLES = (HEADERS,)
 #: Rows per Parquet row group: small enough for height-range pruning by statistics.
 ROW_GROUP_ROWS = 131_072
 
+#: Low-cardinality columns of ``headers`` worth dictionary-encoding in Parquet.
+HEADERS_DICTIONARY_COLUMNS = ["status", "invalid_reason", "copy_status", "version", "bits"]
+
 #: Events that are part of a healthy node's files rather than damage.
 NORMAL_EVENT_KINDS = frozenset({"zero_tail"})
 
