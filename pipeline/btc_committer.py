@@ -209,6 +209,19 @@ class BtcCommitter:
             return 0
         return int(entry["committed_pos"])
 
+    def forget_missing_files(self, present: set[int]) -> None:
+        """Drops what earlier runs committed from blk files that are gone now (pruned, moved)."""
+        for key, value in list(self.data.items(layout.CF_BTC_FILES)):
+            file_no = int.from_bytes(key, "big")
+            if file_no not in present:
+                import json
+
+                log.warning(
+                    "%s is gone since the last run: its blocks leave the index",
+                    json.loads(value)["name"],
+                )
+                self.forget_file(file_no)
+
     def forget_file(self, file_no: int) -> None:
         prefix = layout.file_key(file_no)
         keys = [k for k, _ in self.data.items(layout.CF_BTC_SCAN, prefix)]

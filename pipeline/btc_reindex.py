@@ -69,6 +69,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
             )
         data.write({layout.CF_META: [(layout.META_BTC_NETWORK, opts.network)]})
         committer = BtcCommitter(data, opts.network, root_hash=opts.root_hash)
+        committer.forget_missing_files({f.file_no for f in files})
         units: list[WorkUnit] = []
         for f in files:
             try:
@@ -121,6 +122,15 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
             "workers": workers,
         }
         data.write({layout.CF_META: [(layout.META_BTC_RUN, report)]})
+        data.write_report(
+            "btc_reindex",
+            {
+                **report,
+                "tip_hash": summary["tip_hash"],
+                "tip_height": summary["tip_height"],
+                "skipped": len(committer.skipped()),
+            },
+        )
         return {**summary, "run": report}
 
 

@@ -200,6 +200,19 @@ class DataDir:
             if keep is None or child.name != f"{keep:06d}":
                 shutil.rmtree(child, ignore_errors=True)
 
+    def write_report(self, name: str, report: dict[str, Any]) -> Path:
+        """The last run's report as ``DATADIR/reports/<name>.json`` (temp file, fsync, rename)."""
+        folder = self.path / "reports"
+        folder.mkdir(exist_ok=True)
+        final = folder / f"{name}.json"
+        tmp = folder / f".{name}.json.tmp"
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, final)
+        return final
+
     def close(self) -> None:
         try:
             self.db.close()

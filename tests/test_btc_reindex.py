@@ -301,3 +301,26 @@ def test_non_regtest_generated_chain_is_invalid_beyond_genesis(tmp_path: Path) -
     assert st["tip_height"] == 0 and st["tip_hash"] == facts["tip_hash"]
     assert len(st["invalid"]) == facts["invalid_count"] == 19
     assert {i["reason"] for i in st["invalid"]} <= {"bad-diffbits", "bad-prevblk"}
+
+
+def test_a_replaced_file_is_noticed_and_rescanned(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    gen_chain(a, "--blocks", "400", "--seed", "5", "--file-size", "32K")
+    gen_chain(b, "--blocks", "300", "--seed", "6", "--file-size", "32K")
+    blocks = tmp_path / "blocks"
+    shutil.copytree(a / "blocks", blocks)
+    data = tmp_path / "d"
+    reindex(blocks, data)
+    # Another, shorter chain's files (and key) now sit under the same names and one file is
+    # gone: nothing of the old index may survive; the result equals a fresh reindex.
+    shutil.rmtree(blocks)
+    shutil.copytree(b / "blocks", blocks)
+    again = reindex(blocks, data)
+    fresh = reindex(b / "blocks", tmp_path / "fresh")
+    for key in ("tip_hash", "tip_height", "blocks_indexed", "records", "orphans"):
+        assert again[key] == fresh[key]
+    with DataDir(data, readonly=True) as x, DataDir(tmp_path / "fresh", readonly=True) as y:
+        from rechain.pipeline.verify import digest
+
+        dx, dy = digest(x), digest(y)
+    assert dx["btc_index"] == dy["btc_index"] and dx["parquet/headers"] == dy["parquet/headers"]

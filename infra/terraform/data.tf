@@ -1,7 +1,3 @@
-data "aws_availability_zones" "available" {
-  state = "available"
-}
-
 data "aws_ec2_instance_type" "head" {
   instance_type = var.head_instance_type
 }

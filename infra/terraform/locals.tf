@@ -8,7 +8,7 @@ locals {
     var.tags,
   )
 
-  availability_zone = coalesce(var.availability_zone, data.aws_availability_zones.available.names[0])
+  availability_zone = coalesce(var.availability_zone, "${var.region}a")
   subnet_cidr       = cidrsubnet(var.vpc_cidr, 8, 1)
 
   # Every Ray port is fixed so that the security group can name them (ray start would otherwise

@@ -10,7 +10,7 @@ variable "region" {
 }
 
 variable "availability_zone" {
-  description = "Availability zone for every node and the input volume (they must share one); null picks the region's first."
+  description = "Availability zone for every node and the input volume (they must share one); null means the region's \"a\" zone. Pick one that offers both instance types."
   type        = string
   default     = null
 }
