@@ -1,0 +1,259 @@
+//! Hashing of Flow's MTrie (spec §4.1; flow-go `ledger/common/hash/hash.go`, `ledger/trie.go`).
+//!
+//! ```text
+//! HashLeaf(path, value) = SHA3-256(path[32] || value)
+//! HashInterNode(a, b)   = SHA3-256(a[32] || b[32])
+//! D[0]   = SHA3-256("default:")        D[h] = HashInterNode(D[h-1], D[h-1])   (h = 1..=256)
+//! empty trie root = D[256]
+//! ComputeCompactValue(path, value, h): D[h] if value is empty, else HashLeaf(path, value)
+//!   hashed up h levels, the sibling at level k-1 being D[k-1], on the side given by
+//!   bit(path, 256 - k) (1 = the leaf is the right child).
+//! ```
+//!
+//! SHA3-256 is FIPS 202 (domain byte 0x06, rate 136) over the Keccak-f[1600] permutation from
+//! the `keccak` crate; the 64-byte interior hash, the hot path, is one permutation.
+
+use std::sync::OnceLock;
+
+/// Rate of SHA3-256 in bytes.
+const RATE: usize = 136;
+
+/// A 32-byte SHA3-256 digest: node hash, root hash (state commitment).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Hash(pub [u8; 32]);
+
+impl Hash {
+    pub fn to_hex(&self) -> String {
+        super::to_hex(&self.0)
+    }
+
+    pub fn from_hex(s: &str) -> Option<Hash> {
+        let v = super::from_hex(s)?;
+        Some(Hash(v.try_into().ok()?))
+    }
+}
+
+impl std::fmt::Debug for Hash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hash({})", self.to_hex())
+    }
+}
+
+/// A 32-byte register path. Bit `i` (0..256) is bit `7 - i % 8` of byte `i / 8` (MSB first);
+/// bit 0 chooses the root's child, 0 = left.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Path(pub [u8; 32]);
+
+impl Path {
+    #[inline]
+    pub fn bit(&self, i: usize) -> u8 {
+        (self.0[i >> 3] >> (7 - (i & 7))) & 1
+    }
+
+    pub fn to_hex(&self) -> String {
+        super::to_hex(&self.0)
+    }
+
+    pub fn from_hex(s: &str) -> Option<Path> {
+        let v = super::from_hex(s)?;
+        Some(Path(v.try_into().ok()?))
+    }
+}
+
+impl std::fmt::Debug for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Path({})", self.to_hex())
+    }
+}
+
+#[inline]
+fn absorb_block(state: &mut [u64; 25], block: &[u8]) {
+    for (lane, chunk) in state.iter_mut().zip(block.chunks_exact(8)) {
+        *lane ^= u64::from_le_bytes(chunk.try_into().expect("8-byte chunk"));
+    }
+    keccak::f1600(state);
+}
+
+#[inline]
+fn squeeze(state: &[u64; 25]) -> Hash {
+    let mut out = [0u8; 32];
+    for (i, lane) in state.iter().take(4).enumerate() {
+        out[8 * i..8 * i + 8].copy_from_slice(&lane.to_le_bytes());
+    }
+    Hash(out)
+}
+
+/// SHA3-256 of the concatenation of `parts`.
+pub fn sha3_256_parts(parts: &[&[u8]]) -> Hash {
+    let mut state = [0u64; 25];
+    let mut block = [0u8; RATE];
+    let mut fill = 0usize;
+    for part in parts {
+        let mut data = *part;
+        while !data.is_empty() {
+            let take = (RATE - fill).min(data.len());
+            block[fill..fill + take].copy_from_slice(&data[..take]);
+            fill += take;
+            data = &data[take..];
+            if fill == RATE {
+                absorb_block(&mut state, &block);
+                fill = 0;
+            }
+        }
+    }
+    block[fill..].fill(0);
+    block[fill] ^= 0x06;
+    block[RATE - 1] ^= 0x80;
+    absorb_block(&mut state, &block);
+    squeeze(&state)
+}
+
+pub fn sha3_256(data: &[u8]) -> Hash {
+    sha3_256_parts(&[data])
+}
+
+/// `HashInterNode(a, b)`: one Keccak permutation (64 bytes + padding fit in one block).
+#[inline]
+pub fn hash_inter(a: &Hash, b: &Hash) -> Hash {
+    let mut state = [0u64; 25];
+    for i in 0..4 {
+        state[i] = u64::from_le_bytes(a.0[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+        state[4 + i] = u64::from_le_bytes(b.0[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    }
+    state[8] ^= 0x06;
+    state[RATE / 8 - 1] ^= 0x80 << 56;
+    keccak::f1600(&mut state);
+    squeeze(&state)
+}
+
+/// `HashLeaf(path, value)`.
+pub fn hash_leaf(path: &Path, value: &[u8]) -> Hash {
+    sha3_256_parts(&[&path.0, value])
+}
+
+/// Maximum node height (a root): 256.
+pub const MAX_HEIGHT: u16 = 256;
+
+fn default_hashes() -> &'static [Hash; 257] {
+    static TABLE: OnceLock<[Hash; 257]> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = [Hash::default(); 257];
+        t[0] = sha3_256(b"default:");
+        for h in 1..257 {
+            t[h] = hash_inter(&t[h - 1], &t[h - 1]);
+        }
+        t
+    })
+}
+
+/// `D[height]`, the hash of an empty subtree of that height. Heights above 256 saturate.
+#[inline]
+pub fn default_hash(height: u16) -> Hash {
+    default_hashes()[(height as usize).min(256)]
+}
+
+/// Root hash of the empty trie, `D[256]`.
+pub fn empty_root() -> Hash {
+    default_hash(MAX_HEIGHT)
+}
+
+/// `ComputeCompactValue(path, value, height)`: hash of a leaf stored at `height`.
+pub fn compact_value(path: &Path, value: &[u8], height: u16) -> Hash {
+    if value.is_empty() {
+        return default_hash(height);
+    }
+    let d = default_hashes();
+    let mut out = hash_leaf(path, value);
+    for h in 1..=(height.min(MAX_HEIGHT) as usize) {
+        out = if path.bit(256 - h) == 1 {
+            hash_inter(&d[h - 1], &out)
+        } else {
+            hash_inter(&out, &d[h - 1])
+        };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(s: &str) -> Hash {
+        Hash::from_hex(s).unwrap()
+    }
+
+    fn p(s: &str) -> Path {
+        Path::from_hex(s).unwrap()
+    }
+
+    #[test]
+    fn sha3_known_answers() {
+        assert_eq!(
+            sha3_256(b""),
+            h("a7ffc6f8bf1ed76651c14756a061d662f580ff4de43b49fa82d80a4b80f8434a")
+        );
+        assert_eq!(
+            sha3_256(b"abc"),
+            h("3a985da74fe225b2045c172d6bd390bd855f086e3e9d525b46bfe24511431532")
+        );
+        // Inputs around the rate boundary must agree with the one-shot split across parts.
+        for n in [135usize, 136, 137, 271, 272, 273, 1000] {
+            let data: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
+            let (a, b) = data.split_at(n / 3);
+            assert_eq!(sha3_256(&data), sha3_256_parts(&[a, b]), "n = {n}");
+        }
+        // 200 x 0xa3, the FIPS 202 example message of 1600 bits.
+        assert_eq!(
+            sha3_256(&[0xa3; 200]),
+            h("79f38adec5c20307a98ef76e8324afbfd46cfd81b22e3973c65fa1bd9de31787")
+        );
+    }
+
+    #[test]
+    fn inter_node_matches_generic_sponge() {
+        let a = sha3_256(b"a");
+        let b = sha3_256(b"b");
+        assert_eq!(hash_inter(&a, &b), sha3_256_parts(&[&a.0, &b.0]));
+    }
+
+    #[test]
+    fn default_hashes_spec_6_1() {
+        assert_eq!(
+            default_hash(0),
+            h("18373b4b038cbbf37456c33941a7e346e752acd8fafa896933d4859002b62619")
+        );
+        assert_eq!(
+            default_hash(1),
+            h("106e17c0ad77b4566cfd3f169ab5015d2c745c2d439e2e40ff507e2b38024bb8")
+        );
+        assert_eq!(
+            empty_root(),
+            h("568f4ec740fe3b5de88034cb7b1fbddb41548b068f31aebc8ae9189e429c5749")
+        );
+    }
+
+    #[test]
+    fn leaf_hash_spec_6_1() {
+        let p1 = p("0000000000000000000000000000000000000000000000000000000000000001");
+        assert_eq!(
+            hash_leaf(&p1, &[1, 2, 3]),
+            h("16ebcf9c8205130a002f80685e1da1bde2bc036823c15b3a07161095462565cc")
+        );
+        // A trie holding only p1 is the compact leaf at height 256 (vector U1).
+        assert_eq!(
+            compact_value(&p1, &[1, 2, 3], 256),
+            h("e31b266ccd2d953edd950c40e5548de9d9b34e1d9589ff37920a212a908a0c0e")
+        );
+        assert_eq!(compact_value(&p1, &[], 17), default_hash(17));
+        assert_eq!(compact_value(&p1, &[1, 2, 3], 0), hash_leaf(&p1, &[1, 2, 3]));
+    }
+
+    #[test]
+    fn path_bits_msb_first() {
+        let x = p("8000000000000000000000000000000000000000000000000000000000000001");
+        assert_eq!(x.bit(0), 1);
+        assert_eq!(x.bit(1), 0);
+        assert_eq!(x.bit(255), 1);
+        assert_eq!(x.bit(254), 0);
+    }
+}
