@@ -30,7 +30,7 @@ demo: setup
 test: setup test-rust test-py
 
 test-rust:
-	cd workers/native && cargo test --release --quiet
+	cd workers/native && cargo test --profile ci --quiet
 
 test-py:
 	RAY_AUTH_MODE=disabled $(BIN)/pytest -q -m "not slow" tests
@@ -42,7 +42,7 @@ lint: setup
 	$(BIN)/ruff check pipeline workers schemas tests benchmarks
 	$(BIN)/ruff format --check pipeline workers schemas tests benchmarks
 	$(BIN)/mypy pipeline workers/btc_scan.py schemas
-	cd workers/native && cargo fmt --check && cargo clippy --release --all-targets -- -D warnings
+	cd workers/native && cargo fmt --check && cargo clippy --profile ci --all-targets -- -D warnings
 
 fmt: setup
 	$(BIN)/ruff format pipeline workers schemas tests benchmarks

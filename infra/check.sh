@@ -46,8 +46,12 @@ step() {
   local name=$1 fn=$2 start rc
   start=$(date +%s)
   echo "== $name"
+  # errexit is off around the subshell (to record its status) and on again inside it.
   set +e
-  ("$fn") > "$WORK/$name.log" 2>&1
+  (
+    set -e
+    "$fn"
+  ) >"$WORK/$name.log" 2>&1
   rc=$?
   set -e
   sed 's/^/   /' "$WORK/$name.log"

@@ -1,0 +1,783 @@
+//! Flow's MTrie: a persistent sparse Merkle trie of height 256 with compact leaves, and the
+//! forest of tries keyed by root hash (spec §4; flow-go `ledger/complete/mtrie/node/node.go`,
+//! `trie/trie.go`, `forest.go`, `trieCache.go`).
+//!
+//! Nodes are immutable and shared between tries through `Arc` (copy-on-write). The update is
+//! flow-go's `update` step for step, so the shapes, the node sharing (where flow-go returns an
+//! unchanged node this returns the same `Arc`) and the register counters, including their
+//! asymmetries (§4.4), are the same as flow-go's:
+//!
+//! * a nil child stands for an empty subtree and hashes as `D[height]`;
+//! * a leaf sits at the highest height where its subtree holds only it (its hash is
+//!   `ComputeCompactValue`); after an update a child whose hash is `D[h]` is pruned, and a lone
+//!   leaf child is lifted into its parent's place;
+//! * within one update the last write to a path wins, at the position of the first
+//!   (`Forest.NewTrie`), and the forest keeps the existing trie when a root hash is already there.
+
+use super::hash::{compact_value, default_hash, empty_root, hash_inter, Hash, Path, MAX_HEIGHT};
+use super::record::{Payload, TrieUpdate};
+use super::ErrorKind;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// A trie node. Leaves may sit at any height ("compact" leaves); interior nodes have at least
+/// one child.
+#[derive(Debug)]
+pub enum Node {
+    Leaf {
+        height: u16,
+        path: Path,
+        payload: Arc<Payload>,
+        hash: Hash,
+    },
+    Interior {
+        height: u16,
+        left: Option<Arc<Node>>,
+        right: Option<Arc<Node>>,
+        hash: Hash,
+    },
+}
+
+impl Node {
+    pub fn hash(&self) -> Hash {
+        match self {
+            Node::Leaf { hash, .. } | Node::Interior { hash, .. } => *hash,
+        }
+    }
+
+    pub fn height(&self) -> u16 {
+        match self {
+            Node::Leaf { height, .. } | Node::Interior { height, .. } => *height,
+        }
+    }
+
+    fn new_leaf(path: Path, payload: Arc<Payload>, height: u16) -> Arc<Node> {
+        let hash = compact_value(&path, &payload.value, height);
+        Arc::new(Node::Leaf {
+            height,
+            path,
+            payload,
+            hash,
+        })
+    }
+
+    /// `IsDefaultNode`: absent, or hashing like an empty subtree of its height.
+    fn is_default(n: &Option<Arc<Node>>) -> bool {
+        match n {
+            None => true,
+            Some(n) => n.hash() == default_hash(n.height()),
+        }
+    }
+
+    /// `NewInterimCompactifiedNode`.
+    fn compactified(height: u16, left: Option<Arc<Node>>, right: Option<Arc<Node>>) -> Option<Arc<Node>> {
+        let left = if Node::is_default(&left) { None } else { left };
+        let right = if Node::is_default(&right) { None } else { right };
+        match (&left, &right) {
+            (None, None) => None,
+            (Some(l), None) => match &**l {
+                Node::Leaf {
+                    path,
+                    payload,
+                    hash,
+                    height: lh,
+                } => Some(Arc::new(Node::Leaf {
+                    height,
+                    path: *path,
+                    payload: payload.clone(),
+                    hash: hash_inter(hash, &default_hash(*lh)),
+                })),
+                Node::Interior { .. } => Some(Node::interior(height, left, right)),
+            },
+            (None, Some(r)) => match &**r {
+                Node::Leaf {
+                    path,
+                    payload,
+                    hash,
+                    height: rh,
+                } => Some(Arc::new(Node::Leaf {
+                    height,
+                    path: *path,
+                    payload: payload.clone(),
+                    hash: hash_inter(&default_hash(*rh), hash),
+                })),
+                Node::Interior { .. } => Some(Node::interior(height, left, right)),
+            },
+            (Some(_), Some(_)) => Some(Node::interior(height, left, right)),
+        }
+    }
+
+    fn interior(height: u16, left: Option<Arc<Node>>, right: Option<Arc<Node>>) -> Arc<Node> {
+        let d = default_hash(height.saturating_sub(1));
+        let hl = left.as_ref().map_or(d, |n| n.hash());
+        let hr = right.as_ref().map_or(d, |n| n.hash());
+        Arc::new(Node::Interior {
+            height,
+            left,
+            right,
+            hash: hash_inter(&hl, &hr),
+        })
+    }
+}
+
+fn same(a: &Option<Arc<Node>>, b: &Option<Arc<Node>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    }
+}
+
+/// `Payload.ValueEquals`: both empty, or equal values.
+fn value_equals(a: &Payload, b: &Payload) -> bool {
+    a.value == b.value
+}
+
+/// `computeAllocatedRegDeltas` (old and new values differ).
+fn reg_deltas(old: &Payload, new: &Payload) -> (i64, i64) {
+    let count = if new.is_empty() {
+        -1
+    } else if old.is_empty() {
+        1
+    } else {
+        0
+    };
+    (count, new.size() as i64 - old.size() as i64)
+}
+
+/// `computeAllocatedRegDeltasFromHigherHeight`.
+fn reg_deltas_from_higher(old: &Payload) -> (i64, i64) {
+    (if old.is_empty() { 0 } else { -1 }, -(old.size() as i64))
+}
+
+type Item = (Path, Arc<Payload>);
+
+/// `splitByPath`: items with a 0 at `bit` first; returns the split point.
+fn split_by_bit(items: &mut [Item], bit: usize) -> usize {
+    let mut i = 0;
+    for j in 0..items.len() {
+        if items[j].0.bit(bit) == 0 {
+            items.swap(i, j);
+            i += 1;
+        }
+    }
+    i
+}
+
+/// Minimum number of paths on each side before a split is handed to a second thread.
+const PARALLEL_MIN_PATHS: usize = 16;
+
+struct Updated {
+    node: Option<Arc<Node>>,
+    count: i64,
+    size: i64,
+}
+
+/// flow-go's `update` (prune = true). `spawn_depth` > 0 allows the left half of a split to run
+/// on another thread, at most that many levels further down.
+fn update(
+    height: u16,
+    cur: Option<&Arc<Node>>,
+    items: &mut [Item],
+    compact: Option<&Arc<Node>>,
+    spawn_depth: u32,
+) -> Updated {
+    if items.is_empty() {
+        if let Some(Node::Leaf { path, payload, .. }) = compact.map(|c| &**c) {
+            return Updated {
+                node: Some(Node::new_leaf(*path, payload.clone(), height)),
+                count: 0,
+                size: 0,
+            };
+        }
+        return Updated {
+            node: cur.cloned(),
+            count: 0,
+            size: 0,
+        };
+    }
+    if items.len() == 1 && cur.is_none() && compact.is_none() {
+        let (path, payload) = &items[0];
+        let (count, size) = if payload.is_empty() {
+            (0, 0)
+        } else {
+            (1, payload.size() as i64)
+        };
+        return Updated {
+            node: Some(Node::new_leaf(*path, payload.clone(), height)),
+            count,
+            size,
+        };
+    }
+
+    let mut compact = compact;
+    let (mut count, mut size) = (0i64, 0i64);
+    let (old_left, old_right) = match cur.map(|c| &**c) {
+        Some(Node::Interior { left, right, .. }) => (left.clone(), right.clone()),
+        _ => (None, None),
+    };
+    if let Some(leaf @ Node::Leaf { path, payload, .. }) = cur.map(|c| &**c) {
+        match items.iter().position(|(p, _)| p == path) {
+            Some(i) if items.len() == 1 => {
+                let new = &items[i].1;
+                if value_equals(payload, new) {
+                    return Updated {
+                        node: cur.cloned(),
+                        count: 0,
+                        size: 0,
+                    };
+                }
+                let (c, s) = reg_deltas(payload, new);
+                return Updated {
+                    node: Some(Node::new_leaf(*path, new.clone(), height)),
+                    count: c,
+                    size: s,
+                };
+            }
+            Some(_) => (count, size) = reg_deltas_from_higher(payload),
+            None => {
+                let _ = leaf;
+                compact = cur;
+            }
+        }
+    }
+
+    if height == 0 {
+        // Unreachable with distinct paths (two of them cannot share all 256 bits); kept total.
+        let (path, payload) = &items[items.len() - 1];
+        return Updated {
+            node: Some(Node::new_leaf(*path, payload.clone(), 0)),
+            count,
+            size,
+        };
+    }
+    let depth = (MAX_HEIGHT - height) as usize;
+    let split = split_by_bit(items, depth);
+    let (litems, ritems) = items.split_at_mut(split);
+    let (lcompact, rcompact) = match compact.map(|c| &**c) {
+        Some(Node::Leaf { path, .. }) if path.bit(depth) == 1 => (None, compact),
+        Some(Node::Leaf { .. }) => (compact, None),
+        _ => (None, None),
+    };
+
+    let (l, r) = if spawn_depth > 0
+        && litems.len() >= PARALLEL_MIN_PATHS
+        && ritems.len() >= PARALLEL_MIN_PATHS
+    {
+        std::thread::scope(|s| {
+            let ol = old_left.as_ref();
+            let handle = s.spawn(move || update(height - 1, ol, litems, lcompact, spawn_depth - 1));
+            let r = update(height - 1, old_right.as_ref(), ritems, rcompact, spawn_depth - 1);
+            let l = match handle.join() {
+                Ok(l) => l,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (l, r)
+        })
+    } else {
+        (
+            update(height - 1, old_left.as_ref(), litems, lcompact, 0),
+            update(height - 1, old_right.as_ref(), ritems, rcompact, 0),
+        )
+    };
+    count += l.count + r.count;
+    size += l.size + r.size;
+
+    if matches!(cur.map(|c| &**c), Some(Node::Interior { .. }))
+        && same(&l.node, &old_left)
+        && same(&r.node, &old_right)
+    {
+        return Updated {
+            node: cur.cloned(),
+            count: 0,
+            size: 0,
+        };
+    }
+    Updated {
+        node: Node::compactified(height, l.node, r.node),
+        count,
+        size,
+    }
+}
+
+/// One trie: its root node (`None` = empty) and flow-go's register counters.
+#[derive(Debug, Clone, Default)]
+pub struct Trie {
+    pub root: Option<Arc<Node>>,
+    /// `AllocatedRegCount`.
+    pub reg_count: u64,
+    /// `AllocatedRegSize`.
+    pub reg_size: u64,
+}
+
+impl Trie {
+    pub fn empty() -> Trie {
+        Trie::default()
+    }
+
+    pub fn root_hash(&self) -> Hash {
+        self.root.as_ref().map_or_else(empty_root, |n| n.hash())
+    }
+
+    /// `NewTrieWithUpdatedRegisters(parent, paths, payloads, prune = true)` with paths already
+    /// de-duplicated. `threads` > 1 lets the top splits run in parallel.
+    pub fn with_updates(&self, items: &mut [Item], threads: usize) -> Trie {
+        let spawn_depth = usize::BITS - threads.max(1).leading_zeros() - 1;
+        let u = update(MAX_HEIGHT, self.root.as_ref(), items, None, spawn_depth);
+        Trie {
+            root: u.node,
+            reg_count: (self.reg_count as i64).wrapping_add(u.count) as u64,
+            reg_size: (self.reg_size as i64).wrapping_add(u.size) as u64,
+        }
+    }
+
+    /// Value stored at `path` (`None` if unallocated).
+    pub fn get(&self, path: &Path) -> Option<Arc<Payload>> {
+        let mut n = self.root.as_ref()?;
+        let mut depth = 0usize;
+        loop {
+            match &**n {
+                Node::Leaf { path: p, payload, .. } => {
+                    return (p == path && !payload.is_empty()).then(|| payload.clone());
+                }
+                Node::Interior { left, right, .. } => {
+                    n = if path.bit(depth) == 0 { left } else { right }.as_ref()?;
+                    depth += 1;
+                }
+            }
+        }
+    }
+
+    /// Leaves in path order.
+    pub fn leaves(&self) -> LeafCursor {
+        LeafCursor {
+            stack: self.root.iter().cloned().collect(),
+        }
+    }
+
+    /// Recomputes every node hash from the leaves up and compares (`MTrie.IsAValidTrie`).
+    pub fn verify_hashes(&self) -> bool {
+        fn check(n: &Node) -> bool {
+            match n {
+                Node::Leaf {
+                    height,
+                    path,
+                    payload,
+                    hash,
+                } => compact_value(path, &payload.value, *height) == *hash,
+                Node::Interior {
+                    height,
+                    left,
+                    right,
+                    hash,
+                } => {
+                    let d = default_hash(height - 1);
+                    let hl = left.as_ref().map_or(d, |c| c.hash());
+                    let hr = right.as_ref().map_or(d, |c| c.hash());
+                    left.as_deref().is_none_or(check)
+                        && right.as_deref().is_none_or(check)
+                        && hash_inter(&hl, &hr) == *hash
+                }
+            }
+        }
+        self.root.as_deref().is_none_or(check)
+    }
+}
+
+/// Walks a trie's leaves left to right (path order); owns its stack, so it outlives borrows.
+pub struct LeafCursor {
+    stack: Vec<Arc<Node>>,
+}
+
+impl LeafCursor {
+    /// Up to `max` leaves with a non-empty value (allocated registers).
+    pub fn next_chunk(&mut self, max: usize) -> Vec<(Path, Arc<Payload>)> {
+        let mut out = Vec::with_capacity(max.min(1 << 16));
+        while out.len() < max {
+            let Some(n) = self.stack.pop() else { break };
+            match &*n {
+                Node::Leaf { path, payload, .. } => {
+                    if !payload.is_empty() {
+                        out.push((*path, payload.clone()));
+                    }
+                }
+                Node::Interior { left, right, .. } => {
+                    self.stack.extend(right.iter().cloned());
+                    self.stack.extend(left.iter().cloned());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Outcome of applying one update to the forest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub root: Hash,
+    /// Distinct paths written after de-duplication.
+    pub paths: usize,
+    /// `false` when the root hash was already in the forest (flow-go keeps the existing trie).
+    pub added: bool,
+}
+
+/// `mtrie.Forest` with its `TrieCache`: at most `capacity` tries, the oldest added evicted first
+/// (lookups do not refresh), starting with the empty trie.
+pub struct Forest {
+    capacity: usize,
+    tries: HashMap<Hash, Trie>,
+    order: VecDeque<Hash>,
+    threads: usize,
+}
+
+/// flow-go's default `--mtrie-cache-size`.
+pub const DEFAULT_CAPACITY: usize = 500;
+
+impl Forest {
+    /// A forest holding only the empty trie. `threads` bounds the parallelism of one update.
+    pub fn new(capacity: usize, threads: usize) -> Forest {
+        let mut f = Forest {
+            capacity: capacity.max(1),
+            tries: HashMap::new(),
+            order: VecDeque::new(),
+            threads: threads.max(1),
+        };
+        f.add(Trie::empty());
+        f
+    }
+
+    pub fn len(&self) -> usize {
+        self.tries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tries.is_empty()
+    }
+
+    pub fn get(&self, root: &Hash) -> Option<&Trie> {
+        self.tries.get(root)
+    }
+
+    /// The most recently added trie (`MostRecentTouchedRootHash`).
+    pub fn last_added(&self) -> Option<&Trie> {
+        self.order.back().and_then(|h| self.tries.get(h))
+    }
+
+    /// Root hashes, oldest first.
+    pub fn roots(&self) -> impl Iterator<Item = &Hash> {
+        self.order.iter()
+    }
+
+    /// `AddTrie`: no-op when the root hash is present; evicts the oldest trie when full.
+    pub fn add(&mut self, trie: Trie) -> bool {
+        let root = trie.root_hash();
+        if self.tries.contains_key(&root) {
+            return false;
+        }
+        if self.order.len() >= self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.tries.remove(&old);
+            }
+        }
+        self.order.push_back(root);
+        self.tries.insert(root, trie);
+        true
+    }
+
+    /// `NewTrie`: the trie resulting from `u` on top of its parent, without adding it.
+    pub fn new_trie(&self, u: &TrieUpdate) -> Result<(Trie, usize), ErrorKind> {
+        let parent = self
+            .tries
+            .get(&u.root)
+            .ok_or(ErrorKind::UnknownParentRoot { root: u.root })?;
+        if u.paths.is_empty() {
+            return Ok((parent.clone(), 0));
+        }
+        let n = u.paths.len().min(u.payloads.len());
+        let mut items: Vec<Item> = Vec::with_capacity(n);
+        let mut index: HashMap<Path, usize> = HashMap::with_capacity(n);
+        for (path, payload) in u.paths.iter().zip(&u.payloads) {
+            match index.get(path) {
+                Some(&i) => items[i].1 = payload.clone(),
+                None => {
+                    index.insert(*path, items.len());
+                    items.push((*path, payload.clone()));
+                }
+            }
+        }
+        let distinct = items.len();
+        Ok((parent.with_updates(&mut items, self.threads), distinct))
+    }
+
+    /// `Forest.Update`: apply `u` and add the result; returns the new root hash.
+    pub fn update(&mut self, u: &TrieUpdate) -> Result<Applied, ErrorKind> {
+        let (trie, paths) = self.new_trie(u)?;
+        let root = trie.root_hash();
+        let added = self.add(trie);
+        Ok(Applied { root, paths, added })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::record::tests::{p1, p2, p3, path, payload};
+
+    fn h(s: &str) -> Hash {
+        Hash::from_hex(s).unwrap()
+    }
+
+    fn upd(root: Hash, writes: Vec<(Path, Arc<Payload>)>) -> TrieUpdate {
+        TrieUpdate {
+            root,
+            paths: writes.iter().map(|w| w.0).collect(),
+            payloads: writes.into_iter().map(|w| w.1).collect(),
+        }
+    }
+
+    fn q() -> Path {
+        path("0100000000000000000000000000000000000000000000000000000000000000")
+    }
+
+    fn p4() -> Path {
+        path("6000000000000000000000000000000000000000000000000000000000000000")
+    }
+
+    const U1: &str = "e31b266ccd2d953edd950c40e5548de9d9b34e1d9589ff37920a212a908a0c0e";
+    const U3: &str = "7e583937806bd83c39d6c18c25780993a0f74ba29a5b6537679e45fcb105a545";
+    const U4: &str = "b859be6139eb870894f1dbf7e83248a206f339f97898ceab22e29b3b7e51d355";
+    const U5: &str = "b1f3bb0891acc0da65970811040480b3a61b3190f73b8817045274f3ad6877ff";
+    const U7: &str = "02278eaf62b6932c7e5f8635f8e08e40932577ca7a0b5cd7575aac3e48e05fb2";
+    const TA: &str = "ceeb7dee155d185d2d448a1a3a44d686827e103a1c1c7e8afd6b6206704bb000";
+    const TB: &str = "0f14e49c62eb4cc35069982aef192e87c34def0ae019221e665d3a8cb0c16e47";
+
+    fn counters(f: &Forest, root: &str) -> (u64, u64) {
+        let t = f.get(&h(root)).unwrap();
+        assert!(t.verify_hashes());
+        (t.reg_count, t.reg_size)
+    }
+
+    #[test]
+    fn root_hashes_spec_6_2() {
+        for threads in [1, 2, 4] {
+            let mut f = Forest::new(DEFAULT_CAPACITY, threads);
+            let e = empty_root();
+            assert_eq!(counters(&f, "568f4ec740fe3b5de88034cb7b1fbddb41548b068f31aebc8ae9189e429c5749"), (0, 0));
+            let r = f.update(&upd(e, vec![(p1(), payload("owner1", "key1", &[1, 2, 3]))])).unwrap();
+            assert_eq!(r.root, h(U1));
+            assert_eq!(counters(&f, U1), (1, 27));
+            let u3 = upd(
+                e,
+                vec![
+                    (p1(), payload("owner1", "key1", &[1, 2, 3])),
+                    (p2(), payload("owner2", "key2", b"hello")),
+                    (p3(), payload("owner3", "key3", &[0xff])),
+                ],
+            );
+            assert_eq!(f.update(&u3).unwrap().root, h(U3));
+            assert_eq!(counters(&f, U3), (3, 81));
+            // U4: duplicate path, the last write wins.
+            let u4 = upd(
+                h(U3),
+                vec![
+                    (p2(), payload("owner2", "key2", b"IGNORED")),
+                    (p2(), payload("owner2", "key2", b"world!")),
+                ],
+            );
+            let r4 = f.update(&u4).unwrap();
+            assert_eq!((r4.root, r4.paths), (h(U4), 1));
+            assert_eq!(counters(&f, U4), (3, 82));
+            // U4': same result without the duplicate; the forest keeps the existing trie.
+            let u4b = upd(h(U3), vec![(p2(), payload("owner2", "key2", b"world!"))]);
+            let r = f.update(&u4b).unwrap();
+            assert_eq!(r.root, h(U4));
+            assert!(!r.added);
+            // U5: single-path delete keeps len(encoded key) in RegSize.
+            let u5 = upd(h(U4), vec![(p3(), payload("owner3", "key3", &[]))]);
+            assert_eq!(f.update(&u5).unwrap().root, h(U5));
+            assert_eq!(counters(&f, U5), (2, 81));
+            // U6 built directly gives the same root and the honest size, but inside the forest the
+            // U5 trie stays.
+            let u6 = upd(
+                e,
+                vec![
+                    (p2(), payload("owner2", "key2", b"world!")),
+                    (p1(), payload("owner1", "key1", &[1, 2, 3])),
+                ],
+            );
+            let (t6, _) = f.new_trie(&u6).unwrap();
+            assert_eq!((t6.root_hash(), t6.reg_count, t6.reg_size), (h(U5), 2, 57));
+            assert!(!f.update(&u6).unwrap().added);
+            assert_eq!(counters(&f, U5), (2, 81));
+            // U7: multi-path delete subtracts the full old size.
+            let u7 = upd(
+                h(U4),
+                vec![
+                    (p3(), payload("owner3", "key3", &[])),
+                    (p4(), payload("owner4", "key4", &[0x44])),
+                ],
+            );
+            assert_eq!(f.update(&u7).unwrap().root, h(U7));
+            assert_eq!(counters(&f, U7), (3, 82));
+            // tA, tB: a chain of interior nodes down to height 248.
+            let ta = upd(
+                e,
+                vec![
+                    (p1(), payload("owner1", "key1", &[1, 2, 3])),
+                    (q(), payload("ownerq", "keyq", &[0xaa])),
+                ],
+            );
+            assert_eq!(f.update(&ta).unwrap().root, h(TA));
+            assert_eq!(counters(&f, TA), (2, 52));
+            let tb = upd(h(TA), vec![(q(), payload("ownerq", "keyq", &[0xbb, 0xcc]))]);
+            assert_eq!(f.update(&tb).unwrap().root, h(TB));
+            assert_eq!(counters(&f, TB), (2, 53));
+            // tB shares tA's p1 leaf object (checkpoint B relies on it).
+            let leaf = |t: &Trie| {
+                let mut n = t.root.clone().unwrap();
+                for _ in 0..8 {
+                    n = match &*n {
+                        Node::Interior { left, .. } => left.clone().unwrap(),
+                        Node::Leaf { .. } => break,
+                    };
+                }
+                n
+            };
+            let (la, lb) = (leaf(f.get(&h(TA)).unwrap()), leaf(f.get(&h(TB)).unwrap()));
+            assert_eq!(la.height(), 248);
+            assert!(Arc::ptr_eq(&la, &lb));
+        }
+    }
+
+    #[test]
+    fn unknown_parent_is_an_error() {
+        let mut f = Forest::new(10, 1);
+        let u = upd(h(U1), vec![(p1(), payload("o", "k", &[1]))]);
+        assert_eq!(f.update(&u), Err(ErrorKind::UnknownParentRoot { root: h(U1) }));
+    }
+
+    #[test]
+    fn zero_path_update_returns_parent() {
+        let mut f = Forest::new(10, 1);
+        let r = f.update(&upd(empty_root(), vec![])).unwrap();
+        assert_eq!(r.root, empty_root());
+        assert!(!r.added);
+    }
+
+    #[test]
+    fn deleting_the_only_register_gives_the_empty_root() {
+        let mut f = Forest::new(10, 1);
+        let r = f.update(&upd(empty_root(), vec![(p1(), payload("o", "k", &[1]))])).unwrap();
+        let d = f.update(&upd(r.root, vec![(p1(), payload("o", "k", &[]))])).unwrap();
+        assert_eq!(d.root, empty_root());
+        assert!(!d.added); // the empty trie is still cached
+        // A delete of an absent path on the empty trie: a leaf root with an empty value.
+        let (t, _) = f.new_trie(&upd(empty_root(), vec![(p2(), payload("o", "k", &[]))])).unwrap();
+        assert_eq!(t.root_hash(), empty_root());
+        assert!(matches!(t.root.as_deref(), Some(Node::Leaf { .. })));
+        assert_eq!((t.reg_count, t.reg_size), (0, 0));
+    }
+
+    #[test]
+    fn rewriting_the_same_value_shares_the_root() {
+        let mut f = Forest::new(10, 1);
+        let u3 = upd(
+            empty_root(),
+            vec![
+                (p1(), payload("owner1", "key1", &[1, 2, 3])),
+                (p2(), payload("owner2", "key2", b"hello")),
+            ],
+        );
+        let r = f.update(&u3).unwrap();
+        let (t, _) = f.new_trie(&upd(r.root, vec![(p2(), payload("owner2", "key2", b"hello"))])).unwrap();
+        assert!(Arc::ptr_eq(t.root.as_ref().unwrap(), f.get(&r.root).unwrap().root.as_ref().unwrap()));
+    }
+
+    #[test]
+    fn fifo_eviction() {
+        let mut f = Forest::new(3, 1);
+        let mut root = empty_root();
+        let mut roots = vec![root];
+        for i in 0..4u8 {
+            root = f.update(&upd(root, vec![(p1(), payload("o", "k", &[i + 1]))])).unwrap().root;
+            roots.push(root);
+        }
+        assert_eq!(f.len(), 3);
+        assert!(f.get(&roots[0]).is_none() && f.get(&roots[1]).is_none());
+        assert_eq!(f.roots().copied().collect::<Vec<_>>(), roots[2..].to_vec());
+        assert_eq!(f.last_added().unwrap().root_hash(), roots[4]);
+    }
+
+    /// A sparse Merkle tree computed naively (full depth) must agree with the compact trie
+    /// after random batches of writes and deletes, single- and multi-threaded.
+    #[test]
+    fn matches_naive_sparse_merkle_root() {
+        fn naive(regs: &mut [(Path, Vec<u8>)], depth: usize) -> Hash {
+            if regs.is_empty() {
+                return default_hash((256 - depth) as u16);
+            }
+            if regs.len() == 1 {
+                let (p, v) = &regs[0];
+                return compact_value(p, v, (256 - depth) as u16);
+            }
+            regs.sort_by_key(|r| r.0);
+            let split = regs.partition_point(|r| r.0.bit(depth) == 0);
+            let (l, r) = regs.split_at_mut(split);
+            hash_inter(&naive(l, depth + 1), &naive(r, depth + 1))
+        }
+        let mut x = 42u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for threads in [1, 2] {
+            let mut f = Forest::new(4, threads);
+            let mut model: HashMap<Path, Vec<u8>> = HashMap::new();
+            let mut pool: Vec<Path> = Vec::new();
+            let mut root = empty_root();
+            for round in 0..60 {
+                let mut writes = Vec::new();
+                for _ in 0..(1 + next() % 70) {
+                    let p = if !pool.is_empty() && next() % 3 == 0 {
+                        pool[(next() % pool.len() as u64) as usize]
+                    } else {
+                        let mut b = [0u8; 32];
+                        for c in b.iter_mut() {
+                            *c = next() as u8;
+                        }
+                        // Clustered prefixes make deep shared prefixes likely.
+                        if next() % 2 == 0 {
+                            b[..30].fill(round as u8 % 3);
+                        }
+                        pool.push(Path(b));
+                        Path(b)
+                    };
+                    let v = if next() % 4 == 0 { vec![] } else { vec![next() as u8; 1 + (next() % 5) as usize] };
+                    writes.push((p, payload("o", "k", &v)));
+                }
+                for (p, pl) in &writes {
+                    if pl.value.is_empty() {
+                        model.remove(p);
+                    } else {
+                        model.insert(*p, pl.value.to_vec());
+                    }
+                }
+                root = f.update(&upd(root, writes)).unwrap().root;
+                let mut regs: Vec<(Path, Vec<u8>)> = model.iter().map(|(p, v)| (*p, v.clone())).collect();
+                assert_eq!(root, naive(&mut regs, 0), "round {round}");
+                let t = f.get(&root).unwrap();
+                assert!(t.verify_hashes());
+                let mut c = t.leaves();
+                let listed = c.next_chunk(usize::MAX);
+                assert_eq!(listed.len(), model.len());
+                assert!(listed.windows(2).all(|w| w[0].0 < w[1].0));
+                for (p, pl) in &listed {
+                    assert_eq!(&*pl.value, model[p].as_slice());
+                    assert_eq!(t.get(p).unwrap().value, pl.value);
+                }
+            }
+        }
+    }
+}
