@@ -7,7 +7,7 @@ NATIVE_SRC := $(shell find workers/native/src -name '*.rs') workers/native/Cargo
 PY_SRC := pyproject.toml
 DEMO := demo
 
-.PHONY: setup demo test test-rust test-py bench lint fmt clean soak
+.PHONY: setup demo test test-rust test-py bench lint fmt clean soak infra-check
 
 setup: $(STAMP)
 
@@ -54,3 +54,7 @@ clean:
 
 soak: setup
 	RAY_AUTH_MODE=disabled RECHAIN_KILL_POINTS=200 $(BIN)/pytest -q tests/test_btc_kill.py
+
+# Offline checks of infra/: OpenTofu fmt + rendering, HCL rules, checkov, promtool, dashboard.
+infra-check:
+	bash infra/check.sh

@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--memory-budget", type=parse_size, default=parse_size("1G"))
     r.add_argument("--metrics-port", type=int, default=None)
+    r.add_argument(
+        "--metrics-linger",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep serving metrics this long after the run (for a last scrape)",
+    )
     r.add_argument("--no-progress", action="store_true")
     r.add_argument(
         "--shard-size", type=parse_size, default=None, help="bytes per scan shard (default 32M)"
@@ -153,6 +160,10 @@ def dispatch(args: argparse.Namespace) -> int:
             if args.shard_size:
                 opts.shard_bytes = args.shard_size
             result = run(opts)
+            if args.metrics_port and args.metrics_linger > 0:
+                import time
+
+                time.sleep(args.metrics_linger)
             if args.json:
                 _print_json(result)
             else:

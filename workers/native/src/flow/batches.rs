@@ -1,0 +1,363 @@
+//! Arrow record batches for the Flow datasets (the decoders above know nothing of Arrow).
+//!
+//! `wal_records` (one row per WAL record, from [`RecordsBuilder`]):
+//!
+//! | column        | type                        | meaning                                          |
+//! |---------------|-----------------------------|--------------------------------------------------|
+//! | `segment`     | uint64                      | segment number                                   |
+//! | `index`       | uint32                      | record number inside the segment (0-based)       |
+//! | `offset`      | uint64                      | byte offset of the record's first fragment       |
+//! | `op`          | utf8                        | `update` or `delete`                             |
+//! | `parent_root` | utf8 (64 lower-case hex)    | update: parent root; delete: the deleted root    |
+//! | `n_paths`     | uint32                      | paths in the record (before de-duplication)      |
+//! | `paths`       | list<fixed_size_binary[32]> | register paths, record order                     |
+//! | `encoded_keys`| list<binary>                | `Payload.EncodedKey()` per path                  |
+//! | `owners`      | list<binary> (null items)   | key part of type 0; null if the key is malformed |
+//! | `keys`        | list<binary> (null items)   | key part of type 2; null if absent or malformed  |
+//! | `values`      | list<binary>                | register values; empty = delete                  |
+//!
+//! Delete records have empty lists. `registers` (current payloads of a trie, path order, from
+//! [`registers_batch`]): `path` fixed_size_binary[32], `owner` binary?, `key` binary?,
+//! `encoded_key` binary, `value_size` uint64, `value` binary.
+
+use super::hash::{Hash, Path};
+use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
+use arrow_array::builder::{
+    BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt32Builder,
+    UInt64Builder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::sync::Arc;
+
+fn list_of(item: DataType, nullable: bool) -> DataType {
+    DataType::List(Arc::new(Field::new("item", item, nullable)))
+}
+
+pub fn records_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("segment", DataType::UInt64, false),
+        Field::new("index", DataType::UInt32, false),
+        Field::new("offset", DataType::UInt64, false),
+        Field::new("op", DataType::Utf8, false),
+        Field::new("parent_root", DataType::Utf8, false),
+        Field::new("n_paths", DataType::UInt32, false),
+        Field::new("paths", list_of(DataType::FixedSizeBinary(32), false), false),
+        Field::new("encoded_keys", list_of(DataType::Binary, false), false),
+        Field::new("owners", list_of(DataType::Binary, true), false),
+        Field::new("keys", list_of(DataType::Binary, true), false),
+        Field::new("values", list_of(DataType::Binary, false), false),
+    ]))
+}
+
+fn list_field(schema: &SchemaRef, i: usize) -> Arc<Field> {
+    match schema.field(i).data_type() {
+        DataType::List(f) => f.clone(),
+        _ => unreachable!("column {i} of wal_records is a list"),
+    }
+}
+
+/// Builds a `wal_records` batch, one record at a time.
+pub struct RecordsBuilder {
+    schema: SchemaRef,
+    segment: UInt64Builder,
+    index: UInt32Builder,
+    offset: UInt64Builder,
+    op: StringBuilder,
+    parent_root: StringBuilder,
+    n_paths: UInt32Builder,
+    paths: ListBuilder<FixedSizeBinaryBuilder>,
+    encoded_keys: ListBuilder<BinaryBuilder>,
+    owners: ListBuilder<BinaryBuilder>,
+    keys: ListBuilder<BinaryBuilder>,
+    values: ListBuilder<BinaryBuilder>,
+}
+
+impl Default for RecordsBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RecordsBuilder {
+    pub fn new() -> Self {
+        let schema = records_schema();
+        RecordsBuilder {
+            segment: UInt64Builder::new(),
+            index: UInt32Builder::new(),
+            offset: UInt64Builder::new(),
+            op: StringBuilder::new(),
+            parent_root: StringBuilder::new(),
+            n_paths: UInt32Builder::new(),
+            paths: ListBuilder::new(FixedSizeBinaryBuilder::new(32))
+                .with_field(list_field(&schema, 6)),
+            encoded_keys: ListBuilder::new(BinaryBuilder::new()).with_field(list_field(&schema, 7)),
+            owners: ListBuilder::new(BinaryBuilder::new()).with_field(list_field(&schema, 8)),
+            keys: ListBuilder::new(BinaryBuilder::new()).with_field(list_field(&schema, 9)),
+            values: ListBuilder::new(BinaryBuilder::new()).with_field(list_field(&schema, 10)),
+            schema,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.segment.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn push(&mut self, segment: u64, index: u32, offset: u64, rec: &WalRecord) {
+        self.segment.append_value(segment);
+        self.index.append_value(index);
+        self.offset.append_value(offset);
+        match rec {
+            WalRecord::Update(u) => {
+                self.op.append_value("update");
+                self.parent_root.append_value(u.root.to_hex());
+                self.n_paths.append_value(u.paths.len() as u32);
+                for p in &u.paths {
+                    self.paths
+                        .values()
+                        .append_value(p.0)
+                        .expect("paths are 32 bytes");
+                }
+                for pl in &u.payloads {
+                    self.encoded_keys.values().append_value(&pl.key);
+                    let parts = pl.key_parts();
+                    let part = |t: u16| {
+                        parts
+                            .as_ref()
+                            .and_then(|ps| ps.iter().find(|(pt, _)| *pt == t).map(|(_, v)| *v))
+                    };
+                    self.owners.values().append_option(part(KEY_PART_OWNER));
+                    self.keys.values().append_option(part(KEY_PART_KEY));
+                    self.values.values().append_value(&pl.value);
+                }
+            }
+            WalRecord::Delete(h) => {
+                self.op.append_value("delete");
+                self.parent_root.append_value(h.to_hex());
+                self.n_paths.append_value(0);
+            }
+        }
+        self.paths.append(true);
+        self.encoded_keys.append(true);
+        self.owners.append(true);
+        self.keys.append(true);
+        self.values.append(true);
+    }
+
+    pub fn finish(mut self) -> RecordBatch {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(self.segment.finish()),
+            Arc::new(self.index.finish()),
+            Arc::new(self.offset.finish()),
+            Arc::new(self.op.finish()),
+            Arc::new(self.parent_root.finish()),
+            Arc::new(self.n_paths.finish()),
+            Arc::new(self.paths.finish()),
+            Arc::new(self.encoded_keys.finish()),
+            Arc::new(self.owners.finish()),
+            Arc::new(self.keys.finish()),
+            Arc::new(self.values.finish()),
+        ];
+        RecordBatch::try_new(self.schema, cols).expect("wal_records columns match the schema")
+    }
+}
+
+/// One row of a `wal_records` batch read back for the forest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRow {
+    pub segment: u64,
+    pub offset: u64,
+    pub record: WalRecord,
+}
+
+/// Reads a `wal_records` batch (only `segment`, `offset`, `op`, `parent_root`, `paths`,
+/// `encoded_keys` and `values` are needed) back into typed records.
+pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, String> {
+    let col = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| format!("wal_records batch lacks column {name}"))
+    };
+    let wrong = |name: &str| format!("wal_records column {name} has an unexpected type");
+    let segment = col("segment")?
+        .as_primitive_opt::<UInt64Type>()
+        .ok_or_else(|| wrong("segment"))?;
+    let offset = col("offset")?
+        .as_primitive_opt::<UInt64Type>()
+        .ok_or_else(|| wrong("offset"))?;
+    let op = col("op")?.as_string_opt::<i32>().ok_or_else(|| wrong("op"))?;
+    let parent = col("parent_root")?
+        .as_string_opt::<i32>()
+        .ok_or_else(|| wrong("parent_root"))?;
+    let paths = col("paths")?.as_list_opt::<i32>().ok_or_else(|| wrong("paths"))?;
+    let keys = col("encoded_keys")?
+        .as_list_opt::<i32>()
+        .ok_or_else(|| wrong("encoded_keys"))?;
+    let values = col("values")?.as_list_opt::<i32>().ok_or_else(|| wrong("values"))?;
+    let path_items = paths
+        .values()
+        .as_fixed_size_binary_opt()
+        .ok_or_else(|| wrong("paths"))?;
+    let key_items = keys.values().as_binary_opt::<i32>().ok_or_else(|| wrong("encoded_keys"))?;
+    let value_items = values.values().as_binary_opt::<i32>().ok_or_else(|| wrong("values"))?;
+    if path_items.value_length() != 32 {
+        return Err(wrong("paths"));
+    }
+    let mut rows = Vec::with_capacity(batch.num_rows());
+    for i in 0..batch.num_rows() {
+        let root = Hash::from_hex(parent.value(i))
+            .ok_or_else(|| format!("row {i}: parent_root is not 64 hex digits"))?;
+        let record = match op.value(i) {
+            "update" => {
+                let (ps, pe) = (paths.value_offsets()[i] as usize, paths.value_offsets()[i + 1] as usize);
+                let (ks, ke) = (keys.value_offsets()[i] as usize, keys.value_offsets()[i + 1] as usize);
+                let (vs, ve) = (values.value_offsets()[i] as usize, values.value_offsets()[i + 1] as usize);
+                let n = pe - ps;
+                if ke - ks != n || ve - vs != n {
+                    return Err(format!("row {i}: paths, encoded_keys and values differ in length"));
+                }
+                let mut u = TrieUpdate {
+                    root,
+                    paths: Vec::with_capacity(n),
+                    payloads: Vec::with_capacity(n),
+                };
+                for j in 0..n {
+                    let p: [u8; 32] = path_items
+                        .value(ps + j)
+                        .try_into()
+                        .map_err(|_| wrong("paths"))?;
+                    u.paths.push(Path(p));
+                    u.payloads.push(Arc::new(Payload::new(
+                        key_items.value(ks + j),
+                        value_items.value(vs + j),
+                    )));
+                }
+                WalRecord::Update(u)
+            }
+            "delete" => WalRecord::Delete(root),
+            other => return Err(format!("row {i}: unknown op {other:?}")),
+        };
+        rows.push(RecordRow {
+            segment: segment.value(i),
+            offset: offset.value(i),
+            record,
+        });
+    }
+    Ok(rows)
+}
+
+pub fn registers_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("path", DataType::FixedSizeBinary(32), false),
+        Field::new("owner", DataType::Binary, true),
+        Field::new("key", DataType::Binary, true),
+        Field::new("encoded_key", DataType::Binary, false),
+        Field::new("value_size", DataType::UInt64, false),
+        Field::new("value", DataType::Binary, false),
+    ]))
+}
+
+/// A `registers` batch from `(path, payload)` pairs.
+pub fn registers_batch(regs: &[(Path, Arc<Payload>)]) -> RecordBatch {
+    let mut path = FixedSizeBinaryBuilder::with_capacity(regs.len(), 32);
+    let mut owner = BinaryBuilder::new();
+    let mut key = BinaryBuilder::new();
+    let mut enc = BinaryBuilder::new();
+    let mut size = UInt64Builder::with_capacity(regs.len());
+    let mut value = BinaryBuilder::new();
+    for (p, pl) in regs {
+        path.append_value(p.0).expect("paths are 32 bytes");
+        let parts = pl.key_parts();
+        let part = |t: u16| {
+            parts
+                .as_ref()
+                .and_then(|ps| ps.iter().find(|(pt, _)| *pt == t).map(|(_, v)| *v))
+        };
+        owner.append_option(part(KEY_PART_OWNER));
+        key.append_option(part(KEY_PART_KEY));
+        enc.append_value(&pl.key);
+        size.append_value(pl.value.len() as u64);
+        value.append_value(&pl.value);
+    }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(path.finish()),
+        Arc::new(owner.finish()),
+        Arc::new(key.finish()),
+        Arc::new(enc.finish()),
+        Arc::new(size.finish()),
+        Arc::new(value.finish()),
+    ];
+    RecordBatch::try_new(registers_schema(), cols).expect("registers columns match the schema")
+}
+
+/// `n_paths` of a `wal_records` batch (handy for summaries).
+pub fn total_paths(batch: &RecordBatch) -> u64 {
+    batch
+        .column_by_name("n_paths")
+        .and_then(|c| c.as_primitive_opt::<UInt32Type>().cloned())
+        .map_or(0, |a| a.values().iter().map(|&v| v as u64).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::hash::empty_root;
+    use crate::flow::record::tests::{p1, p2, payload};
+
+    #[test]
+    fn records_round_trip() {
+        let u = TrieUpdate {
+            root: empty_root(),
+            paths: vec![p1(), p2(), p1()],
+            payloads: vec![
+                payload("owner1", "key1", &[1, 2, 3]),
+                payload("owner2", "key2", b""),
+                Arc::new(Payload::new(vec![0xffu8], vec![9u8])), // malformed key
+            ],
+        };
+        let recs = vec![
+            WalRecord::Update(u.clone()),
+            WalRecord::Delete(empty_root()),
+        ];
+        let mut b = RecordsBuilder::new();
+        for (i, r) in recs.iter().enumerate() {
+            b.push(4, i as u32, 100 * i as u64, r);
+        }
+        let batch = b.finish();
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(total_paths(&batch), 3);
+        let owners = batch.column_by_name("owners").unwrap().as_list::<i32>();
+        let items = owners.values().as_binary::<i32>();
+        assert_eq!(items.value(0), b"owner1");
+        assert!(items.is_null(2));
+        let rows = rows_from_batch(&batch).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].record, WalRecord::Update(u));
+        assert_eq!(rows[1].record, WalRecord::Delete(empty_root()));
+        assert_eq!((rows[1].segment, rows[1].offset), (4, 100));
+        let sliced = batch.slice(1, 1);
+        assert_eq!(rows_from_batch(&sliced).unwrap()[0].record, WalRecord::Delete(empty_root()));
+    }
+
+    #[test]
+    fn registers_columns() {
+        let regs = vec![(p1(), payload("owner1", "key1", &[1, 2, 3]))];
+        let b = registers_batch(&regs);
+        assert_eq!(b.num_rows(), 1);
+        assert_eq!(b.schema(), registers_schema());
+        let size = b.column_by_name("value_size").unwrap().as_primitive::<UInt64Type>();
+        assert_eq!(size.value(0), 3);
+    }
+
+    #[test]
+    fn bad_batches_are_errors() {
+        let empty = RecordBatch::new_empty(registers_schema());
+        assert!(rows_from_batch(&empty).is_err());
+    }
+}
