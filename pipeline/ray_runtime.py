@@ -24,7 +24,9 @@ def ensure_ray(address: str | None, workers: int) -> float:
             configure_logging=False,
         )
     else:
+        # "local": always a new embedded cluster, never one `ray start` left running here.
         ray.init(
+            address="local",
             num_cpus=workers,
             include_dashboard=False,
             log_to_driver=False,

@@ -64,6 +64,8 @@ def cluster() -> Iterator[str]:
             ray_cli("start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1")
         yield f"127.0.0.1:{port}"
     finally:
+        if ray.is_initialized():  # `ray stop` would kill it under this process's feet
+            ray.shutdown()
         ray_cli("stop", "--force")
         shutil.rmtree(temp_dir, ignore_errors=True)
 
