@@ -5,6 +5,7 @@
 
 pub mod btc;
 pub mod datasets;
+pub mod flow;
 pub mod store;
 
 use btc::network::Network;
@@ -316,5 +317,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(display_hash, m)?)?;
     m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
+    flow::py::register(m)?;
     Ok(())
 }

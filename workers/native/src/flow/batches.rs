@@ -23,12 +23,12 @@
 use super::hash::{Hash, Path};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
 use arrow_array::builder::{
-    BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt32Builder,
+    ArrayBuilder, BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt32Builder,
     UInt64Builder,
 };
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
@@ -44,7 +44,11 @@ pub fn records_schema() -> SchemaRef {
         Field::new("op", DataType::Utf8, false),
         Field::new("parent_root", DataType::Utf8, false),
         Field::new("n_paths", DataType::UInt32, false),
-        Field::new("paths", list_of(DataType::FixedSizeBinary(32), false), false),
+        Field::new(
+            "paths",
+            list_of(DataType::FixedSizeBinary(32), false),
+            false,
+        ),
         Field::new("encoded_keys", list_of(DataType::Binary, false), false),
         Field::new("owners", list_of(DataType::Binary, true), false),
         Field::new("keys", list_of(DataType::Binary, true), false),
@@ -191,21 +195,33 @@ pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, String> {
     let offset = col("offset")?
         .as_primitive_opt::<UInt64Type>()
         .ok_or_else(|| wrong("offset"))?;
-    let op = col("op")?.as_string_opt::<i32>().ok_or_else(|| wrong("op"))?;
+    let op = col("op")?
+        .as_string_opt::<i32>()
+        .ok_or_else(|| wrong("op"))?;
     let parent = col("parent_root")?
         .as_string_opt::<i32>()
         .ok_or_else(|| wrong("parent_root"))?;
-    let paths = col("paths")?.as_list_opt::<i32>().ok_or_else(|| wrong("paths"))?;
+    let paths = col("paths")?
+        .as_list_opt::<i32>()
+        .ok_or_else(|| wrong("paths"))?;
     let keys = col("encoded_keys")?
         .as_list_opt::<i32>()
         .ok_or_else(|| wrong("encoded_keys"))?;
-    let values = col("values")?.as_list_opt::<i32>().ok_or_else(|| wrong("values"))?;
+    let values = col("values")?
+        .as_list_opt::<i32>()
+        .ok_or_else(|| wrong("values"))?;
     let path_items = paths
         .values()
         .as_fixed_size_binary_opt()
         .ok_or_else(|| wrong("paths"))?;
-    let key_items = keys.values().as_binary_opt::<i32>().ok_or_else(|| wrong("encoded_keys"))?;
-    let value_items = values.values().as_binary_opt::<i32>().ok_or_else(|| wrong("values"))?;
+    let key_items = keys
+        .values()
+        .as_binary_opt::<i32>()
+        .ok_or_else(|| wrong("encoded_keys"))?;
+    let value_items = values
+        .values()
+        .as_binary_opt::<i32>()
+        .ok_or_else(|| wrong("values"))?;
     if path_items.value_length() != 32 {
         return Err(wrong("paths"));
     }
@@ -215,12 +231,23 @@ pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, String> {
             .ok_or_else(|| format!("row {i}: parent_root is not 64 hex digits"))?;
         let record = match op.value(i) {
             "update" => {
-                let (ps, pe) = (paths.value_offsets()[i] as usize, paths.value_offsets()[i + 1] as usize);
-                let (ks, ke) = (keys.value_offsets()[i] as usize, keys.value_offsets()[i + 1] as usize);
-                let (vs, ve) = (values.value_offsets()[i] as usize, values.value_offsets()[i + 1] as usize);
+                let (ps, pe) = (
+                    paths.value_offsets()[i] as usize,
+                    paths.value_offsets()[i + 1] as usize,
+                );
+                let (ks, ke) = (
+                    keys.value_offsets()[i] as usize,
+                    keys.value_offsets()[i + 1] as usize,
+                );
+                let (vs, ve) = (
+                    values.value_offsets()[i] as usize,
+                    values.value_offsets()[i + 1] as usize,
+                );
                 let n = pe - ps;
                 if ke - ks != n || ve - vs != n {
-                    return Err(format!("row {i}: paths, encoded_keys and values differ in length"));
+                    return Err(format!(
+                        "row {i}: paths, encoded_keys and values differ in length"
+                    ));
                 }
                 let mut u = TrieUpdate {
                     root,
@@ -309,6 +336,7 @@ mod tests {
     use super::*;
     use crate::flow::hash::empty_root;
     use crate::flow::record::tests::{p1, p2, payload};
+    use arrow_array::Array;
 
     #[test]
     fn records_round_trip() {
@@ -321,7 +349,7 @@ mod tests {
                 Arc::new(Payload::new(vec![0xffu8], vec![9u8])), // malformed key
             ],
         };
-        let recs = vec![
+        let recs = [
             WalRecord::Update(u.clone()),
             WalRecord::Delete(empty_root()),
         ];
@@ -342,7 +370,10 @@ mod tests {
         assert_eq!(rows[1].record, WalRecord::Delete(empty_root()));
         assert_eq!((rows[1].segment, rows[1].offset), (4, 100));
         let sliced = batch.slice(1, 1);
-        assert_eq!(rows_from_batch(&sliced).unwrap()[0].record, WalRecord::Delete(empty_root()));
+        assert_eq!(
+            rows_from_batch(&sliced).unwrap()[0].record,
+            WalRecord::Delete(empty_root())
+        );
     }
 
     #[test]
@@ -351,7 +382,10 @@ mod tests {
         let b = registers_batch(&regs);
         assert_eq!(b.num_rows(), 1);
         assert_eq!(b.schema(), registers_schema());
-        let size = b.column_by_name("value_size").unwrap().as_primitive::<UInt64Type>();
+        let size = b
+            .column_by_name("value_size")
+            .unwrap()
+            .as_primitive::<UInt64Type>();
         assert_eq!(size.value(0), 3);
     }
 

@@ -57,7 +57,11 @@ impl SplitMix64 {
     fn value(&mut self) -> Vec<u8> {
         let a = self.next_u64();
         let b = self.next_u64();
-        let n = if b % 64 == 0 { 1 + a % 6000 } else { 1 + a % 256 };
+        let n = if b.is_multiple_of(64) {
+            1 + a % 6000
+        } else {
+            1 + a % 256
+        };
         self.bytes(n as usize)
     }
 }
@@ -106,7 +110,10 @@ impl Workload {
                 let reg = self.known[(self.rng.next_u64() % n) as usize].clone();
                 (reg, self.rng.value())
             } else if n > 0 && r < 35 {
-                (self.known[(self.rng.next_u64() % n) as usize].clone(), Vec::new())
+                (
+                    self.known[(self.rng.next_u64() % n) as usize].clone(),
+                    Vec::new(),
+                )
             } else if j > 0 && r < 38 {
                 let reg = regs[(self.rng.next_u64() % j as u64) as usize].clone();
                 (reg, self.rng.value())
@@ -219,9 +226,21 @@ mod tests {
     #[test]
     fn key_to_path_spec_6_5() {
         let cases = [
-            ("owner1", "key1", "a2383358dbf8da8ace240cbf4db7805580d28e1c579b84157fe2a10636b44141"),
-            ("owner2", "key2", "fc6b6ef96e34b1d07c4b987d32f1452cdecb58fcb28cabb65a0c7727db2b0c54"),
-            ("owner3", "key3", "1d4782d696fed15c2b6ca954a537e71c1f75963ae08e642e5e38d290f91fc7a8"),
+            (
+                "owner1",
+                "key1",
+                "a2383358dbf8da8ace240cbf4db7805580d28e1c579b84157fe2a10636b44141",
+            ),
+            (
+                "owner2",
+                "key2",
+                "fc6b6ef96e34b1d07c4b987d32f1452cdecb58fcb28cabb65a0c7727db2b0c54",
+            ),
+            (
+                "owner3",
+                "key3",
+                "1d4782d696fed15c2b6ca954a537e71c1f75963ae08e642e5e38d290f91fc7a8",
+            ),
         ];
         for (o, k, want) in cases {
             let p = key_to_path(&[(0, o.as_bytes()), (2, k.as_bytes())]);
@@ -234,13 +253,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rechain-flow-gen-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cfg = GenConfig {
-            updates: 300,
-            registers_per_update: 12,
+            updates: 120,
+            registers_per_update: 8,
             seed: 7,
-            segment_size: 64 * 1024,
+            segment_size: 32 * 1024,
         };
         let s = generate(&cfg, &dir).unwrap();
-        assert_eq!(s.roots.len(), 300);
+        assert_eq!(s.roots.len(), 120);
         assert!(s.segments.len() >= 3, "{:?}", s.segments);
         let mut forest = Forest::new(DEFAULT_CAPACITY, 1);
         let mut roots = Vec::new();
@@ -259,7 +278,10 @@ mod tests {
             }
         }
         assert_eq!(roots, s.roots);
-        assert!(deletes > 100 && dups > 10, "deletes {deletes}, duplicates {dups}");
+        assert!(
+            deletes > 100 && dups > 10,
+            "deletes {deletes}, duplicates {dups}"
+        );
         assert_eq!(forest.get(&s.final_root).unwrap().reg_count, s.registers);
         // Same seed, same bytes; another seed, other bytes.
         let again = dir.with_extension("again");
@@ -267,9 +289,15 @@ mod tests {
         let s2 = generate(&cfg, &again).unwrap();
         assert_eq!(s2.roots, s.roots);
         for name in &s.segments {
-            assert_eq!(std::fs::read(dir.join(name)).unwrap(), std::fs::read(again.join(name)).unwrap());
+            assert_eq!(
+                std::fs::read(dir.join(name)).unwrap(),
+                std::fs::read(again.join(name)).unwrap()
+            );
         }
-        assert!(generate(&cfg, &again).is_err(), "refuses a folder with segments");
+        assert!(
+            generate(&cfg, &again).is_err(),
+            "refuses a folder with segments"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&again).unwrap();
     }

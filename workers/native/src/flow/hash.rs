@@ -245,7 +245,10 @@ mod tests {
             h("e31b266ccd2d953edd950c40e5548de9d9b34e1d9589ff37920a212a908a0c0e")
         );
         assert_eq!(compact_value(&p1, &[], 17), default_hash(17));
-        assert_eq!(compact_value(&p1, &[1, 2, 3], 0), hash_leaf(&p1, &[1, 2, 3]));
+        assert_eq!(
+            compact_value(&p1, &[1, 2, 3], 0),
+            hash_leaf(&p1, &[1, 2, 3])
+        );
     }
 
     #[test]

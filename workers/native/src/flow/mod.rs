@@ -112,7 +112,10 @@ impl fmt::Display for ErrorKind {
             ErrorKind::NonZeroPadding => write!(f, "unexpected non-zero byte in padded page"),
             ErrorKind::FragmentTooLong { len } => write!(f, "invalid record size {len}"),
             ErrorKind::Checksum { stored, computed } => {
-                write!(f, "unexpected checksum {computed:08x}, expected {stored:08x}")
+                write!(
+                    f,
+                    "unexpected checksum {computed:08x}, expected {stored:08x}"
+                )
             }
             ErrorKind::UnknownFragmentType { typ } => write!(f, "unexpected record type {typ}"),
             ErrorKind::UnexpectedFragment { typ, pending } => write!(
@@ -139,7 +142,11 @@ impl fmt::Display for ErrorKind {
             ErrorKind::BadHashLength { len } => write!(f, "root hash of {len} bytes, expected 32"),
             ErrorKind::BadPathLength { len } => write!(f, "path of {len} bytes, expected 32"),
             ErrorKind::UnknownParentRoot { root } => {
-                write!(f, "trie with the given rootHash {} not found", root.to_hex())
+                write!(
+                    f,
+                    "trie with the given rootHash {} not found",
+                    root.to_hex()
+                )
             }
             ErrorKind::SegmentGap { before, after } => {
                 write!(f, "segments are not sequential: {before} + 1 != {after}")
@@ -215,7 +222,8 @@ pub fn decode_segment(seg: &wal::Segment) -> SegmentDecode {
         match reader.next_record() {
             Ok(Some(raw)) => match record::decode(&raw.data) {
                 Ok(rec) => {
-                    out.records.push((out.records.len() as u32, raw.offset, rec));
+                    out.records
+                        .push((out.records.len() as u32, raw.offset, rec));
                     out.end = reader.position();
                 }
                 Err(kind) => {
@@ -248,7 +256,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 /// Parses hex (either case) of any even length.
 pub fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -83,7 +83,15 @@ fn flow_decode_segment<'py>(
             }
             b.push(segment_no, *i, *off, rec);
         }
-        Ok((b.finish(), seg.file_len, dec.end, dec.error, updates, deletes, paths))
+        Ok((
+            b.finish(),
+            seg.file_len,
+            dec.end,
+            dec.error,
+            updates,
+            deletes,
+            paths,
+        ))
     });
     let (batch, file_len, end, error, updates, deletes, paths) =
         result.map_err(|e| flow_err(py, &e))?;
@@ -175,8 +183,8 @@ impl FlowForest {
     #[new]
     #[pyo3(signature = (capacity=DEFAULT_CAPACITY, threads=None))]
     fn new(capacity: usize, threads: Option<usize>) -> Self {
-        let threads = threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads =
+            threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         FlowForest {
             forest: Forest::new(capacity, threads),
             current: empty_root(),
@@ -189,7 +197,11 @@ impl FlowForest {
     /// update's parent root is not in the forest, raises `FlowWalError`
     /// (`kind == "unknown_parent_root"`, with that row's segment/offset) after applying the rows
     /// before it; the exception's `roots` attribute lists their roots.
-    fn apply<'py>(&mut self, py: Python<'py>, batch: PyRecordBatch) -> PyResult<Bound<'py, PyList>> {
+    fn apply<'py>(
+        &mut self,
+        py: Python<'py>,
+        batch: PyRecordBatch,
+    ) -> PyResult<Bound<'py, PyList>> {
         let batch = batch.into_inner();
         let forest = &mut self.forest;
         let current = &mut self.current;
@@ -207,7 +219,10 @@ impl FlowForest {
                                 roots.push(Some(a.root.to_hex()));
                             }
                             Err(kind) => {
-                                return Ok((roots, Some(FlowError::new(row.segment, row.offset, kind))))
+                                return Ok((
+                                    roots,
+                                    Some(FlowError::new(row.segment, row.offset, kind)),
+                                ))
                             }
                         },
                         WalRecord::Delete(_) => roots.push(None),
@@ -279,9 +294,9 @@ impl FlowForest {
             Some(s) => parse_root(s)?,
             None => self.current,
         };
-        self.forest
-            .get(&h)
-            .ok_or_else(|| PyValueError::new_err(format!("root {} is not in the forest", h.to_hex())))
+        self.forest.get(&h).ok_or_else(|| {
+            PyValueError::new_err(format!("root {} is not in the forest", h.to_hex()))
+        })
     }
 }
 

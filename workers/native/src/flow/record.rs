@@ -189,9 +189,7 @@ pub fn decode(data: &[u8]) -> RecordResult<WalRecord> {
             c.pos = 1;
             let len = c.u16("root hash length")? as usize;
             let h = c.take(len, "root hash")?;
-            let h: [u8; 32] = h
-                .try_into()
-                .map_err(|_| ErrorKind::BadHashLength { len })?;
+            let h: [u8; 32] = h.try_into().map_err(|_| ErrorKind::BadHashLength { len })?;
             Ok(WalRecord::Delete(Hash(h)))
         }
         op => Err(ErrorKind::UnknownOperation { op }),
@@ -331,7 +329,10 @@ pub(crate) mod tests {
 
     pub(crate) fn payload(owner: &str, key: &str, value: &[u8]) -> Arc<Payload> {
         Arc::new(Payload::from_parts(
-            &[(KEY_PART_OWNER, owner.as_bytes()), (KEY_PART_KEY, key.as_bytes())],
+            &[
+                (KEY_PART_OWNER, owner.as_bytes()),
+                (KEY_PART_KEY, key.as_bytes()),
+            ],
             value,
         ))
     }
@@ -442,7 +443,10 @@ pub(crate) mod tests {
         assert_eq!(decode(&b), Err(ErrorKind::UnknownOperation { op: 3 }));
         let mut b = good.clone();
         b[2] = 1;
-        assert_eq!(decode(&b), Err(ErrorKind::UnsupportedVersion { version: 1 }));
+        assert_eq!(
+            decode(&b),
+            Err(ErrorKind::UnsupportedVersion { version: 1 })
+        );
         let mut b = good.clone();
         b[3] = 10;
         assert_eq!(decode(&b), Err(ErrorKind::UnexpectedEntityType { typ: 10 }));
@@ -452,7 +456,10 @@ pub(crate) mod tests {
         let mut b = good.clone();
         b[43] = 33; // path size
         assert_eq!(decode(&b), Err(ErrorKind::BadPathLength { len: 33 }));
-        assert_eq!(decode(&[1, 0, 0]), Err(ErrorKind::RecordTooShort { len: 3 }));
+        assert_eq!(
+            decode(&[1, 0, 0]),
+            Err(ErrorKind::RecordTooShort { len: 3 })
+        );
         // A delete whose length field runs past the record.
         assert!(matches!(
             decode(&[2, 0, 40, 1, 2, 3]),

@@ -151,7 +151,8 @@ impl<'a> SegmentReader<'a> {
                 return Err(self.err(at, ErrorKind::FragmentPastSegmentEnd));
             }
             let len = u16::from_be_bytes([data[at + 1], data[at + 2]]);
-            let stored = u32::from_be_bytes([data[at + 3], data[at + 4], data[at + 5], data[at + 6]]);
+            let stored =
+                u32::from_be_bytes([data[at + 3], data[at + 4], data[at + 5], data[at + 6]]);
             if len as usize > MAX_FRAGMENT {
                 return Err(self.err(at, ErrorKind::FragmentTooLong { len }));
             }
@@ -243,7 +244,9 @@ pub fn snappy_decode(src: &[u8]) -> Result<Vec<u8>, &'static str> {
                 let mut n = (tag >> 2) as usize;
                 if n >= 60 {
                     let extra = n - 59;
-                    let bytes = src.get(pos..pos + extra).ok_or("truncated literal length")?;
+                    let bytes = src
+                        .get(pos..pos + extra)
+                        .ok_or("truncated literal length")?;
                     pos += extra;
                     n = bytes
                         .iter()
@@ -397,7 +400,10 @@ mod tests {
     #[test]
     fn split_record_vector_spec_6_4() {
         let (bytes, r) = split_vector_bytes();
-        assert_eq!(&bytes[..9], &[0x01, 0x00, 0x02, 0x23, 0xc8, 0xd1, 0x51, 0xde, 0xad]);
+        assert_eq!(
+            &bytes[..9],
+            &[0x01, 0x00, 0x02, 0x23, 0xc8, 0xd1, 0x51, 0xde, 0xad]
+        );
         assert_eq!(&bytes[9..16], &[0x02, 0x7f, 0xf0, 0x5c, 0xf5, 0x79, 0xdc]);
         assert_eq!(
             &bytes[32_768..32_775],
@@ -581,7 +587,7 @@ mod tests {
             b'l',
             b'o',
             b' ',
-            0b000_111_01, // copy1: len 4+7 = 11, offset high bits 0
+            (7 << 2) | 1, // copy1: len 4 + 7 = 11, offset high bits 0
             6,
             0,
             b'!',
@@ -605,7 +611,7 @@ mod tests {
         ];
         assert_eq!(snappy_decode(&block2).unwrap(), b"hello hello hello!");
         assert!(snappy_decode(&[5, 0, b'a']).is_err()); // shorter than declared
-        assert!(snappy_decode(&[2, 0b000_000_01, 1]).is_err()); // copy before any output
+        assert!(snappy_decode(&[2, 1, 1]).is_err()); // copy before any output
         assert!(snappy_decode(&[0xff, 0xff, 0xff, 0xff, 0x0f]).is_err()); // huge declared
         assert!(snappy_decode(&[]).is_err());
     }
@@ -621,7 +627,7 @@ mod tests {
             b'l',
             b'o',
             b' ',
-            0b000_111_01,
+            (7 << 2) | 1,
             6,
             0,
             b'!',
@@ -637,7 +643,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rechain-flow-list-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        for n in ["00000000", "00000001", "2", "checkpoint.00000001", "x1", "00000003.tmp"] {
+        for n in [
+            "00000000",
+            "00000001",
+            "2",
+            "checkpoint.00000001",
+            "x1",
+            "00000003.tmp",
+        ] {
             std::fs::write(dir.join(n), b"").unwrap();
         }
         let segs = list_segments(&dir).unwrap();

@@ -46,7 +46,7 @@ impl WalWriter {
     /// one past the last existing segment (0 if none). `sync` fdatasyncs after every record, as
     /// flow-go does; a generator can skip it.
     pub fn create(dir: &FsPath, segment_size: usize, sync: bool) -> Result<WalWriter, FlowError> {
-        if segment_size == 0 || segment_size % PAGE_SIZE != 0 {
+        if segment_size == 0 || !segment_size.is_multiple_of(PAGE_SIZE) {
             return Err(FlowError::new(
                 0,
                 0,
@@ -237,13 +237,31 @@ mod tests {
         let dir = tmp("writer-64");
         let r: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
         let mut w = WalWriter::create(&dir, 32 * 1024 * 1024, false).unwrap();
-        assert_eq!(w.log(&[0xde, 0xad]).unwrap(), LogLocation { segment: 0, offset: 0 });
-        assert_eq!(w.log(&r).unwrap(), LogLocation { segment: 0, offset: 9 });
+        assert_eq!(
+            w.log(&[0xde, 0xad]).unwrap(),
+            LogLocation {
+                segment: 0,
+                offset: 0
+            }
+        );
+        assert_eq!(
+            w.log(&r).unwrap(),
+            LogLocation {
+                segment: 0,
+                offset: 9
+            }
+        );
         let seg = dir.join("00000000");
         let bytes = std::fs::read(&seg).unwrap();
         assert_eq!(bytes.len(), 40_023);
-        assert_eq!(&bytes[..16], &[1, 0, 2, 0x23, 0xc8, 0xd1, 0x51, 0xde, 0xad, 2, 0x7f, 0xf0, 0x5c, 0xf5, 0x79, 0xdc]);
-        assert_eq!(&bytes[32_768..32_775], &[4, 0x1c, 0x50, 0x43, 0xf5, 0xd8, 0xa2]);
+        assert_eq!(
+            &bytes[..16],
+            &[1, 0, 2, 0x23, 0xc8, 0xd1, 0x51, 0xde, 0xad, 2, 0x7f, 0xf0, 0x5c, 0xf5, 0x79, 0xdc]
+        );
+        assert_eq!(
+            &bytes[32_768..32_775],
+            &[4, 0x1c, 0x50, 0x43, 0xf5, 0xd8, 0xa2]
+        );
         assert_eq!(&bytes[16..32_768], &r[..32_752]);
         assert_eq!(&bytes[32_775..], &r[32_752..]);
         w.close().unwrap();
@@ -258,7 +276,9 @@ mod tests {
     fn records_never_span_segments() {
         let dir = tmp("writer-seg");
         let mut w = WalWriter::create(&dir, 2 * PAGE_SIZE, false).unwrap();
-        let recs: Vec<Vec<u8>> = (0..12u32).map(|i| vec![i as u8; 9000 + 3000 * i as usize]).collect();
+        let recs: Vec<Vec<u8>> = (0..12u32)
+            .map(|i| vec![i as u8; 9000 + 3000 * i as usize])
+            .collect();
         let mut locs = Vec::new();
         for r in &recs {
             locs.push(w.log(r).unwrap());
@@ -270,7 +290,11 @@ mod tests {
         assert_eq!(flat, recs);
         for (n, p) in list_segments(&dir).unwrap() {
             let len = std::fs::metadata(&p).unwrap().len();
-            assert_eq!(len % PAGE_SIZE as u64, 0, "segment {n} closed on a page boundary");
+            assert_eq!(
+                len % PAGE_SIZE as u64,
+                0,
+                "segment {n} closed on a page boundary"
+            );
         }
         assert!(locs.windows(2).all(|w| w[0].segment <= w[1].segment));
         std::fs::remove_dir_all(&dir).unwrap();
@@ -326,7 +350,10 @@ mod tests {
         let bytes = std::fs::read(dir.join("00000000")).unwrap();
         assert_eq!(bytes[PAGE_SIZE - 7], 1); // empty Full fragment at the page end
         assert_eq!(bytes[PAGE_SIZE], 1); // next record on page 1
-        assert_eq!(read_all(&dir)[0].1, vec![vec![1u8; PAGE_SIZE - 14], vec![], b"xyz".to_vec()]);
+        assert_eq!(
+            read_all(&dir)[0].1,
+            vec![vec![1u8; PAGE_SIZE - 14], vec![], b"xyz".to_vec()]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
