@@ -63,6 +63,29 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--orphans", type=int, default=0)
     g.add_argument("--tx-per-block", default="1:1", metavar="MIN:MAX")
 
+    gf = gen.add_parser("flow", help="a Flow LedgerWAL (segments 00000000, ...) + expected.json")
+    gf.add_argument("outdir", type=Path)
+    gf.add_argument("--updates", type=int, required=True)
+    gf.add_argument("--registers-per-update", type=int, required=True)
+    gf.add_argument("--seed", type=int, default=1)
+    gf.add_argument("--segment-size", type=parse_size, default=32 << 20)
+
+    flow = sub.add_parser("flow", help="Flow execution ledger").add_subparsers(
+        dest="action", required=True
+    )
+    fr = flow.add_parser("replay", help="replay a LedgerWAL into the data folder")
+    fr.add_argument("--wal", type=Path, required=True)
+    fr.add_argument("--data", type=Path, required=True)
+    fr.add_argument("--workers", type=int, default=0)
+    fr.add_argument("--ray-address", default=None)
+    fr.add_argument("--memory-budget", type=parse_size, default=parse_size("1G"))
+    fr.add_argument("--metrics-port", type=int, default=None)
+    fr.add_argument("--no-progress", action="store_true")
+    fr.add_argument("--json", action="store_true")
+    fst = flow.add_parser("status", help="summary of a data folder's Flow state")
+    fst.add_argument("--data", type=Path, required=True)
+    fst.add_argument("--json", action="store_true")
+
     btc = sub.add_parser("btc", help="Bitcoin block files").add_subparsers(
         dest="action", required=True
     )
@@ -119,6 +142,69 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "gen" and args.kind == "flow":
+        from rechain.workers import _native
+
+        if args.updates < 1 or args.registers_per_update < 1:
+            raise RechainError("--updates and --registers-per-update must be at least 1")
+        args.outdir.mkdir(parents=True, exist_ok=True)
+        facts = dict(
+            _native.flow_generate(
+                str(args.outdir),
+                args.updates,
+                args.registers_per_update,
+                args.seed,
+                args.segment_size,
+            )
+        )
+        roots = facts.pop("roots")
+        (args.outdir / "expected.json").write_text(json.dumps(facts, indent=1, sort_keys=True))
+        (args.outdir / "roots.txt").write_text("\n".join(roots) + "\n")
+        print(
+            f"wrote {facts['updates']:,} updates in {facts['segments']} segment(s) to "
+            f"{args.outdir}; final root {facts['final_root']}"
+        )
+        return 0
+    if args.command == "flow":
+        from rechain.pipeline import flow_replay
+
+        if args.action == "replay":
+            from rechain.pipeline import metrics
+
+            metrics.serve(args.metrics_port)
+            result = flow_replay.run(
+                flow_replay.ReplayOptions(
+                    wal=args.wal,
+                    data=args.data,
+                    workers=args.workers,
+                    ray_address=args.ray_address,
+                    memory_budget=args.memory_budget,
+                    progress=not args.no_progress,
+                )
+            )
+            if args.json:
+                _print_json(result)
+            else:
+                print(
+                    f"replayed {result['updates_applied']:,} updates from "
+                    f"{result['segments']} segment(s); root {result['root']}; "
+                    f"{result['registers']:,} registers; {len(result['skipped'])} skipped"
+                )
+            return (
+                0
+                if not result["skipped"]
+                or all(s["reason"] == "torn_record" for s in result["skipped"])
+                else 1
+            )
+        st = flow_replay.status(args.data)
+        if args.json:
+            _print_json(st)
+        else:
+            for k in ("root", "updates_applied", "registers", "segments"):
+                print(f"{k.ljust(16)} {st[k]}")
+            for s in st["skipped"]:
+                print(f"  skip {s['segment']}@{s['offset']}: {s['reason']} {s.get('detail') or ''}")
+        return 0
     if args.command == "gen":
         from rechain.pipeline.btc_gen import generate
 

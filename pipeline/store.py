@@ -192,6 +192,38 @@ class DataDir:
         _fsync_dir(base)
         return final
 
+    def stage_parquet_batches(
+        self,
+        table: str,
+        generation: int,
+        schema: pa.Schema,
+        batches: Iterator[pa.RecordBatch],
+        row_group: int,
+        dictionary_columns: list[str] | None = None,
+    ) -> Path:
+        """Like ``stage_parquet`` but streamed batch by batch (bounded memory)."""
+        base = self.parquet_dir(table)
+        final = base / f"{generation:06d}"
+        tmp = base / f".{generation:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        part = tmp / "part-00000.parquet"
+        with pq.ParquetWriter(
+            part,
+            schema,
+            compression="zstd",
+            write_statistics=True,
+            use_dictionary=dictionary_columns or False,
+        ) as writer:
+            for batch in batches:
+                writer.write_batch(batch, row_group_size=row_group)
+        with open(part, "rb") as f:
+            os.fsync(f.fileno())
+        os.rename(tmp, final)
+        _fsync_dir(base)
+        return final
+
     def remove_other_generations(self, table: str, keep: int | None) -> None:
         base = self.parquet_dir(table)
         if not base.exists():

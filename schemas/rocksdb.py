@@ -22,7 +22,19 @@ CF_BTC_INDEX = "btc_index"
 #: Best chain: height (u32 big-endian) -> hash (internal order).
 CF_BTC_BEST = "btc_best"
 
-COLUMN_FAMILIES = (CF_META, CF_BTC_FILES, CF_BTC_SCAN, CF_BTC_INDEX, CF_BTC_BEST)
+#: Flow ledger column families (named in rechain.schemas.flow).
+CF_FLOW_REGISTERS = "flow_registers"
+CF_FLOW_ROOTS = "flow_roots"
+
+COLUMN_FAMILIES = (
+    CF_META,
+    CF_BTC_FILES,
+    CF_BTC_SCAN,
+    CF_BTC_INDEX,
+    CF_BTC_BEST,
+    CF_FLOW_REGISTERS,
+    CF_FLOW_ROOTS,
+)
 #: Column families rebuilt whole by every link phase.
 DERIVED_COLUMN_FAMILIES = (CF_BTC_INDEX, CF_BTC_BEST)
 

@@ -1,0 +1,268 @@
+"""Flow LedgerWAL replay: segments decoded in parallel on Ray, applied in WAL order to the
+flow-go-compatible MTrie forest (Rust core), state published to RocksDB and Parquet.
+
+Bad input stops the replay where flow-go would, but says what it found: the segment, offset and
+reason are reported as a skip, and nothing past the last good update is applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from rechain.pipeline import metrics
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.progress import Progress
+from rechain.pipeline.store import DataDir
+from rechain.schemas import flow as fs
+from rechain.schemas import rocksdb as layout
+from rechain.workers import _native
+from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
+
+log = logging.getLogger(__name__)
+STAGE = "flow_wal"
+ROW_GROUP = 65_536
+
+
+@dataclass
+class ReplayOptions:
+    wal: Path
+    data: Path
+    workers: int = 0
+    ray_address: str | None = None
+    memory_budget: int = 1 << 30
+    progress: bool = True
+
+
+def _segments(wal: Path) -> list[tuple[int, str]]:
+    if not wal.is_dir():
+        raise RechainError(f"{wal}: WAL folder not found")
+    try:
+        return [(int(n), str(p)) for n, p in _native.flow_list_segments(str(wal))]
+    except Exception as e:  # FlowWalError (segment gap) and OS errors carry their own message
+        raise RechainError(f"{wal}: {e}") from e
+
+
+def run(opts: ReplayOptions) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    segments = _segments(opts.wal)
+    workers = opts.workers or os.cpu_count() or 1
+    with DataDir(opts.data) as data:
+        forest = _native.FlowForest()
+        skipped: list[dict[str, Any]] = []
+        updates: list[pa.Table] = []
+        seq = 0
+        ray_start = 0.0
+        total = sum(Path(p).stat().st_size for _, p in segments)
+        progress = Progress(total, enabled=opts.progress, label="replay")
+        stopped = False
+        for result in _decode_in_order(segments, opts, workers):
+            ray_start = result.info.pop("ray_start_s", ray_start)
+            batch, info = result.records, result.info
+            metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
+            name = Path(result.unit.path).name
+            try:
+                roots = forest.apply(batch)
+                applied = batch
+            except Exception as e:  # FlowWalError: unknown parent root, stops the replay
+                roots = list(getattr(e, "roots", []))
+                applied = batch.slice(0, len(roots))
+                skipped.append(
+                    {
+                        "segment": name,
+                        "offset": getattr(e, "offset", None),
+                        "reason": getattr(e, "kind", "error"),
+                        "detail": str(e),
+                    }
+                )
+                stopped = True
+            if applied.num_rows:
+                updates.append(_trie_updates(applied, roots, seq))
+                seq += applied.num_rows
+            metrics.RECORDS.labels(STAGE).inc(applied.num_rows)
+            metrics.BYTES_READ.labels(STAGE).inc(int(info.get("file_len", 0)))
+            progress.update(int(info.get("file_len", 0)), applied.num_rows)
+            error = info.get("error")
+            if error:
+                skipped.append(
+                    {
+                        "segment": name,
+                        "offset": error.get("offset"),
+                        "reason": error.get("kind"),
+                        "detail": error.get("message"),
+                    }
+                )
+                metrics.SKIPS.labels(STAGE, str(error.get("kind"))).inc()
+                stopped = True
+            elif info.get("torn"):
+                # flow-go treats a torn final record as the end of the log (a crash while
+                # writing); anywhere else it is damage.
+                is_last = result.unit.seq == len(segments) - 1
+                skipped.append(
+                    {
+                        "segment": name,
+                        "offset": info.get("end_offset"),
+                        "reason": "torn_record" if is_last else "torn_record_mid_log",
+                    }
+                )
+                stopped = not is_last
+            if stopped:
+                break
+        progress.close()
+        summary = _publish(data, forest, updates, segments, skipped)
+        report = {
+            "ray_start_s": ray_start,
+            "total_s": time.perf_counter() - t_start,
+            "segments": len(segments),
+            "updates": summary["updates_applied"],
+            "workers": workers,
+        }
+        data.write({layout.CF_META: [(b"flow/run", report)]})
+        data.write_report("flow_replay", {**summary, **report})
+        return {**summary, "run": report}
+
+
+def _decode_in_order(
+    segments: list[tuple[int, str]], opts: ReplayOptions, workers: int
+) -> Iterator[SegmentResult]:
+    import ray
+    from rechain.pipeline.ray_runtime import ensure_ray
+
+    if not segments:
+        return
+    ray_start = ensure_ray(opts.ray_address, workers)
+    remote = ray.remote(num_cpus=1, max_retries=3)(decode_unit)
+    # A decoded segment holds at most about its own size in Arrow buffers.
+    window = max(1, min(2 * workers, opts.memory_budget // (2 * 32 * 2**20)))
+    units = iter(SegmentUnit(i, n, p) for i, (n, p) in enumerate(segments))
+    queue: deque[Any] = deque()
+    for unit in units:
+        queue.append(remote.remote(unit))
+        if len(queue) >= window:
+            break
+    first = True
+    while queue:
+        metrics.QUEUE_DEPTH.labels(STAGE).set(len(queue))
+        result: SegmentResult = ray.get(queue.popleft())
+        if first:
+            result.info["ray_start_s"] = ray_start
+            first = False
+        nxt = next(units, None)
+        if nxt is not None:
+            queue.append(remote.remote(nxt))
+        yield result
+    metrics.QUEUE_DEPTH.labels(STAGE).set(0)
+
+
+def _trie_updates(batch: pa.RecordBatch, roots: list[str | None], seq0: int) -> pa.Table:
+    return pa.table(
+        {
+            "seq": pa.array(range(seq0, seq0 + batch.num_rows), pa.uint64()),
+            "segment": batch.column("segment"),
+            "offset": batch.column("offset"),
+            "parent_root": batch.column("parent_root"),
+            "root": pa.array(roots, pa.string()),
+            "n_paths": batch.column("n_paths"),
+            "op": batch.column("op"),
+        }
+    )
+
+
+REGISTERS_SCHEMA = pa.schema(
+    [
+        ("path", pa.binary(32)),
+        ("owner", pa.binary()),
+        ("key", pa.binary()),
+        ("value_size", pa.uint64()),
+        ("value", pa.binary()),
+        ("encoded_key", pa.binary()),
+    ]
+)
+
+
+def _register_rows(batches: Any) -> Iterator[pa.RecordBatch]:
+    for b in batches:
+        yield pa.RecordBatch.from_arrays(
+            [b.column(f.name).cast(f.type) for f in REGISTERS_SCHEMA], schema=REGISTERS_SCHEMA
+        )
+
+
+def _publish(
+    data: DataDir,
+    forest: Any,
+    updates: list[pa.Table],
+    segments: list[tuple[int, str]],
+    skipped: list[dict[str, Any]],
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    gen_key = b"flow/generation"
+    generation = int(data.meta_get(gen_key) or 0) + 1
+    table = (
+        pa.concat_tables(updates)
+        if updates
+        else pa.table(
+            {
+                "seq": pa.array([], pa.uint64()),
+                "segment": pa.array([], pa.uint64()),
+                "offset": pa.array([], pa.uint64()),
+                "parent_root": pa.array([], pa.string()),
+                "root": pa.array([], pa.string()),
+                "n_paths": pa.array([], pa.uint32()),
+                "op": pa.array([], pa.string()),
+            }
+        )
+    )
+    data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
+    data.stage_parquet_batches(
+        fs.REGISTERS, generation, REGISTERS_SCHEMA, _register_rows(forest.payloads()), ROW_GROUP
+    )
+    # RocksDB: current payloads (path order = key order) and the root history.
+    for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
+        data.reset_column_family(cf)
+    for b in forest.payloads():
+        keys = b.column("path").cast(pa.binary())
+        values = _register_values(b)
+        data.ingest_sorted(layout.CF_FLOW_REGISTERS, keys, values)
+    roots = table.filter(pc.is_valid(table.column("root")))
+    if roots.num_rows:
+        keys = pa.array([struct.pack(">Q", s) for s in roots.column("seq").to_pylist()])
+        vals = pa.array([bytes.fromhex(r) for r in roots.column("root").to_pylist()])
+        data.ingest_sorted(layout.CF_FLOW_ROOTS, keys, vals)
+    summary = {
+        "root": forest.root_hex,
+        "updates_applied": int(forest.updates_applied),
+        "registers": int(forest.register_count()),
+        "segments": len(segments),
+        "skipped": skipped,
+        "publish_s": time.perf_counter() - t0,
+    }
+    data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
+    for t in (fs.TRIE_UPDATES, fs.REGISTERS):
+        data.remove_other_generations(t, generation)
+    return summary
+
+
+def _register_values(b: pa.RecordBatch) -> pa.Array:
+    out = []
+    for k, v in zip(
+        b.column("encoded_key").to_pylist(), b.column("value").to_pylist(), strict=True
+    ):
+        out.append(bytes([fs.REGISTER_VALUE_VERSION]) + struct.pack(">I", len(k)) + k + v)
+    return pa.array(out, pa.binary())
+
+
+def status(data_path: Path) -> dict[str, Any]:
+    with DataDir(data_path, readonly=True) as data:
+        summary = data.meta_get(fs.META_FLOW_SUMMARY)
+        if summary is None:
+            raise RechainError(f"{data_path}: no Flow replay here yet")
+        return {**summary, "run": data.meta_get(b"flow/run")}

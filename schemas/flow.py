@@ -1,0 +1,16 @@
+"""Flow ledger datasets: Parquet tables, RocksDB column families and meta keys."""
+
+from __future__ import annotations
+
+# Column families: CF_FLOW_REGISTERS (path -> value v1: version | u32 key length | encoded key |
+# value) and CF_FLOW_ROOTS (update seq, u64 big-endian -> root hash), declared with the others.
+
+#: One row per WAL record applied: seq, segment, parent_root, root, n_paths, op.
+TRIE_UPDATES = "trie_updates"
+#: The state after the replay: path, owner, key, value_size, value (+ encoded_key).
+REGISTERS = "registers"
+
+
+META_FLOW_SUMMARY = b"flow/summary"
+REGISTER_VALUE_VERSION = 1
+DICTIONARY_COLUMNS = ["op", "segment"]
