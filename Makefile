@@ -37,6 +37,7 @@ test-py:
 
 bench: setup
 	$(BIN)/python benchmarks/btc_headers.py
+	$(BIN)/python benchmarks/flow_replay.py
 
 lint: setup
 	$(BIN)/ruff check pipeline workers schemas tests benchmarks
