@@ -175,22 +175,10 @@ class DataDir:
         row_group: int,
         dictionary_columns: list[str] | None = None,
     ) -> Path:
-        """Writes a generation's parts into a temp folder, fsyncs them and renames the folder."""
-        base = self.parquet_dir(table)
-        final = base / f"{generation:06d}"
-        tmp = base / f".{generation:06d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        part = tmp / "part-00000.parquet"
-        pq.write_table(
-            data, part, row_group_size=row_group, compression="zstd", write_statistics=True
+        """Publishes one generation of a table (see ``stage_parquet_batches``)."""
+        return self.stage_parquet_batches(
+            table, generation, data.schema, iter(data.to_batches()), row_group, dictionary_columns
         )
-        with open(part, "rb") as f:
-            os.fsync(f.fileno())
-        os.rename(tmp, final)
-        _fsync_dir(base)
-        return final
 
     def stage_parquet_batches(
         self,
@@ -201,7 +189,9 @@ class DataDir:
         row_group: int,
         dictionary_columns: list[str] | None = None,
     ) -> Path:
-        """Like ``stage_parquet`` but streamed batch by batch (bounded memory)."""
+        """Writes a generation's part into a temp folder, fsyncs it and renames the folder.
+        Batches are streamed (bounded memory); only low-cardinality columns are dictionary-
+        encoded (trying it on a million distinct hashes costs time, then falls back)."""
         base = self.parquet_dir(table)
         final = base / f"{generation:06d}"
         tmp = base / f".{generation:06d}.tmp"
