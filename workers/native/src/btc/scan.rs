@@ -31,6 +31,7 @@ const PREFIX_LEN: u64 = 8;
 /// Reads further apart than this are served by small positioned reads instead of streaming.
 const SEQUENTIAL_GAP: u64 = 1024;
 const STREAM_CHUNK: usize = 1 << 20;
+const STREAM_START: usize = 8 << 10;
 const SMALL_READ: usize = 128;
 /// Raw zero bytes that confirm a record's end: more than any header's run of zeros (a header
 /// always carries a 32-byte merkle root).
@@ -232,6 +233,7 @@ struct BlkReader {
     /// Streaming reads stop here (the shard's bound plus room for one record prefix), so a
     /// shard does not read its neighbour's bytes unless a record really extends into them.
     stream_end: u64,
+    stream_len: usize,
     key: [u8; 8],
     key_is_zero: bool,
     buf_pos: u64,
@@ -248,6 +250,7 @@ impl BlkReader {
             file,
             len,
             stream_end: len,
+            stream_len: STREAM_START / 2,
             key,
             key_is_zero: key == [0u8; 8],
             buf_pos: 0,
@@ -268,8 +271,15 @@ impl BlkReader {
             return Ok(());
         }
         let sequential = pos >= self.buf_pos && pos <= self.buf_end() + SEQUENTIAL_GAP;
+        // Streaming reads start small and double while access stays sequential, so a search
+        // for the next record near a shard start does not pull in a whole chunk.
+        self.stream_len = if sequential {
+            (self.stream_len * 2).clamp(STREAM_START, STREAM_CHUNK)
+        } else {
+            STREAM_START / 2
+        };
         let chunk = if sequential {
-            (STREAM_CHUNK as u64).min(self.stream_end.saturating_sub(pos)) as usize
+            (self.stream_len as u64).min(self.stream_end.saturating_sub(pos)) as usize
         } else {
             SMALL_READ
         };
