@@ -153,7 +153,6 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
     let mut k_best = BinaryBuilder::new();
     let mut v_best = BinaryBuilder::new();
     let mut s = String::with_capacity(64);
-    let mut value = Vec::with_capacity(crate::store::INDEX_VALUE_LEN);
     for &e in &order {
         let e = e as usize;
         let r = out.record[e] as usize;
@@ -208,13 +207,13 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
         }
     }
     // The block index in key order, so it can be written as one sorted SST file and ingested.
-    let mut by_hash: Vec<u32> = (0..m as u32).collect();
-    by_hash.sort_unstable_by_key(|&e| hashes[out.record[e as usize] as usize]);
-    for &e in &by_hash {
-        let e = e as usize;
+    // Values are encoded in entry order (close to scan order, so column reads stay sequential),
+    // then gathered in hash order.
+    let len = crate::store::INDEX_VALUE_LEN;
+    let mut values = Vec::with_capacity(m * len);
+    for e in 0..m {
         let r = out.record[e] as usize;
         let ntx = n_tx.is_valid(r).then(|| n_tx.value(r));
-        value.clear();
         IndexValue {
             state: out.state[e] as u8,
             height: out.height[e],
@@ -234,9 +233,16 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
                 nonce.value(r),
             ),
         }
-        .encode_into(&mut value);
-        k_index.append_value(hashes[r]);
-        v_index.append_value(&value);
+        .encode_into(&mut values);
+    }
+    let mut by_hash: Vec<([u8; 32], u32)> = (0..m)
+        .map(|e| (hashes[out.record[e] as usize], e as u32))
+        .collect();
+    by_hash.sort_unstable();
+    for (hash, e) in &by_hash {
+        let e = *e as usize;
+        k_index.append_value(hash);
+        v_index.append_value(&values[e * len..(e + 1) * len]);
     }
     let cols: Vec<ArrayRef> = vec![
         Arc::new(c_hash.finish()),
