@@ -44,6 +44,23 @@ def cli_json(*argv: str) -> Any:
     return json.loads(out)
 
 
+def reindex(blocks: Path, data: Path, *extra: str) -> dict[str, Any]:
+    """A regtest header reindex through the CLI; returns its JSON result."""
+    return cli_json(
+        "btc",
+        "reindex",
+        "--blocks",
+        blocks,
+        "--data",
+        data,
+        "--network",
+        "regtest",
+        "--no-progress",
+        "--json",
+        *extra,
+    )
+
+
 def gen_chain(root: Path, *args: str) -> dict[str, Any]:
     code, _, err = cli("gen", "bitcoin", root, *args)
     assert code == 0, err

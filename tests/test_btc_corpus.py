@@ -12,7 +12,7 @@ from rechain.pipeline.btc_committer import scan_file
 from rechain.workers import _native
 from rechain.workers.btc_scan import WorkUnit
 
-from tests.conftest import CORPUS, blocks_dir_with, cli, cli_json
+from tests.conftest import CORPUS, blocks_dir_with, cli, cli_json, reindex
 
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
 CASES = {c["file"]: c for c in MANIFEST["cases"]}
@@ -173,18 +173,7 @@ def test_forks_duplicates_orphans_through_the_cli(tmp_path: Any) -> None:
         case = CASES[name]
         blocks = blocks_dir_with(tmp_path / name, name, xor=False)
         data = tmp_path / name / "data"
-        cli_json(
-            "btc",
-            "reindex",
-            "--blocks",
-            blocks,
-            "--data",
-            data,
-            "--network",
-            "regtest",
-            "--no-progress",
-            "--json",
-        )
+        reindex(blocks, data)
         st = cli_json("btc", "status", "--data", data, "--json")
         by_block = {r["block"]: r["hash"] for r in case["recommended"]["records"]}
         if check == "fork":

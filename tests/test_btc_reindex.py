@@ -16,23 +16,7 @@ from rechain.pipeline import metrics
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import verify
 
-from tests.conftest import cli, cli_json, gen_chain
-
-
-def reindex(blocks: Path, data: Path, *extra: str) -> dict[str, Any]:
-    return cli_json(
-        "btc",
-        "reindex",
-        "--blocks",
-        blocks,
-        "--data",
-        data,
-        "--network",
-        "regtest",
-        "--no-progress",
-        "--json",
-        *extra,
-    )
+from tests.conftest import cli, cli_json, gen_chain, reindex
 
 
 def headers(data: Path) -> list[dict[str, Any]]:
