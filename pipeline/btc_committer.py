@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from rechain.pipeline import metrics
+from rechain.pipeline.btc_bodies import apply_verdicts
 from rechain.pipeline.btc_plan import FINGERPRINT_BYTES, BlkFile
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
@@ -223,11 +224,17 @@ class BtcCommitter:
                 self.forget_file(file_no)
 
     def forget_file(self, file_no: int) -> None:
+        from rechain.pipeline.btc_bodies import forget_file_parts
+
         prefix = layout.file_key(file_no)
         keys = [k for k, _ in self.data.items(layout.CF_BTC_SCAN, prefix)]
         self.data.write(
             {layout.CF_META: [(layout.META_BTC_DIRTY, True)]},
-            {layout.CF_BTC_SCAN: keys, layout.CF_BTC_FILES: [prefix]},
+            {
+                layout.CF_BTC_SCAN: keys,
+                layout.CF_BTC_FILES: [prefix],
+                layout.CF_BTC_BODIES: forget_file_parts(self.data, file_no),
+            },
         )
 
     def begin_file(self, f: BlkFile, start: int, head: bytes) -> None:
@@ -336,6 +343,7 @@ class BtcCommitter:
         t = time.perf_counter()
         records = self.scan_log(layout.SEGMENT_RECORDS, ds.RECORDS).combine_chunks()
         batch = records.to_batches()[0] if records.num_rows else ds.empty(ds.RECORDS)
+        batch = apply_verdicts(self.data, batch)
         timings["load_s"] = time.perf_counter() - t
         t = time.perf_counter()
         headers, ikeys, ivals, bkeys, bvals, linked = _native.link_headers(
@@ -444,6 +452,22 @@ def skipped_from(data: DataDir) -> list[dict[str, Any]]:
                     }
                 )
     rows.extend(tails)
+    # Copies the full decode rejected (its verdicts live in the staged body parts).
+    from rechain.pipeline.btc_bodies import staged_blocks
+
+    body = staged_blocks(data, ["file", "offset", "valid", "invalid_reason"])
+    for r in body.filter(pc.invert(body.column("valid"))).to_pylist():
+        rows.append(
+            {
+                "file": r["file"],
+                "offset": r["offset"],
+                "end": None,
+                "kind": "invalid_body",
+                "declared": None,
+                "consumed": None,
+                "reason": r["invalid_reason"],
+            }
+        )
     out = []
     for e in sorted(rows, key=lambda e: (e["file"], e["offset"])):
         if e["kind"] in ds.NORMAL_EVENT_KINDS:

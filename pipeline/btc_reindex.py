@@ -45,6 +45,8 @@ class ReindexOptions:
     progress: bool = True
     check_bodies: bool = False
     root_hash: str | None = None
+    #: "headers" (block index only) or "full" (every transaction, UTXO set; see btc_full).
+    mode: str = "headers"
 
 
 def _max_inflight(opts: ReindexOptions, workers: int) -> int:
@@ -104,6 +106,22 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
                 f"no {opts.network} block records found in {len(files)} blk file(s) under "
                 f"{opts.blocks}: wrong --network or XOR key (xor.dat)?"
             )
+        full: dict[str, Any] | None = None
+        if opts.mode == "full":
+            from rechain.pipeline.btc_full import run_full
+
+            full = run_full(
+                data,
+                committer,
+                network=opts.network,
+                key=key,
+                paths={f.file_no: str(f.path) for f in files},
+                workers=workers,
+                budget=opts.memory_budget,
+                progress=opts.progress,
+                ray_address=opts.ray_address,
+            )
+            summary = data.meta_get(layout.META_BTC_SUMMARY)
         s = committer.stats
         report = {
             "files": len(files),
@@ -120,7 +138,10 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
             **s.link,
             "total_s": time.perf_counter() - t_start,
             "workers": workers,
+            "mode": opts.mode,
         }
+        if full is not None:
+            report.update({f"full_{k}" if k in report else k: v for k, v in full["run"].items()})
         data.write({layout.CF_META: [(layout.META_BTC_RUN, report)]})
         data.write_report(
             "btc_reindex",
@@ -131,7 +152,10 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
                 "skipped": len(committer.skipped()),
             },
         )
-        return {**summary, "run": report}
+        result = {**summary, "run": report}
+        if full is not None:
+            result["full"] = {k: v for k, v in full.items() if k != "run"}
+        return result
 
 
 def _execute(

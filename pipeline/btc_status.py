@@ -31,7 +31,18 @@ def status(data_path: Path) -> dict[str, Any]:
             "body_checked": summary["body_checked"],
             "pending_changes": bool(data.meta_get(layout.META_BTC_DIRTY)),
             "run": data.meta_get(layout.META_BTC_RUN),
+            "mode": "headers",
         }
+        full = data.meta_get(layout.META_BTC_FULL)
+        if full is not None:
+            out.update(
+                mode="full",
+                utxo_count=full["utxo_count"],
+                total_amount=full["total_amount"],
+                hash_serialized_3=full["hash_serialized_3"],
+                tables=full["tables"],
+                invalid_blocks=full["invalid_blocks"],
+            )
         return out
 
 
@@ -69,6 +80,12 @@ def format_status(s: dict[str, Any]) -> str:
         ("invalid", f"{len(s['invalid']):,}"),
         ("skipped", f"{len(s['skipped']):,}"),
     ]
+    if s.get("mode") == "full":
+        rows += [
+            ("utxo set", f"{s['utxo_count']:,} outputs, {s['total_amount']:,} sat"),
+            ("hash_serialized_3", s["hash_serialized_3"]),
+            ("transactions", f"{s['tables']['transactions']:,}"),
+        ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     for item in s["skipped"][:20]:

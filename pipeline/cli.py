@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also frame and hash every block body (merkle root, witness commitment)",
     )
+    r.add_argument(
+        "--mode",
+        choices=["headers", "full"],
+        default="headers",
+        help="headers: block index only (default); full: every transaction, input and output "
+        "to Parquet, consensus checks, UTXO set",
+    )
     r.add_argument("--json", action="store_true", help="print the result as JSON")
 
     s = btc.add_parser("status", help="summary of a data folder's block index")
@@ -242,6 +249,7 @@ def dispatch(args: argparse.Namespace) -> int:
                 memory_budget=args.memory_budget,
                 progress=not args.no_progress,
                 check_bodies=args.check_bodies,
+                mode=args.mode,
             )
             if args.shard_size:
                 opts.shard_bytes = args.shard_size

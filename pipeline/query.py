@@ -27,8 +27,12 @@ def connect(data: Path) -> duckdb.DuckDBPyConnection:
         gen = current_generation(table_dir) if table_dir.is_dir() else None
         if gen is None:
             continue
-        pattern = str(gen / "*.parquet").replace("'", "''")
-        con.execute(f"CREATE VIEW \"{table_dir.name}\" AS SELECT * FROM read_parquet('{pattern}')")
+        # Full-decode tables are Hive-partitioned by height_range; headers is one flat part.
+        pattern = str(gen / "**" / "*.parquet").replace("'", "''")
+        con.execute(
+            f'CREATE VIEW "{table_dir.name}" AS SELECT * FROM '
+            f"read_parquet('{pattern}', hive_partitioning = true)"
+        )
     return con
 
 

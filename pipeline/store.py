@@ -211,7 +211,7 @@ class DataDir:
         with open(part, "rb") as f:
             os.fsync(f.fileno())
         os.rename(tmp, final)
-        _fsync_dir(base)
+        fsync_dir(base)
         return final
 
     def remove_other_generations(self, table: str, keep: int | None) -> None:
@@ -250,7 +250,7 @@ class DataDir:
         self.close()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

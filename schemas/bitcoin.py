@@ -12,8 +12,19 @@ EVENTS = "btc_events"
 #: The linked block tree, one row per distinct hash (Parquet table ``headers``).
 HEADERS = "headers"
 
+#: Full decode (``--mode full``): staged per unit, then published with chain context.
+BODY_STAGED = {
+    "blocks": "body_blocks",
+    "transactions": "body_transactions",
+    "inputs": "body_inputs",
+    "outputs": "body_outputs",
+}
+BLOCKS, TRANSACTIONS, INPUTS, OUTPUTS = BODY_STAGED
 #: Parquet tables rechain publishes for ``rechain query``.
-PARQUET_TABLES = (HEADERS,)
+PARQUET_TABLES = (HEADERS, BLOCKS, TRANSACTIONS, INPUTS, OUTPUTS)
+#: Full-decode tables are Hive-partitioned by ``height_range`` = height // this * this
+#: (-1 for blocks not connected to the root).
+HEIGHT_RANGE_BLOCKS = 10_000
 #: Rows per Parquet row group: small enough for height-range pruning by statistics.
 ROW_GROUP_ROWS = 131_072
 

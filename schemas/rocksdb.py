@@ -22,6 +22,12 @@ CF_BTC_INDEX = "btc_index"
 #: Best chain: height (u32 big-endian) -> hash (internal order).
 CF_BTC_BEST = "btc_best"
 
+#: Full decode: staged body parts (part name -> JSON {file, records}), see pipeline/btc_bodies.
+CF_BTC_BODIES = "btc_bodies"
+#: UTXO set at the best tip: Core's chainstate key ('C' | txid internal | VARINT(vout)) ->
+#: code u32 LE (height * 2 + coinbase) | value u64 LE | script (encoded in btc/utxo.rs).
+CF_BTC_UTXO = "btc_utxo"
+
 #: Flow ledger column families (named in rechain.schemas.flow).
 CF_FLOW_REGISTERS = "flow_registers"
 CF_FLOW_ROOTS = "flow_roots"
@@ -32,6 +38,8 @@ COLUMN_FAMILIES = (
     CF_BTC_SCAN,
     CF_BTC_INDEX,
     CF_BTC_BEST,
+    CF_BTC_BODIES,
+    CF_BTC_UTXO,
     CF_FLOW_REGISTERS,
     CF_FLOW_ROOTS,
 )
@@ -43,6 +51,12 @@ META_BTC_NETWORK = b"btc/network"
 META_BTC_SUMMARY = b"btc/summary"
 META_BTC_DIRTY = b"btc/dirty"
 META_BTC_RUN = b"btc/run"
+#: Blocks that break a consensus rule found by the full decode: JSON {display hash: reason}.
+META_BTC_INVALID_BLOCKS = b"btc/invalid_blocks"
+#: Result of the last full decode (UTXO figures, tables published): JSON.
+META_BTC_FULL = b"btc/full"
+#: Published generation of the full-decode tables.
+META_BTC_FULL_GENERATION = b"btc/full_generation"
 #: Published generation of the headers table (a run artefact, not content).
 META_BTC_GENERATION = b"btc/generation"
 

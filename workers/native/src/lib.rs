@@ -47,6 +47,8 @@ fn network_info<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict>
     d.set_item("magic", PyBytes::new(py, &n.magic()))?;
     d.set_item("genesis_hash", n.genesis_hash_hex())?;
     d.set_item("genesis_bits", n.genesis_bits())?;
+    d.set_item("bip34_height", n.bip34_height())?;
+    d.set_item("halving_interval", n.halving_interval())?;
     Ok(d)
 }
 
@@ -92,6 +94,131 @@ fn scan_blk<'py>(
     Ok((records, events, info))
 }
 
+/// Full decode of the block records at `offsets` (magic positions, ascending) of one blk file.
+/// Returns the staged (blocks, transactions, inputs, outputs) batches and the bytes decoded.
+#[pyfunction]
+fn decode_blk_bodies<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    file_no: u32,
+    offsets: Vec<u64>,
+    network_name: &str,
+    xor_key: &[u8],
+) -> PyResult<(Vec<Bound<'py, PyAny>>, u64)> {
+    let net = network(network_name)?;
+    let key = key8(xor_key)?;
+    let cols = py
+        .detach(|| btc::decode::decode_file_records(&path, key, net, &offsets))
+        .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    let bytes = cols.bytes;
+    let batches = datasets::btc_bodies::build(file_no, cols)
+        .into_iter()
+        .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((batches, bytes))
+}
+
+/// Streams the UTXO set (sorted by internal txid, then vout) into chainstate-ordered RocksDB
+/// entries and Core's `hash_serialized_3`.
+#[pyclass(module = "rechain.workers._native")]
+struct UtxoHasher {
+    inner: btc::utxo::UtxoSetHasher,
+}
+
+fn hex_bytes(s: &str) -> PyResult<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return Err(PyValueError::new_err(format!("odd-length hex {s:?}")));
+    }
+    (0..s.len() / 2)
+        .map(|i| {
+            u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+                .map_err(|_| PyValueError::new_err(format!("bad hex {s:?}")))
+        })
+        .collect()
+}
+
+type PyBinaryPair<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>);
+
+fn entries<'py>(
+    py: Python<'py>,
+    kv: (Vec<Vec<u8>>, Vec<Vec<u8>>),
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let keys = arrow_array::BinaryArray::from_iter_values(kv.0.iter());
+    let values = arrow_array::BinaryArray::from_iter_values(kv.1.iter());
+    Ok((binary(py, keys)?, binary(py, values)?))
+}
+
+#[pymethods]
+impl UtxoHasher {
+    #[new]
+    fn new() -> Self {
+        UtxoHasher {
+            inner: Default::default(),
+        }
+    }
+
+    /// Adds a batch with columns txid (display hex), vout, height, coinbase, value,
+    /// script_pubkey (hex); returns the (keys, values) of the txid groups it completed.
+    fn update<'py>(
+        &mut self,
+        py: Python<'py>,
+        batch: PyRecordBatch,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{UInt32Type, UInt64Type};
+        let b = batch.into_inner();
+        let col = |n: &str| {
+            b.column_by_name(n)
+                .cloned()
+                .ok_or_else(|| PyValueError::new_err(format!("UTXO batch lacks column {n}")))
+        };
+        let bad = |n: &str| PyValueError::new_err(format!("UTXO column {n} has the wrong type"));
+        let (txid, vout, height, coinbase, value, script) = (
+            col("txid")?,
+            col("vout")?,
+            col("height")?,
+            col("coinbase")?,
+            col("value")?,
+            col("script_pubkey")?,
+        );
+        let txid = txid.as_string_opt::<i32>().ok_or_else(|| bad("txid"))?;
+        let vout = vout
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| bad("vout"))?;
+        let height = height
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| bad("height"))?;
+        let coinbase = coinbase.as_boolean_opt().ok_or_else(|| bad("coinbase"))?;
+        let value = value
+            .as_primitive_opt::<UInt64Type>()
+            .ok_or_else(|| bad("value"))?;
+        let script = script
+            .as_string_opt::<i32>()
+            .ok_or_else(|| bad("script_pubkey"))?;
+        for i in 0..b.num_rows() {
+            let id = datasets::hex::parse_display_hex(txid.value(i))
+                .ok_or_else(|| PyValueError::new_err("bad txid hex"))?;
+            self.inner.push(
+                id,
+                vout.value(i),
+                height.value(i),
+                coinbase.value(i),
+                value.value(i),
+                &hex_bytes(script.value(i))?,
+            );
+        }
+        entries(py, self.inner.take_entries())
+    }
+
+    /// Ends the stream: ((remaining keys, values), hash_serialized_3, count, total).
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<(PyBinaryPair<'py>, String, u64, u64)> {
+        let digest = self.inner.finish();
+        let kv = entries(py, self.inner.take_entries())?;
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        Ok((kv, hex, self.inner.count, self.inner.total))
+    }
+}
+
 /// Empty batches with the dataset schemas (the schemas' single source).
 #[pyfunction]
 fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -99,6 +226,9 @@ fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny
         "btc_records" => datasets::btc_records::build(0, Default::default()),
         "btc_events" => datasets::btc_events::build(0, &[]),
         "headers" => arrow_array::RecordBatch::new_empty(datasets::btc_headers::schema()),
+        other if datasets::btc_bodies::schema(other).is_some() => {
+            arrow_array::RecordBatch::new_empty(datasets::btc_bodies::schema(other).unwrap())
+        }
         other => return Err(PyValueError::new_err(format!("unknown dataset {other}"))),
     };
     PyRecordBatch::new(batch).into_pyarrow(py)
@@ -269,6 +399,8 @@ fn generate_bitcoin<'py>(
         .collect();
     d.set_item("orphans", orphans)?;
     d.set_item("invalid_count", s.invalid_count)?;
+    d.set_item("utxo_count", s.utxo_count)?;
+    d.set_item("total_amount", s.utxo_total)?;
     d.set_item("duplicates", 0)?;
     d.set_item("records", s.records)?;
     d.set_item("files", s.files)?;
@@ -310,6 +442,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(network_info, m)?)?;
     m.add_function(wrap_pyfunction!(scan_blk, m)?)?;
     m.add_function(wrap_pyfunction!(empty_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_blk_bodies, m)?)?;
+    m.add_class::<UtxoHasher>()?;
     m.add_function(wrap_pyfunction!(link_headers, m)?)?;
     m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_key, m)?)?;

@@ -58,3 +58,129 @@ fn generated_chain_headers_match_rust_bitcoin() {
     assert_eq!(seen as u64, summary.records);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+fn real_block(prefix: &str) -> Vec<u8> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/bitcoin");
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap().to_str().unwrap().starts_with(prefix) {
+            return std::fs::read(p).unwrap();
+        }
+    }
+    panic!("fixture {prefix} missing");
+}
+
+fn display(h: &[u8; 32]) -> String {
+    h.iter().rev().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every txid, wtxid, input, output value, script and address of a block, as rechain's full
+/// decoder reports them, equals what rust-bitcoin reads from the same bytes.
+fn full_decode_matches(raw: &[u8], network: Network, rb_network: bitcoin::Network) -> usize {
+    use rechain_native::btc::decode::BodyDecoder;
+    use rechain_native::btc::script::ScriptType;
+    let block: bitcoin::Block = deserialize(raw).unwrap();
+    let mut dec = BodyDecoder::new(network);
+    dec.push_block(0, raw);
+    let c = &dec.cols;
+    assert_eq!(c.blocks.valid, vec![true], "{:?}", c.blocks.reason);
+    assert_eq!(c.blocks.n_tx[0], Some(block.txdata.len() as u64));
+    assert_eq!(c.blocks.weight[0], block.weight().to_wu());
+    assert_eq!(c.txs.txid.len(), block.txdata.len());
+    let (mut in_row, mut out_row) = (0usize, 0usize);
+    let mut with_address = 0;
+    for (i, tx) in block.txdata.iter().enumerate() {
+        assert_eq!(c.txs.txid[i], tx.compute_txid().to_byte_array());
+        assert_eq!(c.txs.wtxid[i], tx.compute_wtxid().to_byte_array());
+        assert_eq!(c.txs.weight[i] as u64, tx.weight().to_wu());
+        assert_eq!(c.txs.vsize[i] as usize, tx.vsize());
+        assert_eq!(c.txs.size[i] as usize, tx.total_size());
+        assert_eq!(c.txs.lock_time[i], tx.lock_time.to_consensus_u32());
+        for inp in &tx.input {
+            assert_eq!(
+                c.inputs.prev_txid[in_row],
+                inp.previous_output.txid.to_byte_array()
+            );
+            assert_eq!(c.inputs.prev_vout[in_row], inp.previous_output.vout);
+            assert_eq!(c.inputs.sequence[in_row], inp.sequence.0);
+            assert_eq!(c.inputs.witness_items[in_row] as usize, inp.witness.len());
+            in_row += 1;
+        }
+        for out in &tx.output {
+            let script = out.script_pubkey.as_bytes();
+            assert_eq!(c.outputs.value[out_row], out.value.to_sat());
+            let s = &c.outputs.script_pubkey;
+            let ours = &s.data[s.offsets[out_row] as usize..s.offsets[out_row + 1] as usize];
+            let theirs: String = script.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(std::str::from_utf8(ours).unwrap(), theirs);
+            let spk = &out.script_pubkey;
+            let expected_kind = if spk.is_p2pkh() {
+                ScriptType::P2pkh
+            } else if spk.is_p2sh() {
+                ScriptType::P2sh
+            } else if spk.is_p2wpkh() {
+                ScriptType::P2wpkh
+            } else if spk.is_p2wsh() {
+                ScriptType::P2wsh
+            } else if spk.is_p2tr() {
+                ScriptType::P2tr
+            } else if spk.is_op_return() {
+                ScriptType::OpReturn
+            } else if spk.is_p2pk() {
+                ScriptType::P2pk
+            } else if spk.is_multisig() {
+                ScriptType::Multisig
+            } else if spk.is_witness_program() {
+                ScriptType::WitnessUnknown
+            } else {
+                ScriptType::Nonstandard
+            };
+            let kind = c.outputs.script_type[out_row];
+            // rust-bitcoin calls any OP_RETURN script op_return; Core requires push-only data.
+            if !(expected_kind == ScriptType::OpReturn && kind == ScriptType::Nonstandard) {
+                assert_eq!(kind, expected_kind, "output {out_row} script {theirs}");
+            }
+            let a = &c.outputs.address;
+            let ours = a.valid[out_row].then(|| {
+                std::str::from_utf8(
+                    &a.data[a.offsets[out_row] as usize..a.offsets[out_row + 1] as usize],
+                )
+                .unwrap()
+                .to_string()
+            });
+            let theirs = bitcoin::Address::from_script(spk, rb_network)
+                .ok()
+                .map(|a| a.to_string());
+            if kind != ScriptType::P2pk {
+                assert_eq!(ours, theirs, "address of output {out_row}");
+            }
+            with_address += ours.is_some() as usize;
+            out_row += 1;
+        }
+    }
+    assert_eq!(in_row, c.inputs.tx.len());
+    assert_eq!(out_row, c.outputs.tx.len());
+    assert!(with_address > 0);
+    let _ = display;
+    block.txdata.len()
+}
+
+#[test]
+fn real_blocks_full_decode_matches_rust_bitcoin() {
+    assert_eq!(
+        full_decode_matches(
+            &real_block("mainnet_block_"),
+            Network::Main,
+            bitcoin::Network::Bitcoin
+        ),
+        2500
+    );
+    assert_eq!(
+        full_decode_matches(
+            &real_block("testnet_block_"),
+            Network::Testnet3,
+            bitcoin::Network::Testnet
+        ),
+        15
+    );
+}

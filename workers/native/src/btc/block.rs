@@ -240,6 +240,11 @@ fn check_body(header: &[u8], txs: &[TxInfo], weight: u64) -> Option<&'static str
     if txs.is_empty() {
         return Some("bad-blk-length");
     }
+    check_witness_and_weight(txs, weight)
+}
+
+/// The contextual part of the body checks: BIP141 witness commitment, then block weight.
+pub(crate) fn check_witness_and_weight(txs: &[TxInfo], weight: u64) -> Option<&'static str> {
     let coinbase = &txs[0];
     match coinbase.commitment {
         Some(commitment) => {

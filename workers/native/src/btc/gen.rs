@@ -54,6 +54,9 @@ pub struct GenSummary {
     pub bytes: u64,
     pub xor_key: [u8; 8],
     pub heights: Vec<(u64, [u8; 32])>,
+    /// The best chain's final UTXO set as `gettxoutsetinfo` counts it (genesis excluded).
+    pub utxo_count: u64,
+    pub utxo_total: u64,
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -187,7 +190,12 @@ fn bip34_push(height: u64) -> Vec<u8> {
     [&[n.len() as u8][..], &n].concat()
 }
 
-fn coinbase(height: u64, tag: u64, witness_commitment: Option<[u8; 32]>) -> TxBytes {
+/// The block subsidy of generated chains (regtest's schedule: halving every 150 blocks).
+pub fn generated_subsidy(height: u64) -> u64 {
+    5_000_000_000u64 >> (height / 150).min(63)
+}
+
+fn coinbase(height: u64, tag: u64, value: u64, witness_commitment: Option<[u8; 32]>) -> TxBytes {
     let mut base = Vec::with_capacity(128);
     base.push(1);
     base.extend_from_slice(&[0u8; 32]);
@@ -196,8 +204,7 @@ fn coinbase(height: u64, tag: u64, witness_commitment: Option<[u8; 32]>) -> TxBy
     push_script(&mut base, &script_sig);
     base.extend_from_slice(&u32::MAX.to_le_bytes());
     base.push(if witness_commitment.is_some() { 2 } else { 1 });
-    let subsidy = 5_000_000_000u64 >> (height / 150).min(63);
-    base.extend_from_slice(&subsidy.to_le_bytes());
+    base.extend_from_slice(&value.to_le_bytes());
     let mut p2wpkh = vec![0x00, 0x14];
     p2wpkh.extend_from_slice(&sha256d(&tag.to_le_bytes())[..20]);
     push_script(&mut base, &p2wpkh);
@@ -230,7 +237,8 @@ fn coinbase(height: u64, tag: u64, witness_commitment: Option<[u8; 32]>) -> TxBy
     }
 }
 
-/// Builds and mines one block on `prev` at `height`; returns (hash, serialized block).
+/// Builds and mines one block on `prev` at `height` with random spends of made-up outputs (for
+/// side branches and orphans, which a reindex never connects); returns (hash, block bytes).
 fn make_block(
     rng: &mut SmallRng,
     prev: [u8; 32],
@@ -239,8 +247,32 @@ fn make_block(
     n_tx: usize,
     pow_limit: U256,
 ) -> ([u8; 32], Vec<u8>) {
-    let tag: u64 = rng.gen();
     let spends: Vec<TxBytes> = (1..n_tx).map(|_| random_tx(rng)).collect();
+    let (hash, block, _) = assemble_block(
+        rng,
+        prev,
+        height,
+        time,
+        &spends,
+        generated_subsidy(height),
+        pow_limit,
+    );
+    (hash, block)
+}
+
+/// Coinbase (paying `coinbase_value`) plus `spends`, merkle root, witness commitment and proof
+/// of work; returns (hash, block bytes, coinbase txid).
+fn assemble_block(
+    rng: &mut SmallRng,
+    prev: [u8; 32],
+    height: u64,
+    time: u32,
+    spends: &[TxBytes],
+    coinbase_value: u64,
+    pow_limit: U256,
+) -> ([u8; 32], Vec<u8>, [u8; 32]) {
+    let n_tx = spends.len() + 1;
+    let tag: u64 = rng.gen();
     let commitment = if spends.iter().any(|t| t.txid != t.wtxid) {
         let mut wtxids: Vec<[u8; 32]> = vec![[0u8; 32]];
         wtxids.extend(spends.iter().map(|t| t.wtxid));
@@ -249,7 +281,7 @@ fn make_block(
     } else {
         None
     };
-    let cb = coinbase(height, tag, commitment);
+    let cb = coinbase(height, tag, coinbase_value, commitment);
     let mut txids = vec![cb.txid];
     txids.extend(spends.iter().map(|t| t.txid));
     let (root, _) = merkle_root(&txids);
@@ -273,10 +305,158 @@ fn make_block(
     let mut block = bytes.to_vec();
     write_compact_size(&mut block, n_tx as u64);
     block.extend_from_slice(&cb.bytes);
-    for t in &spends {
+    for t in spends {
         block.extend_from_slice(&t.bytes);
     }
-    (hash, block)
+    (hash, block, cb.txid)
+}
+
+/// Core's COINBASE_MATURITY: a coinbase output is spendable 100 blocks later.
+const COINBASE_MATURITY: u64 = 100;
+
+#[derive(Clone, Copy)]
+struct Coin {
+    txid: [u8; 32],
+    vout: u32,
+    value: u64,
+}
+
+/// The generator's own view of the best chain's UTXO set: main-chain transactions spend real,
+/// mature outputs, so a reindex has spends to resolve and a known final set to reach.
+#[derive(Default)]
+struct Wallet {
+    spendable: Vec<Coin>,
+    immature: std::collections::VecDeque<(u64, Coin)>,
+}
+
+impl Wallet {
+    fn mature_at(&mut self, height: u64) {
+        while let Some(&(h, c)) = self.immature.front() {
+            if h + COINBASE_MATURITY > height {
+                break;
+            }
+            self.spendable.push(c);
+            self.immature.pop_front();
+        }
+    }
+
+    fn count_and_total(&self) -> (u64, u64) {
+        let all = self
+            .spendable
+            .iter()
+            .chain(self.immature.iter().map(|(_, c)| c));
+        all.fold((0, 0), |(n, t), c| (n + 1, t + c.value))
+    }
+
+    /// A transaction spending 1-3 random coins into 1-3 outputs of assorted standard types
+    /// (plus an OP_RETURN now and then); its outputs are spendable at once (in-block chains).
+    fn spend(&mut self, rng: &mut SmallRng) -> Option<(TxBytes, u64)> {
+        if self.spendable.is_empty() {
+            return None;
+        }
+        let n_in = rng.gen_range(1..=3usize.min(self.spendable.len()));
+        let inputs: Vec<Coin> = (0..n_in)
+            .map(|_| {
+                let i = rng.gen_range(0..self.spendable.len());
+                self.spendable.swap_remove(i)
+            })
+            .collect();
+        let total_in: u64 = inputs.iter().map(|c| c.value).sum();
+        let fee = rng.gen_range(0..=(total_in / 10).min(50_000));
+        let mut n_out = rng.gen_range(1..=3usize);
+        let spendable_total = total_in - fee;
+        if spendable_total < 1_000 * n_out as u64 {
+            n_out = 1;
+        }
+        let mut values = Vec::with_capacity(n_out);
+        let mut left = spendable_total;
+        for i in 0..n_out {
+            let v = if i + 1 == n_out {
+                left
+            } else {
+                rng.gen_range(0..=left / 2)
+            };
+            values.push(v);
+            left -= v;
+        }
+        let op_return = rng.gen_bool(0.1);
+        let segwit = rng.gen_bool(0.5);
+        let mut base = Vec::with_capacity(64 + 150 * n_in + 40 * n_out);
+        write_compact_size(&mut base, n_in as u64);
+        for c in &inputs {
+            base.extend_from_slice(&c.txid);
+            base.extend_from_slice(&c.vout.to_le_bytes());
+            if segwit {
+                base.push(0);
+            } else {
+                let mut sig = [0u8; 106];
+                rng.fill(&mut sig[..]);
+                push_script(&mut base, &sig);
+            }
+            base.extend_from_slice(&0xffff_fffdu32.to_le_bytes());
+        }
+        write_compact_size(&mut base, (n_out + op_return as usize) as u64);
+        for v in &values {
+            base.extend_from_slice(&v.to_le_bytes());
+            push_script(&mut base, &standard_script(rng));
+        }
+        if op_return {
+            base.extend_from_slice(&0u64.to_le_bytes());
+            let mut data = [0u8; 20];
+            rng.fill(&mut data);
+            push_script(&mut base, &[&[0x6a, 20][..], &data].concat());
+        }
+        let version = 2u32.to_le_bytes();
+        let lock = 0u32.to_le_bytes();
+        let legacy = [&version[..], &base, &lock].concat();
+        let txid = sha256d(&legacy);
+        for (vout, v) in values.iter().enumerate() {
+            self.spendable.push(Coin {
+                txid,
+                vout: vout as u32,
+                value: *v,
+            });
+        }
+        if !segwit {
+            let tx = TxBytes {
+                wtxid: txid,
+                txid,
+                bytes: legacy,
+            };
+            return Some((tx, fee));
+        }
+        let mut witness = Vec::with_capacity(110 * n_in);
+        for _ in 0..n_in {
+            witness.push(2);
+            let mut sig = [0u8; 105];
+            rng.fill(&mut sig[..]);
+            push_script(&mut witness, &sig[..72]);
+            push_script(&mut witness, &sig[72..]);
+        }
+        let bytes = [&version[..], &[0x00, 0x01], &base, &witness, &lock].concat();
+        let tx = TxBytes {
+            wtxid: sha256d(&bytes),
+            txid,
+            bytes,
+        };
+        Some((tx, fee))
+    }
+}
+
+/// An output script of a random standard type (keys are random bytes of the right shape).
+fn standard_script(rng: &mut SmallRng) -> Vec<u8> {
+    let mut k = [0u8; 33];
+    rng.fill(&mut k[..]);
+    k[0] = 2 + (k[0] & 1);
+    let mut k2 = k;
+    k2[0] ^= 1;
+    match rng.gen_range(0..10) {
+        0..=5 => random_output_script(rng),
+        6 => [&[0x00, 0x20][..], &k[1..]].concat(),
+        7 => [&[0x21][..], &k, &[0xac]].concat(),
+        8 => [&[0x51, 0x21][..], &k, &[0x21], &k2, &[0x52, 0xae]].concat(),
+        _ => [&[0x52, 0x20][..], &k[1..]].concat(),
+    }
 }
 
 /// Writes records like Core's `FlatFileSeq`: a new file when the next record would reach the
@@ -367,14 +547,36 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     // Main chain, in height order; heights[h] = hash.
     let mut chain: Vec<([u8; 32], Vec<u8>)> = Vec::with_capacity(n as usize);
     chain.push((genesis_hash, genesis));
+    let mut wallet = Wallet::default();
     for h in 1..n {
         let prev = chain[h as usize - 1].0;
         let time = genesis_time + 600 * h as u32;
         let k = tx_count(&mut rng);
-        chain.push(make_block(&mut rng, prev, h, time, k, pow_limit));
+        wallet.mature_at(h);
+        let mut fees = 0;
+        let spends: Vec<TxBytes> = (1..k)
+            .filter_map(|_| wallet.spend(&mut rng))
+            .map(|(tx, fee)| {
+                fees += fee;
+                tx
+            })
+            .collect();
+        let value = generated_subsidy(h) + fees;
+        let (hash, block, cb_txid) =
+            assemble_block(&mut rng, prev, h, time, &spends, value, pow_limit);
+        let coin = Coin {
+            txid: cb_txid,
+            vout: 0,
+            value,
+        };
+        wallet.immature.push_back((h, coin));
+        chain.push((hash, block));
     }
+    let (summary_utxo_count, summary_utxo_total) = wallet.count_and_total();
     // Arrival order: genesis first, then each window of the main chain shuffled.
     let mut summary = GenSummary {
+        utxo_count: summary_utxo_count,
+        utxo_total: summary_utxo_total,
         xor_key: key,
         tip_height: n - 1,
         tip_hash: chain[n as usize - 1].0,
@@ -462,6 +664,8 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         summary.tip_height = 0;
         summary.tip_hash = genesis_hash;
         summary.invalid_count = summary.records - 1;
+        summary.utxo_count = 0;
+        summary.utxo_total = 0;
         summary.heights.truncate(1);
         summary.orphans.clear();
     }

@@ -111,7 +111,12 @@ pub fn link(input: &LinkInput) -> LinkOutput {
         .map(|e| input.status[rec(e)] == RecordStatus::Ok)
         .collect();
     let bad_pow: Vec<bool> = (0..m)
-        .map(|e| input.status[rec(e)] == RecordStatus::InvalidHeader)
+        .map(|e| {
+            matches!(
+                input.status[rec(e)],
+                RecordStatus::InvalidHeader | RecordStatus::InvalidBlock
+            )
+        })
         .collect();
     let parent: Vec<Option<u32>> = (0..m)
         .map(|e| index.get(&input.prevs[rec(e)]).copied())

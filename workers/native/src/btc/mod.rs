@@ -2,9 +2,12 @@
 //! test-chain generator. Nothing here knows about Arrow or Python (see `datasets`).
 
 pub mod block;
+pub mod decode;
 pub mod encode;
 pub mod gen;
 pub mod header;
 pub mod link;
 pub mod network;
 pub mod scan;
+pub mod script;
+pub mod utxo;

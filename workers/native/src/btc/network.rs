@@ -108,6 +108,32 @@ impl Network {
         }
     }
 
+    /// Address encodings: (base58 P2PKH version, base58 P2SH version, bech32 human-readable part).
+    pub fn address_params(self) -> (u8, u8, &'static str) {
+        match self {
+            Network::Main => (0x00, 0x05, "bc"),
+            Network::Testnet3 | Network::Testnet4 | Network::Signet => (0x6f, 0xc4, "tb"),
+            Network::Regtest => (0x6f, 0xc4, "bcrt"),
+        }
+    }
+
+    /// First height whose coinbase must start with a push of its height (BIP34).
+    pub fn bip34_height(self) -> u64 {
+        match self {
+            Network::Main => 227_931,
+            Network::Testnet3 => 21_111,
+            Network::Testnet4 | Network::Signet | Network::Regtest => 1,
+        }
+    }
+
+    /// Blocks between subsidy halvings (regtest halves every 150).
+    pub fn halving_interval(self) -> u64 {
+        match self {
+            Network::Regtest => 150,
+            _ => 210_000,
+        }
+    }
+
     pub fn from_magic(magic: [u8; 4]) -> Option<Network> {
         ALL_NETWORKS.iter().copied().find(|n| n.magic() == magic)
     }

@@ -44,6 +44,9 @@ pub enum RecordStatus {
     BodyError = 1,
     InvalidBody = 2,
     InvalidHeader = 3,
+    /// Body decoded but the block breaks a consensus rule that no other copy can fix (BIP34
+    /// height, spends): set by the full decode, poisons descendants like a bad header.
+    InvalidBlock = 4,
 }
 
 impl RecordStatus {
@@ -53,6 +56,7 @@ impl RecordStatus {
             RecordStatus::BodyError => "body_error",
             RecordStatus::InvalidBody => "invalid_body",
             RecordStatus::InvalidHeader => "invalid_header",
+            RecordStatus::InvalidBlock => "invalid_block",
         }
     }
 }
@@ -577,7 +581,7 @@ impl<'a> Scanner<'a> {
 
 /// De-obfuscates `raw` (which starts at absolute file offset `pos`) eight bytes at a time, with
 /// the key rotated to the chunk's phase (Core's approach since PR #31144).
-fn xor_decode(raw: &[u8], dec: &mut [u8], key: [u8; 8], pos: u64) {
+pub(crate) fn xor_decode(raw: &[u8], dec: &mut [u8], key: [u8; 8], pos: u64) {
     let phase = (pos % 8) as usize;
     let mut rotated = [0u8; 8];
     for (i, b) in rotated.iter_mut().enumerate() {

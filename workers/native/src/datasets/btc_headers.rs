@@ -74,6 +74,7 @@ fn status_of(s: &str) -> RecordStatus {
         "ok" => RecordStatus::Ok,
         "body_error" => RecordStatus::BodyError,
         "invalid_body" => RecordStatus::InvalidBody,
+        "invalid_block" => RecordStatus::InvalidBlock,
         _ => RecordStatus::InvalidHeader,
     }
 }
@@ -177,7 +178,7 @@ pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError
         }
         c_status.append_value(state.name());
         let reason = match (state, statuses[r]) {
-            (EntryState::Invalid, RecordStatus::InvalidHeader) => {
+            (EntryState::Invalid, RecordStatus::InvalidHeader | RecordStatus::InvalidBlock) => {
                 reason_col.is_valid(r).then(|| reason_col.value(r))
             }
             (EntryState::Invalid, _) => out.invalid_reason[e],

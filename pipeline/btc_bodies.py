@@ -1,0 +1,145 @@
+"""Staged block bodies of the full decode, and the verdicts they carry.
+
+Each body unit's four batches are written as Parquet files under ``DATADIR/stage/bodies/``
+(temp name, fsync, rename) and only then registered in the ``btc_bodies`` column family, so a
+killed run leaves either a registered part or an unregistered file that the next run deletes.
+The staged ``blocks`` rows are the body verdicts: a copy that failed to decode or check is
+linked as ``invalid_body`` (another copy of the hash is used), and blocks found breaking a
+consensus rule later (BIP34 height, spends) are linked as ``invalid_block``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from rechain.pipeline.store import DataDir
+from rechain.schemas import bitcoin as ds
+from rechain.schemas import rocksdb as layout
+from rechain.workers.btc_decode import BodyResult
+
+_OFFSET_BITS = 40
+
+
+def stage_dir(data: DataDir) -> Path:
+    return data.path / "stage" / "bodies"
+
+
+def part_path(data: DataDir, part: str, table: str) -> Path:
+    return stage_dir(data) / f"{part}.{table}.parquet"
+
+
+def registered_parts(data: DataDir) -> list[str]:
+    return [k.decode() for k, _ in data.items(layout.CF_BTC_BODIES)]
+
+
+def part_files(data: DataDir, table: str) -> list[str]:
+    return [str(part_path(data, p, table)) for p in registered_parts(data)]
+
+
+def remove_unregistered(data: DataDir) -> int:
+    """Deletes staged files no committed part owns (left by a killed run); returns how many."""
+    folder = stage_dir(data)
+    if not folder.exists():
+        return 0
+    keep = {part_path(data, p, t).name for p in registered_parts(data) for t in ds.BODY_STAGED}
+    removed = 0
+    for f in folder.iterdir():
+        if f.name not in keep:
+            f.unlink()
+            removed += 1
+    return removed
+
+
+def commit_part(data: DataDir, result: BodyResult) -> None:
+    """Writes a unit's staged files durably, then registers the part in one RocksDB write."""
+    folder = stage_dir(data)
+    folder.mkdir(parents=True, exist_ok=True)
+    part = result.unit.part
+    batches = {
+        "blocks": result.blocks,
+        "transactions": result.transactions,
+        "inputs": result.inputs,
+        "outputs": result.outputs,
+    }
+    for table, batch in batches.items():
+        final = part_path(data, part, table)
+        tmp = final.with_name("." + final.name + ".tmp")
+        pq.write_table(pa.Table.from_batches([batch]), tmp, compression="lz4")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.rename(tmp, final)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    entry = {"file": result.unit.file_no, "records": len(result.unit.offsets)}
+    data.write({layout.CF_BTC_BODIES: [(part.encode(), entry)]})
+
+
+def forget_file_parts(data: DataDir, file_no: int) -> list[bytes]:
+    """Keys of the parts staged from ``file_no`` (to delete with the file's scan log); their
+    files go at once, as unregistered files would at the next start anyway."""
+    keys = []
+    for key, value in data.items(layout.CF_BTC_BODIES):
+        if json.loads(value)["file"] == file_no:
+            keys.append(key)
+            for table in ds.BODY_STAGED:
+                part_path(data, key.decode(), table).unlink(missing_ok=True)
+    return keys
+
+
+def staged_blocks(data: DataDir, columns: list[str] | None = None) -> pa.Table:
+    files = part_files(data, "blocks")
+    schema = ds.schema(ds.BODY_STAGED["blocks"])
+    if not files:
+        table = pa.Table.from_batches([], schema=schema)
+    else:
+        table = pq.read_table(files, schema=schema)
+    return table.select(columns) if columns else table
+
+
+def invalid_blocks(data: DataDir) -> dict[str, str]:
+    return dict(data.meta_get(layout.META_BTC_INVALID_BLOCKS) or {})
+
+
+def _copy_key(file: pa.Array, offset: pa.Array) -> pa.Array:
+    return pc.add(
+        pc.shift_left(pc.cast(file, pa.uint64()), _OFFSET_BITS), pc.cast(offset, pa.uint64())
+    )
+
+
+def apply_verdicts(data: DataDir, records: pa.RecordBatch) -> pa.RecordBatch:
+    """The scan log as the linker must see it: failed body copies and invalid blocks marked."""
+    failed = staged_blocks(data, ["file", "offset", "valid", "invalid_reason"])
+    failed = failed.filter(pc.invert(failed.column("valid"))).combine_chunks()
+    invalid = invalid_blocks(data)
+    if not failed.num_rows and not invalid:
+        return records
+    status = records.column("status")
+    reason = records.column("reason")
+    if failed.num_rows:
+        keys = _copy_key(records.column("file"), records.column("magic_offset"))
+        failed_keys = _copy_key(failed.column("file").chunk(0), failed.column("offset").chunk(0))
+        idx = pc.index_in(keys, value_set=failed_keys)
+        hit = pc.is_valid(idx)
+        status = pc.if_else(hit, "invalid_body", status)
+        reason = pc.if_else(hit, pc.take(failed.column("invalid_reason").chunk(0), idx), reason)
+    if invalid:
+        hashes = pa.array([bytes.fromhex(h)[::-1] for h in invalid], pa.binary(32))
+        reasons = pa.array(list(invalid.values()), pa.string())
+        idx = pc.index_in(records.column("hash"), value_set=hashes)
+        hit = pc.is_valid(idx)
+        status = pc.if_else(hit, "invalid_block", status)
+        reason = pc.if_else(hit, pc.take(reasons, idx), reason)
+    names = records.schema.names
+    cols: list[Any] = list(records.columns)
+    cols[names.index("status")] = status
+    cols[names.index("reason")] = reason
+    return pa.RecordBatch.from_arrays(cols, schema=records.schema)

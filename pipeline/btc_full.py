@@ -1,0 +1,446 @@
+"""``rechain btc reindex --mode full``: the body pass after the header pass.
+
+1. Decode: the copies the header pass chose (every linked, side-branch, orphan and unlinked
+   block) are read by file and offset on Ray workers and decoded by the Rust core into staged
+   parts (``pipeline/btc_bodies.py``); a copy that fails its checks is relinked away, so a valid
+   copy of the same hash is decoded next.
+2. Consensus over the best chain, set-based in DuckDB (spilling to disk under the memory
+   budget): BIP34 coinbase heights, every spend resolved against earlier best-chain outputs
+   (missing, double spends, immature coinbase, inputs below outputs), coinbase amount. The
+   lowest failing block is marked invalid (descendants follow it) and the tree relinked, as
+   Core would switch to the best valid chain.
+3. Publish: ``blocks``, ``transactions``, ``inputs``, ``outputs`` with heights, ``in_best_chain``
+   and fees, Hive-partitioned by height range; the UTXO set into RocksDB in chainstate order
+   with Core's ``hash_serialized_3``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from rechain.pipeline import btc_bodies, metrics
+from rechain.pipeline.btc_committer import BtcCommitter
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.progress import Progress
+from rechain.pipeline.query import current_generation
+from rechain.pipeline.store import DataDir, fsync_dir
+from rechain.schemas import bitcoin as ds
+from rechain.schemas import rocksdb as layout
+from rechain.workers import _native
+from rechain.workers.btc_decode import BodyResult, BodyUnit, decode_unit
+
+log = logging.getLogger(__name__)
+STAGE = "btc_full"
+#: Block bytes per body unit: big enough to amortise a task, small enough to spread files.
+UNIT_BYTES = 32 << 20
+#: A chain whose every block is invalid cannot loop forever: each round settles one block.
+MAX_ROUNDS = 10_000
+COINBASE_MATURITY = 100
+#: Scripts longer than this (hex digits) are unspendable (Core's MAX_SCRIPT_SIZE).
+MAX_SCRIPT_HEX = 20_000
+
+
+def plan_units(
+    data: DataDir, headers: pa.Table, paths: dict[int, str], network: str, key: bytes
+) -> list[BodyUnit]:
+    """Units for the chosen copies that have no staged verdict yet, by file and offset."""
+    chosen = headers.filter(
+        pc.and_(
+            pc.equal(headers.column("copy_status"), "ok"),
+            pc.not_equal(headers.column("status"), "invalid"),
+        )
+    ).select(["file", "offset", "size"])
+    done = btc_bodies.staged_blocks(data, ["file", "offset"])
+    todo = chosen.join(done, keys=["file", "offset"], join_type="left anti")
+    todo = todo.filter(pc.is_in(todo.column("file"), pa.array(list(paths), pa.uint32())))
+    todo = todo.sort_by([("file", "ascending"), ("offset", "ascending")])
+    if not todo.num_rows:
+        return []
+    files = todo.column("file").to_numpy()
+    offsets = todo.column("offset").to_numpy()
+    sizes = todo.column("size").to_numpy().astype(np.int64)
+    # Cut where the file changes or a unit's byte budget fills up (vectorised, no row loop).
+    file_start = np.r_[True, files[1:] != files[:-1]]
+    cum = np.cumsum(sizes)
+    group_base = np.maximum.accumulate(np.where(file_start, cum - sizes, 0))
+    bucket = (cum - group_base - 1) // UNIT_BYTES
+    cuts = np.flatnonzero(file_start | np.r_[True, bucket[1:] != bucket[:-1]])
+    units = []
+    for seq, (lo, hi) in enumerate(zip(cuts, list(cuts[1:]) + [len(files)], strict=True)):
+        file_no = int(files[lo])
+        units.append(
+            BodyUnit(
+                seq=seq,
+                path=paths[file_no],
+                file_no=file_no,
+                offsets=tuple(int(o) for o in offsets[lo:hi]),
+                network=network,
+                xor_key=key,
+            )
+        )
+    return units
+
+
+def decode_units(
+    units: list[BodyUnit], data: DataDir, workers: int, budget: int, progress: bool
+) -> dict[str, float]:
+    """Runs the units on Ray, committing each result (in submission order) as it arrives."""
+    import ray
+
+    remote = ray.remote(num_cpus=1, max_retries=3)(decode_unit)
+    window = max(1, min(2 * workers, budget // 2 // (4 * UNIT_BYTES)))
+    bar = Progress(len(units), enabled=progress)
+    stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
+    queue: deque[tuple[BodyUnit, Any]] = deque()
+    todo = iter(units)
+    try:
+        for unit in todo:
+            queue.append((unit, remote.remote(unit)))
+            if len(queue) >= window:
+                break
+        while queue:
+            metrics.QUEUE_DEPTH.labels(STAGE).set(len(queue))
+            unit, ref = queue.popleft()
+            try:
+                result: BodyResult = ray.get(ref)
+            except ray.exceptions.RayTaskError as e:
+                raise RechainError(
+                    f"{Path(unit.path).name} at {unit.offsets[0]}: {e.as_instanceof_cause()}"
+                ) from e
+            t0 = time.perf_counter()
+            btc_bodies.commit_part(data, result)
+            dt = time.perf_counter() - t0
+            stats["units"] += 1
+            stats["bytes_decoded"] += result.bytes_decoded
+            stats["worker_decode_s"] += result.seconds
+            stats["commit_s"] += dt
+            metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
+            metrics.COMMIT_SECONDS.labels(STAGE).observe(dt)
+            metrics.RECORDS.labels(STAGE).inc(result.transactions.num_rows)
+            metrics.BYTES_READ.labels(STAGE).inc(result.bytes_decoded)
+            bar.update(1, result.blocks.num_rows)
+            del result
+            nxt = next(todo, None)
+            if nxt is not None:
+                queue.append((nxt, remote.remote(nxt)))
+    finally:
+        metrics.QUEUE_DEPTH.labels(STAGE).set(0)
+        bar.close()
+    return stats
+
+
+def _sql_list(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnection:
+    """DuckDB over the current headers generation and the registered staged parts."""
+    spill = data.path / "tmp" / "duckdb"
+    spill.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(":memory:")
+    con.execute(f"SET memory_limit='{max(budget, 256 << 20) // (1 << 20)}MB'")
+    con.execute(f"SET temp_directory='{spill}'")
+    con.execute(f"SET threads={max(workers, 1)}")
+    con.execute("SET preserve_insertion_order=false")
+    gen = current_generation(data.parquet_dir(ds.HEADERS))
+    if gen is None:
+        raise RechainError("the header pass published no headers table")
+    con.execute(f"CREATE VIEW headers AS SELECT * FROM read_parquet('{gen}/*.parquet')")
+    for alias, table in (
+        ("sb", "blocks"),
+        ("st", "transactions"),
+        ("si", "inputs"),
+        ("so", "outputs"),
+    ):
+        files = btc_bodies.part_files(data, table)
+        if files:
+            con.execute(f"CREATE VIEW {alias} AS SELECT * FROM read_parquet({_sql_list(files)})")
+        else:
+            empty = pa.Table.from_batches([ds.empty(ds.BODY_STAGED[table])])
+            con.register(f"{alias}_empty", empty)
+            con.execute(f"CREATE VIEW {alias} AS SELECT * FROM {alias}_empty")
+    return con
+
+
+def build_chain_state(con: duckdb.DuckDBPyConnection) -> None:
+    """Best-chain outputs (``bo``) and every best-chain spend resolved to its output (``res``)."""
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE best AS SELECT hash, height FROM headers WHERE in_best_chain"
+    )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE bo AS
+        SELECT o.txid, o.vout, o.value, o.script_pubkey, b.height, o.tx_position AS pos
+        FROM so o JOIN best b ON o.block_hash = b.hash
+        WHERE b.height > 0 AND NOT starts_with(o.script_pubkey, '6a')
+          AND length(o.script_pubkey) <= {MAX_SCRIPT_HEX}"""
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE res AS
+        SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, b.height, i.tx_position AS pos,
+               i.block_hash, bo.value, bo.height AS prev_height, bo.pos AS prev_pos
+        FROM si i JOIN best b ON i.block_hash = b.hash
+        LEFT JOIN bo ON bo.txid = i.prev_txid AND bo.vout = i.prev_vout
+             AND (bo.height < b.height OR (bo.height = b.height AND bo.pos < i.tx_position))
+        WHERE i.tx_position > 0
+        QUALIFY row_number() OVER (
+            PARTITION BY b.height, i.tx_position, i.vin ORDER BY bo.height DESC NULLS LAST) = 1"""
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE tx_in AS
+        SELECT block_hash, pos AS position, sum(value)::UBIGINT AS input_value,
+               count(value) = count(*) AS resolved
+        FROM res GROUP BY ALL"""
+    )
+
+
+def first_consensus_failure(
+    con: duckdb.DuckDBPyConnection, network: str
+) -> tuple[str, int, str] | None:
+    """The lowest best-chain block that breaks a consensus rule: (hash, height, reason)."""
+    info = _native.network_info(network)
+    bip34, halving = int(info["bip34_height"]), int(info["halving_interval"])
+    row = con.execute(
+        f"""
+        WITH failures AS (
+          SELECT b.hash, b.height, 'bad-cb-height' AS reason, 0 AS rule
+          FROM best b JOIN sb ON sb.hash = b.hash AND sb.valid
+          WHERE b.height >= {bip34} AND sb.coinbase_height IS DISTINCT FROM b.height
+          UNION ALL
+          SELECT block_hash, height, 'bad-txns-inputs-missingorspent', 1 FROM res
+          WHERE value IS NULL
+          UNION ALL
+          SELECT block_hash, height, 'bad-txns-inputs-missingorspent', 1 FROM (
+            SELECT block_hash, height, row_number() OVER (
+              PARTITION BY prev_txid, prev_vout, prev_height ORDER BY height, pos, vin) AS k
+            FROM res WHERE value IS NOT NULL) WHERE k > 1
+          UNION ALL
+          SELECT block_hash, height, 'bad-txns-premature-spend-of-coinbase', 2 FROM res
+          WHERE prev_pos = 0 AND height - prev_height < {COINBASE_MATURITY}
+          UNION ALL
+          SELECT t.block_hash, b.height, 'bad-txns-in-belowout', 3
+          FROM tx_in f JOIN st t ON t.block_hash = f.block_hash AND t.position = f.position
+          JOIN best b ON b.hash = t.block_hash
+          WHERE f.resolved AND f.input_value < t.output_value
+          UNION ALL
+          SELECT cb.block_hash, b.height, 'bad-cb-amount', 4
+          FROM st cb JOIN best b ON b.hash = cb.block_hash
+          LEFT JOIN (
+            SELECT f.block_hash, sum(f.input_value - t.output_value) AS fees
+            FROM tx_in f JOIN st t ON t.block_hash = f.block_hash AND t.position = f.position
+            WHERE f.resolved AND f.input_value >= t.output_value GROUP BY ALL
+          ) fee ON fee.block_hash = cb.block_hash
+          WHERE cb.position = 0 AND cb.output_value > coalesce(fee.fees, 0) +
+            CASE WHEN b.height // {halving} >= 64 THEN 0
+                 ELSE 5000000000 >> (b.height // {halving}) END
+        )
+        SELECT hash, height, reason FROM failures ORDER BY height, rule LIMIT 1
+        """
+    ).fetchall()
+    return None if not row else (str(row[0][0]), int(row[0][1]), str(row[0][2]))
+
+
+def _publish_sql(table: str) -> str:
+    rng = ds.HEIGHT_RANGE_BLOCKS
+    height_range = f"coalesce(h.height // {rng} * {rng}, -1)::BIGINT AS height_range"
+    context = "h.height, h.in_best_chain"
+    if table == "blocks":
+        return f"""
+        SELECT h.hash, {context}, h.status,
+          sb.valid AND h.status <> 'invalid' AS valid,
+          coalesce(sb.invalid_reason, CASE WHEN h.status = 'invalid' THEN h.invalid_reason END)
+            AS invalid_reason,
+          h.version, h.time, h.bits, h.prev_hash, h.merkle_root,
+          sb.size, sb.stripped_size, sb.weight, sb.n_tx, sb.n_inputs, sb.n_outputs,
+          sb.output_value, fee.fees, sb.coinbase_height, sb.file, sb."offset", {height_range}
+        FROM sb JOIN headers h ON h.file = sb.file AND h."offset" = sb."offset"
+        LEFT JOIN (
+          SELECT f.block_hash, sum(f.input_value - t.output_value)::BIGINT AS fees
+          FROM tx_in f JOIN st t ON t.block_hash = f.block_hash AND t.position = f.position
+          WHERE f.resolved GROUP BY ALL
+        ) fee ON fee.block_hash = h.hash
+        ORDER BY h.height NULLS LAST, h.hash"""
+    if table == "transactions":
+        return f"""
+        SELECT t.txid, t.wtxid, t.block_hash, {context}, t.position, t.version, t.lock_time,
+          t.size, t.vsize, t.weight, t.n_in, t.n_out, t.is_coinbase, t.has_witness,
+          t.output_value, f.input_value,
+          CASE WHEN f.resolved THEN f.input_value::BIGINT - t.output_value::BIGINT END AS fee,
+          {height_range}
+        FROM st t JOIN headers h ON h.hash = t.block_hash
+        LEFT JOIN tx_in f ON f.block_hash = t.block_hash AND f.position = t.position
+        ORDER BY h.height NULLS LAST, t.block_hash, t.position"""
+    if table == "inputs":
+        return f"""
+        SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, i.script_sig, i.sequence,
+          i.witness_items, i.witness, r.value, i.block_hash, i.tx_position, {context},
+          {height_range}
+        FROM si i JOIN headers h ON h.hash = i.block_hash
+        LEFT JOIN res r ON r.block_hash = i.block_hash AND r.pos = i.tx_position
+             AND r.vin = i.vin
+        ORDER BY h.height NULLS LAST, i.block_hash, i.tx_position, i.vin"""
+    assert table == "outputs"
+    return f"""
+        SELECT o.txid, o.vout, o.value, o.script_type::VARCHAR AS script_type, o.address,
+          o.script_pubkey, o.block_hash, o.tx_position, {context},
+          CASE WHEN h.in_best_chain THEN s.prev_txid IS NOT NULL END AS spent,
+          {height_range}
+        FROM so o JOIN headers h ON h.hash = o.block_hash
+        LEFT JOIN (SELECT DISTINCT prev_txid, prev_vout, prev_height FROM res
+                   WHERE value IS NOT NULL) s
+          ON h.in_best_chain AND s.prev_txid = o.txid AND s.prev_vout = o.vout
+             AND s.prev_height = h.height
+        ORDER BY h.height NULLS LAST, o.block_hash, o.tx_position, o.vout"""
+
+
+def publish_tables(
+    con: duckdb.DuckDBPyConnection, data: DataDir, generation: int
+) -> dict[str, int]:
+    rows = {}
+    for table in (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS):
+        base = data.parquet_dir(table)
+        final = base / f"{generation:06d}"
+        tmp = base / f".{generation:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
+        base.mkdir(parents=True, exist_ok=True)
+        sql = _publish_sql(table)
+        con.execute(
+            f"COPY ({sql}) TO '{tmp}' (FORMAT PARQUET, PARTITION_BY (height_range), "
+            f"COMPRESSION ZSTD, ROW_GROUP_SIZE {ds.ROW_GROUP_ROWS})"
+        )
+        for f in tmp.rglob("*.parquet"):
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        rows[table] = int(con.execute(f"SELECT count(*) FROM ({sql})").fetchall()[0][0])
+        os.rename(tmp, final)
+        fsync_dir(base)
+    return rows
+
+
+def write_utxo_set(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, Any]:
+    """The unspent best-chain outputs into ``btc_utxo`` (chainstate order) and their digest."""
+    reader = con.sql(
+        r"""
+        SELECT bo.txid, bo.vout::UINTEGER AS vout, bo.height::UINTEGER AS height,
+               bo.pos = 0 AS coinbase, bo.value::UBIGINT AS value, bo.script_pubkey
+        FROM bo ANTI JOIN (SELECT prev_txid, prev_vout, prev_height FROM res
+                           WHERE value IS NOT NULL) s
+          ON s.prev_txid = bo.txid AND s.prev_vout = bo.vout AND s.prev_height = bo.height
+        QUALIFY row_number() OVER (PARTITION BY bo.txid, bo.vout ORDER BY bo.height DESC) = 1
+        ORDER BY regexp_replace(reverse(bo.txid), '(.)(.)', '\2\1', 'g'), bo.vout
+        """
+    ).to_arrow_reader(1 << 16)
+    hasher = _native.UtxoHasher()
+    keys: list[pa.Array] = []
+    values: list[pa.Array] = []
+    for batch in reader:
+        k, v = hasher.update(batch)
+        keys.append(k)
+        values.append(v)
+    (k, v), digest, count, total = hasher.finish()
+    keys.append(k)
+    values.append(v)
+    data.reset_column_family(layout.CF_BTC_UTXO)
+    data.ingest_sorted(
+        layout.CF_BTC_UTXO,
+        pa.concat_arrays(keys) if keys else pa.array([], pa.binary()),
+        pa.concat_arrays(values) if values else pa.array([], pa.binary()),
+    )
+    return {"utxo_count": count, "total_amount": total, "hash_serialized_3": digest}
+
+
+def run_full(
+    data: DataDir,
+    committer: BtcCommitter,
+    *,
+    network: str,
+    key: bytes,
+    paths: dict[int, str],
+    workers: int,
+    budget: int,
+    progress: bool,
+    ray_address: str | None = None,
+) -> dict[str, Any]:
+    """Body pass, consensus rounds and publication; returns the full-mode summary."""
+    t_start = time.perf_counter()
+    removed = btc_bodies.remove_unregistered(data)
+    if removed:
+        log.info("removed %d staged body file(s) a killed run left unregistered", removed)
+    stats: dict[str, float] = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0}
+    rounds = 0
+    invalid = btc_bodies.invalid_blocks(data)
+    while True:
+        rounds += 1
+        if rounds > MAX_ROUNDS:
+            raise RechainError(f"full decode did not settle after {MAX_ROUNDS} rounds")
+        gen = current_generation(data.parquet_dir(ds.HEADERS))
+        assert gen is not None
+        import pyarrow.parquet as pq
+
+        headers = pq.read_table(gen, columns=["file", "offset", "size", "status", "copy_status"])
+        units = plan_units(data, headers, paths, network, key)
+        if units:
+            from rechain.pipeline.ray_runtime import ensure_ray
+
+            ensure_ray(ray_address, workers)
+            got = decode_units(units, data, workers, budget, progress)
+            for k, v in got.items():
+                stats[k] = stats.get(k, 0.0) + v
+            # Copies that failed their checks change which copy the linker picks.
+            committer.link_and_publish()
+            continue
+        con = connect(data, budget, workers)
+        try:
+            build_chain_state(con)
+            failure = first_consensus_failure(con, network)
+            if failure is not None:
+                block_hash, height, reason = failure
+                log.warning("block %s at height %d is invalid: %s", block_hash, height, reason)
+                invalid[block_hash] = reason
+                data.write({layout.CF_META: [(layout.META_BTC_INVALID_BLOCKS, invalid)]})
+                con.close()
+                committer.link_and_publish()
+                continue
+            t = time.perf_counter()
+            generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0) + 1
+            rows = publish_tables(con, data, generation)
+            publish_s = time.perf_counter() - t
+            t = time.perf_counter()
+            utxo = write_utxo_set(con, data)
+            utxo_s = time.perf_counter() - t
+        finally:
+            con.close()
+        break
+    summary = {
+        **utxo,
+        "tables": rows,
+        "invalid_blocks": [{"hash": h, "reason": r} for h, r in sorted(invalid.items())],
+    }
+    data.write(
+        {
+            layout.CF_META: [
+                (layout.META_BTC_FULL, summary),
+                (layout.META_BTC_FULL_GENERATION, generation),
+            ]
+        }
+    )
+    for table in (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS):
+        data.remove_other_generations(table, generation)
+    run = {
+        **stats,
+        "rounds": rounds,
+        "publish_s": publish_s,
+        "utxo_s": utxo_s,
+        "full_total_s": time.perf_counter() - t_start,
+    }
+    return {**summary, "run": run}

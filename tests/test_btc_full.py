@@ -1,0 +1,251 @@
+"""``--mode full``: every transaction decoded, checked and published; the UTXO set and fees.
+
+Oracles: the generator's own wallet (final UTXO set), python-bitcoinlib (an independent decoder)
+for every txid, wtxid, output value and script, and facts.json for the real mainnet block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bitcoin.core import CBlock, b2lx
+from rechain.pipeline.query import run_query
+from rechain.workers import _native
+
+from tests.conftest import BTC_DATA, cli_json, gen_chain, reindex
+
+REGTEST_MAGIC = bytes.fromhex("fabfb5da")
+
+
+def full(blocks: Path, data: Path, *extra: str) -> dict[str, Any]:
+    return reindex(blocks, data, "--mode", "full", *extra)
+
+
+def q(data: Path, sql: str) -> list[tuple[Any, ...]]:
+    return run_query(data, sql)[1]
+
+
+def read_records(blocks: Path) -> list[bytes]:
+    """Every block record of a generated folder, de-obfuscated (python, independent of Rust)."""
+    key = (blocks / "xor.dat").read_bytes()
+    out = []
+    for path in sorted(blocks.glob("blk*.dat")):
+        raw = path.read_bytes()
+        plain = bytes(b ^ key[i % 8] for i, b in enumerate(raw)) if any(key) else raw
+        pos = 0
+        while pos + 8 <= len(plain) and plain[pos : pos + 4] == REGTEST_MAGIC:
+            size = struct.unpack_from("<I", plain, pos + 4)[0]
+            out.append(plain[pos + 8 : pos + 8 + size])
+            pos += 8 + size
+    return out
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], dict]:
+    root = tmp_path_factory.mktemp("full")
+    expected = gen_chain(
+        root / "node",
+        "--blocks", "700", "--side-branches", "4", "--orphans", "2",
+        "--tx-per-block", "1:7", "--file-size", "300000", "--seed", "5",
+    )  # fmt: skip
+    result = full(root / "node" / "blocks", root / "data")
+    return root, expected, result
+
+
+def test_utxo_set_matches_the_generator(chain: tuple[Path, dict, dict]) -> None:
+    root, expected, result = chain
+    assert result["tip_hash"] == expected["tip_hash"]
+    assert result["full"]["utxo_count"] == expected["utxo_count"]
+    assert result["full"]["total_amount"] == expected["total_amount"]
+    assert result["full"]["invalid_blocks"] == []
+    status = cli_json("btc", "status", "--data", root / "data", "--json")
+    assert status["utxo_count"] == expected["utxo_count"]
+    assert status["total_amount"] == expected["total_amount"]
+    assert len(status["hash_serialized_3"]) == 64
+    # The RocksDB UTXO set holds exactly the unspent best-chain outputs of the tables.
+    unspent = q(
+        root / "data",
+        "SELECT count(*), sum(value) FROM outputs WHERE in_best_chain AND NOT spent "
+        "AND script_type <> 'op_return' AND height > 0",
+    )
+    assert unspent == [(expected["utxo_count"], expected["total_amount"])]
+
+
+def test_every_transaction_matches_python_bitcoinlib(chain: tuple[Path, dict, dict]) -> None:
+    root, expected, _ = chain
+    records = read_records(root / "node" / "blocks")
+    assert len(records) == expected["records"]
+    txs, outs = {}, {}
+    for raw in records:
+        block = CBlock.deserialize(raw)
+        for pos, tx in enumerate(block.vtx):
+            txs[(b2lx(block.GetHash()), pos)] = (b2lx(tx.GetTxid()), b2lx(tx.GetHash()))
+            for n, o in enumerate(tx.vout):
+                outs[(b2lx(tx.GetTxid()), n)] = (o.nValue, bytes(o.scriptPubKey).hex())
+    ours_tx = {
+        (b, p): (t, w)
+        for t, w, b, p in q(
+            root / "data", "SELECT txid, wtxid, block_hash, position FROM transactions"
+        )
+    }
+    assert ours_tx == txs
+    ours_out = {
+        (t, n): (v, s)
+        for t, n, v, s in q(root / "data", "SELECT txid, vout, value, script_pubkey FROM outputs")
+    }
+    assert ours_out == outs
+    # Several script types and address encodings occur, and segwit spends too.
+    kinds = dict(q(root / "data", "SELECT script_type, count(*) FROM outputs GROUP BY 1"))
+    assert {"p2wpkh", "p2pkh", "p2sh", "p2tr", "p2wsh", "multisig", "op_return", "p2pk"} <= set(
+        kinds
+    )
+    assert q(root / "data", "SELECT count(*) FROM inputs WHERE witness_items > 0")[0][0] > 0
+    addr = dict(q(root / "data", "SELECT script_type, min(address) FROM outputs GROUP BY 1"))
+    assert addr["p2wpkh"].startswith("bcrt1q") and addr["p2tr"].startswith("bcrt1p")
+    assert addr["p2pkh"][0] in "mn" and addr["p2sh"].startswith("2")
+
+
+def test_fees_and_best_chain_flags(chain: tuple[Path, dict, dict]) -> None:
+    root, expected, _ = chain
+    data = root / "data"
+    # Coinbases pay subsidy + fees, so the fees rechain resolved add up to what they claim.
+    rows = q(
+        data,
+        """SELECT b.height, cb.output_value, b.fees FROM blocks b
+           JOIN transactions cb ON cb.block_hash = b.hash AND cb.position = 0
+           WHERE b.in_best_chain AND b.height > 0""",
+    )
+    assert len(rows) == 699
+    for height, paid, fees in rows:
+        assert paid == (5_000_000_000 >> (height // 150)) + (fees or 0)
+    assert q(data, "SELECT count(*) FROM transactions WHERE in_best_chain AND NOT is_coinbase "
+             "AND (fee IS NULL OR fee < 0)") == [(0,)]  # fmt: skip
+    side = q(data, "SELECT count(*) FROM blocks WHERE NOT in_best_chain AND height IS NOT NULL")
+    assert side[0][0] == expected["side_branch_blocks"]
+    # Orphans (not connected to genesis) are decoded too, in the height_range=-1 partition.
+    orphans = q(data, "SELECT hash FROM blocks WHERE height IS NULL ORDER BY hash")
+    assert sorted(h for (h,) in orphans) == sorted(expected["orphans"])
+    assert q(data, "SELECT DISTINCT height_range FROM blocks WHERE height IS NULL") == [(-1,)]
+
+
+def test_rerun_is_identical(chain: tuple[Path, dict, dict], tmp_path: Path) -> None:
+    root, _, result = chain
+    again = full(root / "node" / "blocks", root / "data")
+    assert again["full"] == result["full"]
+
+
+def test_real_mainnet_block_decodes_to_its_facts(tmp_path: Path) -> None:
+    fact = json.loads((BTC_DATA / "facts.json").read_text())[0]
+    raw = (BTC_DATA / fact["file"]).read_bytes()
+    blocks = tmp_path / "blocks"
+    blocks.mkdir()
+    magic = bytes(_native.network_info("main")["magic"])
+    (blocks / "blk00000.dat").write_bytes(magic + struct.pack("<I", len(raw)) + raw)
+    result = reindex(blocks, tmp_path / "data", "--network", "main", "--mode", "full")
+    assert result["tip_hash"] is None  # not connected to genesis, but decoded anyway
+    data = tmp_path / "data"
+    (row,) = q(data, "SELECT hash, n_tx, size, valid, n_inputs, n_outputs, output_value, "
+               "height_range FROM blocks")  # fmt: skip
+    assert row == (
+        fact["hash"], fact["tx_count"], fact["size"], True, fact["n_inputs"],
+        fact["n_outputs"], fact["total_output_value_sat"], -1,
+    )  # fmt: skip
+    assert q(data, "SELECT count(*) FROM transactions WHERE has_witness") == [(fact["segwit_txs"],)]
+    first_last = q(
+        data, "SELECT txid FROM transactions WHERE position IN (0, 2499) ORDER BY position"
+    )
+    assert [t for (t,) in first_last] == [fact["first_txid"], fact["last_txid"]]
+
+
+def _swap_record(blocks: Path, bad: bytes) -> None:
+    """Puts a damaged copy of a block before everything else in blk00000.dat."""
+    key = (blocks / "xor.dat").read_bytes()
+    first = blocks / "blk00000.dat"
+    plain = bytes(b ^ key[i % 8] for i, b in enumerate(first.read_bytes()))
+    record = REGTEST_MAGIC + struct.pack("<I", len(bad)) + bad
+    new = record + plain
+    first.write_bytes(bytes(b ^ key[i % 8] for i, b in enumerate(new)))
+
+
+def test_mutated_copy_is_skipped_for_the_valid_one(tmp_path: Path) -> None:
+    expected = gen_chain(tmp_path / "node", "--blocks", "300", "--tx-per-block", "2:4")
+    blocks = tmp_path / "node" / "blocks"
+    records = read_records(blocks)
+    target = next(r for r in records if CBlock.deserialize(r).vtx[1:])  # has a spend
+    bad = bytearray(target)
+    bad[-5] ^= 0xFF  # inside the last transaction: the merkle root no longer matches
+    _swap_record(blocks, bytes(bad))
+    result = full(blocks, tmp_path / "data")
+    assert result["tip_hash"] == expected["tip_hash"]
+    assert result["full"]["utxo_count"] == expected["utxo_count"]
+    status = cli_json("btc", "status", "--data", tmp_path / "data", "--json")
+    skip = [s for s in status["skipped"] if s["reason"] == "invalid_body"]
+    assert len(skip) == 1 and skip[0]["offset"] == 0 and skip[0]["file"] == "blk00000.dat"
+    assert skip[0]["detail"] in ("bad-txnmrklroot", "bad-witness-merkle-match")
+
+
+def _mine_on(prev_hash: str, height_push: int, spend: tuple[str, int] | None, t: int) -> bytes:
+    """A regtest block on ``prev_hash``: a coinbase pushing ``height_push`` and, optionally, a
+    transaction spending ``spend`` (built here with hashlib, independently of the Rust core)."""
+
+    def sha256d(b: bytes) -> bytes:
+        return hashlib.sha256(hashlib.sha256(b).digest()).digest()
+
+    push = height_push.to_bytes((height_push.bit_length() + 8) // 8, "little")
+    script_sig = bytes([len(push)]) + push + b"\x01\x02"
+    out = struct.pack("<q", 1000) + bytes([22, 0, 20]) + bytes(20)
+    cb = (
+        struct.pack("<i", 2) + b"\x01" + bytes(32) + b"\xff" * 4
+        + bytes([len(script_sig)]) + script_sig + b"\xff" * 4 + b"\x01" + out + bytes(4)
+    )  # fmt: skip
+    txs = [cb]
+    if spend:
+        prev = bytes.fromhex(spend[0])[::-1] + struct.pack("<I", spend[1])
+        txs.append(
+            struct.pack("<i", 2) + b"\x01" + prev + b"\x00" + b"\xff" * 4 + b"\x01" + out
+            + bytes(4)
+        )  # fmt: skip
+    level = [sha256d(tx) for tx in txs]
+    while len(level) > 1:
+        level = level + level[-1:] if len(level) % 2 else level
+        level = [sha256d(level[i] + level[i + 1]) for i in range(0, len(level), 2)]
+    prev_hash_b = bytes.fromhex(prev_hash)[::-1]
+    for nonce in range(1 << 20):
+        header = struct.pack("<i", 0x20000000) + prev_hash_b + level[0]
+        header += struct.pack("<III", t, 0x207FFFFF, nonce)
+        if int.from_bytes(sha256d(header), "little") <= 0x7FFFFF << (8 * 29):
+            break
+    return header + bytes([len(txs)]) + b"".join(txs)
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [("bip34", "bad-cb-height"), ("missing", "bad-txns-inputs-missingorspent")],
+)
+def test_consensus_invalid_block_is_excluded_like_core(
+    tmp_path: Path, case: str, reason: str
+) -> None:
+    expected = gen_chain(tmp_path / "node", "--blocks", "200", "--no-xor")
+    tip, height = expected["tip_hash"], expected["tip_height"]
+    if case == "bip34":
+        block = _mine_on(tip, height + 7, None, 1_700_000_000)
+    else:
+        block = _mine_on(tip, height + 1, ("ab" * 32, 3), 1_700_000_000)
+    blocks = tmp_path / "node" / "blocks"
+    last = sorted(blocks.glob("blk*.dat"))[-1]
+    nxt = blocks / f"blk{int(last.stem[3:]) + 1:05d}.dat"
+    nxt.write_bytes(REGTEST_MAGIC + struct.pack("<I", len(block)) + block)
+    result = full(blocks, tmp_path / "data")
+    # The invalid block has more work, but the best chain stays on its valid parent.
+    assert result["tip_hash"] == tip
+    assert result["full"]["utxo_count"] == expected["utxo_count"]
+    (inv,) = result["full"]["invalid_blocks"]
+    assert inv["reason"] == reason
+    row = q(tmp_path / "data", f"SELECT valid, invalid_reason, in_best_chain FROM blocks "
+            f"WHERE hash = '{inv['hash']}'")  # fmt: skip
+    assert row == [(False, reason, False)]

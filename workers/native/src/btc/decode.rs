@@ -1,0 +1,673 @@
+//! Full block decode for `--mode full`: every transaction, input and output of a block into
+//! column buffers, with the per-block checks Core's `CheckBlock` / `ContextualCheckBlock` make
+//! that need no UTXO set (merkle root and CVE-2012-2459 mutation, coinbase rules, transaction
+//! sanity, witness commitment, weight). BIP34 needs the linked height: the coinbase height is
+//! extracted here and compared by the committer.
+//!
+//! A block is parsed into reusable span buffers first and only copied into the columns once it
+//! checks out, so an invalid block leaves a `blocks` row with its reason and no transactions.
+
+use super::block::{check_witness_and_weight, merkle_root, TxInfo, MAX_BLOCK_WEIGHT};
+use super::encode::{Cursor, DecodeError};
+use super::header::{sha256d, HEADER_LEN};
+use super::network::Network;
+use super::script::{address_into, classify, ScriptType};
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Core's MAX_MONEY in satoshis.
+pub const MAX_MONEY: u64 = 21_000_000 * 100_000_000;
+const READ_WINDOW: usize = 8 << 20;
+
+#[derive(Clone, Copy, Default)]
+struct InSpan {
+    prev: usize,
+    script: (usize, usize),
+    sequence: u32,
+    wit_start: usize,
+    wit_n: usize,
+}
+
+#[derive(Clone, Copy, Default)]
+struct OutSpan {
+    value: u64,
+    script: (usize, usize),
+}
+
+#[derive(Clone, Copy, Default)]
+struct TxSpan {
+    start: usize,
+    end: usize,
+    version: i32,
+    lock_time: u32,
+    ins: (usize, usize),
+    outs: (usize, usize),
+    stripped_size: usize,
+    has_witness: bool,
+    txid: [u8; 32],
+    wtxid: [u8; 32],
+}
+
+/// Reusable parse buffers (cleared per block, never shrunk).
+#[derive(Default)]
+struct Spans {
+    txs: Vec<TxSpan>,
+    ins: Vec<InSpan>,
+    outs: Vec<OutSpan>,
+    wit: Vec<(usize, usize)>,
+}
+
+/// Growable string column that can be built without a per-value allocation.
+#[derive(Default)]
+pub struct StrCol {
+    pub data: Vec<u8>,
+    pub offsets: Vec<i32>,
+    pub valid: Vec<bool>,
+}
+
+impl StrCol {
+    fn start(&mut self) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+    }
+    fn push_hex(&mut self, bytes: &[u8]) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        self.start();
+        self.data.reserve(bytes.len() * 2);
+        for b in bytes {
+            self.data.push(DIGITS[(b >> 4) as usize]);
+            self.data.push(DIGITS[(b & 15) as usize]);
+        }
+        self.offsets.push(self.data.len() as i32);
+        self.valid.push(true);
+    }
+    fn push_str(&mut self, s: &str) {
+        self.start();
+        self.data.extend_from_slice(s.as_bytes());
+        self.offsets.push(self.data.len() as i32);
+        self.valid.push(true);
+    }
+    fn push_null(&mut self) {
+        self.start();
+        self.offsets.push(self.data.len() as i32);
+        self.valid.push(false);
+    }
+    pub fn len(&self) -> usize {
+        self.valid.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.valid.is_empty()
+    }
+}
+
+#[derive(Default)]
+pub struct BlockCols {
+    pub hash: Vec<[u8; 32]>,
+    pub offset: Vec<u64>,
+    pub size: Vec<u32>,
+    pub stripped_size: Vec<u32>,
+    pub weight: Vec<u64>,
+    pub n_tx: Vec<Option<u64>>,
+    pub valid: Vec<bool>,
+    pub reason: Vec<Option<String>>,
+    pub coinbase_height: Vec<Option<i64>>,
+    pub n_inputs: Vec<u64>,
+    pub n_outputs: Vec<u64>,
+    pub output_value: Vec<u64>,
+}
+
+#[derive(Default)]
+pub struct TxCols {
+    pub txid: Vec<[u8; 32]>,
+    pub wtxid: Vec<[u8; 32]>,
+    /// Row of the block in `BlockCols`.
+    pub block: Vec<u32>,
+    pub position: Vec<u32>,
+    pub version: Vec<i32>,
+    pub lock_time: Vec<u32>,
+    pub size: Vec<u32>,
+    pub vsize: Vec<u32>,
+    pub weight: Vec<u32>,
+    pub n_in: Vec<u32>,
+    pub n_out: Vec<u32>,
+    pub is_coinbase: Vec<bool>,
+    pub has_witness: Vec<bool>,
+    pub output_value: Vec<u64>,
+}
+
+#[derive(Default)]
+pub struct InputCols {
+    /// Row of the transaction in `TxCols`.
+    pub tx: Vec<u32>,
+    pub vin: Vec<u32>,
+    pub prev_txid: Vec<[u8; 32]>,
+    pub prev_vout: Vec<u32>,
+    pub script_sig: StrCol,
+    pub sequence: Vec<u32>,
+    pub witness_items: Vec<u32>,
+    /// Flattened witness items (hex) with per-input list offsets.
+    pub witness: StrCol,
+    pub witness_offsets: Vec<i32>,
+}
+
+#[derive(Default)]
+pub struct OutputCols {
+    pub tx: Vec<u32>,
+    pub vout: Vec<u32>,
+    pub value: Vec<u64>,
+    pub script_type: Vec<ScriptType>,
+    pub address: StrCol,
+    pub script_pubkey: StrCol,
+}
+
+#[derive(Default)]
+pub struct BodyColumns {
+    pub blocks: BlockCols,
+    pub txs: TxCols,
+    pub inputs: InputCols,
+    pub outputs: OutputCols,
+    /// Bytes of block data decoded (for throughput figures).
+    pub bytes: u64,
+}
+
+pub struct BodyDecoder {
+    network: Network,
+    spans: Spans,
+    addr: String,
+    pub cols: BodyColumns,
+}
+
+fn double_sha(parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    Sha256::digest(h.finalize()).into()
+}
+
+/// Parses one transaction into spans; framing exactly as `block::parse_tx`.
+fn parse_tx_spans(c: &mut Cursor, data: &[u8], sp: &mut Spans) -> Result<TxSpan, DecodeError> {
+    let start = c.pos();
+    let version = c.u32()? as i32;
+    let mut n_in = c.compact_size()?;
+    let mut flags = 0u8;
+    let mut body_start = start + 4;
+    let mut inputs_read = false;
+    if n_in == 0 {
+        flags = c.u8()?;
+        if flags != 0 {
+            body_start = c.pos();
+            n_in = c.compact_size()?;
+        } else {
+            // Zero inputs and zero outputs: Core's reading of an ambiguous 00 00.
+            inputs_read = true;
+        }
+    }
+    let in_first = sp.ins.len();
+    let out_first = sp.outs.len();
+    if !inputs_read || flags != 0 {
+        for _ in 0..n_in {
+            let prev = c.pos();
+            c.skip(36)?;
+            let len = c.compact_size()? as usize;
+            let s = c.pos();
+            c.skip(len)?;
+            let sequence = c.u32()?;
+            sp.ins.push(InSpan {
+                prev,
+                script: (s, s + len),
+                sequence,
+                ..Default::default()
+            });
+        }
+        let n_out = c.compact_size()?;
+        for _ in 0..n_out {
+            let value = c.u64()?;
+            let len = c.compact_size()? as usize;
+            let s = c.pos();
+            c.skip(len)?;
+            sp.outs.push(OutSpan {
+                value,
+                script: (s, s + len),
+            });
+        }
+    }
+    let body_end = c.pos();
+    let mut has_witness = false;
+    if flags & 1 != 0 {
+        flags ^= 1;
+        for i in in_first..sp.ins.len() {
+            let items = c.compact_size()? as usize;
+            sp.ins[i].wit_start = sp.wit.len();
+            sp.ins[i].wit_n = items;
+            has_witness |= items > 0;
+            for _ in 0..items {
+                let len = c.compact_size()? as usize;
+                let s = c.pos();
+                c.skip(len)?;
+                sp.wit.push((s, s + len));
+            }
+        }
+        if !has_witness {
+            return Err(DecodeError::SuperfluousWitness);
+        }
+    }
+    if flags != 0 {
+        return Err(DecodeError::UnknownOptionalData);
+    }
+    let lock_time = c.u32()?;
+    let end = c.pos();
+    let segwit_form = body_start != start + 4;
+    let (txid, wtxid, stripped_size) = if segwit_form {
+        let txid = double_sha(&[
+            &data[start..start + 4],
+            &data[body_start..body_end],
+            &data[end - 4..end],
+        ]);
+        (txid, sha256d(&data[start..end]), 8 + body_end - body_start)
+    } else {
+        let txid = sha256d(&data[start..end]);
+        (txid, txid, end - start)
+    };
+    Ok(TxSpan {
+        start,
+        end,
+        version,
+        lock_time,
+        ins: (in_first, sp.ins.len()),
+        outs: (out_first, sp.outs.len()),
+        stripped_size,
+        has_witness,
+        txid,
+        wtxid,
+    })
+}
+
+fn is_null_prevout(p: &[u8]) -> bool {
+    p[..32].iter().all(|&b| b == 0) && p[32..36] == [0xff; 4]
+}
+
+/// The height a coinbase scriptSig starts with, when it is pushed the way BIP34 requires
+/// (`CScript() << height`: OP_0, OP_1..OP_16, or a minimal little-endian number push).
+pub fn coinbase_height(script_sig: &[u8]) -> Option<i64> {
+    let first = *script_sig.first()?;
+    match first {
+        0x00 => Some(0),
+        0x51..=0x60 => Some((first - 0x50) as i64),
+        1..=8 => {
+            let n = script_sig.get(1..1 + first as usize)?;
+            if n.last()? & 0x80 != 0 {
+                return None; // negative
+            }
+            let mut v: i64 = 0;
+            for (i, b) in n.iter().enumerate() {
+                v |= (*b as i64) << (8 * i);
+            }
+            // Minimal: no needless trailing zero byte, and not a number OP_n would push.
+            let minimal = n.len() == 1 || n[n.len() - 1] != 0 || n[n.len() - 2] & 0x80 != 0;
+            (minimal && v > 16).then_some(v)
+        }
+        _ => None,
+    }
+}
+
+impl BodyDecoder {
+    pub fn new(network: Network) -> Self {
+        BodyDecoder {
+            network,
+            spans: Spans::default(),
+            addr: String::new(),
+            cols: BodyColumns::default(),
+        }
+    }
+
+    /// Decodes one block record (`data` = the block bytes, header first, cut at the declared
+    /// size) found at `offset` (the record's magic) and appends its rows.
+    pub fn push_block(&mut self, offset: u64, data: &[u8]) {
+        let hash = if data.len() >= HEADER_LEN {
+            sha256d(&data[..HEADER_LEN])
+        } else {
+            [0u8; 32]
+        };
+        let b = &mut self.cols.blocks;
+        b.hash.push(hash);
+        b.offset.push(offset);
+        b.size.push(data.len() as u32);
+        self.cols.bytes += data.len() as u64;
+        match self.parse(data) {
+            Err(e) => self.finish_block(None, Some(e.to_string()), 0, 0),
+            Ok((consumed, weight)) => {
+                let reason = if consumed != data.len() {
+                    Some(format!(
+                        "block size {} but its transactions end at {consumed}",
+                        data.len()
+                    ))
+                } else {
+                    self.check(data, weight).map(str::to_string)
+                };
+                let stripped = (weight - consumed as u64) / 3;
+                self.finish_block(Some(data), reason, stripped as u32, weight);
+            }
+        }
+    }
+
+    /// A record whose bytes are not where the index says: an invalid row with the reason.
+    pub fn push_unreadable(&mut self, offset: u64, reason: &str) {
+        self.push_block(offset, &[]);
+        *self.cols.blocks.reason.last_mut().unwrap() = Some(reason.to_string());
+    }
+
+    fn parse(&mut self, data: &[u8]) -> Result<(usize, u64), DecodeError> {
+        let sp = &mut self.spans;
+        sp.txs.clear();
+        sp.ins.clear();
+        sp.outs.clear();
+        sp.wit.clear();
+        let mut c = Cursor::new(data);
+        c.skip(HEADER_LEN)?;
+        let n_tx = c.compact_size()?;
+        let mut stripped = c.pos();
+        for _ in 0..n_tx {
+            let tx = parse_tx_spans(&mut c, data, sp)?;
+            stripped += tx.stripped_size;
+            sp.txs.push(tx);
+        }
+        let consumed = c.pos();
+        Ok((consumed, 3 * stripped as u64 + consumed as u64))
+    }
+
+    /// Context-free checks in Core's order; the reject reason of the first that fails.
+    fn check(&self, data: &[u8], weight: u64) -> Option<&'static str> {
+        let sp = &self.spans;
+        let infos: Vec<TxInfo> = sp
+            .txs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut info = TxInfo {
+                    txid: t.txid,
+                    wtxid: t.wtxid,
+                    has_witness: t.has_witness,
+                    size: t.end - t.start,
+                    stripped_size: t.stripped_size,
+                    ..Default::default()
+                };
+                if i == 0 {
+                    info.commitment = sp.outs[t.outs.0..t.outs.1]
+                        .iter()
+                        .rev()
+                        .map(|o| &data[o.script.0..o.script.1])
+                        .find(|s| s.len() >= 38 && s[..6] == [0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed])
+                        .map(|s| s[6..38].try_into().unwrap());
+                    if t.ins.1 > t.ins.0 {
+                        let first = sp.ins[t.ins.0];
+                        let item = (first.wit_n > 0).then(|| sp.wit[first.wit_start]);
+                        let item32 = item
+                            .filter(|(s, e)| e - s == 32)
+                            .map(|(s, e)| data[s..e].try_into().unwrap());
+                        info.first_input_witness = (first.wit_n as u64, item32);
+                    }
+                }
+                info
+            })
+            .collect();
+        // Merkle root and mutation come first in Core; the rest of check_body (witness
+        // commitment, weight) is contextual and runs after the transaction checks.
+        let txids: Vec<[u8; 32]> = infos.iter().map(|t| t.txid).collect();
+        let (root, mutated) = merkle_root(&txids);
+        if root[..] != data[36..68] {
+            return Some("bad-txnmrklroot");
+        }
+        if mutated {
+            return Some("bad-txns-duplicate");
+        }
+        let stripped_block = (weight as usize - data.len()) / 3;
+        if sp.txs.is_empty()
+            || sp.txs.len() * 4 > MAX_BLOCK_WEIGHT as usize
+            || stripped_block * 4 > MAX_BLOCK_WEIGHT as usize
+        {
+            return Some("bad-blk-length");
+        }
+        let is_coinbase =
+            |t: &TxSpan| t.ins.1 - t.ins.0 == 1 && is_null_prevout(&data[sp.ins[t.ins.0].prev..]);
+        if !is_coinbase(&sp.txs[0]) {
+            return Some("bad-cb-missing");
+        }
+        if sp.txs[1..].iter().any(is_coinbase) {
+            return Some("bad-cb-multiple");
+        }
+        let mut seen: HashSet<&[u8]> = HashSet::new();
+        for (i, t) in sp.txs.iter().enumerate() {
+            if t.ins.1 == t.ins.0 {
+                return Some("bad-txns-vin-empty");
+            }
+            if t.outs.1 == t.outs.0 {
+                return Some("bad-txns-vout-empty");
+            }
+            if t.stripped_size * 4 > MAX_BLOCK_WEIGHT as usize {
+                return Some("bad-txns-oversize");
+            }
+            let mut total: u64 = 0;
+            for o in &sp.outs[t.outs.0..t.outs.1] {
+                if o.value > MAX_MONEY {
+                    return Some(if (o.value as i64) < 0 {
+                        "bad-txns-vout-negative"
+                    } else {
+                        "bad-txns-vout-toolarge"
+                    });
+                }
+                total += o.value;
+                if total > MAX_MONEY {
+                    return Some("bad-txns-txouttotal-toolarge");
+                }
+            }
+            let ins = &sp.ins[t.ins.0..t.ins.1];
+            if ins.len() > 1 {
+                seen.clear();
+                for inp in ins {
+                    if !seen.insert(&data[inp.prev..inp.prev + 36]) {
+                        return Some("bad-txns-inputs-duplicate");
+                    }
+                }
+            }
+            if i == 0 {
+                let len = ins[0].script.1 - ins[0].script.0;
+                if !(2..=100).contains(&len) {
+                    return Some("bad-cb-length");
+                }
+            } else if ins.iter().any(|inp| is_null_prevout(&data[inp.prev..])) {
+                return Some("bad-txns-prevout-null");
+            }
+        }
+        check_witness_and_weight(&infos, weight)
+    }
+
+    fn finish_block(&mut self, data: Option<&[u8]>, reason: Option<String>, stripped: u32, w: u64) {
+        let block_row = (self.cols.blocks.hash.len() - 1) as u32;
+        let valid = reason.is_none() && data.is_some();
+        let mut n_in_total = 0u64;
+        let mut n_out_total = 0u64;
+        let mut value_total = 0u64;
+        let mut cb_height = None;
+        if let (true, Some(data)) = (valid, data) {
+            let sp = &self.spans;
+            let c = &mut self.cols;
+            for (pos, t) in sp.txs.iter().enumerate() {
+                let tx_row = c.txs.txid.len() as u32;
+                let size = (t.end - t.start) as u32;
+                let weight = 3 * t.stripped_size as u32 + size;
+                let ins = &sp.ins[t.ins.0..t.ins.1];
+                let outs = &sp.outs[t.outs.0..t.outs.1];
+                let out_value: u64 = outs.iter().map(|o| o.value).sum();
+                c.txs.txid.push(t.txid);
+                c.txs.wtxid.push(t.wtxid);
+                c.txs.block.push(block_row);
+                c.txs.position.push(pos as u32);
+                c.txs.version.push(t.version);
+                c.txs.lock_time.push(t.lock_time);
+                c.txs.size.push(size);
+                c.txs.vsize.push(weight.div_ceil(4));
+                c.txs.weight.push(weight);
+                c.txs.n_in.push(ins.len() as u32);
+                c.txs.n_out.push(outs.len() as u32);
+                c.txs.is_coinbase.push(pos == 0);
+                c.txs.has_witness.push(t.has_witness);
+                c.txs.output_value.push(out_value);
+                n_in_total += ins.len() as u64;
+                n_out_total += outs.len() as u64;
+                value_total += out_value;
+                if c.inputs.witness_offsets.is_empty() {
+                    c.inputs.witness_offsets.push(0);
+                }
+                if c.inputs.witness.offsets.is_empty() {
+                    c.inputs.witness.offsets.push(0);
+                }
+                for (vin, inp) in ins.iter().enumerate() {
+                    let prev = &data[inp.prev..inp.prev + 36];
+                    let script = &data[inp.script.0..inp.script.1];
+                    if pos == 0 {
+                        cb_height = coinbase_height(script);
+                    }
+                    c.inputs.tx.push(tx_row);
+                    c.inputs.vin.push(vin as u32);
+                    c.inputs.prev_txid.push(prev[..32].try_into().unwrap());
+                    c.inputs
+                        .prev_vout
+                        .push(u32::from_le_bytes(prev[32..36].try_into().unwrap()));
+                    c.inputs.script_sig.push_hex(script);
+                    c.inputs.sequence.push(inp.sequence);
+                    c.inputs.witness_items.push(inp.wit_n as u32);
+                    for &(s, e) in &sp.wit[inp.wit_start..inp.wit_start + inp.wit_n] {
+                        c.inputs.witness.push_hex(&data[s..e]);
+                    }
+                    c.inputs.witness_offsets.push(c.inputs.witness.len() as i32);
+                }
+                for (vout, o) in outs.iter().enumerate() {
+                    let script = &data[o.script.0..o.script.1];
+                    let kind = classify(script);
+                    c.outputs.tx.push(tx_row);
+                    c.outputs.vout.push(vout as u32);
+                    c.outputs.value.push(o.value);
+                    c.outputs.script_type.push(kind);
+                    self.addr.clear();
+                    if address_into(script, kind, self.network, &mut self.addr) {
+                        c.outputs.address.push_str(&self.addr);
+                    } else {
+                        c.outputs.address.push_null();
+                    }
+                    c.outputs.script_pubkey.push_hex(script);
+                }
+            }
+        }
+        let b = &mut self.cols.blocks;
+        b.n_tx.push(data.map(|_| self.spans.txs.len() as u64));
+        b.stripped_size.push(stripped);
+        b.weight.push(w);
+        b.valid.push(valid);
+        b.reason.push(reason);
+        b.coinbase_height.push(cb_height);
+        b.n_inputs.push(n_in_total);
+        b.n_outputs.push(n_out_total);
+        b.output_value.push(value_total);
+    }
+}
+
+/// Reads and decodes the records at `offsets` (magic positions, ascending) of one blk file.
+/// A record that cannot be read (file shrank, size field changed) becomes an invalid row.
+pub fn decode_file_records(
+    path: &Path,
+    key: [u8; 8],
+    network: Network,
+    offsets: &[u64],
+) -> io::Result<BodyColumns> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let magic = network.magic();
+    let mut dec = BodyDecoder::new(network);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut buf_pos = 0u64;
+    for &off in offsets {
+        let head_end = off + 8;
+        if !covers(buf_pos, &buf, off, head_end) {
+            refill(&file, len, off, 8, &mut buf, &mut buf_pos, key)?;
+        }
+        let at = (off - buf_pos) as usize;
+        let head = buf.get(at..at + 8).unwrap_or(&[]);
+        if head.len() < 8 || head[..4] != magic {
+            let reason = if head.len() < 8 {
+                "record lies past the end of the file"
+            } else {
+                "no block magic at the indexed offset (file changed?)"
+            };
+            dec.push_unreadable(off, reason);
+            continue;
+        }
+        let size = u32::from_le_bytes(head[4..8].try_into().unwrap()) as u64;
+        let end = (head_end + size).min(len);
+        if !covers(buf_pos, &buf, head_end, end) {
+            refill(
+                &file,
+                len,
+                off,
+                (end - off) as usize,
+                &mut buf,
+                &mut buf_pos,
+                key,
+            )?;
+        }
+        let s = (head_end - buf_pos) as usize;
+        let e = (end - buf_pos) as usize;
+        dec.push_block(off, &buf[s..e]);
+    }
+    Ok(dec.cols)
+}
+
+fn covers(buf_pos: u64, buf: &[u8], start: u64, end: u64) -> bool {
+    start >= buf_pos && end <= buf_pos + buf.len() as u64
+}
+
+fn refill(
+    file: &File,
+    len: u64,
+    pos: u64,
+    need: usize,
+    buf: &mut Vec<u8>,
+    buf_pos: &mut u64,
+    key: [u8; 8],
+) -> io::Result<()> {
+    let n = (need.max(READ_WINDOW) as u64).min(len.saturating_sub(pos)) as usize;
+    buf.resize(n, 0);
+    file.read_exact_at(buf, pos)?;
+    if key != [0u8; 8] {
+        let raw = std::mem::take(buf);
+        let mut out = vec![0u8; raw.len()];
+        super::scan::xor_decode(&raw, &mut out, key, pos);
+        *buf = out;
+    }
+    *buf_pos = pos;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coinbase_heights() {
+        assert_eq!(coinbase_height(&[0x00]), Some(0));
+        assert_eq!(coinbase_height(&[0x51, 7]), Some(1));
+        assert_eq!(coinbase_height(&[0x60]), Some(16));
+        assert_eq!(coinbase_height(&[1, 17]), Some(17));
+        assert_eq!(coinbase_height(&[1, 5]), None); // OP_5 is the minimal form
+        assert_eq!(coinbase_height(&[2, 128, 0]), Some(128));
+        assert_eq!(coinbase_height(&[2, 17, 0]), None); // needless zero byte
+        assert_eq!(coinbase_height(&[3, 0x8d, 0xb9, 0x0a]), Some(702_861));
+        assert_eq!(coinbase_height(&[1, 0x81]), None);
+        assert_eq!(coinbase_height(&[3, 1]), None);
+    }
+}

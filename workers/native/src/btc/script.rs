@@ -1,0 +1,316 @@
+//! Output scripts: the standard type Core's `Solver` assigns and the address a wallet shows for
+//! it in the network's encoding (base58check for P2PKH/P2SH, bech32 for witness v0, bech32m for
+//! v1+). P2PK and bare multisig have no address, as in Core since v23.
+
+use super::network::Network;
+use bech32::{hrp::Hrp, segwit, Fe32};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ScriptType {
+    P2pk = 0,
+    P2pkh = 1,
+    P2sh = 2,
+    P2wpkh = 3,
+    P2wsh = 4,
+    P2tr = 5,
+    Multisig = 6,
+    OpReturn = 7,
+    WitnessUnknown = 8,
+    Nonstandard = 9,
+}
+
+impl ScriptType {
+    pub const ALL: [ScriptType; 10] = [
+        ScriptType::P2pk,
+        ScriptType::P2pkh,
+        ScriptType::P2sh,
+        ScriptType::P2wpkh,
+        ScriptType::P2wsh,
+        ScriptType::P2tr,
+        ScriptType::Multisig,
+        ScriptType::OpReturn,
+        ScriptType::WitnessUnknown,
+        ScriptType::Nonstandard,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScriptType::P2pk => "p2pk",
+            ScriptType::P2pkh => "p2pkh",
+            ScriptType::P2sh => "p2sh",
+            ScriptType::P2wpkh => "p2wpkh",
+            ScriptType::P2wsh => "p2wsh",
+            ScriptType::P2tr => "p2tr",
+            ScriptType::Multisig => "multisig",
+            ScriptType::OpReturn => "op_return",
+            ScriptType::WitnessUnknown => "witness_unknown",
+            ScriptType::Nonstandard => "nonstandard",
+        }
+    }
+}
+
+const OP_0: u8 = 0x00;
+const OP_PUSHDATA1: u8 = 0x4c;
+const OP_PUSHDATA2: u8 = 0x4d;
+const OP_PUSHDATA4: u8 = 0x4e;
+const OP_1: u8 = 0x51;
+const OP_16: u8 = 0x60;
+const OP_RETURN: u8 = 0x6a;
+const OP_DUP: u8 = 0x76;
+const OP_EQUAL: u8 = 0x87;
+const OP_EQUALVERIFY: u8 = 0x88;
+const OP_HASH160: u8 = 0xa9;
+const OP_CHECKSIG: u8 = 0xac;
+const OP_CHECKMULTISIG: u8 = 0xae;
+/// Core's MAX_SCRIPT_SIZE: longer output scripts can never be spent.
+pub const MAX_SCRIPT_SIZE: usize = 10_000;
+
+/// One script operation: (opcode, pushed data) or None when the script is malformed there.
+fn next_op<'a>(s: &'a [u8], pos: &mut usize) -> Option<(u8, &'a [u8])> {
+    let op = *s.get(*pos)?;
+    *pos += 1;
+    let len = match op {
+        0x01..=0x4b => op as usize,
+        OP_PUSHDATA1 => {
+            let n = *s.get(*pos)? as usize;
+            *pos += 1;
+            n
+        }
+        OP_PUSHDATA2 => {
+            let b = s.get(*pos..*pos + 2)?;
+            *pos += 2;
+            u16::from_le_bytes([b[0], b[1]]) as usize
+        }
+        OP_PUSHDATA4 => {
+            let b = s.get(*pos..*pos + 4)?;
+            *pos += 4;
+            u32::from_le_bytes(b.try_into().unwrap()) as usize
+        }
+        _ => 0,
+    };
+    let data = s.get(*pos..pos.checked_add(len)?)?;
+    *pos += len;
+    Some((op, data))
+}
+
+/// Core's `IsPushOnly`: every operation is a push (opcodes up to OP_16) and parses.
+fn is_push_only(s: &[u8]) -> bool {
+    let mut pos = 0;
+    while pos < s.len() {
+        match next_op(s, &mut pos) {
+            Some((op, _)) if op <= OP_16 => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Core's `CPubKey::ValidSize`: the length the first byte announces.
+fn valid_pubkey(k: &[u8]) -> bool {
+    match k.first() {
+        Some(2 | 3) => k.len() == 33,
+        Some(4 | 6 | 7) => k.len() == 65,
+        _ => false,
+    }
+}
+
+fn small_int(op: u8) -> Option<usize> {
+    (OP_1..=OP_16)
+        .contains(&op)
+        .then(|| (op - OP_1 + 1) as usize)
+}
+
+fn is_multisig(s: &[u8]) -> bool {
+    if s.last() != Some(&OP_CHECKMULTISIG) {
+        return false;
+    }
+    let mut pos = 0;
+    let Some(required) = next_op(s, &mut pos).and_then(|(op, _)| small_int(op)) else {
+        return false;
+    };
+    let mut keys = 0usize;
+    loop {
+        let Some((op, data)) = next_op(s, &mut pos) else {
+            return false;
+        };
+        if let Some(n) = small_int(op) {
+            // OP_n must be followed only by OP_CHECKMULTISIG.
+            return n == keys && required <= n && pos == s.len() - 1;
+        }
+        if !valid_pubkey(data) || op > OP_PUSHDATA4 {
+            return false;
+        }
+        keys += 1;
+    }
+}
+
+/// Witness program (version, program) per BIP141: OP_0 or OP_1..OP_16, then one direct push of
+/// 2 to 40 bytes making up the rest of the script.
+fn witness_program(s: &[u8]) -> Option<(u8, &[u8])> {
+    if s.len() < 4 || s.len() > 42 {
+        return None;
+    }
+    let version = match s[0] {
+        OP_0 => 0,
+        op @ OP_1..=OP_16 => op - OP_1 + 1,
+        _ => return None,
+    };
+    (s[1] as usize + 2 == s.len()).then(|| (version, &s[2..]))
+}
+
+pub fn classify(s: &[u8]) -> ScriptType {
+    match s {
+        [OP_DUP, OP_HASH160, 20, .., OP_EQUALVERIFY, OP_CHECKSIG] if s.len() == 25 => {
+            return ScriptType::P2pkh
+        }
+        [OP_HASH160, 20, .., OP_EQUAL] if s.len() == 23 => return ScriptType::P2sh,
+        _ => {}
+    }
+    if let Some((version, program)) = witness_program(s) {
+        return match (version, program.len()) {
+            (0, 20) => ScriptType::P2wpkh,
+            (0, 32) => ScriptType::P2wsh,
+            (0, _) => ScriptType::Nonstandard,
+            (1, 32) => ScriptType::P2tr,
+            _ => ScriptType::WitnessUnknown,
+        };
+    }
+    if s.first() == Some(&OP_RETURN) && is_push_only(&s[1..]) {
+        return ScriptType::OpReturn;
+    }
+    if let [len, key @ .., OP_CHECKSIG] = s {
+        if *len as usize == key.len() && valid_pubkey(key) {
+            return ScriptType::P2pk;
+        }
+    }
+    if is_multisig(s) {
+        return ScriptType::Multisig;
+    }
+    ScriptType::Nonstandard
+}
+
+/// Core's `IsUnspendable`: such outputs never enter the UTXO set.
+pub fn is_unspendable(s: &[u8]) -> bool {
+    s.first() == Some(&OP_RETURN) || s.len() > MAX_SCRIPT_SIZE
+}
+
+/// Appends the address of `s` (already classified as `kind`) to `out`; false when it has none.
+pub fn address_into(s: &[u8], kind: ScriptType, network: Network, out: &mut String) -> bool {
+    let (pkh_version, sh_version, hrp) = network.address_params();
+    let base58 = |version: u8, hash: &[u8], out: &mut String| {
+        let mut payload = [0u8; 21];
+        payload[0] = version;
+        payload[1..].copy_from_slice(hash);
+        out.push_str(&bs58::encode(payload).with_check().into_string());
+    };
+    match kind {
+        ScriptType::P2pkh => base58(pkh_version, &s[3..23], out),
+        ScriptType::P2sh => base58(sh_version, &s[2..22], out),
+        ScriptType::P2wpkh | ScriptType::P2wsh | ScriptType::P2tr | ScriptType::WitnessUnknown => {
+            let (version, program) = witness_program(s).expect("classified as a witness program");
+            let (Ok(hrp), Ok(fe)) = (Hrp::parse(hrp), Fe32::try_from(version)) else {
+                return false;
+            };
+            // Versions 1+ use bech32m, version 0 bech32; the library picks by version.
+            match segwit::encode(hrp, fe, program) {
+                Ok(a) => out.push_str(&a),
+                Err(_) => return false,
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len() / 2)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn addr(s: &str, net: Network) -> (ScriptType, Option<String>) {
+        let b = hex(s);
+        let k = classify(&b);
+        let mut out = String::new();
+        let has = address_into(&b, k, net, &mut out);
+        (k, has.then_some(out))
+    }
+
+    #[test]
+    fn well_known_addresses() {
+        // Satoshi's genesis output (P2PK) has no address in Core's encoding.
+        let (k, a) = addr("4104678afdb0fe5548271967f1a67130b7105cd6a828e03909a67962e0ea1f61deb649f6bc3f4cef38c4f35504e51ec112de5c384df7ba0b8d578a4c702b6bf11d5fac", Network::Main);
+        assert_eq!((k, a), (ScriptType::P2pk, None));
+        // BIP173 / BIP350 vectors.
+        assert_eq!(
+            addr(
+                "0014751e76e8199196d454941c45d1b3a323f1433bd6",
+                Network::Main
+            ),
+            (
+                ScriptType::P2wpkh,
+                Some("bc1qw508d6qejxtdg4y5r3zarvary0c5xw7kv8f3t4".into())
+            )
+        );
+        assert_eq!(
+            addr(
+                "5120a60869f0dbcf1dc659c9cecbaf8050135ea9e8cdc487053f1dc6880949dc684c",
+                Network::Main
+            ),
+            (
+                ScriptType::P2tr,
+                Some("bc1p5cyxnuxmeuwuvkwfem96lqzszd02n6xdcjrs20cac6yqjjwudpxqkedrcr".into())
+            )
+        );
+        // Hash160 of zero bytes -> the well-known 1111... style is version-specific; check P2PKH.
+        assert_eq!(
+            addr(
+                "76a91462e907b15cbf27d5425399ebf6f0fb50ebb88f1888ac",
+                Network::Main
+            ),
+            (
+                ScriptType::P2pkh,
+                Some("1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNa".into())
+            )
+        );
+        assert_eq!(
+            addr(
+                "0014751e76e8199196d454941c45d1b3a323f1433bd6",
+                Network::Regtest
+            )
+            .1
+            .unwrap(),
+            "bcrt1qw508d6qejxtdg4y5r3zarvary0c5xw7kygt080"
+        );
+    }
+
+    #[test]
+    fn types() {
+        assert_eq!(classify(&hex("6a")), ScriptType::OpReturn);
+        assert_eq!(classify(&hex("6a0401020304")), ScriptType::OpReturn);
+        assert_eq!(classify(&hex("6a04010203")), ScriptType::Nonstandard);
+        assert_eq!(classify(&hex("6aac")), ScriptType::Nonstandard);
+        let k = "02".to_string() + &"11".repeat(32);
+        assert_eq!(
+            classify(&hex(&format!("5121{k}21{k}52ae"))),
+            ScriptType::Multisig
+        );
+        assert_eq!(
+            classify(&hex(&format!("5221{k}51ae"))),
+            ScriptType::Nonstandard
+        );
+        assert_eq!(classify(&hex("51024e73")), ScriptType::WitnessUnknown);
+        assert_eq!(
+            classify(&hex("0015000000000000000000000000000000000000000000")),
+            ScriptType::Nonstandard
+        );
+        assert_eq!(classify(&[]), ScriptType::Nonstandard);
+        assert!(is_unspendable(&hex("6a")));
+        assert!(!is_unspendable(&hex("51")));
+    }
+}

@@ -1,0 +1,237 @@
+//! Datasets of the full decode, as workers stage them (one set per body unit): `body_blocks`,
+//! `body_transactions`, `body_inputs`, `body_outputs`. The committer adds chain context (height,
+//! `in_best_chain`, fees) when it publishes them as `blocks`, `transactions`, `inputs`, `outputs`.
+//! Hashes are display-order hex, as Core's RPC shows them.
+
+use crate::btc::decode::{BodyColumns, StrCol};
+use crate::btc::script::ScriptType;
+use arrow_array::{
+    ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int64Array, ListArray, RecordBatch,
+    StringArray, UInt32Array, UInt64Array, UInt8Array,
+};
+use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::sync::Arc;
+
+pub const BLOCKS: &str = "body_blocks";
+pub const TRANSACTIONS: &str = "body_transactions";
+pub const INPUTS: &str = "body_inputs";
+pub const OUTPUTS: &str = "body_outputs";
+
+fn utf8(name: &str, nullable: bool) -> Field {
+    Field::new(name, DataType::Utf8, nullable)
+}
+
+fn script_type_field() -> Field {
+    Field::new(
+        "script_type",
+        DataType::Dictionary(Box::new(DataType::UInt8), Box::new(DataType::Utf8)),
+        false,
+    )
+}
+
+pub fn schema(dataset: &str) -> Option<SchemaRef> {
+    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
+    let u64f = |n: &str| Field::new(n, DataType::UInt64, false);
+    let fields = match dataset {
+        BLOCKS => vec![
+            utf8("hash", false),
+            u32f("file"),
+            u64f("offset"),
+            u32f("size"),
+            u32f("stripped_size"),
+            u64f("weight"),
+            Field::new("n_tx", DataType::UInt64, true),
+            Field::new("valid", DataType::Boolean, false),
+            utf8("invalid_reason", true),
+            Field::new("coinbase_height", DataType::Int64, true),
+            u64f("n_inputs"),
+            u64f("n_outputs"),
+            u64f("output_value"),
+        ],
+        TRANSACTIONS => vec![
+            utf8("txid", false),
+            utf8("wtxid", false),
+            utf8("block_hash", false),
+            u32f("position"),
+            Field::new("version", DataType::Int32, false),
+            u32f("lock_time"),
+            u32f("size"),
+            u32f("vsize"),
+            u32f("weight"),
+            u32f("n_in"),
+            u32f("n_out"),
+            Field::new("is_coinbase", DataType::Boolean, false),
+            Field::new("has_witness", DataType::Boolean, false),
+            u64f("output_value"),
+        ],
+        INPUTS => vec![
+            utf8("txid", false),
+            u32f("vin"),
+            utf8("prev_txid", false),
+            u32f("prev_vout"),
+            utf8("script_sig", false),
+            u32f("sequence"),
+            u32f("witness_items"),
+            Field::new(
+                "witness",
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, false))),
+                false,
+            ),
+            utf8("block_hash", false),
+            u32f("tx_position"),
+        ],
+        OUTPUTS => vec![
+            utf8("txid", false),
+            u32f("vout"),
+            u64f("value"),
+            script_type_field(),
+            utf8("address", true),
+            utf8("script_pubkey", false),
+            utf8("block_hash", false),
+            u32f("tx_position"),
+        ],
+        _ => return None,
+    };
+    Some(Arc::new(Schema::new(fields)))
+}
+
+fn strings(col: StrCol) -> ArrayRef {
+    let mut offsets = col.offsets;
+    if offsets.is_empty() {
+        offsets.push(0);
+    }
+    let nulls = if col.valid.iter().all(|v| *v) {
+        None
+    } else {
+        Some(NullBuffer::from(col.valid))
+    };
+    Arc::new(
+        StringArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Buffer::from_vec(col.data),
+            nulls,
+        )
+        .expect("hex and addresses are valid UTF-8 with monotonic offsets"),
+    )
+}
+
+/// Display-order hex of 32-byte hashes, optionally gathered through `rows`.
+fn hashes(values: &[[u8; 32]], rows: Option<&[u32]>) -> ArrayRef {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let n = rows.map_or(values.len(), |r| r.len());
+    let mut data = Vec::with_capacity(n * 64);
+    let mut offsets = Vec::with_capacity(n + 1);
+    offsets.push(0i32);
+    let mut push = |h: &[u8; 32]| {
+        for b in h.iter().rev() {
+            data.push(DIGITS[(b >> 4) as usize]);
+            data.push(DIGITS[(b & 15) as usize]);
+        }
+        offsets.push(data.len() as i32);
+    };
+    match rows {
+        Some(rows) => rows.iter().for_each(|&r| push(&values[r as usize])),
+        None => values.iter().for_each(&mut push),
+    }
+    Arc::new(StringArray::new(
+        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+        Buffer::from_vec(data),
+        None,
+    ))
+}
+
+fn script_types(kinds: Vec<ScriptType>) -> ArrayRef {
+    let keys = UInt8Array::from(kinds.into_iter().map(|k| k as u8).collect::<Vec<u8>>());
+    let values = StringArray::from_iter_values(ScriptType::ALL.iter().map(|k| k.name()));
+    Arc::new(DictionaryArray::try_new(keys, Arc::new(values)).expect("keys index ScriptType::ALL"))
+}
+
+/// The four staged batches of one unit of `file_no`.
+pub fn build(file_no: u32, cols: BodyColumns) -> [RecordBatch; 4] {
+    let BodyColumns {
+        blocks: b,
+        txs: t,
+        inputs: i,
+        outputs: o,
+        ..
+    } = cols;
+    let tx_block_rows: Vec<u32> = t.block.clone();
+    let in_block_rows: Vec<u32> = i.tx.iter().map(|&r| t.block[r as usize]).collect();
+    let out_block_rows: Vec<u32> = o.tx.iter().map(|&r| t.block[r as usize]).collect();
+    let in_positions: Vec<u32> = i.tx.iter().map(|&r| t.position[r as usize]).collect();
+    let out_positions: Vec<u32> = o.tx.iter().map(|&r| t.position[r as usize]).collect();
+    let n_blocks = b.hash.len();
+    let blocks: Vec<ArrayRef> = vec![
+        hashes(&b.hash, None),
+        Arc::new(UInt32Array::from(vec![file_no; n_blocks])),
+        Arc::new(UInt64Array::from(b.offset)),
+        Arc::new(UInt32Array::from(b.size)),
+        Arc::new(UInt32Array::from(b.stripped_size)),
+        Arc::new(UInt64Array::from(b.weight)),
+        Arc::new(UInt64Array::from(b.n_tx)),
+        Arc::new(BooleanArray::from(b.valid)),
+        Arc::new(StringArray::from(b.reason)),
+        Arc::new(Int64Array::from(b.coinbase_height)),
+        Arc::new(UInt64Array::from(b.n_inputs)),
+        Arc::new(UInt64Array::from(b.n_outputs)),
+        Arc::new(UInt64Array::from(b.output_value)),
+    ];
+    let txs: Vec<ArrayRef> = vec![
+        hashes(&t.txid, None),
+        hashes(&t.wtxid, None),
+        hashes(&b.hash, Some(&tx_block_rows)),
+        Arc::new(UInt32Array::from(t.position)),
+        Arc::new(Int32Array::from(t.version)),
+        Arc::new(UInt32Array::from(t.lock_time)),
+        Arc::new(UInt32Array::from(t.size)),
+        Arc::new(UInt32Array::from(t.vsize)),
+        Arc::new(UInt32Array::from(t.weight)),
+        Arc::new(UInt32Array::from(t.n_in)),
+        Arc::new(UInt32Array::from(t.n_out)),
+        Arc::new(BooleanArray::from(t.is_coinbase)),
+        Arc::new(BooleanArray::from(t.has_witness)),
+        Arc::new(UInt64Array::from(t.output_value)),
+    ];
+    let mut witness_offsets = i.witness_offsets;
+    if witness_offsets.is_empty() {
+        witness_offsets.push(0);
+    }
+    let witness = ListArray::new(
+        Arc::new(Field::new("item", DataType::Utf8, false)),
+        OffsetBuffer::new(ScalarBuffer::from(witness_offsets)),
+        strings(i.witness),
+        None,
+    );
+    let inputs: Vec<ArrayRef> = vec![
+        hashes(&t.txid, Some(&i.tx)),
+        Arc::new(UInt32Array::from(i.vin)),
+        hashes(&i.prev_txid, None),
+        Arc::new(UInt32Array::from(i.prev_vout)),
+        strings(i.script_sig),
+        Arc::new(UInt32Array::from(i.sequence)),
+        Arc::new(UInt32Array::from(i.witness_items)),
+        Arc::new(witness),
+        hashes(&b.hash, Some(&in_block_rows)),
+        Arc::new(UInt32Array::from(in_positions)),
+    ];
+    let outputs: Vec<ArrayRef> = vec![
+        hashes(&t.txid, Some(&o.tx)),
+        Arc::new(UInt32Array::from(o.vout)),
+        Arc::new(UInt64Array::from(o.value)),
+        script_types(o.script_type),
+        strings(o.address),
+        strings(o.script_pubkey),
+        hashes(&b.hash, Some(&out_block_rows)),
+        Arc::new(UInt32Array::from(out_positions)),
+    ];
+    let batch = |name: &str, cols: Vec<ArrayRef>| {
+        RecordBatch::try_new(schema(name).unwrap(), cols).expect("columns match the schema")
+    };
+    [
+        batch(BLOCKS, blocks),
+        batch(TRANSACTIONS, txs),
+        batch(INPUTS, inputs),
+        batch(OUTPUTS, outputs),
+    ]
+}
