@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rechain.pipeline.btc_committer import skipped_from
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
@@ -93,4 +94,21 @@ def test_a_shard_failing_on_its_bytes_is_skipped_once_and_reported(
     got = json.loads(proc.stdout)
     lost = ref["records"] - got["records"]
     assert 0 < lost < 32 * 1024 // 80, f"{lost} records lost to one 32 KiB shard"
+    assert verify(data)["ok"]
+
+
+def test_a_shard_that_kills_every_worker_is_skipped_after_the_retries(
+    chain: Path, undisturbed: dict[str, Any], tmp_path: Path
+) -> None:
+    attempts = tmp_path / "attempts"
+    data = tmp_path / "data"
+    proc = faulty_reindex(chain, data, f"kill-always:2:{attempts}")
+    assert proc.returncode == 0, proc.stderr
+    # The first attempt and Ray's three retries (max_retries=3), then no more.
+    assert len(attempts.read_text().splitlines()) == 4
+    with DataDir(data, readonly=True) as d:
+        failed = [s for s in skipped_from(d) if s["reason"] == "shard_failed"]
+    assert len(failed) == 1, failed
+    assert failed[0]["detail"] == "worker process died on every attempt (WorkerCrashedError)"
+    assert json.loads(proc.stdout)["records"] < undisturbed["result"]["records"]
     assert verify(data)["ok"]

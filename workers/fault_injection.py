@@ -4,6 +4,8 @@
 
 * ``kill`` — the first attempt of shard ``seq`` SIGKILLs its own worker process (a lost node or
   an OOM kill); ``marker`` is created first, so the retry runs normally.
+* ``kill-always`` — every attempt of shard ``seq`` SIGKILLs its worker (a shard whose bytes crash
+  the process); each attempt appends a line to ``marker`` first.
 * ``raise`` — every attempt of shard ``seq`` raises, as a decoder failing on bad bytes would;
   each attempt appends a line to ``marker`` so a test can count them.
 
@@ -38,6 +40,10 @@ def maybe_inject(seq: int) -> None:
                 os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             except FileExistsError:
                 continue
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "kill-always":
+            with open(path, "a") as f:
+                f.write(f"{os.getpid()}\n")
             os.kill(os.getpid(), signal.SIGKILL)
         elif action == "raise":
             with open(path, "a") as f:

@@ -15,7 +15,7 @@ if [[ -z ${FUZZ_STABLE:-} ]] && cargo +nightly --version >/dev/null 2>&1 \
     echo "fuzz: cargo-fuzz (libFuzzer, nightly), ${secs}s per target"
     rm -rf fuzz/corpus
     FUZZ_CORPUS_DIR="$PWD/fuzz/corpus" cargo test --profile ci --quiet --test fuzz \
-        write_seed_corpus -- --ignored --quiet >/dev/null
+        write_seed_corpus -- --ignored >/dev/null
     mkdir -p fuzz/logs
     failed=0
     printf '%-13s %12s %8s %8s %s\n' target executions seconds crashes corpus
