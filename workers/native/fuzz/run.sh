@@ -17,6 +17,9 @@ if [[ -z ${FUZZ_STABLE:-} ]] && cargo +nightly --version >/dev/null 2>&1 \
     FUZZ_CORPUS_DIR="$PWD/fuzz/corpus" cargo test --profile ci --quiet --test fuzz \
         write_seed_corpus -- --ignored >/dev/null
     mkdir -p fuzz/logs
+    # Build first (a few minutes the first time) so the seconds below are fuzzing only.
+    cargo +nightly fuzz build --fuzz-dir fuzz >fuzz/logs/build.log 2>&1 \
+        || { tail -20 fuzz/logs/build.log; exit 1; }
     failed=0
     printf '%-13s %12s %8s %8s %s\n' target executions seconds crashes corpus
     for t in "${targets[@]}"; do
@@ -32,7 +35,7 @@ if [[ -z ${FUZZ_STABLE:-} ]] && cargo +nightly --version >/dev/null 2>&1 \
         fi
         end=$(date +%s.%N)
         execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' \
-            | tail -1)
+            | tail -1 || true)
         printf '%-13s %12s %8.1f %8s %s\n' "$t" "${execs:-?}" \
             "$(echo "$end - $start" | bc)" "$crashes" "$(ls "fuzz/corpus/$t" | wc -l) inputs"
         if [[ $crashes != 0 ]]; then
