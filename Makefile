@@ -7,7 +7,7 @@ NATIVE_SRC := $(shell find workers/native/src -name '*.rs') workers/native/Cargo
 PY_SRC := pyproject.toml
 DEMO := demo
 
-.PHONY: setup demo test test-rust test-py bench lint fmt clean soak infra-check
+.PHONY: setup demo test test-rust test-py bench lint fmt clean soak infra-check fuzz
 
 setup: $(STAMP)
 
@@ -54,7 +54,12 @@ clean:
 	rm -rf $(VENV) workers/native/target build *.egg-info $(DEMO)
 
 soak: setup
-	RAY_AUTH_MODE=disabled RECHAIN_KILL_POINTS=200 $(BIN)/pytest -q tests/test_btc_kill.py
+	RAY_AUTH_MODE=disabled RECHAIN_KILL_POINTS=200 $(BIN)/pytest -q tests/test_btc_kill.py tests/test_flow_kill.py
+
+# Every fuzz target for FUZZ_SECONDS (default 60) each: cargo-fuzz when nightly is present,
+# else the stable harness (workers/native/tests/fuzz.rs). Prints executions per target.
+fuzz:
+	workers/native/fuzz/run.sh
 
 # Offline checks of infra/: OpenTofu fmt + rendering, HCL rules, checkov, promtool, dashboard.
 infra-check:

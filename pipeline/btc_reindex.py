@@ -16,6 +16,7 @@ from typing import Any
 
 from rechain.pipeline import metrics
 from rechain.pipeline.btc_committer import STAGE, BtcCommitter
+from rechain.pipeline.btc_faults import failed_shard, failure_reason
 from rechain.pipeline.btc_plan import (
     DEFAULT_SHARD_BYTES,
     FINGERPRINT_BYTES,
@@ -184,9 +185,9 @@ def _execute(
             unit, ref = queue.popleft()
             try:
                 result: ShardResult = ray.get(ref)
-            except ray.exceptions.RayTaskError as e:
-                cause = e.as_instanceof_cause()
-                raise RechainError(f"{Path(unit.path).name} at {unit.start}: {cause}") from e
+            except ray.exceptions.RayError as e:
+                # Ray has retried lost workers already; see btc_faults for what is skipped.
+                result = failed_shard(unit, committer, failure_reason(unit, e))
             committer.apply(result)
             progress.update(unit.bound - unit.start, result.records.num_rows)
             del result

@@ -313,6 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rechain: interrupted; committed work is kept, rerun to resume", file=sys.stderr)
         return 130
+    except Exception as e:
+        from rechain.pipeline.storage_errors import storage_failure
+
+        message = storage_failure(e, getattr(args, "data", None))
+        if message is None:
+            raise
+        print(f"rechain: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

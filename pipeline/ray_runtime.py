@@ -33,4 +33,21 @@ def ensure_ray(address: str | None, workers: int) -> float:
             logging_level=logging.WARNING,
             configure_logging=False,
         )
+    _ray_notices_to_stderr()
     return time.perf_counter() - t0
+
+
+def _ray_notices_to_stderr() -> None:
+    """Ray's driver prints raylet notices (e.g. "A worker died ...") to stdout, which must hold
+    only rechain's own output (``--json``): send them to stderr instead."""
+    import ray._private.worker as ray_worker
+
+    original = ray_worker.print_to_stdstream
+    if getattr(original, "_rechain_stderr", False):
+        return
+
+    def to_stderr(data: dict, ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._rechain_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr

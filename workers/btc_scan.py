@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 from rechain.workers import _native
+from rechain.workers.fault_injection import maybe_inject
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class ShardResult:
 
 def scan_unit(unit: WorkUnit, start: int | None = None) -> ShardResult:
     """Scans the unit (or, for a stitching rescan, the unit from ``start``)."""
+    if start is None:
+        maybe_inject(unit.seq)
     t0 = time.perf_counter()
     records, events, info = _native.scan_blk(
         unit.path,

@@ -1,0 +1,114 @@
+"""kill -9 of `rechain flow replay` at random moments, then rerun: the final state (RocksDB
+registers and roots, the summary, the Parquet tables row for row) equals an uninterrupted run's.
+A short version runs in `make test`; `make soak` sets RECHAIN_KILL_POINTS."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rechain.pipeline.store import DataDir
+from rechain.schemas import flow as fs
+from rechain.schemas import rocksdb as layout
+
+from tests.conftest import cli, cli_json
+
+KILL_POINTS = int(os.environ.get("RECHAIN_KILL_POINTS", "3"))
+#: Summary fields that time the run rather than describe the state.
+TIMINGS = {"publish_s"}
+
+
+def replay_cmd(wal: Path, data: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "rechain.pipeline.cli", "flow", "replay",
+        "--wal", str(wal), "--data", str(data), "--no-progress", "--workers", "2",
+    ]  # fmt: skip
+
+
+def run_to_end(wal: Path, data: Path) -> float:
+    t0 = time.monotonic()
+    proc = subprocess.run(replay_cmd(wal, data), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return time.monotonic() - t0
+
+
+def kill_after(wal: Path, data: Path, delay: float) -> bool:
+    """SIGKILLs the replay's whole process group after ``delay``; False if it finished first."""
+    proc = subprocess.Popen(
+        replay_cmd(wal, data),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        proc.wait(timeout=delay)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return True
+
+
+def state(data: Path) -> dict[str, Any]:
+    """Everything a Flow replay leaves behind that describes content, run details excluded."""
+    out: dict[str, Any] = {}
+    with DataDir(data, readonly=True) as d:
+        for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
+            h = hashlib.sha256()
+            n = 0
+            for key, value in d.items(cf):
+                h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+                n += 1
+            out[cf] = (n, h.hexdigest())
+        summary = d.meta_get(fs.META_FLOW_SUMMARY)
+        out["summary"] = {k: v for k, v in summary.items() if k not in TIMINGS}
+    for table, order in (("trie_updates", "seq"), ("registers", "path")):
+        code, rows, err = cli(
+            "query", "--data", data, f"SELECT * FROM {table} ORDER BY {order}", "--format", "csv"
+        )  # fmt: skip
+        assert code == 0, err
+        out[table] = hashlib.sha256(rows.encode()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def wal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("flowkill") / "wal"
+    code, _, err = cli(
+        "gen", "flow", out, "--updates", "3000", "--registers-per-update", "8",
+        "--segment-size", "128K", "--seed", "9",
+    )  # fmt: skip
+    assert code == 0, err
+    return out
+
+
+def test_killed_replays_rerun_to_the_same_state(wal: Path, tmp_path: Path) -> None:
+    ref = tmp_path / "ref"
+    full = run_to_end(wal, ref)
+    want = state(ref)
+    facts = json.loads((wal / "expected.json").read_text())
+    assert want["summary"]["root"] == facts["final_root"]
+    rng = random.Random(4321)
+    data = tmp_path / "killed"
+    kills = attempts = 0
+    while kills < KILL_POINTS and attempts < 3 * KILL_POINTS:
+        attempts += 1
+        if kill_after(wal, data, rng.uniform(0.3, full)):
+            kills += 1
+        else:
+            shutil.rmtree(data)
+    assert kills == KILL_POINTS
+    run_to_end(wal, data)
+    assert state(data) == want
+    st = cli_json("flow", "status", "--data", data, "--json")
+    assert st["root"] == facts["final_root"]

@@ -1,0 +1,370 @@
+//! Fuzz targets: each takes arbitrary bytes, runs one decoder of the crate on them and asserts
+//! the invariants that must hold for *any* input (no panic, nothing past the end, equal answers
+//! from the two body modes, one sequential scan equal to a sharded one, byte-exact re-encoding,
+//! rust-bitcoin agreeing on whole blocks). Shared by the stable harness (`tests/fuzz.rs`) and
+//! the cargo-fuzz crate (`fuzz/`), which includes this file by path.
+
+use rechain_native::btc::block::{parse_block, parse_tx, BodyMode};
+use rechain_native::btc::encode::Cursor;
+use rechain_native::btc::network::Network;
+use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
+use rechain_native::flow::record::{decode, encode_delete, encode_update, WalRecord};
+use rechain_native::flow::wal::{snappy_decode, Segment, PAGE_SIZE};
+use rechain_native::flow::{decode_segment, ErrorKind};
+use std::cell::RefCell;
+use std::path::PathBuf;
+
+pub const TARGETS: [&str; 4] = ["blk_scan", "block_decode", "wal_segment", "wal_record"];
+
+/// Runs target `name` on `data`; panics (with the broken invariant) when one does not hold.
+pub fn run(name: &str, data: &[u8]) {
+    match name {
+        "blk_scan" => blk_scan(data),
+        "block_decode" => block_decode(data),
+        "wal_segment" => wal_segment(data),
+        "wal_record" => wal_record(data),
+        other => panic!("unknown fuzz target {other}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// blk scanner
+
+/// Bytes before the blk file content in a `blk_scan` input.
+pub const SCAN_HEADER: usize = 11;
+
+/// A `blk_scan` input: `flags u8 | xor key [8] | split u16 LE | file bytes`.
+/// flags: bits 0-1 network (main, testnet3, regtest, regtest), bit 2 check bodies, bit 3 use
+/// the key (else the zero key). `split` picks the shard boundary as a fraction of the file.
+pub fn scan_input(network: Network, key: Option<[u8; 8]>, check: bool, file: &[u8]) -> Vec<u8> {
+    let net = match network {
+        Network::Main => 0u8,
+        Network::Testnet3 => 1,
+        _ => 2,
+    };
+    let mut out = vec![net | (u8::from(check) << 2) | (u8::from(key.is_some()) << 3)];
+    out.extend_from_slice(&key.unwrap_or_default());
+    out.extend_from_slice(&0x8000u16.to_le_bytes());
+    out.extend_from_slice(file);
+    out
+}
+
+thread_local! {
+    /// One scratch file per thread: the scanner reads files, not slices.
+    static SCRATCH: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+}
+
+fn scratch_path() -> PathBuf {
+    SCRATCH.with(|s| {
+        s.borrow_mut()
+            .get_or_insert_with(|| {
+                let dir = std::env::temp_dir();
+                let tid = format!("{:?}", std::thread::current().id());
+                let tid: String = tid.chars().filter(char::is_ascii_digit).collect();
+                dir.join(format!("rechain-fuzz-{}-{tid}.blk", std::process::id()))
+            })
+            .clone()
+    })
+}
+
+fn blk_scan(data: &[u8]) {
+    if data.len() < SCAN_HEADER {
+        return;
+    }
+    let flags = data[0];
+    let network = match flags & 3 {
+        0 => Network::Main,
+        1 => Network::Testnet3,
+        _ => Network::Regtest,
+    };
+    let xor_key: [u8; 8] = if flags & 8 != 0 {
+        data[1..9].try_into().unwrap()
+    } else {
+        [0; 8]
+    };
+    let split = u16::from_le_bytes([data[9], data[10]]) as u64;
+    let file = &data[SCAN_HEADER..];
+    let path = scratch_path();
+    std::fs::write(&path, file).expect("write scratch blk file");
+    let cfg = ScanConfig {
+        network,
+        xor_key,
+        check_bodies: flags & 4 != 0,
+    };
+    let len = file.len() as u64;
+    let mut scanner = Scanner::open(&cfg, &path).expect("open scratch blk file");
+    let full = scanner.scan(0, len).expect("scan");
+    check_shard(&full, len);
+
+    // Two shards, stitched the way the committer does it: the second one resumes where the
+    // first one's last record ended when that is past the boundary. Same records as one scan.
+    let k = len * split / 0x1_0000;
+    let first = Scanner::open(&cfg, &path).unwrap().scan(0, k).unwrap();
+    check_shard(&first, len);
+    let resume = k.max(first.pending.through);
+    let second = Scanner::open(&cfg, &path)
+        .unwrap()
+        .scan(resume, len)
+        .unwrap();
+    check_shard(&second, len);
+    let sharded: Vec<Record> = (0..first.records.len())
+        .map(|i| first.records.get(i))
+        .chain((0..second.records.len()).map(|i| second.records.get(i)))
+        .collect();
+    assert_eq!(
+        sharded.len(),
+        full.records.len(),
+        "sharded scan (split at {k}) found a different number of records"
+    );
+    for (i, r) in sharded.iter().enumerate() {
+        let f = full.records.get(i);
+        assert_eq!(
+            record_key(r),
+            record_key(&f),
+            "record {i} differs between one scan and two shards split at {k}"
+        );
+    }
+}
+
+type RecordKey = (
+    u64,
+    u32,
+    Option<u32>,
+    u8,
+    [u8; 32],
+    Option<u64>,
+    Option<String>,
+);
+
+fn record_key(r: &Record) -> RecordKey {
+    (
+        r.magic_offset,
+        r.declared_size,
+        r.consumed,
+        r.status as u8,
+        r.hash,
+        r.n_tx,
+        r.reason.clone(),
+    )
+}
+
+fn check_shard(s: &ShardScan, len: u64) {
+    let mut last: Option<u64> = None;
+    for i in 0..s.records.len() {
+        let r = s.records.get(i);
+        assert!(
+            r.magic_offset >= s.start && r.magic_offset < s.bound.max(s.start + 1),
+            "record at {} outside shard [{}, {})",
+            r.magic_offset,
+            s.start,
+            s.bound
+        );
+        assert!(
+            last.is_none_or(|l| r.magic_offset > l),
+            "records out of order"
+        );
+        last = Some(r.magic_offset);
+        assert!(r.magic_offset + 8 + 80 <= len, "record header past EOF");
+        if let Some(c) = r.consumed {
+            assert!(
+                c <= r.declared_size,
+                "consumed {c} > declared {}",
+                r.declared_size
+            );
+            assert!(
+                r.magic_offset + 8 + c as u64 <= len,
+                "consumed bytes past EOF"
+            );
+        }
+    }
+    for e in &s.events {
+        assert!(e.offset <= len, "event offset {} past EOF {len}", e.offset);
+        if let Some(end) = e.end {
+            assert!(e.offset <= end && end <= len, "bad gap {}..{end}", e.offset);
+        }
+    }
+    assert!(
+        s.pending.start <= s.pending.through,
+        "pending runs backwards"
+    );
+    assert!(s.pending.through <= len.max(s.bound), "pending past EOF");
+}
+
+// ---------------------------------------------------------------------------------------------
+// block / transaction decoder
+
+fn block_decode(data: &[u8]) {
+    let framed = parse_block(data, BodyMode::FrameOnly);
+    let checked = parse_block(data, BodyMode::Check);
+    match (&framed, &checked) {
+        (Ok(f), Ok(c)) => {
+            assert_eq!(
+                (f.consumed, f.n_tx, f.stripped_size, f.weight),
+                (c.consumed, c.n_tx, c.stripped_size, c.weight),
+                "FrameOnly and Check frame the block differently"
+            );
+            assert!(c.consumed <= data.len() && c.consumed >= 81);
+            assert!(f.invalid.is_none(), "FrameOnly judged validity");
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "the two modes fail differently"),
+        _ => panic!("one mode decodes, the other fails: {framed:?} vs {checked:?}"),
+    }
+    // Transactions one after another from offset 0, as a tx-only stream.
+    for mode in [BodyMode::FrameOnly, BodyMode::Check] {
+        let mut c = Cursor::new(data);
+        while c.pos() < data.len() {
+            let before = c.pos();
+            match parse_tx(&mut c, data, mode) {
+                Ok(tx) => {
+                    assert_eq!(
+                        tx.size,
+                        c.pos() - before,
+                        "tx size is not the bytes consumed"
+                    );
+                    assert!(tx.stripped_size <= tx.size);
+                    assert!(c.pos() <= data.len() && c.pos() > before);
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    // rust-bitcoin, an independent decoder, on whole blocks that use every byte.
+    // Core (and we) read a transaction with no inputs and a zero flag byte as having no
+    // outputs either; rust-bitcoin rejects it ("unsupported segwit version: 0"), so such
+    // blocks are left out of the comparison.
+    if let Ok(c) = &checked {
+        if c.consumed == data.len() && !has_empty_core_tx(data) {
+            let theirs: bitcoin::Block = bitcoin::consensus::deserialize(data)
+                .unwrap_or_else(|e| panic!("we decode a whole block rust-bitcoin rejects: {e}"));
+            assert_eq!(
+                theirs.txdata.len() as u64,
+                c.n_tx,
+                "tx count differs from rust-bitcoin"
+            );
+            assert_eq!(
+                theirs.weight().to_wu(),
+                c.weight,
+                "weight differs from rust-bitcoin"
+            );
+        }
+    }
+}
+
+/// Whether a transaction of the block is `version | 00 00 | lock_time` (zero inputs, flag 0).
+fn has_empty_core_tx(data: &[u8]) -> bool {
+    let mut c = Cursor::new(data);
+    if c.take(80).is_err() {
+        return false;
+    }
+    let Ok(n) = c.compact_size() else {
+        return false;
+    };
+    for _ in 0..n {
+        let at = c.pos();
+        if data.get(at + 4..at + 6) == Some(&[0, 0]) {
+            return true;
+        }
+        if parse_tx(&mut c, data, BodyMode::FrameOnly).is_err() {
+            return false;
+        }
+    }
+    false
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flow WAL segment reader and record decoder
+
+fn wal_segment(data: &[u8]) {
+    let seg = Segment::from_bytes(0, data.to_vec());
+    let padded = data.len().div_ceil(PAGE_SIZE) * PAGE_SIZE;
+    let mut reader = seg.reader();
+    let mut last_pos = 0u64;
+    // Every record takes at least one 7-byte header: more steps than that is a loop.
+    for _ in 0..=padded / 7 + 1 {
+        match reader.next_record() {
+            Ok(Some(rec)) => {
+                assert!(rec.offset >= last_pos, "record offset went backwards");
+                assert!(rec.fragments >= 1);
+                let pos = reader.position();
+                assert!(
+                    pos > rec.offset && pos <= padded as u64,
+                    "position {pos} out of range"
+                );
+                last_pos = pos;
+            }
+            Ok(None) => {
+                assert!(reader.position() <= padded as u64);
+                assert!(
+                    reader.next_record().unwrap().is_none(),
+                    "reader resumed after end"
+                );
+                break;
+            }
+            Err(e) => {
+                assert!(
+                    e.offset <= padded as u64,
+                    "error offset {} past the segment",
+                    e.offset
+                );
+                assert!(!e.kind.is_retryable(), "bytes gave an I/O error");
+                assert!(
+                    reader.next_record().unwrap().is_none(),
+                    "reader resumed after error"
+                );
+                break;
+            }
+        }
+    }
+    let d = decode_segment(&seg);
+    assert!(d.end <= padded as u64);
+    for w in d.records.windows(2) {
+        assert!(w[0].1 < w[1].1, "decoded records out of order");
+    }
+    // A snappy block on its own: the output is exactly the declared length.
+    if let Ok(out) = snappy_decode(data) {
+        let mut declared = 0u64;
+        for (i, b) in data.iter().take(5).enumerate() {
+            declared |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        assert_eq!(out.len() as u64, declared, "snappy output length");
+    }
+}
+
+fn wal_record(data: &[u8]) {
+    match decode(data) {
+        Ok(WalRecord::Update(u)) => {
+            assert_eq!(u.paths.len(), u.payloads.len());
+            // flow-go ignores bytes after a payload's value inside its length-prefixed slot
+            // and after the last payload, so the bytes need not come back exactly: the
+            // re-encoding is no longer and decodes to the same update.
+            let enc = encode_update(&u);
+            assert!(
+                enc.len() <= data.len(),
+                "re-encoding is longer than the input"
+            );
+            assert_eq!(
+                enc[..38],
+                data[..38],
+                "re-encoding changes the update's head"
+            );
+            // (With no paths flow-go's encoder stops before the path size its decoder reads.)
+            if !u.paths.is_empty() {
+                match decode(&enc) {
+                    Ok(WalRecord::Update(again)) => assert_eq!(again, u, "re-encoding changes it"),
+                    other => panic!("re-encoded update does not decode: {other:?}"),
+                }
+            }
+        }
+        Ok(WalRecord::Delete(root)) => {
+            assert!(
+                data.starts_with(&encode_delete(&root)),
+                "delete re-encodes differently"
+            );
+        }
+        Err(ErrorKind::Truncated { at, .. }) => assert!(at <= data.len(), "truncation past end"),
+        Err(_) => {}
+    }
+}
