@@ -351,6 +351,8 @@ class BtcCommitter:
         )
         timings["link_s"] = time.perf_counter() - t
         t = time.perf_counter()
+        # Until the new index is complete, a killed run must relink when it resumes.
+        self.data.write({layout.CF_META: [(layout.META_BTC_DIRTY, True)]})
         for cf in layout.DERIVED_COLUMN_FAMILIES:
             self.data.reset_column_family(cf)
         self.data.ingest_sorted(layout.CF_BTC_INDEX, ikeys, ivals)

@@ -359,6 +359,64 @@ def write_utxo_set(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, A
     return {"utxo_count": count, "total_amount": total, "hash_serialized_3": digest}
 
 
+def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, generation: int) -> int:
+    """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
+    side branches) points at its best-chain copy, else its lowest one."""
+    tx_glob = data.parquet_dir(ds.TRANSACTIONS) / f"{generation:06d}" / "**" / "*.parquet"
+    table = con.sql(
+        rf"""
+        SELECT from_hex(regexp_replace(reverse(txid), '(.)(.)', '\2\1', 'g')) AS k,
+               encode(height_range::VARCHAR || ' ' || block_hash || ' ' || position::VARCHAR) AS v
+        FROM read_parquet('{tx_glob}', hive_partitioning = true)
+        QUALIFY row_number() OVER (
+            PARTITION BY txid ORDER BY in_best_chain DESC, height NULLS LAST, block_hash) = 1
+        ORDER BY k
+        """
+    ).to_arrow_table()
+    data.reset_column_family(layout.CF_BTC_TXINDEX)
+    data.ingest_sorted(
+        layout.CF_BTC_TXINDEX,
+        table.column("k").combine_chunks(),
+        table.column("v").combine_chunks(),
+    )
+    return table.num_rows
+
+
+def lookup_tx(data: DataDir, txid: str) -> dict[str, Any]:
+    """``rechain btc tx``: one transaction with its inputs and outputs, found by the index."""
+    try:
+        key = bytes.fromhex(txid)[::-1]
+    except ValueError as e:
+        raise RechainError(f"not a txid: {txid!r}") from e
+    loc = data.get(layout.CF_BTC_TXINDEX, key) if len(key) == 32 else None
+    if loc is None:
+        raise RechainError(f"transaction {txid} is not in the index (run --mode full)")
+    height_range, block_hash, position = loc.decode().split()
+    gen = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
+    con = duckdb.connect(":memory:")
+
+    def rows(table: str, where: str, order: str) -> list[dict[str, Any]]:
+        files = data.parquet_dir(table) / f"{gen:06d}" / f"height_range={height_range}"
+        rel = con.sql(
+            f"SELECT * EXCLUDE (height_range, tx_position) FROM "
+            f"read_parquet('{files}/*.parquet') WHERE {where} ORDER BY {order}"
+            if table != ds.TRANSACTIONS
+            else f"SELECT * FROM read_parquet('{files}/*.parquet') WHERE {where}"
+        )
+        return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
+
+    where = f"block_hash = '{block_hash}'"
+    (tx,) = rows(ds.TRANSACTIONS, f"{where} AND position = {int(position)}", "position")
+    tx.pop("height_range", None)
+    tx["inputs"] = rows(ds.INPUTS, f"{where} AND tx_position = {int(position)}", "vin")
+    tx["outputs"] = rows(ds.OUTPUTS, f"{where} AND tx_position = {int(position)}", "vout")
+    for item in tx["inputs"] + tx["outputs"]:
+        for k in ("txid", "block_hash", "height", "in_best_chain"):
+            item.pop(k, None)
+    con.close()
+    return tx
+
+
 def run_full(
     data: DataDir,
     committer: BtcCommitter,
@@ -417,6 +475,7 @@ def run_full(
             publish_s = time.perf_counter() - t
             t = time.perf_counter()
             utxo = write_utxo_set(con, data)
+            write_txindex(con, data, generation)
             utxo_s = time.perf_counter() - t
         finally:
             con.close()

@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     grp.add_argument("--hash")
     b.add_argument("--json", action="store_true")
 
+    tx = btc.add_parser("tx", help="one transaction (needs a --mode full reindex)")
+    tx.add_argument("--data", type=Path, required=True)
+    tx.add_argument("txid")
+    tx.add_argument("--json", action="store_true")
+
     v = sub.add_parser("verify", help="check RocksDB, Parquet and manifest agree; print a digest")
     v.add_argument("--data", type=Path, required=True)
     v.add_argument("--json", action="store_true")
@@ -271,6 +276,17 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.action == "status":
             st = btc_status.status(args.data)
             _print_json(st) if args.json else print(btc_status.format_status(st))
+            return 0
+        if args.action == "tx":
+            from rechain.pipeline.btc_full import lookup_tx
+            from rechain.pipeline.store import DataDir
+
+            with DataDir(args.data, readonly=True) as data:
+                found = lookup_tx(data, args.txid.lower())
+            if args.json:
+                _print_json(found)
+            else:
+                print(btc_status.format_block({k: v for k, v in found.items()}))
             return 0
         if args.action == "block":
             blk = btc_status.block(args.data, height=args.height, hash_=args.hash)

@@ -16,7 +16,11 @@ from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
 #: Meta keys that describe a run rather than the content.
-VOLATILE_META = {layout.META_BTC_RUN, layout.META_BTC_GENERATION}
+VOLATILE_META = {
+    layout.META_BTC_RUN,
+    layout.META_BTC_GENERATION,
+    layout.META_BTC_FULL_GENERATION,
+}
 
 
 def _work(bits: int) -> int:
@@ -33,9 +37,38 @@ def headers_table(data: DataDir) -> pa.Table | None:
     return pq.read_table(gen) if gen else None
 
 
+#: Column families that record how a run was split up rather than what it found.
+STAGING_COLUMN_FAMILIES = {layout.CF_BTC_BODIES}
+
+
+def full_tables_digest(data: DataDir) -> str | None:
+    """Order-independent digest of the full-decode tables (row count and per-column sums of
+    DuckDB row hashes): equal content gives an equal digest however units were cut."""
+    import duckdb
+
+    gen = data.meta_get(layout.META_BTC_FULL_GENERATION)
+    if gen is None:
+        return None
+    h = hashlib.sha256()
+    con = duckdb.connect(":memory:")
+    try:
+        for table in (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS):
+            files = data.parquet_dir(table) / f"{int(gen):06d}" / "**" / "*.parquet"
+            row = con.sql(
+                f"SELECT count(*), sum(hash(COLUMNS(*))::HUGEINT) FROM "
+                f"read_parquet('{files}', hive_partitioning = true)"
+            ).fetchall()[0]
+            h.update(f"{table}:{row}".encode())
+    finally:
+        con.close()
+    return h.hexdigest()
+
+
 def digest(data: DataDir) -> dict[str, str]:
     parts: dict[str, str] = {}
     for cf in layout.COLUMN_FAMILIES:
+        if cf in STAGING_COLUMN_FAMILIES:
+            continue
         h = hashlib.sha256()
         for key, value in data.items(cf):
             if cf == layout.CF_META and key in VOLATILE_META:
@@ -51,6 +84,9 @@ def digest(data: DataDir) -> dict[str, str]:
                 w.write_batch(row)
             h.update(sink.getvalue().to_pybytes())
     parts["parquet/headers"] = h.hexdigest()
+    full = full_tables_digest(data)
+    if full is not None:
+        parts["parquet/full"] = full
     parts["content"] = hashlib.sha256("".join(parts[k] for k in sorted(parts)).encode()).hexdigest()
     return parts
 
@@ -77,12 +113,35 @@ def verify(data_path: Path) -> dict[str, Any]:
                     f"{linked.num_rows} linked rows, manifest says {summary['blocks_indexed']}"
                 )
             _check_best_chain(data, table, summary, problems)
+        _check_full(data, problems)
         return {
             "ok": not problems,
             "problems": problems,
             "blocks_indexed": index_count,
             "digest": digest(data),
         }
+
+
+def _check_full(data: DataDir, problems: list[str]) -> None:
+    """Full mode: the UTXO set in RocksDB and the published tables agree with the manifest."""
+    full = data.meta_get(layout.META_BTC_FULL)
+    if full is None:
+        return
+    count = total = 0
+    for _, value in data.items(layout.CF_BTC_UTXO):
+        count += 1
+        total += int.from_bytes(value[4:12], "little")
+    if (count, total) != (full["utxo_count"], full["total_amount"]):
+        problems.append(
+            f"UTXO set holds {count} outputs / {total} sat, manifest says "
+            f"{full['utxo_count']} / {full['total_amount']}"
+        )
+    from rechain.pipeline.query import run_query
+
+    for table, rows in full["tables"].items():
+        (got,) = run_query(data.path, f'SELECT count(*) FROM "{table}"')[1][0]
+        if got != rows:
+            problems.append(f"table {table} has {got} rows, manifest says {rows}")
 
 
 def _check_best_chain(

@@ -27,6 +27,9 @@ CF_BTC_BODIES = "btc_bodies"
 #: UTXO set at the best tip: Core's chainstate key ('C' | txid internal | VARINT(vout)) ->
 #: code u32 LE (height * 2 + coinbase) | value u64 LE | script (encoded in btc/utxo.rs).
 CF_BTC_UTXO = "btc_utxo"
+#: Transaction index: txid (internal order) -> "height_range block_hash position" (UTF-8),
+#: where the full-decode tables hold the transaction (partition, block, position).
+CF_BTC_TXINDEX = "btc_txindex"
 
 #: Flow ledger column families (named in rechain.schemas.flow).
 CF_FLOW_REGISTERS = "flow_registers"
@@ -40,6 +43,7 @@ COLUMN_FAMILIES = (
     CF_BTC_BEST,
     CF_BTC_BODIES,
     CF_BTC_UTXO,
+    CF_BTC_TXINDEX,
     CF_FLOW_REGISTERS,
     CF_FLOW_ROOTS,
 )

@@ -17,7 +17,7 @@ from bitcoin.core import CBlock, b2lx
 from rechain.pipeline.query import run_query
 from rechain.workers import _native
 
-from tests.conftest import BTC_DATA, cli_json, gen_chain, reindex
+from tests.conftest import BTC_DATA, cli, cli_json, gen_chain, reindex
 
 REGTEST_MAGIC = bytes.fromhex("fabfb5da")
 
@@ -249,3 +249,22 @@ def test_consensus_invalid_block_is_excluded_like_core(
     row = q(tmp_path / "data", f"SELECT valid, invalid_reason, in_best_chain FROM blocks "
             f"WHERE hash = '{inv['hash']}'")  # fmt: skip
     assert row == [(False, reason, False)]
+
+
+def test_tx_lookup_through_the_index(chain: tuple[Path, dict, dict]) -> None:
+    root, _, _ = chain
+    data = root / "data"
+    [(txid, block_hash, height, position, fee, n_in, n_out)] = q(
+        data,
+        "SELECT txid, block_hash, height, position, fee, n_in, n_out FROM transactions "
+        "WHERE in_best_chain AND NOT is_coinbase ORDER BY height DESC, position LIMIT 1",
+    )
+    tx = cli_json("btc", "tx", "--data", data, txid, "--json")
+    assert (tx["txid"], tx["block_hash"], tx["height"], tx["position"], tx["fee"]) == (
+        txid, block_hash, height, position, fee,
+    )  # fmt: skip
+    assert [i["vin"] for i in tx["inputs"]] == list(range(n_in))
+    assert [o["vout"] for o in tx["outputs"]] == list(range(n_out))
+    assert sum(i["value"] for i in tx["inputs"]) - sum(o["value"] for o in tx["outputs"]) == fee
+    code, _, err = cli("btc", "tx", "--data", data, "00" * 32)
+    assert code != 0 and "not in the index" in err

@@ -20,7 +20,7 @@ from tests.conftest import gen_chain
 KILL_POINTS = int(os.environ.get("RECHAIN_KILL_POINTS", "4"))
 
 
-def reindex_cmd(blocks: Path, data: Path) -> list[str]:
+def reindex_cmd(blocks: Path, data: Path, mode: str = "headers") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -38,21 +38,25 @@ def reindex_cmd(blocks: Path, data: Path) -> list[str]:
         "2",
         "--shard-size",
         "64K",
+        "--mode",
+        mode,
     ]
 
 
-def run_to_end(blocks: Path, data: Path) -> float:
+def run_to_end(blocks: Path, data: Path, mode: str = "headers") -> float:
     t0 = time.monotonic()
-    proc = subprocess.run(reindex_cmd(blocks, data), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        reindex_cmd(blocks, data, mode), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     return time.monotonic() - t0
 
 
-def kill_after(blocks: Path, data: Path, delay: float) -> bool:
+def kill_after(blocks: Path, data: Path, delay: float, mode: str = "headers") -> bool:
     """Starts a reindex in its own process group and SIGKILLs the whole group after ``delay``.
     Returns False when the run finished before the kill."""
     proc = subprocess.Popen(
-        reindex_cmd(blocks, data),
+        reindex_cmd(blocks, data, mode),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -87,9 +91,10 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "blocks"
 
 
-def test_killed_runs_resume_to_the_same_state(chain: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["headers", "full"])
+def test_killed_runs_resume_to_the_same_state(chain: Path, tmp_path: Path, mode: str) -> None:
     ref = tmp_path / "ref"
-    full = run_to_end(chain, ref)
+    full = run_to_end(chain, ref, mode)
     with DataDir(ref, readonly=True) as d:
         want = digest(d)
     rng = random.Random(1234)
@@ -100,12 +105,12 @@ def test_killed_runs_resume_to_the_same_state(chain: Path, tmp_path: Path) -> No
     # the sequence again from an empty folder.
     while kills < KILL_POINTS and attempts < 3 * KILL_POINTS:
         attempts += 1
-        if kill_after(chain, data, rng.uniform(0.3, full)):
+        if kill_after(chain, data, rng.uniform(0.3, full), mode):
             kills += 1
         else:
             shutil.rmtree(data)
     assert kills == KILL_POINTS
-    run_to_end(chain, data)
+    run_to_end(chain, data, mode)
     with DataDir(data, readonly=True) as d:
         assert digest(d) == want
     assert verify(data)["ok"]

@@ -5,6 +5,7 @@
 //! the cargo-fuzz crate (`fuzz/`), which includes this file by path.
 
 use rechain_native::btc::block::{parse_block, parse_tx, BodyMode};
+use rechain_native::btc::decode::BodyDecoder;
 use rechain_native::btc::encode::Cursor;
 use rechain_native::btc::network::Network;
 use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
@@ -226,6 +227,28 @@ fn block_decode(data: &[u8]) {
                 }
                 Err(_) => break,
             }
+        }
+    }
+    // The full decoder (--mode full) frames exactly as parse_block and agrees on validity:
+    // rows only for a block that checks out, one per transaction, input and output.
+    let mut full = BodyDecoder::new(Network::Regtest);
+    full.push_block(0, data);
+    let cols = &full.cols;
+    match &checked {
+        Ok(c) if c.consumed == data.len() && c.invalid.is_none() => {
+            if cols.blocks.valid[0] {
+                assert_eq!(cols.txs.txid.len() as u64, c.n_tx);
+                assert_eq!(cols.blocks.weight[0], c.weight);
+                assert_eq!(cols.inputs.tx.len(), cols.inputs.script_sig.len());
+                assert_eq!(cols.outputs.tx.len(), cols.outputs.address.len());
+            }
+        }
+        _ => {
+            assert!(
+                !cols.blocks.valid[0],
+                "full decode accepts what parse_block rejects"
+            );
+            assert!(cols.txs.txid.is_empty(), "rows for an invalid block");
         }
     }
     // rust-bitcoin, an independent decoder, on whole blocks that use every byte.
