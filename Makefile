@@ -23,9 +23,10 @@ $(STAMP): $(BIN)/python $(NATIVE_SRC) $(PY_SRC)
 demo: setup
 	rm -rf $(DEMO)
 	$(BIN)/rechain gen bitcoin $(DEMO)/node --blocks 20000 --side-branches 5 --orphans 3 --tx-per-block 1:4
-	$(BIN)/rechain btc reindex --blocks $(DEMO)/node/blocks --data $(DEMO)/data --network regtest
+	$(BIN)/rechain btc reindex --blocks $(DEMO)/node/blocks --data $(DEMO)/data --network regtest --mode full
 	$(BIN)/rechain btc status --data $(DEMO)/data
 	$(BIN)/rechain query --data $(DEMO)/data "SELECT status, count(*) AS blocks, max(height) AS top FROM headers GROUP BY status ORDER BY blocks DESC"
+	$(BIN)/rechain query --data $(DEMO)/data "SELECT script_type, count(*) AS outputs, sum(value) AS sats FROM outputs WHERE in_best_chain GROUP BY 1 ORDER BY 2 DESC"
 
 test: setup test-rust test-py
 
@@ -37,6 +38,7 @@ test-py:
 
 bench: setup
 	$(BIN)/python benchmarks/btc_headers.py
+	$(BIN)/python benchmarks/btc_full.py
 	$(BIN)/python benchmarks/flow_replay.py
 
 lint: setup

@@ -321,7 +321,11 @@ def publish_tables(
         for f in tmp.rglob("*.parquet"):
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        rows[table] = int(con.execute(f"SELECT count(*) FROM ({sql})").fetchall()[0][0])
+        # Row counts from the Parquet footers, not by running the query twice.
+        written = con.execute(
+            f"SELECT count(*) FROM read_parquet('{tmp}/**/*.parquet', hive_partitioning = true)"
+        ).fetchall()
+        rows[table] = int(written[0][0])
         os.rename(tmp, final)
         fsync_dir(base)
     return rows
@@ -451,7 +455,9 @@ def run_full(
             from rechain.pipeline.ray_runtime import ensure_ray
 
             ensure_ray(ray_address, workers)
+            t_decode = time.perf_counter()
             got = decode_units(units, data, workers, budget, progress)
+            got["decode_s"] = time.perf_counter() - t_decode
             for k, v in got.items():
                 stats[k] = stats.get(k, 0.0) + v
             # Copies that failed their checks change which copy the linker picks.

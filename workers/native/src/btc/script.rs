@@ -195,14 +195,58 @@ pub fn is_unspendable(s: &[u8]) -> bool {
     s.first() == Some(&OP_RETURN) || s.len() > MAX_SCRIPT_SIZE
 }
 
+const BASE58: &[u8; 58] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+
+/// Base58 of a 25-byte version | hash160 | checksum payload: the number is divided by 58^5 in
+/// u32 limbs, five digits at a time (the generic byte-wise algorithm is quadratic per digit).
+fn base58_25(payload: &[u8; 25], out: &mut String) {
+    const BIG: u64 = 58u64.pow(5);
+    let mut limbs = [0u32; 7];
+    let mut padded = [0u8; 28];
+    padded[3..].copy_from_slice(payload);
+    for (i, limb) in limbs.iter_mut().enumerate() {
+        *limb = u32::from_be_bytes(padded[4 * i..4 * i + 4].try_into().unwrap());
+    }
+    let mut digits = [0u8; 40];
+    let mut n = 0;
+    let mut first = 0;
+    while first < limbs.len() {
+        let mut rem = 0u64;
+        for limb in &mut limbs[first..] {
+            let cur = (rem << 32) | *limb as u64;
+            *limb = (cur / BIG) as u32;
+            rem = cur % BIG;
+        }
+        for _ in 0..5 {
+            digits[n] = (rem % 58) as u8;
+            rem /= 58;
+            n += 1;
+        }
+        while first < limbs.len() && limbs[first] == 0 {
+            first += 1;
+        }
+    }
+    while n > 0 && digits[n - 1] == 0 {
+        n -= 1;
+    }
+    for _ in payload.iter().take_while(|b| **b == 0) {
+        out.push('1');
+    }
+    for &d in digits[..n].iter().rev() {
+        out.push(BASE58[d as usize] as char);
+    }
+}
+
 /// Appends the address of `s` (already classified as `kind`) to `out`; false when it has none.
 pub fn address_into(s: &[u8], kind: ScriptType, network: Network, out: &mut String) -> bool {
     let (pkh_version, sh_version, hrp) = network.address_params();
     let base58 = |version: u8, hash: &[u8], out: &mut String| {
-        let mut payload = [0u8; 21];
+        let mut payload = [0u8; 25];
         payload[0] = version;
-        payload[1..].copy_from_slice(hash);
-        out.push_str(&bs58::encode(payload).with_check().into_string());
+        payload[1..21].copy_from_slice(hash);
+        let check = super::header::sha256d(&payload[..21]);
+        payload[21..].copy_from_slice(&check[..4]);
+        base58_25(&payload, out);
     };
     match kind {
         ScriptType::P2pkh => base58(pkh_version, &s[3..23], out),
@@ -287,6 +331,43 @@ mod tests {
             .unwrap(),
             "bcrt1qw508d6qejxtdg4y5r3zarvary0c5xw7kygt080"
         );
+    }
+
+    #[test]
+    fn base58_matches_the_bs58_crate() {
+        let mut x: u64 = 1;
+        for version in [0u8, 5, 0x6f, 0xc4] {
+            for round in 0..500 {
+                let mut hash = [0u8; 20];
+                for (i, b) in hash.iter_mut().enumerate() {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    *b = if round % 7 == 0 && i < 3 {
+                        0
+                    } else {
+                        (x >> 33) as u8
+                    };
+                }
+                let mut payload = [0u8; 21];
+                payload[0] = version;
+                payload[1..].copy_from_slice(&hash);
+                let want = bs58::encode(payload).with_check().into_string();
+                let mut script = vec![0x76, 0xa9, 0x14];
+                script.extend_from_slice(&hash);
+                script.extend_from_slice(&[0x88, 0xac]);
+                let mut got = String::new();
+                let net = if version == 0 {
+                    Network::Main
+                } else {
+                    Network::Regtest
+                };
+                if version == 0 || version == 0x6f {
+                    assert!(address_into(&script, ScriptType::P2pkh, net, &mut got));
+                    assert_eq!(got, want);
+                }
+            }
+        }
     }
 
     #[test]
