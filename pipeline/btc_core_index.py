@@ -18,10 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from rechain.pipeline.btc_plan import BlkFile
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.query import current_generation
 from rechain.pipeline.store import DataDir
-from rechain.pipeline.verify import headers_table
+from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
@@ -70,7 +72,9 @@ def export(data_path: Path, out: Path) -> dict[str, Any]:
             raise RechainError(f"{data_path}: no completed Bitcoin reindex to export")
         if data.meta_get(layout.META_BTC_DIRTY):
             raise RechainError(f"{data_path}: a reindex was interrupted; rerun it before export")
-        table = headers_table(data)
+        base = data.parquet_dir(ds.HEADERS)
+        generation = current_generation(base) if base.exists() else None
+        table = pq.read_table(generation, columns=EXPORT_COLUMNS) if generation else None
     if table is None:
         raise RechainError(f"{data_path}: the headers table is missing")
     schema = _native.empty_batch("headers").schema
