@@ -230,6 +230,43 @@ def _raw(arr: pa.Array, width: int) -> bytes:
     return buf.to_pybytes()[arr.offset * width : (arr.offset + len(arr)) * width]
 
 
+def _linked_headers(data: DataDir) -> pa.Table | None:
+    base = data.parquet_dir(ds.HEADERS)
+    generation = current_generation(base) if base.exists() else None
+    if generation is None:
+        return None
+    return pq.read_table(generation, columns=["hash", "height", "file", "offset", "copy_status"])
+
+
+def height_disagreements(index_heights: pa.Table, headers: pa.Table) -> list[dict[str, Any]]:
+    """Blocks whose height in the index differs from the height linking the files gives (or
+    that the files do not connect to genesis at all)."""
+    linked = headers.select(["hash", "height", "file", "offset"]).rename_columns(
+        ["display_hash", "linked_height", "file", "offset"]
+    )
+    joined = index_heights.join(linked, "display_hash", join_type="inner")
+    differs = pc.or_kleene(
+        pc.is_null(joined.column("linked_height")),
+        pc.not_equal(joined.column("height"), joined.column("linked_height")),
+    )
+    out = []
+    for r in joined.filter(differs).sort_by("display_hash").to_pylist():
+        linked_text = (
+            "not connected to genesis"
+            if r["linked_height"] is None
+            else f"height {r['linked_height']}"
+        )
+        out.append(
+            {
+                "file": f"blk{r['file']:05d}.dat",
+                "offset": r["offset"],
+                "hash": r["display_hash"],
+                "reason": f"index height {r['height']}, the files give {linked_text}",
+            }
+        )
+    return out
+
+
 def locate_moved(misses: list[dict[str, Any]], headers: pa.Table | None) -> list[dict[str, Any]]:
     """Adds where each disagreeing block really is after the scan (``found_at``), or None."""
     if not misses or headers is None:
@@ -261,6 +298,7 @@ class CoreIndexGuide:
         self.searched_bytes = 0
         self.problems: list[dict[str, Any]] = []
         self.misses: list[dict[str, Any]] = []
+        self.heights: pa.Table | None = None
 
     @classmethod
     def load(cls, path: Path, files: list[BlkFile]) -> CoreIndexGuide:
@@ -273,6 +311,7 @@ class CoreIndexGuide:
             return guide
         guide.read_s = index.read_s
         guide.entries = index.entries.num_rows
+        guide.heights = index.entries.select(["display_hash", "height"])
         guide.problems = list(index.problems)
         if index.problems:
             log.warning(
@@ -302,8 +341,14 @@ class CoreIndexGuide:
         for offset, hash_, reason in hints["misses"]:
             self.misses.append({"file": name, "offset": offset, "hash": hash_, "reason": reason})
 
-    def report(self, headers: pa.Table | None) -> dict[str, Any]:
+    def report(self, data: DataDir) -> dict[str, Any]:
+        """The guide's findings once the tree is linked (``data`` holds the new headers)."""
+        t0 = time.perf_counter()
+        headers = _linked_headers(data)
         disagreements = self.problems + locate_moved(self.misses, headers)
+        if headers is not None and self.heights is not None:
+            disagreements += height_disagreements(self.heights, headers)
+        check_s = time.perf_counter() - t0
         if disagreements:
             log.warning(
                 "%s and the blk files disagree on %d block(s): see run.core_index.disagreements",
@@ -319,5 +364,6 @@ class CoreIndexGuide:
             "verified": self.verified,
             "searched_bytes": self.searched_bytes,
             "read_s": round(self.read_s, 3),
+            "check_s": round(check_s, 3),
             "disagreements": disagreements,
         }

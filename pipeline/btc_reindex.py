@@ -29,7 +29,6 @@ from rechain.pipeline.btc_plan import (
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.store import DataDir
-from rechain.pipeline.verify import headers_table
 from rechain.schemas import rocksdb as layout
 from rechain.workers.btc_scan import ShardResult, WorkUnit, scan_unit
 
@@ -149,7 +148,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
             "workers": workers,
         }
         if guide is not None:
-            report["core_index"] = guide.report(headers_table(data))
+            report["core_index"] = guide.report(data)
         data.write({layout.CF_META: [(layout.META_BTC_RUN, report)]})
         data.write_report(
             "btc_reindex",

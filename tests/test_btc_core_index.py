@@ -161,17 +161,17 @@ def test_damaged_records_are_reported_and_the_result_still_equals_a_full_scan(
     rows = query(
         forked["data"],
         "SELECT hash, file, data_pos FROM headers WHERE height > 10 AND copy_status = 'ok' "
-        "ORDER BY height LIMIT 6",
+        "ORDER BY height LIMIT 7",
     )
     files = {f.name for f in forked["blocks"].glob("blk*.dat")}
     db = plyvel.DB(str(index))
     keys = [b"b" + bytes.fromhex(r["hash"])[::-1] for r in rows]
     values = [db.get(k) for k in keys]
 
-    def moved(value: bytes, new_pos: int) -> bytes:
+    def moved(value: bytes, new_pos: int, height_change: int = 0) -> bytes:
         rec = DBBlockIndex("", value)
         out = bytearray()
-        for v in (259_900, rec.height, rec.status, rec.n_tx, rec.file, new_pos):
+        for v in (259_900, rec.height + height_change, rec.status, rec.n_tx, rec.file, new_pos):
             out += varint(v)
         return bytes(out) + value[-80:]
 
@@ -180,6 +180,7 @@ def test_damaged_records_are_reported_and_the_result_still_equals_a_full_scan(
     db.put(keys[2], b"\xff" * 12 + values[2][-80:])  # impossible VARINT
     db.put(keys[3], values[4])  # key is not the hash of the header
     db.delete(keys[5])  # the index lacks a block: scanning finds it
+    db.put(keys[6], moved(values[6], rows[6]["data_pos"], height_change=5))  # wrong height
     db.put(b"b" + b"\x07" * 32, values[4][:-80][:5])  # truncated value
     db.close()
     result = reindex(forked["blocks"], tmp_path / "data", "--core-index", index)
@@ -202,7 +203,10 @@ def test_damaged_records_are_reported_and_the_result_still_equals_a_full_scan(
     assert found[h[3]]["reason"] == "key is not the hash of the stored header"
     assert found["07" * 32]["reason"] == "value truncated"
     assert h[5] not in found
-    assert len(found) == 5
+    height = DBBlockIndex("", values[6]).height
+    assert found[h[6]]["reason"] == f"index height {height + 5}, the files give height {height}"
+    assert found[h[6]]["offset"] == rows[6]["data_pos"] - 8
+    assert len(found) == 6
 
 
 def varint(v: int) -> bytes:

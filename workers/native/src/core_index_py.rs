@@ -7,9 +7,9 @@ use crate::btc::core_index::{
     KEY_LAST_FILE, VALID_MASK, VALID_TRANSACTIONS,
 };
 use crate::btc::scan::{RecordHint, ScanConfig, Scanner};
-use crate::datasets::hex::{display_hex, parse_display_hex};
+use crate::datasets::hex::{display_hex, display_hex_into, parse_display_hex};
 use crate::{binary, key8, network, shard_result};
-use arrow_array::builder::{BinaryBuilder, FixedSizeBinaryBuilder, UInt32Builder};
+use arrow_array::builder::{BinaryBuilder, FixedSizeBinaryBuilder, StringBuilder, UInt32Builder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -177,7 +177,8 @@ fn core_index_encode<'py>(
 type Problems = Vec<(String, String)>;
 
 /// Decodes Core's `'b'` records (keys and values as binary arrays) into columns:
-/// hash (internal), height, status, n_tx, file, data_pos (null without HAVE_DATA).
+/// hash (internal), display_hash, height, status, n_tx, file, data_pos (null without
+/// HAVE_DATA).
 /// Records that do not decode are left out and returned as (key hex, reason) problems.
 #[pyfunction]
 fn core_index_decode<'py>(
@@ -199,6 +200,8 @@ fn core_index_decode<'py>(
     let n = keys.len();
     let (batch, problems) = py.detach(|| {
         let mut hash = FixedSizeBinaryBuilder::with_capacity(n, 32);
+        let mut shown = StringBuilder::with_capacity(n, n * 64);
+        let mut hex = String::with_capacity(64);
         let mut height = UInt32Builder::with_capacity(n);
         let mut status = UInt32Builder::with_capacity(n);
         let mut n_tx = UInt32Builder::with_capacity(n);
@@ -210,6 +213,9 @@ fn core_index_decode<'py>(
             match DiskBlockIndex::decode_record(key, values.value(i)) {
                 Ok((h, v)) => {
                     hash.append_value(h).expect("32 bytes");
+                    hex.clear();
+                    display_hex_into(&h, &mut hex);
+                    shown.append_value(&hex);
                     height.append_value(v.height);
                     status.append_value(v.status);
                     n_tx.append_value(v.n_tx);
@@ -229,6 +235,7 @@ fn core_index_decode<'py>(
         }
         let schema = Schema::new(vec![
             Field::new("hash", DataType::FixedSizeBinary(32), false),
+            Field::new("display_hash", DataType::Utf8, false),
             Field::new("height", DataType::UInt32, false),
             Field::new("status", DataType::UInt32, false),
             Field::new("n_tx", DataType::UInt32, false),
@@ -237,6 +244,7 @@ fn core_index_decode<'py>(
         ]);
         let cols: Vec<ArrayRef> = vec![
             Arc::new(hash.finish()),
+            Arc::new(shown.finish()),
             Arc::new(height.finish()),
             Arc::new(status.finish()),
             Arc::new(n_tx.finish()),
