@@ -75,20 +75,18 @@ fn core_index_encode<'py>(
 
     let encoded = py.detach(|| -> Result<_, String> {
         let parse = |s: &str| parse_display_hex(s).ok_or_else(|| format!("bad hash {s}"));
-        let mut rows: Vec<([u8; 32], u32)> = Vec::with_capacity(batch.num_rows());
-        for i in 0..batch.num_rows() {
-            if height.is_valid(i) {
-                rows.push((parse(hash.value(i))?, i as u32));
-            }
-        }
-        rows.sort_unstable();
-        let mut keys = BinaryBuilder::with_capacity(rows.len() + 8, rows.len() * 33);
-        let mut values = BinaryBuilder::with_capacity(rows.len() + 8, rows.len() * 92);
+        // Values are encoded in table order (sequential column reads), then written in key
+        // order: reading the columns in hash order would miss the cache on every row.
+        let n = batch.num_rows();
+        let mut encoded: Vec<u8> = Vec::with_capacity(n * 92);
+        let mut ends: Vec<usize> = Vec::with_capacity(n);
+        let mut rows: Vec<([u8; 32], u32)> = Vec::with_capacity(n);
         let mut files: BTreeMap<u32, BlockFileInfo> = BTreeMap::new();
         let (mut with_data, mut with_txs) = (0u64, 0u64);
-        let mut buf = Vec::with_capacity(128);
-        for (h, i) in &rows {
-            let i = *i as usize;
+        for i in 0..n {
+            if !height.is_valid(i) {
+                continue;
+            }
             let hgt = height.value(i);
             let has_data = copy_status.value(i) == "ok";
             let status = status_for(has_data, checked.value(i), hgt, net);
@@ -107,7 +105,7 @@ fn core_index_encode<'py>(
             header[68..72].copy_from_slice(&time.value(i).to_le_bytes());
             header[72..76].copy_from_slice(&bits.value(i).to_le_bytes());
             header[76..80].copy_from_slice(&nonce.value(i).to_le_bytes());
-            let record = DiskBlockIndex {
+            DiskBlockIndex {
                 version: ci::DISK_INDEX_VERSION,
                 height: hgt,
                 status,
@@ -121,11 +119,10 @@ fn core_index_encode<'py>(
                 data_pos: has_data.then_some(pos as u32),
                 undo_pos: None,
                 header,
-            };
-            buf.clear();
-            record.encode_into(&mut buf);
-            keys.append_value(block_key(h));
-            values.append_value(&buf);
+            }
+            .encode_into(&mut encoded);
+            rows.push((parse(hash.value(i))?, ends.len() as u32));
+            ends.push(encoded.len());
             if status & HAVE_DATA != 0 {
                 with_data += 1;
                 with_txs += txs_valid as u64;
@@ -135,6 +132,16 @@ fn core_index_encode<'py>(
                 info.n_size = info.n_size.max(end);
             }
         }
+        rows.sort_unstable();
+        let mut keys = BinaryBuilder::with_capacity(rows.len() + 8, rows.len() * 33);
+        let mut values = BinaryBuilder::with_capacity(rows.len() + 8, encoded.len() + 64);
+        for (h, k) in &rows {
+            let k = *k as usize;
+            let start = if k == 0 { 0 } else { ends[k - 1] };
+            keys.append_value(block_key(h));
+            values.append_value(&encoded[start..ends[k]]);
+        }
+        let mut buf = Vec::with_capacity(64);
         // 'f' keys hold the file number little-endian: sort them bytewise as LevelDB does.
         let mut file_keys: Vec<([u8; 5], &BlockFileInfo)> =
             files.iter().map(|(f, i)| (file_info_key(*f), i)).collect();
