@@ -18,6 +18,8 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python $(NATIVE_SRC) $(PY_SRC)
 	$(BIN)/pip install -q "setuptools>=68" "setuptools-rust>=1.9" wheel
 	$(BIN)/pip install -q --no-build-isolation -e ".[dev]"
+	# Test oracle for the Core block index; it pins python-bitcoinlib 0.11 but runs on 0.12.
+	$(BIN)/pip install -q --no-deps "blockchain-parser==0.1.6" "ripemd-hash==1.0.1"
 	touch $(STAMP)
 
 demo: setup
@@ -39,6 +41,7 @@ test-py:
 bench: setup
 	$(BIN)/python benchmarks/btc_headers.py
 	$(BIN)/python benchmarks/btc_full.py
+	$(BIN)/python benchmarks/btc_core_index.py
 	$(BIN)/python benchmarks/flow_replay.py
 
 lint: setup

@@ -10,12 +10,14 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rechain.pipeline import metrics
 from rechain.pipeline.btc_committer import STAGE, BtcCommitter
+from rechain.pipeline.btc_core_index import CoreIndexGuide
 from rechain.pipeline.btc_faults import failed_shard, failure_reason
 from rechain.pipeline.btc_plan import (
     DEFAULT_SHARD_BYTES,
@@ -48,6 +50,8 @@ class ReindexOptions:
     root_hash: str | None = None
     #: "headers" (block index only) or "full" (every transaction, UTXO set; see btc_full).
     mode: str = "headers"
+    #: A Bitcoin Core ``blocks/index`` whose record positions guide the scan.
+    core_index: Path | None = None
 
 
 def _max_inflight(opts: ReindexOptions, workers: int) -> int:
@@ -73,6 +77,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         data.write({layout.CF_META: [(layout.META_BTC_NETWORK, opts.network)]})
         committer = BtcCommitter(data, opts.network, root_hash=opts.root_hash)
         committer.forget_missing_files({f.file_no for f in files})
+        guide = CoreIndexGuide.load(opts.core_index, files) if opts.core_index else None
         units: list[WorkUnit] = []
         for f in files:
             try:
@@ -84,6 +89,25 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
             if start >= f.size:
                 continue
             committer.begin_file(f, start, head)
+            hints = guide.hints.get(f.file_no) if guide else None
+            if hints is not None:
+                # One task per indexed file: it verifies every indexed record and searches
+                # only the gaps between them and the tail after the last one.
+                units.append(
+                    WorkUnit(
+                        len(units),
+                        str(f.path),
+                        f.file_no,
+                        start,
+                        f.size,
+                        opts.network,
+                        key,
+                        opts.check_bodies,
+                        hints.offsets,
+                        hints.hashes,
+                    )
+                )
+                continue
             units.extend(
                 cut_shards(
                     f, start, opts.shard_bytes, opts.network, key, opts.check_bodies, len(units)
@@ -94,7 +118,9 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         ray_start = 0.0
         t_scan = time.perf_counter()
         if units:
-            ray_start = _execute(units, committer, opts, workers, total_bytes)
+            ray_start = _execute(
+                units, committer, opts, workers, total_bytes, guide.collect if guide else None
+            )
         scan_s = time.perf_counter() - t_scan - ray_start
         dirty = bool(data.meta_get(layout.META_BTC_DIRTY))
         summary = data.meta_get(layout.META_BTC_SUMMARY)
@@ -143,6 +169,8 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         }
         if full is not None:
             report.update({f"full_{k}" if k in report else k: v for k, v in full["run"].items()})
+        if guide is not None:
+            report["core_index"] = guide.report(data)
         data.write({layout.CF_META: [(layout.META_BTC_RUN, report)]})
         data.write_report(
             "btc_reindex",
@@ -165,6 +193,7 @@ def _execute(
     opts: ReindexOptions,
     workers: int,
     total_bytes: int,
+    on_result: Callable[[ShardResult], None] | None = None,
 ) -> float:
     import ray
     from rechain.pipeline.ray_runtime import ensure_ray
@@ -189,6 +218,8 @@ def _execute(
                 # Ray has retried lost workers already; see btc_faults for what is skipped.
                 result = failed_shard(unit, committer, failure_reason(unit, e))
             committer.apply(result)
+            if on_result is not None:
+                on_result(result)
             progress.update(unit.bound - unit.start, result.records.num_rows)
             del result
             nxt = next(todo, None)

@@ -124,7 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="headers: block index only (default); full: every transaction, input and output "
         "to Parquet, consensus checks, UTXO set",
     )
+    r.add_argument(
+        "--core-index",
+        type=Path,
+        default=None,
+        help="a Bitcoin Core blocks/index (LevelDB) whose block positions guide the scan",
+    )
     r.add_argument("--json", action="store_true", help="print the result as JSON")
+    x = btc.add_parser("export-core-index", help="write the block index in Bitcoin Core's format")
+    x.add_argument("--data", type=Path, required=True)
+    x.add_argument("--out", type=Path, required=True, help="a new LevelDB folder")
+    x.add_argument("--json", action="store_true")
 
     s = btc.add_parser("status", help="summary of a data folder's block index")
     s.add_argument("--data", type=Path, required=True)
@@ -255,6 +265,7 @@ def dispatch(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
                 check_bodies=args.check_bodies,
                 mode=args.mode,
+                core_index=args.core_index,
             )
             if args.shard_size:
                 opts.shard_bytes = args.shard_size
@@ -272,6 +283,15 @@ def dispatch(args: argparse.Namespace) -> int:
                     f"at height {result['tip_height']}; {run_['records_scanned']:,} records "
                     f"scanned in {run_['total_s']:.2f}s"
                 )
+            return 0
+        if args.action == "export-core-index":
+            from rechain.pipeline.btc_core_index import export
+
+            res = export(args.data, args.out)
+            _print_json(res) if args.json else print(
+                f"wrote {res['block_records']:,} block records ({res['with_data']:,} with data) "
+                f"and {res['file_records']} file records to {res['out']} in {res['total_s']:.2f}s"
+            )
             return 0
         if args.action == "status":
             st = btc_status.status(args.data)

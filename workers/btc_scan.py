@@ -27,6 +27,10 @@ class WorkUnit:
     network: str
     xor_key: bytes
     check_bodies: bool = False
+    #: Record starts another index claims in this range (``btc_core_index.FileHints``): the
+    #: scan checks each against the bytes and reports disagreements in ``info["hints"]``.
+    hint_offsets: bytes = b""
+    hint_hashes: bytes = b""
 
 
 @dataclass
@@ -43,7 +47,7 @@ def scan_unit(unit: WorkUnit, start: int | None = None) -> ShardResult:
     if start is None:
         maybe_inject(unit.seq)
     t0 = time.perf_counter()
-    records, events, info = _native.scan_blk(
+    args = (
         unit.path,
         unit.file_no,
         unit.start if start is None else start,
@@ -52,4 +56,11 @@ def scan_unit(unit: WorkUnit, start: int | None = None) -> ShardResult:
         unit.xor_key,
         unit.check_bodies,
     )
+    if unit.hint_offsets:
+        records, events, info, hints = _native.scan_blk_guided(
+            *args, unit.hint_offsets, unit.hint_hashes
+        )
+        info = {**info, "hints": dict(hints)}
+    else:
+        records, events, info = _native.scan_blk(*args)
     return ShardResult(unit, records, events, dict(info), time.perf_counter() - t0)

@@ -4,6 +4,7 @@
 //! Arrow record batches through the C data interface and never loops over records.
 
 pub mod btc;
+mod core_index_py;
 pub mod datasets;
 pub mod flow;
 pub mod store;
@@ -18,7 +19,7 @@ use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-fn network(name: &str) -> PyResult<Network> {
+pub(crate) fn network(name: &str) -> PyResult<Network> {
     Network::from_name(name).ok_or_else(|| {
         PyValueError::new_err(format!(
             "unknown network {name:?} (expected main, testnet, testnet4, signet or regtest)"
@@ -26,7 +27,7 @@ fn network(name: &str) -> PyResult<Network> {
     })
 }
 
-fn key8(b: &[u8]) -> PyResult<[u8; 8]> {
+pub(crate) fn key8(b: &[u8]) -> PyResult<[u8; 8]> {
     b.try_into()
         .map_err(|_| PyValueError::new_err("the XOR key must be exactly 8 bytes"))
 }
@@ -77,6 +78,15 @@ fn scan_blk<'py>(
         scanner.scan(start, bound)
     });
     let shard = result.map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    shard_result(py, file_no, shard)
+}
+
+/// A scanned shard as Python sees it: (records, events, info about what is left open).
+pub(crate) fn shard_result<'py>(
+    py: Python<'py>,
+    file_no: u32,
+    shard: btc::scan::ShardScan,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyDict>)> {
     let records = PyRecordBatch::new(datasets::btc_records::build(file_no, shard.records))
         .into_pyarrow(py)?;
     let events =
@@ -234,7 +244,10 @@ fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny
     PyRecordBatch::new(batch).into_pyarrow(py)
 }
 
-fn binary<'py>(py: Python<'py>, a: arrow_array::BinaryArray) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn binary<'py>(
+    py: Python<'py>,
+    a: arrow_array::BinaryArray,
+) -> PyResult<Bound<'py, PyAny>> {
     let arr = PyArray::from_array_ref(Arc::new(a));
     let obj: Py<PyAny> = arr.to_pyarrow(py)?.unbind();
     Ok(obj.into_bound(py))
@@ -452,5 +465,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
     flow::py::register(m)?;
+    core_index_py::register(m)?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! test-chain generator. Nothing here knows about Arrow or Python (see `datasets`).
 
 pub mod block;
+pub mod core_index;
 pub mod decode;
 pub mod encode;
 pub mod gen;

@@ -223,6 +223,72 @@ pub struct ShardScan {
     pub bytes_read: u64,
 }
 
+/// A record start claimed by another index (e.g. Bitcoin Core's `blocks/index`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHint {
+    pub magic_offset: u64,
+    pub hash: [u8; 32],
+}
+
+/// A hint the bytes do not confirm, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HintMiss {
+    pub magic_offset: u64,
+    pub hash: [u8; 32],
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct HintReport {
+    pub verified: u64,
+    pub misses: Vec<HintMiss>,
+    /// Bytes the magic search covered (gaps between hinted records, and the tail).
+    pub searched_bytes: u64,
+}
+
+impl HintReport {
+    fn miss(&mut self, hint: &RecordHint, reason: String) {
+        self.misses.push(HintMiss {
+            magic_offset: hint.magic_offset,
+            hash: hint.hash,
+            reason,
+        });
+    }
+}
+
+fn passed_over(last_record: Option<u64>, pos: u64) -> String {
+    match last_record {
+        Some(r) => format!("not a record start: inside the record at offset {r} (ends at {pos})"),
+        None => "not a record start in a sequential scan".into(),
+    }
+}
+
+/// Why a candidate at a hinted offset does not confirm the hint (None: it does).
+fn hint_verdict(outcome: &Candidate, hint: &RecordHint) -> Option<String> {
+    match outcome {
+        Candidate::NoRecord => Some("record header runs past the end of the file".into()),
+        Candidate::Rejected(ev) => Some(match ev.declared {
+            Some(size) => format!("{}: size field {size}", ev.kind.name()),
+            None => ev.kind.name().to_string(),
+        }),
+        Candidate::Record { record, .. } => {
+            if record.hash != hint.hash {
+                let mut got = String::new();
+                crate::datasets::hex::display_hex_into(&record.hash, &mut got);
+                Some(format!("different block: the file holds {got}"))
+            } else if record.status != RecordStatus::Ok {
+                Some(format!(
+                    "record is {}: {}",
+                    record.status.name(),
+                    record.reason.as_deref().unwrap_or("")
+                ))
+            } else {
+                None
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct ScanConfig {
     pub network: Network,
@@ -350,6 +416,23 @@ impl<'a> Scanner<'a> {
 
     /// Scans record starts in `[start, bound)` (bound clamped to the file length).
     pub fn scan(&mut self, start: u64, bound: u64) -> io::Result<ShardScan> {
+        Ok(self.scan_with_hints(start, bound, &[])?.0)
+    }
+
+    /// Like `scan`, guided by record starts another index claims (sorted by offset). The result
+    /// is exactly `scan`'s: the magic search only stops at each hinted offset and tries it
+    /// first, so gaps are still searched and classified. Each hint is checked against the
+    /// bytes (magic, size, proof of work, hash) and any disagreement is returned.
+    pub fn scan_with_hints(
+        &mut self,
+        start: u64,
+        bound: u64,
+        hints: &[RecordHint],
+    ) -> io::Result<(ShardScan, HintReport)> {
+        let mut report = HintReport::default();
+        // Hints before `start` belong to an earlier range (a resumed or rescanned shard).
+        let hints = &hints[hints.partition_point(|x| x.magic_offset < start)..];
+        let mut h = 0;
         let len = self.reader.len;
         let bound = bound.min(len);
         self.reader.stream_end = (bound + SMALL_READ as u64).min(len);
@@ -371,19 +454,50 @@ impl<'a> Scanner<'a> {
         let mut pos = start;
         let mut gap_start = start;
         let mut gap_zero = true;
+        let mut last_record: Option<u64> = None;
         while pos < bound {
-            let (found, zero) = self.find_magic(pos, bound)?;
+            while h < hints.len() && hints[h].magic_offset < pos {
+                report.miss(&hints[h], passed_over(last_record, pos));
+                h += 1;
+            }
+            let search_end = hints.get(h).map_or(bound, |x| x.magic_offset.min(bound));
+            let (found, zero) = self.find_magic(pos, search_end)?;
+            report.searched_bytes += found.unwrap_or(search_end) - pos;
             gap_zero &= zero;
-            let Some(c) = found else {
-                pos = bound;
-                break;
+            let c = match found {
+                Some(c) => c,
+                None if search_end < bound => {
+                    // At the hinted offset: the same test the magic search would make there.
+                    if !self.is_magic_at(search_end)? {
+                        report.miss(&hints[h], "no magic at the indexed position".into());
+                        h += 1;
+                        pos = search_end;
+                        continue;
+                    }
+                    search_end
+                }
+                None => {
+                    pos = bound;
+                    break;
+                }
             };
             let outcome = self.candidate(c)?;
+            let hinted = hints.get(h).filter(|x| x.magic_offset == c);
+            if let Some(hint) = hinted {
+                h += 1;
+                match hint_verdict(&outcome, hint) {
+                    None => report.verified += 1,
+                    Some(reason) => report.miss(hint, reason),
+                }
+            }
             if let Candidate::NoRecord = outcome {
                 // Byte c belongs to the gap; it is not raw zero (find_magic checks that).
                 gap_zero = false;
                 pos = c + 1;
                 continue;
+            }
+            if let Candidate::Record { .. } = outcome {
+                last_record = Some(c);
             }
             // The gap [gap_start, c) is closed by this candidate.
             if out.empty {
@@ -420,7 +534,17 @@ impl<'a> Scanner<'a> {
             all_zero: gap_zero,
         };
         out.bytes_read = self.reader.bytes_read;
-        Ok(out)
+        for hint in &hints[h..] {
+            let reason = if hint.magic_offset + PREFIX_LEN > len {
+                format!("offset past the end of the file ({len} bytes)")
+            } else if hint.magic_offset < bound {
+                passed_over(last_record, pos)
+            } else {
+                continue; // Beyond this shard: its own shard checks it.
+            };
+            report.miss(hint, reason);
+        }
+        Ok((out, report))
     }
 
     /// Next position in `[pos, bound)` whose decoded bytes start with the magic and whose four

@@ -32,11 +32,21 @@ pub fn parse_display_hex(s: &str) -> Option<[u8; 32]> {
     if s.len() != 64 {
         return None;
     }
+    let b = s.as_bytes();
     let mut out = [0u8; 32];
     for i in 0..32 {
-        out[31 - i] = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        out[31 - i] = (nibble(b[2 * i])? << 4) | nibble(b[2 * i + 1])?;
     }
     Some(out)
+}
+
+fn nibble(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,325 @@
+"""Bitcoin Core's block index: rechain's export read by an independent reader
+(blockchain-parser, on plyvel), the index-guided reindex equal to a full scan, and damaged
+indexes reported (file, offset, reason) or refused with a fallback, never a crash."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import plyvel
+import pytest
+from blockchain_parser.blockchain import Blockchain
+from blockchain_parser.index import DBBlockIndex, _read_varint
+from blockchain_parser.utils import format_hash
+from rechain.pipeline.verify import verify
+from rechain.workers import _native
+from rechain.workers.btc_scan import WorkUnit, scan_unit
+
+from tests.conftest import CORPUS, cli, cli_json, gen_chain, reindex
+from tests.test_btc_corpus import CASES
+
+HAVE_DATA = 8
+
+
+def query(data: Path, sql: str) -> list[dict[str, Any]]:
+    return cli_json("query", "--data", data, sql, "--format", "json")
+
+
+def export(data: Path, out: Path, *extra: str) -> dict[str, Any]:
+    return cli_json("btc", "export-core-index", "--data", data, "--out", out, "--json", *extra)
+
+
+def digest(data: Path) -> str:
+    result = verify(data)
+    assert result["ok"], result["problems"]
+    return result["digest"]["content"]
+
+
+def core_records(index: Path) -> dict[str, DBBlockIndex]:
+    """The 'b' records as blockchain-parser decodes them (its own VARINT reader)."""
+    db = plyvel.DB(str(index), compression=None)
+    try:
+        return {
+            format_hash(k[1:]): DBBlockIndex(format_hash(k[1:]), v)
+            for k, v in db.iterator(prefix=b"b")
+        }
+    finally:
+        db.close()
+
+
+def fresh_copy(index: Path, dest: Path) -> Path:
+    shutil.copytree(index, dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A chain with side branches, orphans and several files (no XOR: blockchain-parser reads
+    raw bytes), its full-scan reindex and rechain's export of it."""
+    root = tmp_path_factory.mktemp("forked")
+    gen_chain(
+        root / "node",
+        *("--blocks", "1200", "--side-branches", "4", "--orphans", "3"),
+        *("--tx-per-block", "1:3", "--file-size", "96K", "--shuffle-window", "32"),
+        *("--seed", "11", "--no-xor"),
+    )
+    blocks = root / "node" / "blocks"
+    data = root / "data"
+    reindex(blocks, data)
+    index = root / "index"
+    export(data, index)
+    return {"blocks": blocks, "data": data, "index": index, "root": root}
+
+
+def test_independent_reader_decodes_every_exported_record(forked: dict[str, Path]) -> None:
+    records = core_records(forked["index"])
+    linked = query(
+        forked["data"],
+        "SELECT hash, prev_hash, merkle_root, height, file, data_pos, copy_status, nonce "
+        "FROM headers WHERE height IS NOT NULL",
+    )
+    orphans = query(forked["data"], "SELECT hash FROM headers WHERE status = 'orphan'")
+    assert orphans, "the chain has orphans, which Core never indexes"
+    assert set(records) == {r["hash"] for r in linked}
+    for r in linked:
+        got = records[r["hash"]]
+        assert got.height == r["height"]
+        assert (got.prev_hash, got.merkle_root, got.nonce) == (
+            r["prev_hash"],
+            r["merkle_root"],
+            r["nonce"],
+        )
+        # Header mode: the tree is valid and the data present; transactions not validated.
+        assert got.status == 2 | HAVE_DATA and got.n_tx == 0
+        assert (got.file, got.data_pos) == (r["file"], r["data_pos"])
+
+
+def test_file_records_and_last_file(forked: dict[str, Path]) -> None:
+    rows = query(
+        forked["data"],
+        "SELECT file, count(*) AS n, min(height) AS h0, max(height) AS h1, min(time) AS t0, "
+        "max(time) AS t1, max(data_pos + size) AS used FROM headers "
+        "WHERE height IS NOT NULL AND copy_status = 'ok' GROUP BY file ORDER BY file",
+    )
+    assert len(rows) > 3
+    db = plyvel.DB(str(forked["index"]))
+    try:
+        for r in rows:
+            raw = db.get(b"f" + r["file"].to_bytes(4, "little"))
+            fields, pos = [], 0
+            while pos < len(raw):
+                v, n = _read_varint(raw[pos:])
+                fields.append(v)
+                pos += n
+            assert fields == [r["n"], r["used"], 0, r["h0"], r["h1"], r["t0"], r["t1"]]
+        assert db.get(b"l") == rows[-1]["file"].to_bytes(4, "little")
+        assert db.get(b"R") is None, "no reindex in progress"
+        assert list(db.iterator(prefix=b"F")) == [], "an unpruned node writes no flags"
+    finally:
+        db.close()
+
+
+def test_blockchain_parser_iterates_the_chain_in_height_order(
+    tmp_path: Path,
+) -> None:
+    # get_ordered_blocks resolves equal heights by looking 6 blocks ahead, so it is given a
+    # chain without side branches (orphans stay: Core's index has none of them).
+    gen_chain(
+        tmp_path / "node",
+        *("--blocks", "600", "--orphans", "2", "--file-size", "64K", "--no-xor"),
+    )
+    blocks = tmp_path / "node" / "blocks"
+    reindex(blocks, tmp_path / "data")
+    export(tmp_path / "data", tmp_path / "index")
+    best = (tmp_path / "node" / "best_chain.txt").read_text().split()
+    got = [
+        (b.height, b.hash)
+        for b in Blockchain(str(blocks)).get_ordered_blocks(str(tmp_path / "index"))
+    ]
+    assert got == list(enumerate(best))
+
+
+def test_guided_reindex_equals_full_scan(forked: dict[str, Path], tmp_path: Path) -> None:
+    result = reindex(forked["blocks"], tmp_path / "data", "--core-index", forked["index"])
+    ci = result["run"]["core_index"]
+    assert ci["fallback"] is None and ci["disagreements"] == []
+    assert ci["verified"] == ci["with_data"] == ci["entries"]
+    assert digest(tmp_path / "data") == digest(forked["data"])
+    # Round trip: the guided run's export holds the same records as the first export.
+    export(tmp_path / "data", tmp_path / "again")
+    first, second = core_records(forked["index"]), core_records(tmp_path / "again")
+    assert {h: vars(r) for h, r in first.items()} == {h: vars(r) for h, r in second.items()}
+
+
+def test_damaged_records_are_reported_and_the_result_still_equals_a_full_scan(
+    forked: dict[str, Path], tmp_path: Path
+) -> None:
+    index = fresh_copy(forked["index"], tmp_path / "index")
+    rows = query(
+        forked["data"],
+        "SELECT hash, file, data_pos FROM headers WHERE height > 10 AND copy_status = 'ok' "
+        "ORDER BY height LIMIT 7",
+    )
+    files = {f.name for f in forked["blocks"].glob("blk*.dat")}
+    db = plyvel.DB(str(index))
+    keys = [b"b" + bytes.fromhex(r["hash"])[::-1] for r in rows]
+    values = [db.get(k) for k in keys]
+
+    def moved(value: bytes, new_pos: int, height_change: int = 0) -> bytes:
+        rec = DBBlockIndex("", value)
+        out = bytearray()
+        for v in (259_900, rec.height + height_change, rec.status, rec.n_tx, rec.file, new_pos):
+            out += varint(v)
+        return bytes(out) + value[-80:]
+
+    db.put(keys[0], moved(values[0], rows[0]["data_pos"] + 3))  # inside its own record
+    db.put(keys[1], moved(values[1], 10_000_000))  # past the end of the file
+    db.put(keys[2], b"\xff" * 12 + values[2][-80:])  # impossible VARINT
+    db.put(keys[3], values[4])  # key is not the hash of the header
+    db.delete(keys[5])  # the index lacks a block: scanning finds it
+    db.put(keys[6], moved(values[6], rows[6]["data_pos"], height_change=5))  # wrong height
+    db.put(b"b" + b"\x07" * 32, values[4][:-80][:5])  # truncated value
+    db.close()
+    result = reindex(forked["blocks"], tmp_path / "data", "--core-index", index)
+    assert digest(tmp_path / "data") == digest(forked["data"])
+    found = {
+        (d.get("hash") or d.get("key")): d for d in result["run"]["core_index"]["disagreements"]
+    }
+    h = [r["hash"] for r in rows]
+    assert found[h[0]]["reason"].startswith(
+        f"not a record start: inside the record at offset {rows[0]['data_pos'] - 8} "
+    )
+    assert found[h[0]]["offset"] == rows[0]["data_pos"] + 3 - 8
+    assert found[h[0]]["file"] in files
+    assert found[h[0]]["found_at"] == {
+        "file": f"blk{rows[0]['file']:05d}.dat",
+        "offset": rows[0]["data_pos"] - 8,
+    }
+    assert found[h[1]]["reason"].startswith("offset past the end of the file")
+    assert found[h[2]]["reason"] == "VARINT too large for its field"
+    assert found[h[3]]["reason"] == "key is not the hash of the stored header"
+    assert found["07" * 32]["reason"] == "value truncated"
+    assert h[5] not in found
+    height = DBBlockIndex("", values[6]).height
+    assert found[h[6]]["reason"] == f"index height {height + 5}, the files give height {height}"
+    assert found[h[6]]["offset"] == rows[6]["data_pos"] - 8
+    assert len(found) == 6
+
+
+def varint(v: int) -> bytes:
+    """Core's VARINT, written here independently of rechain's encoder for test values."""
+    out = [v & 0x7F]
+    while v > 0x7F:
+        v = (v >> 7) - 1
+        out.append(0x80 | (v & 0x7F))
+    return bytes(reversed(out))
+
+
+@pytest.mark.parametrize("damage", ["not_leveldb", "corrupt_table", "missing"])
+def test_unreadable_index_falls_back_to_scanning(
+    forked: dict[str, Path], tmp_path: Path, damage: str
+) -> None:
+    index = tmp_path / "index"
+    if damage == "not_leveldb":
+        index.mkdir()
+        (index / "CURRENT").write_text("MANIFEST-000099\n")
+    elif damage == "corrupt_table":
+        fresh_copy(forked["index"], index)
+        tables = sorted(index.glob("*.ldb")) + sorted(index.glob("*.log"))
+        biggest = max(tables, key=lambda p: p.stat().st_size)
+        raw = bytearray(biggest.read_bytes())
+        raw[len(raw) // 2 : len(raw) // 2 + 4096] = b"\x5a" * 4096
+        biggest.write_bytes(bytes(raw))
+    code, out, err = cli(
+        "btc",
+        "reindex",
+        "--blocks",
+        forked["blocks"],
+        "--data",
+        tmp_path / "data",
+        "--network",
+        "regtest",
+        "--no-progress",
+        "--json",
+        "--core-index",
+        index,
+    )
+    assert code == 0, err
+    ci = json.loads(out)["run"]["core_index"]
+    if damage == "corrupt_table" and ci["fallback"] is None:
+        # LevelDB may skip a damaged log record: the blocks it held are reported as problems
+        # or simply found by scanning; either way the result is the full scan's.
+        assert ci["verified"] < ci["entries"] or ci["disagreements"]
+    else:
+        assert "damaged LevelDB" in ci["fallback"] or "not a LevelDB" in ci["fallback"]
+        assert str(index) in ci["fallback"]
+    assert digest(tmp_path / "data") == digest(forked["data"])
+
+
+def test_export_refuses_an_existing_folder_and_an_empty_data_dir(
+    forked: dict[str, Path], tmp_path: Path
+) -> None:
+    code, _, err = cli(
+        "btc", "export-core-index", "--data", forked["data"], "--out", forked["index"]
+    )
+    assert code == 2 and "not an empty folder" in err
+    code, _, err = cli(
+        "btc", "export-core-index", "--data", tmp_path / "nothing", "--out", tmp_path / "out"
+    )
+    assert code == 2 and "run a reindex first" in err
+
+
+def test_full_mode_marks_valid_transactions(tmp_path: Path) -> None:
+    gen_chain(tmp_path / "node", "--blocks", "120", "--tx-per-block", "1:4", "--no-xor")
+    reindex(tmp_path / "node" / "blocks", tmp_path / "data", "--check-bodies")
+    export(tmp_path / "data", tmp_path / "index")
+    n_tx = {
+        r["hash"]: r["n_tx"] for r in query(tmp_path / "data", "SELECT hash, n_tx FROM headers")
+    }
+    records = core_records(tmp_path / "index")
+    assert len(records) == 120
+    for h, rec in records.items():
+        # VALID_TRANSACTIONS | HAVE_DATA | OPT_WITNESS (segwit is active from regtest genesis).
+        assert rec.status == 3 | HAVE_DATA | 128
+        assert rec.n_tx == n_tx[h] >= 1
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_guided_scan_equals_plain_scan_on_the_corpus(name: str) -> None:
+    """Hints at the true records, at bogus offsets and past the end never change the scan."""
+    case = CASES[name]
+    key = bytes.fromhex(case["read_with_xor_key"]) if case["read_with_xor_key"] else bytes(8)
+    path = CORPUS / name
+    size = path.stat().st_size
+    network = {"regtest": "regtest", "main": "main", "testnet3": "testnet"}[case["network"]]
+    plain = scan_unit(WorkUnit(0, str(path), 0, 0, size, network, key))
+    offsets = plain.records.column("magic_offset").to_pylist()
+    hashes = plain.records.column("hash").to_pylist()
+    bogus = [(o + 5, h) for o, h in zip(offsets, hashes, strict=True)] + [(size + 100, b"\1" * 32)]
+    hints = sorted([*zip(offsets, hashes, strict=True), *bogus])
+    unit = WorkUnit(
+        0,
+        str(path),
+        0,
+        0,
+        size,
+        network,
+        key,
+        False,
+        b"".join(o.to_bytes(8, "little") for o, _ in hints),
+        b"".join(h for _, h in hints),
+    )
+    guided = scan_unit(unit)
+    assert guided.records.equals(plain.records)
+    assert guided.events.equals(plain.events)
+    plain_info = {k: v for k, v in plain.info.items() if k != "bytes_read"}
+    assert {k: v for k, v in guided.info.items() if k not in ("bytes_read", "hints")} == plain_info
+    report = guided.info["hints"]
+    statuses = plain.records.column("status").to_pylist()
+    assert report["verified"] == statuses.count("ok")
+    missed = {o for o, _, _ in report["misses"]}
+    assert missed >= {o for o, _ in bogus}
+    assert _native.display_hash(b"\1" * 32) in {h for _, h, _ in report["misses"]}

@@ -1,0 +1,339 @@
+//! Python entry points for Bitcoin Core's block index (`btc::core_index`): encode the linked
+//! tree into sorted LevelDB puts, decode a node's `'b'` records into columns, and the
+//! index-guided blk scan. LevelDB itself is opened from Python (plyvel).
+
+use crate::btc::core_index::{
+    self as ci, block_key, file_info_key, status_for, BlockFileInfo, DiskBlockIndex, HAVE_DATA,
+    KEY_LAST_FILE, VALID_MASK, VALID_TRANSACTIONS,
+};
+use crate::btc::scan::{RecordHint, ScanConfig, Scanner};
+use crate::datasets::hex::{display_hex, display_hex_into, parse_display_hex};
+use crate::{binary, key8, network, shard_result};
+use arrow_array::builder::{BinaryBuilder, FixedSizeBinaryBuilder, StringBuilder, UInt32Builder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use pyo3_arrow::{PyArray, PyRecordBatch};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn column<'a>(batch: &'a RecordBatch, name: &str) -> PyResult<&'a ArrayRef> {
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| PyValueError::new_err(format!("headers batch lacks column {name}")))
+}
+
+/// Encodes the linked block tree (the `headers` table) as Core's block index: `'b'` records for
+/// every header linked to genesis (sorted by hash), `'f'` per blk file, and `'l'`.
+/// Returns (keys, values, summary) with keys in LevelDB order.
+#[pyfunction]
+fn core_index_encode<'py>(
+    py: Python<'py>,
+    headers: PyRecordBatch,
+    network_name: &str,
+) -> PyResult<Bound<'py, PyList>> {
+    let net = network(network_name)?;
+    let batch = headers.into_inner();
+    let hex_col = |name: &str| -> PyResult<_> {
+        column(&batch, name)?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| PyValueError::new_err(format!("column {name} is not utf8")))
+    };
+    let prim_err = |name: &str| PyValueError::new_err(format!("column {name} has the wrong type"));
+    let hash = hex_col("hash")?;
+    let prev = hex_col("prev_hash")?;
+    let merkle = hex_col("merkle_root")?;
+    let copy_status = hex_col("copy_status")?;
+    let u32col = |name: &str| -> PyResult<_> {
+        column(&batch, name)?
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| prim_err(name))
+    };
+    let height = u32col("height")?;
+    let time = u32col("time")?;
+    let bits = u32col("bits")?;
+    let nonce = u32col("nonce")?;
+    let file = u32col("file")?;
+    let size = u32col("size")?;
+    let version = column(&batch, "version")?
+        .as_primitive_opt::<Int32Type>()
+        .ok_or_else(|| prim_err("version"))?;
+    let data_pos = column(&batch, "data_pos")?
+        .as_primitive_opt::<UInt64Type>()
+        .ok_or_else(|| prim_err("data_pos"))?;
+    let n_tx = column(&batch, "n_tx")?
+        .as_primitive_opt::<UInt64Type>()
+        .ok_or_else(|| prim_err("n_tx"))?;
+    let checked = column(&batch, "body_checked")?
+        .as_boolean_opt()
+        .ok_or_else(|| prim_err("body_checked"))?;
+
+    let encoded = py.detach(|| -> Result<_, String> {
+        let parse = |s: &str| parse_display_hex(s).ok_or_else(|| format!("bad hash {s}"));
+        // Values are encoded in table order (sequential column reads), then written in key
+        // order: reading the columns in hash order would miss the cache on every row.
+        let n = batch.num_rows();
+        let mut encoded: Vec<u8> = Vec::with_capacity(n * 92);
+        let mut ends: Vec<usize> = Vec::with_capacity(n);
+        let mut rows: Vec<([u8; 32], u32)> = Vec::with_capacity(n);
+        let mut files: BTreeMap<u32, BlockFileInfo> = BTreeMap::new();
+        let (mut with_data, mut with_txs) = (0u64, 0u64);
+        for i in 0..n {
+            if !height.is_valid(i) {
+                continue;
+            }
+            let hgt = height.value(i);
+            let has_data = copy_status.value(i) == "ok";
+            let status = status_for(has_data, checked.value(i), hgt, net);
+            let txs_valid = status & VALID_MASK >= VALID_TRANSACTIONS;
+            let pos = data_pos.value(i);
+            if has_data && pos > u32::MAX as u64 {
+                return Err(format!(
+                    "block {} at offset {pos} beyond Core's u32",
+                    hash.value(i)
+                ));
+            }
+            let mut header = [0u8; 80];
+            header[0..4].copy_from_slice(&version.value(i).to_le_bytes());
+            header[4..36].copy_from_slice(&parse(prev.value(i))?);
+            header[36..68].copy_from_slice(&parse(merkle.value(i))?);
+            header[68..72].copy_from_slice(&time.value(i).to_le_bytes());
+            header[72..76].copy_from_slice(&bits.value(i).to_le_bytes());
+            header[76..80].copy_from_slice(&nonce.value(i).to_le_bytes());
+            DiskBlockIndex {
+                version: ci::DISK_INDEX_VERSION,
+                height: hgt,
+                status,
+                // Core sets nTx only once the block's transactions were accepted.
+                n_tx: if txs_valid {
+                    n_tx.value(i).min(u32::MAX as u64) as u32
+                } else {
+                    0
+                },
+                file: has_data.then(|| file.value(i)),
+                data_pos: has_data.then_some(pos as u32),
+                undo_pos: None,
+                header,
+            }
+            .encode_into(&mut encoded);
+            rows.push((parse(hash.value(i))?, ends.len() as u32));
+            ends.push(encoded.len());
+            if status & HAVE_DATA != 0 {
+                with_data += 1;
+                with_txs += txs_valid as u64;
+                let info = files.entry(file.value(i)).or_default();
+                info.add_block(hgt, time.value(i) as u64);
+                let end = (pos + size.value(i) as u64).min(u32::MAX as u64) as u32;
+                info.n_size = info.n_size.max(end);
+            }
+        }
+        rows.sort_unstable();
+        let mut keys = BinaryBuilder::with_capacity(rows.len() + 8, rows.len() * 33);
+        let mut values = BinaryBuilder::with_capacity(rows.len() + 8, encoded.len() + 64);
+        for (h, k) in &rows {
+            let k = *k as usize;
+            let start = if k == 0 { 0 } else { ends[k - 1] };
+            keys.append_value(block_key(h));
+            values.append_value(&encoded[start..ends[k]]);
+        }
+        let mut buf = Vec::with_capacity(64);
+        // 'f' keys hold the file number little-endian: sort them bytewise as LevelDB does.
+        let mut file_keys: Vec<([u8; 5], &BlockFileInfo)> =
+            files.iter().map(|(f, i)| (file_info_key(*f), i)).collect();
+        file_keys.sort_unstable_by_key(|(k, _)| *k);
+        for (k, info) in &file_keys {
+            buf.clear();
+            info.encode_into(&mut buf);
+            keys.append_value(k);
+            values.append_value(&buf);
+        }
+        let last_file = files.keys().next_back().copied().unwrap_or(0);
+        keys.append_value([KEY_LAST_FILE]);
+        values.append_value((last_file as i32).to_le_bytes());
+        Ok((
+            keys.finish(),
+            values.finish(),
+            rows.len(),
+            with_data,
+            with_txs,
+            files.len(),
+            last_file,
+        ))
+    });
+    let (keys, values, blocks, with_data, with_txs, n_files, last_file) =
+        encoded.map_err(PyValueError::new_err)?;
+    let summary = PyDict::new(py);
+    summary.set_item("block_records", blocks)?;
+    summary.set_item("with_data", with_data)?;
+    summary.set_item("valid_transactions", with_txs)?;
+    summary.set_item("file_records", n_files)?;
+    summary.set_item("last_file", last_file)?;
+    let out = PyList::empty(py);
+    out.append(binary(py, keys)?)?;
+    out.append(binary(py, values)?)?;
+    out.append(summary)?;
+    Ok(out)
+}
+
+/// Records that did not decode: (key, reason).
+type Problems = Vec<(String, String)>;
+
+/// Decodes Core's `'b'` records (keys and values as binary arrays) into columns:
+/// hash (internal), display_hash, height, status, n_tx, file, data_pos (null without
+/// HAVE_DATA).
+/// Records that do not decode are left out and returned as (key hex, reason) problems.
+#[pyfunction]
+fn core_index_decode<'py>(
+    py: Python<'py>,
+    keys: PyArray,
+    values: PyArray,
+) -> PyResult<(Bound<'py, PyAny>, Problems)> {
+    let keys = keys.into_inner().0;
+    let values = values.into_inner().0;
+    let (Some(keys), Some(values)) = (keys.as_binary_opt::<i32>(), values.as_binary_opt::<i32>())
+    else {
+        return Err(PyValueError::new_err(
+            "keys and values must be binary arrays",
+        ));
+    };
+    if keys.len() != values.len() {
+        return Err(PyValueError::new_err("keys and values differ in length"));
+    }
+    let n = keys.len();
+    let (batch, problems) = py.detach(|| {
+        let mut hash = FixedSizeBinaryBuilder::with_capacity(n, 32);
+        let mut shown = StringBuilder::with_capacity(n, n * 64);
+        let mut hex = String::with_capacity(64);
+        let mut height = UInt32Builder::with_capacity(n);
+        let mut status = UInt32Builder::with_capacity(n);
+        let mut n_tx = UInt32Builder::with_capacity(n);
+        let mut file = UInt32Builder::with_capacity(n);
+        let mut data_pos = UInt32Builder::with_capacity(n);
+        let mut problems = Vec::new();
+        for i in 0..n {
+            let key = keys.value(i);
+            match DiskBlockIndex::decode_record(key, values.value(i)) {
+                Ok((h, v)) => {
+                    hash.append_value(h).expect("32 bytes");
+                    hex.clear();
+                    display_hex_into(&h, &mut hex);
+                    shown.append_value(&hex);
+                    height.append_value(v.height);
+                    status.append_value(v.status);
+                    n_tx.append_value(v.n_tx);
+                    let data = v.status & HAVE_DATA != 0;
+                    file.append_option(v.file.filter(|_| data));
+                    data_pos.append_option(v.data_pos);
+                }
+                Err(e) => {
+                    let shown = if key.len() == 33 {
+                        display_hex(&key[1..])
+                    } else {
+                        key.iter().map(|b| format!("{b:02x}")).collect()
+                    };
+                    problems.push((shown, e.to_string()));
+                }
+            }
+        }
+        let schema = Schema::new(vec![
+            Field::new("hash", DataType::FixedSizeBinary(32), false),
+            Field::new("display_hash", DataType::Utf8, false),
+            Field::new("height", DataType::UInt32, false),
+            Field::new("status", DataType::UInt32, false),
+            Field::new("n_tx", DataType::UInt32, false),
+            Field::new("file", DataType::UInt32, true),
+            Field::new("data_pos", DataType::UInt32, true),
+        ]);
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(hash.finish()),
+            Arc::new(shown.finish()),
+            Arc::new(height.finish()),
+            Arc::new(status.finish()),
+            Arc::new(n_tx.finish()),
+            Arc::new(file.finish()),
+            Arc::new(data_pos.finish()),
+        ];
+        let batch = RecordBatch::try_new(Arc::new(schema), cols).expect("columns match");
+        (batch, problems)
+    });
+    Ok((PyRecordBatch::new(batch).into_pyarrow(py)?, problems))
+}
+
+/// `scan_blk` guided by hinted record starts (magic offsets, u64 LE, sorted; hashes, 32 bytes
+/// each, internal order). Same (records, events, info) as `scan_blk`, plus a report:
+/// {verified, searched_bytes, misses: [(offset, hash, reason)]}.
+#[pyfunction]
+#[pyo3(signature = (path, file_no, start, bound, network_name, xor_key, check_bodies,
+                    hint_offsets, hint_hashes))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn scan_blk_guided<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    file_no: u32,
+    start: u64,
+    bound: u64,
+    network_name: &str,
+    xor_key: &[u8],
+    check_bodies: bool,
+    hint_offsets: &[u8],
+    hint_hashes: &[u8],
+) -> PyResult<(
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyDict>,
+    Bound<'py, PyDict>,
+)> {
+    if !hint_offsets.len().is_multiple_of(8) || hint_hashes.len() != hint_offsets.len() * 4 {
+        return Err(PyValueError::new_err(
+            "hint offsets must be u64s and hashes 32 bytes each",
+        ));
+    }
+    let hints: Vec<RecordHint> = hint_offsets
+        .chunks_exact(8)
+        .zip(hint_hashes.chunks_exact(32))
+        .map(|(o, h)| RecordHint {
+            magic_offset: u64::from_le_bytes(o.try_into().unwrap()),
+            hash: h.try_into().unwrap(),
+        })
+        .collect();
+    if hints
+        .windows(2)
+        .any(|w| w[0].magic_offset > w[1].magic_offset)
+    {
+        return Err(PyValueError::new_err("hints must be sorted by offset"));
+    }
+    let cfg = ScanConfig {
+        network: network(network_name)?,
+        xor_key: key8(xor_key)?,
+        check_bodies,
+    };
+    let result = py.detach(|| -> std::io::Result<_> {
+        let mut scanner = Scanner::open(&cfg, &path)?;
+        scanner.scan_with_hints(start, bound, &hints)
+    });
+    let (shard, report) =
+        result.map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    let (records, events, info) = shard_result(py, file_no, shard)?;
+    let rep = PyDict::new(py);
+    rep.set_item("verified", report.verified)?;
+    rep.set_item("searched_bytes", report.searched_bytes)?;
+    let misses: Vec<(u64, String, String)> = report
+        .misses
+        .into_iter()
+        .map(|m| (m.magic_offset, display_hex(&m.hash), m.reason))
+        .collect();
+    rep.set_item("misses", misses)?;
+    Ok((records, events, info, rep))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(core_index_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(core_index_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_blk_guided, m)?)?;
+    Ok(())
+}
