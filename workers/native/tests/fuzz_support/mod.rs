@@ -143,7 +143,10 @@ fn block_seeds() -> Vec<Vec<u8>> {
 /// Segments from the generator (the workload flow-go's writer reproduces byte for byte), cut
 /// to the pages that hold records, plus one hand-made snappy-compressed record.
 fn wal_seeds() -> Vec<Vec<u8>> {
-    let dir = std::env::temp_dir().join(format!("rechain-fuzz-wal-{}", std::process::id()));
+    // Targets run on parallel test threads of one process: each call needs its own folder.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rechain-fuzz-wal-{}-{call}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cfg = GenConfig {
         updates: 120,
