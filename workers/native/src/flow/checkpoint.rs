@@ -1922,7 +1922,7 @@ mod tests {
             let trie = f.get(&root).unwrap().clone();
             let (da, db) = (tmp("ba"), tmp("bb"));
             let name = checkpoint_name(3);
-            write_tries(&[trie.clone()], &da, &name, 2).unwrap();
+            write_tries(std::slice::from_ref(&trie), &da, &name, 2).unwrap();
             let mut b = RegisterCheckpointBuilder::new(&db, &name, threads).unwrap();
             for chunk in regs.chunks(batch) {
                 b.push(chunk.to_vec()).unwrap();

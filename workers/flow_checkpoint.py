@@ -1,0 +1,29 @@
+"""The Flow checkpoint task: decode one v6 subtrie part and verify it completely (Rust core)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rechain.workers import _native
+
+
+def verify_part(directory: str, name: str, index: int) -> dict[str, Any]:
+    """Checks magic, version, both CRCs, node order and every node hash of part `index`.
+    Returns its counts, or ``{"error": {...}}`` with the file, offset and reason."""
+    t0 = time.perf_counter()
+    try:
+        info = dict(_native.flow_checkpoint_verify_part(directory, name, index))
+    except _native.FlowCheckpointError as e:
+        return {
+            "index": index,
+            "error": {
+                "file": getattr(e, "file", name),
+                "offset": getattr(e, "offset", None),
+                "kind": getattr(e, "kind", "error"),
+                "message": str(e),
+                "retryable": bool(getattr(e, "retryable", False)),
+            },
+        }
+    info["seconds"] = time.perf_counter() - t0
+    return info
