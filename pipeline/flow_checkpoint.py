@@ -52,9 +52,15 @@ def _raise(e: Exception) -> None:
 
 
 def load_forest(
-    directory: Path, name: str, workers: int, ray_address: str | None = None
+    directory: Path,
+    name: str,
+    workers: int,
+    ray_address: str | None = None,
+    verify_leaves: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """Verifies the 16 subtrie parts on Ray workers, then assembles the tries in this process.
+    `verify_leaves=False` trusts the stored leaf hashes (flow-go trusts every stored hash);
+    interior hashes, and so every root, are recomputed either way.
     Returns a `FlowForest` (current root = the checkpoint's last trie) and what was read."""
     import ray
     from rechain.pipeline.ray_runtime import ensure_ray
@@ -67,7 +73,7 @@ def load_forest(
     ray_start = ensure_ray(ray_address, workers)
     t_verify = time.perf_counter()
     task = ray.remote(num_cpus=1, max_retries=3)(verify_part)
-    parts = ray.get([task.remote(str(directory), name, i) for i in range(16)])
+    parts = ray.get([task.remote(str(directory), name, i, verify_leaves) for i in range(16)])
     for p in parts:
         err = p.get("error")
         if err:
@@ -87,13 +93,19 @@ def load_forest(
             "assemble_s": time.perf_counter() - t_load,
             "load_s": time.perf_counter() - t0 - ray_start,
             "leaves": sum(int(p["leaves"]) for p in parts),
+            "verified_leaf_hashes": verify_leaves,
         }
     )
     return forest, info
 
 
 def read(
-    cpdir: Path, name: str, data_path: Path, workers: int = 0, ray_address: str | None = None
+    cpdir: Path,
+    name: str,
+    data_path: Path,
+    workers: int = 0,
+    ray_address: str | None = None,
+    verify_leaves: bool = True,
 ) -> dict[str, Any]:
     """`rechain flow checkpoint read`: verify and load, then publish the last trie's registers
     (RocksDB `flow_registers` and the `registers` table) and the checkpoint's roots."""
@@ -102,7 +114,9 @@ def read(
     t0 = time.perf_counter()
     m = _NAME.match(name)
     number = int(m.group(1)) if m else None
-    forest, info = load_forest(cpdir, name, workers or os.cpu_count() or 1, ray_address)
+    forest, info = load_forest(
+        cpdir, name, workers or os.cpu_count() or 1, ray_address, verify_leaves
+    )
     with DataDir(data_path) as data:
         summary = flow_replay._publish(data, forest, [], [], [], last_segment=number)
         tries = [dict(t) for t in info["tries"]]
@@ -125,6 +139,7 @@ def read(
             "total_excluding_ray_start_s": time.perf_counter() - t0 - info["ray_start_s"],
             "parts": [dict(p) for p in info["parts"]],
             "top_nodes": info["top_nodes"],
+            "verified_leaf_hashes": verify_leaves,
         }
         data.write_report("flow_checkpoint_read", report)
     if record["registers_published"] != record["reg_count"]:
@@ -223,6 +238,11 @@ def add_cli(flow: Any) -> None:
     r.add_argument("--data", type=Path, required=True)
     r.add_argument("--workers", type=int, default=0)
     r.add_argument("--ray-address", default=None)
+    r.add_argument(
+        "--trust-leaf-hashes",
+        action="store_true",
+        help="do not recompute leaf hashes from the values (interior hashes and roots still are)",
+    )
     r.add_argument("--json", action="store_true")
     w = cp.add_parser("write", help="write the data folder's state as a v6 checkpoint")
     w.add_argument("--data", type=Path, required=True)
@@ -243,7 +263,9 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
             if not found:
                 raise RechainError(f"{args.dir}: no checkpoint.NNNNNNNN file here")
             name = found[-1][1]
-        result = read(args.dir, name, args.data, args.workers, args.ray_address)
+        result = read(
+            args.dir, name, args.data, args.workers, args.ray_address, not args.trust_leaf_hashes
+        )
         if not args.json:
             print(
                 f"read {result['checkpoint']}: {len(result['tries'])} trie(s); last root "

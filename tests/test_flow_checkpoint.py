@@ -78,6 +78,11 @@ def test_flow_go_checkpoints_read_to_flow_go_roots(
         assert rows == [{"n": facts["registers"], "p": facts["registers"]}]
         st = cli_json("flow", "status", "--data", data, "--json")
         assert (st["root"], st["registers"]) == (facts["final_root"], facts["registers"])
+    # Trusting the stored leaf hashes (interior hashes still recomputed) reads the same.
+    trusted = cli_json("flow", "checkpoint", "read", "--dir", tmp_path / "last", "--data",
+                       tmp_path / "d-trust", "--trust-leaf-hashes", "--json")  # fmt: skip
+    assert trusted["verified_leaf_hashes"] is False
+    assert (trusted["root"], trusted["reg_count"]) == (facts["final_root"], facts["registers"])
 
 
 def test_rechain_checkpoints_load_in_flow_go(

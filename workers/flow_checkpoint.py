@@ -8,12 +8,15 @@ from typing import Any
 from rechain.workers import _native
 
 
-def verify_part(directory: str, name: str, index: int) -> dict[str, Any]:
-    """Checks magic, version, both CRCs, node order and every node hash of part `index`.
+def verify_part(
+    directory: str, name: str, index: int, verify_leaves: bool = True
+) -> dict[str, Any]:
+    """Checks magic, version, both CRCs, node order and the node hashes of part `index` (leaf
+    hashes recomputed from the values unless `verify_leaves` is false).
     Returns its counts, or ``{"error": {...}}`` with the file, offset and reason."""
     t0 = time.perf_counter()
     try:
-        info = dict(_native.flow_checkpoint_verify_part(directory, name, index))
+        info = dict(_native.flow_checkpoint_verify_part(directory, name, index, verify_leaves))
     except _native.FlowCheckpointError as e:
         return {
             "index": index,

@@ -517,7 +517,7 @@ fn build_node(
     raw: RawNode,
     left: Option<Arc<Node>>,
     right: Option<Arc<Node>>,
-    verify: bool,
+    verify: Verify,
 ) -> CpResult<Arc<Node>> {
     let (height, stored) = match &raw {
         RawNode::Leaf { height, hash, .. } | RawNode::Interior { height, hash, .. } => {
@@ -555,7 +555,12 @@ fn build_node(
             ));
         }
     }
-    if verify {
+    let check = match verify {
+        Verify::None => false,
+        Verify::Interior => matches!(raw, RawNode::Interior { .. }),
+        Verify::Full => true,
+    };
+    if check {
         let computed = computed_hash(
             height,
             &raw,
@@ -596,6 +601,18 @@ fn build_node(
     }))
 }
 
+/// How much of a part's hashing to redo while reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// Trust the stored hashes (the part was verified elsewhere); CRCs and order still checked.
+    None,
+    /// Recompute interior hashes from the children (one hash per interior node); trust the
+    /// stored leaf hashes, whose recomputation costs one hash per level of the leaf's height.
+    Interior,
+    /// Recompute every hash, leaves from their values (`ComputeCompactValue`) included.
+    Full,
+}
+
 /// What [`verify_part`] found in one subtrie part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PartInfo {
@@ -607,13 +624,13 @@ pub struct PartInfo {
 
 /// Decodes subtrie part `index` into its nodes (local indices), checking magic, version, the
 /// CRC (against `expected_crc` from the header and against the contents), the descendants-first
-/// order, and, when `verify_hashes`, every node hash recomputed from the leaf values up.
+/// order, and the node hashes as `verify` asks.
 fn read_subtrie_part(
     dir: &FsPath,
     name: &str,
     index: usize,
     expected_crc: u32,
-    verify_hashes: bool,
+    verify: Verify,
 ) -> CpResult<(Vec<Arc<Node>>, PartInfo)> {
     let file = dir.join(part_name(name, index));
     let (mut r, footer) = open_part(&file, MAGIC_SUBTRIE, 8, expected_crc)?;
@@ -644,7 +661,7 @@ fn read_subtrie_part(
             Ok((c > 0).then(|| nodes[(c - 1) as usize].clone()))
         };
         let (l, rt) = (child(left)?, child(right)?);
-        nodes.push(build_node(&file, at, raw, l, rt, verify_hashes)?);
+        nodes.push(build_node(&file, at, raw, l, rt, verify)?);
     }
     finish_part(&r, &footer, expected_crc)?;
     let bytes = r.end + 12;
@@ -661,7 +678,7 @@ fn read_subtrie_part(
 
 /// Fully verifies one subtrie part (CRCs, order, every node hash recomputed); what a worker
 /// runs. The header checksum list is read again here so the worker needs only the names.
-pub fn verify_part(dir: &FsPath, name: &str, index: usize) -> CpResult<PartInfo> {
+pub fn verify_part(dir: &FsPath, name: &str, index: usize, verify: Verify) -> CpResult<PartInfo> {
     if index >= SUBTRIE_COUNT {
         return Err(CheckpointError::new(
             &dir.join(name),
@@ -671,7 +688,7 @@ pub fn verify_part(dir: &FsPath, name: &str, index: usize) -> CpResult<PartInfo>
         ));
     }
     let header = read_header(dir, name)?;
-    read_subtrie_part(dir, name, index, header.part_crcs[index], true).map(|(_, info)| info)
+    read_subtrie_part(dir, name, index, header.part_crcs[index], verify).map(|(_, info)| info)
 }
 
 /// The tries of a checkpoint, in file order.
@@ -683,14 +700,14 @@ pub struct Loaded {
 }
 
 /// Loads a v6 checkpoint: header, the 16 subtrie parts on up to `threads` threads, then the top
-/// part and the trie records. `verify_subtrie_hashes` = false when the parts were already
+/// part and the trie records. `verify_subtrie_hashes` = `None` when the parts were already
 /// verified by [`verify_part`] (CRCs are checked again either way); top-level nodes are always
 /// re-hashed, so every root hash is recomputed from its children and compared with its record.
 pub fn load(
     dir: &FsPath,
     name: &str,
     threads: usize,
-    verify_subtrie_hashes: bool,
+    verify_subtrie_hashes: Verify,
 ) -> CpResult<Loaded> {
     let header = read_header(dir, name)?;
     for i in 0..=SUBTRIE_COUNT {
@@ -809,7 +826,7 @@ fn read_top(
             Ok(table.get(c).cloned())
         };
         let (l, rt) = (child(left)?, child(right)?);
-        let node = build_node(&file, at, raw, l, rt, true)?;
+        let node = build_node(&file, at, raw, l, rt, Verify::Full)?;
         table.top.push(node);
     }
     let mut tries = Vec::with_capacity(trie_count as usize);
@@ -1831,7 +1848,7 @@ mod tests {
         for i in 1..SUBTRIE_COUNT {
             std::fs::write(dir.join(part_name(&name, i)), hexs(EMPTY_PART)).unwrap();
         }
-        for verify in [true, false] {
+        for verify in [Verify::Full, Verify::Interior, Verify::None] {
             let l = load(&dir, &name, 4, verify).unwrap();
             let got: Vec<_> = l
                 .tries
@@ -1858,7 +1875,7 @@ mod tests {
             assert_eq!(l.parts[0].nodes, 11);
             assert_eq!(l.top_nodes, 8);
         }
-        assert_eq!(verify_part(&dir, &name, 0).unwrap().leaves, 3);
+        assert_eq!(verify_part(&dir, &name, 0, Verify::Full).unwrap().leaves, 3);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1933,7 +1950,7 @@ mod tests {
                 vec![(trie.root_hash(), trie.reg_count, trie.reg_size)]
             );
             assert_eq!(read_all(&da), read_all(&db), "n = {n}");
-            let l = load(&db, &name, 2, true).unwrap();
+            let l = load(&db, &name, 2, Verify::Full).unwrap();
             assert_eq!(l.tries[0].root_hash(), root);
             std::fs::remove_dir_all(&da).unwrap();
             std::fs::remove_dir_all(&db).unwrap();
@@ -1974,13 +1991,13 @@ mod tests {
                 let mut bad = good.clone();
                 bad[at] ^= 0x40;
                 std::fs::write(dir.join(&fname), &bad).unwrap();
-                let e = load(&dir, &name, 1, true).unwrap_err();
+                let e = load(&dir, &name, 1, Verify::Full).unwrap_err();
                 assert!(e.file.ends_with(&fname), "{fname}@{at}: {e}");
                 assert!(!e.message.is_empty());
             }
             std::fs::write(dir.join(&fname), &good).unwrap();
         }
-        load(&dir, &name, 1, true).unwrap();
+        load(&dir, &name, 1, Verify::Full).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1991,7 +2008,7 @@ mod tests {
         let good = file(&dir, &p0);
         for cut in [0, 3, 10, 100, good.len() - 1] {
             std::fs::write(dir.join(&p0), &good[..cut]).unwrap();
-            let e = load(&dir, &name, 1, true).unwrap_err();
+            let e = load(&dir, &name, 1, Verify::Full).unwrap_err();
             assert!(e.file.ends_with(&p0), "{e}");
             assert!(
                 ["truncated", "checksum", "bad_magic", "unsupported_version"].contains(&e.kind),
@@ -1999,7 +2016,7 @@ mod tests {
             );
         }
         std::fs::remove_file(dir.join(&p0)).unwrap();
-        let e = load(&dir, &name, 1, true).unwrap_err();
+        let e = load(&dir, &name, 1, Verify::Full).unwrap_err();
         assert_eq!((e.kind, e.offset), ("missing_file", 0));
         assert!(e.file.ends_with(&p0));
         std::fs::write(dir.join(&p0), &good).unwrap();
@@ -2007,7 +2024,7 @@ mod tests {
         let mut longer = good.clone();
         longer.extend_from_slice(&[0, 0]);
         std::fs::write(dir.join(&p0), &longer).unwrap();
-        assert!(load(&dir, &name, 1, true).is_err());
+        assert!(load(&dir, &name, 1, Verify::Full).is_err());
         std::fs::write(dir.join(&p0), &good).unwrap();
         // Versions flow-go still reads are refused by name; unknown ones too.
         let main = file(&dir, &name);
@@ -2015,12 +2032,12 @@ mod tests {
             let mut bad = main.clone();
             bad[2..4].copy_from_slice(&v.to_be_bytes());
             std::fs::write(dir.join(&name), &bad).unwrap();
-            let e = load(&dir, &name, 1, true).unwrap_err();
+            let e = load(&dir, &name, 1, Verify::Full).unwrap_err();
             assert_eq!((e.kind, e.offset), ("unsupported_version", 2));
             assert!(e.message.contains(&format!("version {v}")), "{e}");
         }
         std::fs::write(dir.join(&name), &main).unwrap();
-        load(&dir, &name, 1, true).unwrap();
+        load(&dir, &name, 1, Verify::Full).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -2044,14 +2061,15 @@ mod tests {
         let mc = crc(&main[..74]);
         main[74..].copy_from_slice(&mc.to_be_bytes());
         std::fs::write(dir.join(&name), &main).unwrap();
-        let e = load(&dir, &name, 1, true).unwrap_err();
+        let e = load(&dir, &name, 1, Verify::Full).unwrap_err();
         assert_eq!((e.kind, e.offset), ("hash_mismatch", 4 + 3));
         assert_eq!(
-            verify_part(&dir, &name, 0).unwrap_err().kind,
+            verify_part(&dir, &name, 0, Verify::Full).unwrap_err().kind,
             "hash_mismatch"
         );
         // Without re-hashing the parts the stored hashes are trusted, as flow-go does.
-        assert!(load(&dir, &name, 1, false).is_ok());
+        assert!(load(&dir, &name, 1, Verify::None).is_ok());
+        assert!(load(&dir, &name, 1, Verify::Interior).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

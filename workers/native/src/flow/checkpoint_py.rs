@@ -9,7 +9,8 @@
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
 use super::checkpoint::{
-    load, verify_part, write_tries, CheckpointError, PartInfo, RegisterCheckpointBuilder, WriteInfo,
+    load, verify_part, write_tries, CheckpointError, PartInfo, RegisterCheckpointBuilder, Verify,
+    WriteInfo,
 };
 use super::hash::Path;
 use super::py::FlowForest;
@@ -76,17 +77,25 @@ fn write_dict<'py>(py: Python<'py>, w: &WriteInfo) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
-/// Decodes one subtrie part and verifies it completely: magic, version, both CRCs, node order,
-/// and every node hash recomputed from the leaf values up. Raises `FlowCheckpointError`.
+/// Decodes one subtrie part and verifies it: magic, version, both CRCs, node order, every
+/// interior hash recomputed from its children and, with `verify_leaves` (default), every leaf
+/// hash from its value. Raises `FlowCheckpointError`.
 #[pyfunction]
+#[pyo3(signature = (dir, name, index, verify_leaves=true))]
 fn flow_checkpoint_verify_part<'py>(
     py: Python<'py>,
     dir: PathBuf,
     name: String,
     index: usize,
+    verify_leaves: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let mode = if verify_leaves {
+        Verify::Full
+    } else {
+        Verify::Interior
+    };
     let info = py
-        .detach(|| verify_part(&dir, &name, index))
+        .detach(|| verify_part(&dir, &name, index, mode))
         .map_err(|e| cp_err(py, &e))?;
     part_dict(py, &info)
 }
@@ -104,8 +113,13 @@ fn flow_checkpoint_load<'py>(
     verify_hashes: bool,
 ) -> PyResult<(FlowForest, Bound<'py, PyDict>)> {
     let n = threads_or_cores(threads);
+    let mode = if verify_hashes {
+        Verify::Full
+    } else {
+        Verify::None
+    };
     let loaded = py
-        .detach(|| load(&dir, &name, n, verify_hashes))
+        .detach(|| load(&dir, &name, n, mode))
         .map_err(|e| cp_err(py, &e))?;
     let info = PyDict::new(py);
     let tries = loaded
