@@ -38,6 +38,7 @@ test-py:
 bench: setup
 	$(BIN)/python benchmarks/btc_headers.py
 	$(BIN)/python benchmarks/flow_replay.py
+	$(BIN)/python benchmarks/flow_checkpoint.py
 
 lint: setup
 	$(BIN)/ruff check pipeline workers schemas tests benchmarks

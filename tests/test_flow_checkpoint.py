@@ -14,15 +14,18 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rechain.pipeline.flow_checkpoint import list_checkpoints
+from rechain.pipeline.store import DataDir
+from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
-from tests.conftest import cli, cli_json
+from tests.conftest import REPO, cli, cli_json
 from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 
 UPDATES = 400
@@ -78,6 +81,16 @@ def test_flow_go_checkpoints_read_to_flow_go_roots(
         assert rows == [{"n": facts["registers"], "p": facts["registers"]}]
         st = cli_json("flow", "status", "--data", data, "--json")
         assert (st["root"], st["registers"]) == (facts["final_root"], facts["registers"])
+    # RocksDB holds the same registers as the table: path -> 01 | u32 key length | key | value.
+    with DataDir(tmp_path / "d-last", readonly=True) as d:
+        stored = dict(d.items(layout.CF_FLOW_REGISTERS))
+    table = query(tmp_path / "d-last", "SELECT hex(path) AS p, hex(encoded_key) AS k, "
+                  "hex(value) AS v FROM registers")  # fmt: skip
+    assert len(stored) == len(table) == facts["registers"]
+    for row in table:
+        key, value = bytes.fromhex(row["k"]), bytes.fromhex(row["v"])
+        want = b"\x01" + len(key).to_bytes(4, "big") + key + value
+        assert stored[bytes.fromhex(row["p"])] == want
     # Trusting the stored leaf hashes (interior hashes still recomputed) reads the same.
     trusted = cli_json("flow", "checkpoint", "read", "--dir", tmp_path / "last", "--data",
                        tmp_path / "d-trust", "--trust-leaf-hashes", "--json")  # fmt: skip
@@ -227,21 +240,15 @@ def test_readme_analytics_queries(
     run(flowgo, "checkpoint", "--wal", wal_dir, "--out", cp)
     data = tmp_path / "d"
     read_cp(cp, data)
-    per_owner = query(
-        data,
-        "SELECT hex(owner) AS owner, count(*) AS registers FROM registers "
-        "GROUP BY owner ORDER BY registers DESC, owner LIMIT 10",
-    )
+    # The three queries of the README, verbatim.
+    readme = (REPO / "README.md").read_text()
+    sqls = re.findall(r'^\$R query --data DATA "(.*)"$', readme, re.M)
+    per_owner_sql, largest_sql, dist_sql = sqls[-3:]
+    assert "registers per owner" in readme and "GROUP BY owner" in per_owner_sql
+    per_owner = query(data, per_owner_sql)
     assert per_owner and all(r["registers"] >= 1 for r in per_owner)
-    largest = query(
-        data,
-        "SELECT hex(owner) AS owner, sum(value_size + octet_length(encoded_key)) AS bytes "
-        "FROM registers GROUP BY owner ORDER BY bytes DESC LIMIT 10",
-    )
+    largest = query(data, largest_sql)
     assert largest[0]["bytes"] >= largest[-1]["bytes"] > 0
-    dist = query(
-        data,
-        "SELECT CASE WHEN value_size <= 64 THEN '<=64' WHEN value_size <= 256 THEN '65-256' "
-        "ELSE '>256' END AS bucket, count(*) AS n FROM registers GROUP BY bucket ORDER BY bucket",
-    )
-    assert sum(r["n"] for r in dist) == facts["registers"]
+    dist = query(data, dist_sql)
+    assert sum(r["registers"] for r in dist) == facts["registers"]
+    assert all(r["up_to_bytes"] & (r["up_to_bytes"] - 1) == 0 for r in dist)
