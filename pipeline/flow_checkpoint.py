@@ -117,6 +117,12 @@ def read(
     forest, info = load_forest(
         cpdir, name, workers or os.cpu_count() or 1, ray_address, verify_leaves
     )
+    last = info["tries"][-1]
+    if int(info["last_trie_registers"]) != int(last["reg_count"]):
+        raise RechainError(
+            f"{cpdir / name}: the last trie record says {last['reg_count']} registers but the "
+            f"trie holds {info['last_trie_registers']}"
+        )
     with DataDir(data_path) as data:
         summary = flow_replay._publish(data, forest, [], [], [], last_segment=number)
         tries = [dict(t) for t in info["tries"]]
@@ -142,11 +148,6 @@ def read(
             "verified_leaf_hashes": verify_leaves,
         }
         data.write_report("flow_checkpoint_read", report)
-    if record["registers_published"] != record["reg_count"]:
-        raise RechainError(
-            f"{cpdir / name}: the last trie records {record['reg_count']} registers but holds "
-            f"{record['registers_published']}"
-        )
     return report
 
 

@@ -691,6 +691,22 @@ pub fn verify_part(dir: &FsPath, name: &str, index: usize, verify: Verify) -> Cp
     read_subtrie_part(dir, name, index, header.part_crcs[index], verify).map(|(_, info)| info)
 }
 
+/// Allocated registers (leaves with a value) of a trie, counted by walking it.
+pub fn count_registers(trie: &Trie) -> u64 {
+    let mut n = 0u64;
+    let mut stack: Vec<&Node> = trie.root.as_deref().into_iter().collect();
+    while let Some(node) = stack.pop() {
+        match node {
+            Node::Leaf { payload, .. } => n += u64::from(!payload.value.is_empty()),
+            Node::Interior { left, right, .. } => {
+                stack.extend(left.as_deref());
+                stack.extend(right.as_deref());
+            }
+        }
+    }
+    n
+}
+
 /// The tries of a checkpoint, in file order.
 #[derive(Debug)]
 pub struct Loaded {
@@ -1872,6 +1888,8 @@ mod tests {
                 ]
             );
             assert!(l.tries.iter().all(|t| t.verify_hashes()));
+            let counted: Vec<u64> = l.tries.iter().map(count_registers).collect();
+            assert_eq!(counted, vec![0, 2, 2]);
             assert_eq!(l.parts[0].nodes, 11);
             assert_eq!(l.top_nodes, 8);
         }

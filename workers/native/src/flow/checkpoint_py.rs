@@ -9,8 +9,8 @@
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
 use super::checkpoint::{
-    load, verify_part, write_tries, CheckpointError, PartInfo, RegisterCheckpointBuilder, Verify,
-    WriteInfo,
+    count_registers, load, verify_part, write_tries, CheckpointError, PartInfo,
+    RegisterCheckpointBuilder, Verify, WriteInfo,
 };
 use super::hash::Path;
 use super::py::FlowForest;
@@ -141,6 +141,11 @@ fn flow_checkpoint_load<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     info.set_item("parts", parts)?;
     info.set_item("top_nodes", loaded.top_nodes)?;
+    // Walked, not read from the trie record: the register count the last trie really holds.
+    info.set_item(
+        "last_trie_registers",
+        loaded.tries.last().map_or(0, count_registers),
+    )?;
     if loaded.tries.is_empty() {
         return Err(cp_err(
             py,
