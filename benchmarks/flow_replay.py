@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,10 @@ BIN = Path(sys.executable).parent / "rechain"
 
 
 def flowgo_binary() -> Path:
-    cache = Path.home() / ".cache" / "rechain" / "flowgo"
+    # Same cache variable as the tests: worktrees with different harness sources need their own.
+    cache = Path(
+        os.environ.get("RECHAIN_FLOWGO_CACHE", Path.home() / ".cache" / "rechain" / "flowgo")
+    )
     out = subprocess.run(
         ["bash", str(REPO / "tests" / "flow_go" / "build.sh"), str(cache)],
         check=True,

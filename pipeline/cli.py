@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     fr.add_argument("--metrics-port", type=int, default=None)
     fr.add_argument("--no-progress", action="store_true")
     fr.add_argument("--json", action="store_true")
+    fr.add_argument(
+        "--checkpoint", type=Path, default=None, help="resume from its latest checkpoint"
+    )
+    fr.add_argument("--checkpoint-every", type=int, default=0, metavar="N")
+    fr.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the WAL folder")
+    from rechain.pipeline import flow_checkpoint
+
+    flow_checkpoint.add_cli(flow)
     fst = flow.add_parser("status", help="summary of a data folder's Flow state")
     fst.add_argument("--data", type=Path, required=True)
     fst.add_argument("--json", action="store_true")
@@ -190,6 +198,13 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "flow":
         from rechain.pipeline import flow_replay
 
+        if args.action == "checkpoint":
+            from rechain.pipeline import flow_checkpoint
+
+            cp_result = flow_checkpoint.dispatch(args)
+            if args.json:
+                _print_json(cp_result)
+            return 0
         if args.action == "replay":
             from rechain.pipeline import metrics
 
@@ -202,6 +217,9 @@ def dispatch(args: argparse.Namespace) -> int:
                     ray_address=args.ray_address,
                     memory_budget=args.memory_budget,
                     progress=not args.no_progress,
+                    checkpoint=args.checkpoint,
+                    checkpoint_every=args.checkpoint_every,
+                    checkpoint_dir=args.checkpoint_dir,
                 )
             )
             if args.json:

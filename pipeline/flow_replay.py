@@ -41,6 +41,12 @@ class ReplayOptions:
     ray_address: str | None = None
     memory_budget: int = 1 << 30
     progress: bool = True
+    #: Resume from the latest checkpoint in this folder (replay only the segments after it).
+    checkpoint: Path | None = None
+    #: Write a checkpoint after every N segments (0: never), as flow-go's checkpointer does.
+    checkpoint_every: int = 0
+    #: Where those checkpoints go (default: the WAL folder, like flow-go).
+    checkpoint_dir: Path | None = None
 
 
 def _segments(wal: Path) -> list[tuple[int, str]]:
@@ -56,8 +62,16 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
     t_start = time.perf_counter()
     segments = _segments(opts.wal)
     workers = opts.workers or os.cpu_count() or 1
-    with DataDir(opts.data) as data:
+    resumed = None
+    if opts.checkpoint is not None:
+        forest, resumed, segments = _resume(opts, segments, workers)
+    else:
         forest = _native.FlowForest()
+    cp_dir = opts.checkpoint_dir or opts.wal
+    written: list[str] = []
+    # Checkpoint N covers segments 0..N; the next one is due `checkpoint_every` segments later.
+    last_checkpoint = resumed["number"] if resumed is not None else -1
+    with DataDir(opts.data) as data:
         skipped: list[dict[str, Any]] = []
         updates: list[pa.Table] = []
         seq = 0
@@ -117,8 +131,23 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
                 stopped = not is_last
             if stopped:
                 break
+            seg_no = result.unit.segment
+            if opts.checkpoint_every and seg_no - last_checkpoint >= opts.checkpoint_every:
+                written.append(_write_checkpoint(forest, cp_dir, seg_no))
+                last_checkpoint = seg_no
         progress.close()
-        summary = _publish(data, forest, updates, segments, skipped)
+        summary = _publish(
+            data,
+            forest,
+            updates,
+            segments,
+            skipped,
+            last_segment=resumed["number"] if resumed is not None else None,
+        )
+        if resumed is not None:
+            summary["resumed_from"] = resumed
+        if written:
+            summary["checkpoints_written"] = written
         report = {
             "ray_start_s": ray_start,
             "total_s": time.perf_counter() - t_start,
@@ -129,6 +158,46 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
         data.write({layout.CF_META: [(b"flow/run", report)]})
         data.write_report("flow_replay", {**summary, **report})
         return {**summary, "run": report}
+
+
+def _resume(
+    opts: ReplayOptions, segments: list[tuple[int, str]], workers: int
+) -> tuple[Any, dict[str, Any], list[tuple[int, str]]]:
+    """Loads the latest checkpoint of `opts.checkpoint` and keeps the segments after it. As in
+    flow-go, checkpoint N covers segments 0..N, so the next segment must be N+1."""
+    from rechain.pipeline import flow_checkpoint
+
+    assert opts.checkpoint is not None
+    found = flow_checkpoint.list_checkpoints(opts.checkpoint)
+    if not found:
+        raise RechainError(f"{opts.checkpoint}: no checkpoint.NNNNNNNN file to resume from")
+    number, name = found[-1]
+    forest, info = flow_checkpoint.load_forest(opts.checkpoint, name, workers, opts.ray_address)
+    rest = [s for s in segments if s[0] > number]
+    if rest and rest[0][0] != number + 1:
+        raise RechainError(
+            f"{opts.wal}: gap between checkpoint {name} and the first later segment "
+            f"{rest[0][0]:08d}"
+        )
+    resumed = {
+        "checkpoint": str(opts.checkpoint / name),
+        "number": number,
+        "root": info["tries"][-1]["root"],
+        "tries": len(info["tries"]),
+        "load_s": info["load_s"],
+    }
+    return forest, resumed, rest
+
+
+def _write_checkpoint(forest: Any, directory: Path, segment: int) -> str:
+    from rechain.pipeline.flow_checkpoint import checkpoint_name
+
+    name = checkpoint_name(segment)
+    try:
+        _native.flow_checkpoint_write(forest, str(directory), name)
+    except _native.FlowCheckpointError as e:
+        raise RechainError(str(e)) from e
+    return str(directory / name)
 
 
 def _decode_in_order(
@@ -202,6 +271,7 @@ def _publish(
     updates: list[pa.Table],
     segments: list[tuple[int, str]],
     skipped: list[dict[str, Any]],
+    last_segment: int | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     gen_key = b"flow/generation"
@@ -228,10 +298,12 @@ def _publish(
     # RocksDB: current payloads (path order = key order) and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
+    register_rows = 0
     for b in forest.payloads():
         keys = b.column("path").cast(pa.binary())
-        values = _register_values(b)
+        values = _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
         data.ingest_sorted(layout.CF_FLOW_REGISTERS, keys, values)
+        register_rows += b.num_rows
     roots = table.filter(pc.is_valid(table.column("root")))
     if roots.num_rows:
         keys = pa.array([struct.pack(">Q", s) for s in roots.column("seq").to_pylist()])
@@ -241,7 +313,9 @@ def _publish(
         "root": forest.root_hex,
         "updates_applied": int(forest.updates_applied),
         "registers": int(forest.register_count()),
+        "register_rows": register_rows,
         "segments": len(segments),
+        "last_segment": segments[-1][0] if segments else last_segment,
         "skipped": skipped,
         "publish_s": time.perf_counter() - t0,
     }
@@ -249,15 +323,6 @@ def _publish(
     for t in (fs.TRIE_UPDATES, fs.REGISTERS):
         data.remove_other_generations(t, generation)
     return summary
-
-
-def _register_values(b: pa.RecordBatch) -> pa.Array:
-    out = []
-    for k, v in zip(
-        b.column("encoded_key").to_pylist(), b.column("value").to_pylist(), strict=True
-    ):
-        out.append(bytes([fs.REGISTER_VALUE_VERSION]) + struct.pack(">I", len(k)) + k + v)
-    return pa.array(out, pa.binary())
 
 
 def status(data_path: Path) -> dict[str, Any]:

@@ -12,5 +12,7 @@ REGISTERS = "registers"
 
 
 META_FLOW_SUMMARY = b"flow/summary"
+#: The last checkpoint read into the data folder: path, number, tries, root, reg_count.
+META_FLOW_CHECKPOINT = b"flow/checkpoint"
 REGISTER_VALUE_VERSION = 1
 DICTIONARY_COLUMNS = ["op", "segment"]

@@ -4,6 +4,9 @@
 //
 //	flowgo gen --out DIR --updates N --registers-per-update K --seed S [--segment-size B]
 //	flowgo replay --wal DIR [--forest-capacity C] [--roots=false]
+//	flowgo checkpoint --wal DIR --out DIR [--name checkpoint.00000000] [--tries last|all]
+//	flowgo read-checkpoint --dir DIR --file NAME [--verify]
+//	flowgo rewrite-checkpoint --dir DIR --file NAME --out DIR [--name NAME]
 //
 // Both print one JSON object on stdout; root hashes are lower-case hex.
 package main
@@ -38,8 +41,14 @@ func main() {
 		err = runGen(os.Args[2:])
 	case "replay":
 		err = runReplay(os.Args[2:])
+	case "checkpoint":
+		err = runCheckpoint(os.Args[2:])
+	case "read-checkpoint":
+		err = runReadCheckpoint(os.Args[2:])
+	case "rewrite-checkpoint":
+		err = runRewriteCheckpoint(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (expected gen or replay)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (expected gen, replay, checkpoint, read-checkpoint or rewrite-checkpoint)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "flowgo:", err)

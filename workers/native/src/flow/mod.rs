@@ -12,12 +12,15 @@
 //! | `writer`   | segment writer producing onflow/wal's exact framing                  | §2.1 |
 //! | `gen`      | deterministic WAL generator (same workload as `tests/flow_go`)       | —    |
 //! | `batches`  | Arrow record batches for the `trie_updates` and `registers` tables   | —    |
+//! | `checkpoint` | v6 checkpoint files: verified reads, flow-go-identical writes      | §5   |
 //! | `py`       | PyO3 wrappers                                                        | —    |
 //!
 //! Every decoding error carries its segment number, the byte offset inside that segment and a
 //! kind ([`FlowError`]); nothing here panics on hostile input.
 
 pub mod batches;
+pub mod checkpoint;
+pub mod checkpoint_py;
 pub mod gen;
 pub mod hash;
 pub mod mtrie;

@@ -289,6 +289,29 @@ impl FlowForest {
 }
 
 impl FlowForest {
+    /// A forest holding `tries` (file order: the last one is the current state).
+    pub(crate) fn from_tries(tries: Vec<super::mtrie::Trie>, threads: Option<usize>) -> Self {
+        let mut f = FlowForest::new(DEFAULT_CAPACITY.max(tries.len() + 1), threads);
+        if let Some(last) = tries.last() {
+            f.current = last.root_hash();
+        }
+        for t in tries {
+            f.forest.add(t);
+        }
+        f
+    }
+
+    /// The tries with these roots (default: the current one), for a checkpoint.
+    pub(crate) fn tries_for(
+        &self,
+        roots: Option<Vec<String>>,
+    ) -> PyResult<Vec<super::mtrie::Trie>> {
+        match roots {
+            None => Ok(vec![self.trie(None)?.clone()]),
+            Some(rs) => rs.iter().map(|r| self.trie(Some(r)).cloned()).collect(),
+        }
+    }
+
     fn trie(&self, root: Option<&str>) -> PyResult<&super::mtrie::Trie> {
         let h = match root {
             Some(s) => parse_root(s)?,
@@ -335,5 +358,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FlowForest>()?;
     m.add_class::<FlowPayloads>()?;
     m.add("FlowWalError", m.py().get_type::<FlowWalError>())?;
-    Ok(())
+    super::checkpoint_py::register(m)
 }

@@ -1,0 +1,195 @@
+"""Flow v6 checkpoints, rechain side by side with flow-go v0.33.1 on the same checkpoint.
+
+A WAL is generated (rechain's generator; its bytes equal flow-go's, see test_flow_interop), then
+flow-go replays it and writes checkpoint C with its own writer. On C:
+
+* read: `rechain flow checkpoint read` (parts verified on Ray workers with every node hash
+  recomputed, tries assembled, registers published to RocksDB + Parquet) vs flow-go's
+  `LoadCheckpoint` (which trusts the stored hashes and publishes nothing);
+* read again with `--trust-leaf-hashes` (interior hashes and roots still recomputed);
+* write: `rechain flow checkpoint write` (streams the data folder's registers, computes every
+  hash) vs flow-go's `StoreCheckpointV6Concurrently` of the tries it loaded (its load is
+  timed separately and not counted), and rechain's forest writer on tries it loaded (same);
+
+reporting seconds and peak RSS of each, and checking both sides agree on the root and register
+count (and that flow-go loads rechain's checkpoint).
+
+    .venv/bin/python benchmarks/flow_checkpoint.py [--updates 8000] [--registers-per-update 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, run_measured, write_result  # noqa: E402
+from flow_replay import BIN, flowgo_binary  # noqa: E402
+
+NAME = "checkpoint.00000000"
+FOREST_WRITE = """
+import json, sys, time
+from rechain.workers import _native
+t0 = time.perf_counter()
+forest, _ = _native.flow_checkpoint_load(sys.argv[1], sys.argv[2], verify_hashes=False)
+t1 = time.perf_counter()
+_native.flow_checkpoint_write(forest, sys.argv[3], sys.argv[2])
+print(json.dumps({"load_s": t1 - t0, "store_s": time.perf_counter() - t1}))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--updates", type=int, default=8_000)
+    ap.add_argument("--registers-per-update", type=int, default=40)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    flowgo = flowgo_binary()
+    work = Path(tempfile.mkdtemp(prefix="rechain-cp-bench-"))
+    try:
+        wal = work / "wal"
+        subprocess.run(
+            [
+                str(BIN), "gen", "flow", str(wal), "--updates", str(args.updates),
+                "--registers-per-update", str(args.registers_per_update), "--seed", "7",
+            ],
+            check=True, capture_output=True, timeout=3600,
+        )  # fmt: skip
+        cp = work / "cp"
+        made = json.loads(
+            subprocess.run(
+                [str(flowgo), "checkpoint", "--wal", str(wal), "--out", str(cp)],
+                check=True, capture_output=True, text=True, timeout=3600,
+            ).stdout
+        )  # fmt: skip
+        cp_bytes = sum(p.stat().st_size for p in cp.iterdir())
+
+        # Read.
+        ours_r, ours_r_rss, ours_r_wall = run_measured(
+            [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
+             "--data", str(work / "data"), "--workers", str(args.workers), "--json"]
+        )  # fmt: skip
+        mine = json.loads(ours_r.stdout)
+        ours_t, ours_t_rss, _ = run_measured(
+            [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
+             "--data", str(work / "data_trust"), "--workers", str(args.workers),
+             "--trust-leaf-hashes", "--json"]
+        )  # fmt: skip
+        trusting = json.loads(ours_t.stdout)
+        go_r, go_r_rss, go_r_wall = run_measured(
+            [str(flowgo), "read-checkpoint", "--dir", str(cp), "--file", NAME]
+        )
+        go_read = json.loads(go_r.stdout)
+        ours_read_s = mine["total_excluding_ray_start_s"]
+        go_read_s = float(go_read["elapsed_seconds"])
+
+        # Write.
+        ours_w, ours_w_rss, ours_w_wall = run_measured(
+            [str(BIN), "flow", "checkpoint", "write", "--data", str(work / "data"),
+             "--out", str(work / "out_rechain"), "--number", "0", "--json"]
+        )  # fmt: skip
+        wrote = json.loads(ours_w.stdout)
+        go_w, go_w_rss, go_w_wall = run_measured(
+            [str(flowgo), "rewrite-checkpoint", "--dir", str(cp), "--file", NAME,
+             "--out", str(work / "out_flowgo")]
+        )  # fmt: skip
+        go_write = json.loads(go_w.stdout)
+        go_write_s = float(go_write["store_seconds"])
+        # Like for like with flow-go's store: tries already in memory, written by rechain's
+        # forest writer (the load before it is not counted, as for flow-go).
+        ours_f, ours_f_rss, _ = run_measured(
+            [sys.executable, "-c", FOREST_WRITE, str(cp), NAME, str(work / "out_forest")]
+        )
+        forest_write = json.loads(ours_f.stdout)
+        ours_write_s = float(wrote["total_s"])
+
+        # flow-go loads what rechain wrote.
+        check = json.loads(
+            subprocess.run(
+                [str(flowgo), "read-checkpoint", "--dir", str(work / "out_rechain"),
+                 "--file", NAME],
+                check=True, capture_output=True, text=True, timeout=3600,
+            ).stdout
+        )  # fmt: skip
+        root = made["tries"][-1]["root"]
+        regs = made["tries"][-1]["reg_count"]
+        out = {
+            "benchmark": "flow_checkpoint",
+            "machine": machine(),
+            "input": {
+                "updates": args.updates,
+                "registers_per_update": args.registers_per_update,
+                "tries": len(made["tries"]),
+                "registers": regs,
+                "checkpoint_bytes": cp_bytes,
+                "node_count": sum(p["nodes"] for p in mine["parts"]) + mine["top_nodes"],
+            },
+            "same_root_and_registers": {
+                "rechain_read": mine["root"] == root and mine["reg_count"] == regs,
+                "rechain_write": wrote["root"] == root and wrote["reg_count"] == regs,
+                "flowgo_loads_rechain_checkpoint": check["tries"][-1]["root"] == root
+                and check["tries"][-1]["reg_count"] == regs,
+            },
+            "read": {
+                "rechain_seconds_excluding_ray_start": round(ours_read_s, 3),
+                "rechain_trusting_leaf_hashes_s": round(trusting["total_excluding_ray_start_s"], 3),
+                "rechain_trusting_leaf_hashes_verify_parts_s": round(trusting["verify_s"], 3),
+                "rechain_verify_parts_s": round(mine["verify_s"], 3),
+                "rechain_assemble_s": round(mine["assemble_s"], 3),
+                "rechain_publish_s": round(mine["publish_s"], 3),
+                "rechain_ray_start_s": round(mine["ray_start_s"], 3),
+                "rechain_wall_s": round(ours_r_wall, 3),
+                "flowgo_seconds": round(go_read_s, 3),
+                "flowgo_wall_s": round(go_r_wall, 3),
+                "speedup_vs_flowgo": round(go_read_s / ours_read_s, 3),
+                "speedup_vs_flowgo_trusting_leaf_hashes": round(
+                    go_read_s / trusting["total_excluding_ray_start_s"], 3
+                ),
+                "peak_rss_mib": {
+                    "rechain_process": round(ours_r_rss.peak_root / 2**20),
+                    "rechain_process_trusting_leaf_hashes": round(ours_t_rss.peak_root / 2**20),
+                    "rechain_ray_tree": round(ours_r_rss.peak_tree / 2**20),
+                    "flowgo": round(go_r_rss.peak_root / 2**20),
+                },
+            },
+            "write": {
+                "rechain_seconds": round(ours_write_s, 3),
+                "rechain_wall_s": round(ours_w_wall, 3),
+                "flowgo_store_seconds": round(go_write_s, 3),
+                "flowgo_load_seconds_not_counted": round(float(go_write["load_seconds"]), 3),
+                "flowgo_wall_s": round(go_w_wall, 3),
+                "speedup_vs_flowgo": round(go_write_s / ours_write_s, 3),
+                "rechain_forest_store_s": round(forest_write["store_s"], 3),
+                "rechain_forest_load_s_not_counted": round(forest_write["load_s"], 3),
+                "forest_store_speedup_vs_flowgo": round(go_write_s / forest_write["store_s"], 3),
+                "peak_rss_mib": {
+                    "rechain_process": round(ours_w_rss.peak_root / 2**20),
+                    "rechain_forest_load_and_store": round(ours_f_rss.peak_root / 2**20),
+                    "flowgo_load_and_store": round(go_w_rss.peak_root / 2**20),
+                },
+            },
+            "targets": {
+                "read speedup >= 2": go_read_s / ours_read_s >= 2,
+                "write no slower": ours_write_s <= go_write_s,
+                "forest store no slower": forest_write["store_s"] <= go_write_s,
+                "read rss (rechain process) <= flowgo": ours_r_rss.peak_root <= go_r_rss.peak_root,
+                "write rss <= flowgo": ours_w_rss.peak_root <= go_w_rss.peak_root,
+            },
+        }
+        path = write_result("flow_checkpoint", out)
+        print(json.dumps(out, indent=1))
+        print(f"wrote {path}")
+        if not all(out["same_root_and_registers"].values()):
+            raise SystemExit("roots or register counts differ")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+//! Python bindings for Flow checkpoints (added to `rechain.workers._native` through
+//! `flow::py::register`). File work runs with the GIL released.
+//!
+//! * `flow_checkpoint_verify_part(dir, name, index) -> dict` (one subtrie part, fully verified)
+//! * `flow_checkpoint_load(dir, name, threads=None, verify_hashes=True) -> (FlowForest, dict)`
+//! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
+//! * `FlowCheckpointBuilder(dir, name, threads=None)`: `push(registers batch)`, `finish()`
+//! * `flow_register_values(batch) -> array`: RocksDB values of a `registers` batch
+//! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
+
+use super::checkpoint::{
+    count_registers, load, verify_part, write_tries, CheckpointError, PartInfo,
+    RegisterCheckpointBuilder, Verify, WriteInfo,
+};
+use super::hash::Path;
+use super::py::FlowForest;
+use super::record::Payload;
+use arrow_array::cast::AsArray;
+use arrow_array::{ArrayRef, BinaryArray, RecordBatch};
+use arrow_schema::DataType;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_arrow::{PyArray, PyRecordBatch};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+create_exception!(
+    _native,
+    FlowCheckpointError,
+    PyException,
+    "A checkpoint problem; attributes: file, offset, kind (snake_case name), retryable."
+);
+
+fn cp_err(py: Python<'_>, e: &CheckpointError) -> PyErr {
+    let err = FlowCheckpointError::new_err(e.to_string());
+    let v = err.value(py);
+    // Attribute assignment on a fresh exception cannot fail in practice; the message has it all.
+    let _ = v.setattr("file", &e.file);
+    let _ = v.setattr("offset", e.offset);
+    let _ = v.setattr("kind", e.kind);
+    let _ = v.setattr("retryable", e.is_retryable());
+    err
+}
+
+fn threads_or_cores(threads: Option<usize>) -> usize {
+    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn part_dict<'py>(py: Python<'py>, p: &PartInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("index", p.index)?;
+    d.set_item("nodes", p.nodes)?;
+    d.set_item("leaves", p.leaves)?;
+    d.set_item("bytes", p.bytes)?;
+    Ok(d)
+}
+
+fn write_dict<'py>(py: Python<'py>, w: &WriteInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let tries = w
+        .tries
+        .iter()
+        .map(|(h, c, s)| {
+            let t = PyDict::new(py);
+            t.set_item("root", h.to_hex())?;
+            t.set_item("reg_count", c)?;
+            t.set_item("reg_size", s)?;
+            Ok(t)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    d.set_item("tries", tries)?;
+    d.set_item("part_nodes", w.part_nodes.clone())?;
+    d.set_item("top_nodes", w.top_nodes)?;
+    d.set_item("bytes", w.bytes)?;
+    Ok(d)
+}
+
+/// Decodes one subtrie part and verifies it: magic, version, both CRCs, node order, every
+/// interior hash recomputed from its children and, with `verify_leaves` (default), every leaf
+/// hash from its value. Raises `FlowCheckpointError`.
+#[pyfunction]
+#[pyo3(signature = (dir, name, index, verify_leaves=true))]
+fn flow_checkpoint_verify_part<'py>(
+    py: Python<'py>,
+    dir: PathBuf,
+    name: String,
+    index: usize,
+    verify_leaves: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mode = if verify_leaves {
+        Verify::Full
+    } else {
+        Verify::Interior
+    };
+    let info = py
+        .detach(|| verify_part(&dir, &name, index, mode))
+        .map_err(|e| cp_err(py, &e))?;
+    part_dict(py, &info)
+}
+
+/// Loads checkpoint `name` from `dir` into a new `FlowForest` whose current root is the last
+/// trie's. `verify_hashes=False` skips re-hashing the subtrie parts (when workers already ran
+/// `flow_checkpoint_verify_part` on them); CRCs, order and every trie root are checked always.
+#[pyfunction]
+#[pyo3(signature = (dir, name, threads=None, verify_hashes=true))]
+fn flow_checkpoint_load<'py>(
+    py: Python<'py>,
+    dir: PathBuf,
+    name: String,
+    threads: Option<usize>,
+    verify_hashes: bool,
+) -> PyResult<(FlowForest, Bound<'py, PyDict>)> {
+    let n = threads_or_cores(threads);
+    let mode = if verify_hashes {
+        Verify::Full
+    } else {
+        Verify::None
+    };
+    let loaded = py
+        .detach(|| load(&dir, &name, n, mode))
+        .map_err(|e| cp_err(py, &e))?;
+    let info = PyDict::new(py);
+    let tries = loaded
+        .tries
+        .iter()
+        .map(|t| {
+            let d = PyDict::new(py);
+            d.set_item("root", t.root_hash().to_hex())?;
+            d.set_item("reg_count", t.reg_count)?;
+            d.set_item("reg_size", t.reg_size)?;
+            Ok(d)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    info.set_item("tries", tries)?;
+    let parts = loaded
+        .parts
+        .iter()
+        .map(|p| part_dict(py, p))
+        .collect::<PyResult<Vec<_>>>()?;
+    info.set_item("parts", parts)?;
+    info.set_item("top_nodes", loaded.top_nodes)?;
+    // Walked, not read from the trie record: the register count the last trie really holds.
+    info.set_item(
+        "last_trie_registers",
+        loaded.tries.last().map_or(0, count_registers),
+    )?;
+    if loaded.tries.is_empty() {
+        return Err(cp_err(
+            py,
+            &CheckpointError {
+                file: dir.join(&name).display().to_string(),
+                offset: 0,
+                kind: "no_tries",
+                message: "checkpoint holds no tries".into(),
+            },
+        ));
+    }
+    Ok((FlowForest::from_tries(loaded.tries, threads), info))
+}
+
+/// Writes the tries of `forest` with these roots (default: its current root) as a v6
+/// checkpoint, byte-identical to flow-go's `StoreCheckpointV6`.
+#[pyfunction]
+#[pyo3(signature = (forest, dir, name, roots=None, threads=None))]
+fn flow_checkpoint_write<'py>(
+    py: Python<'py>,
+    forest: PyRef<'py, FlowForest>,
+    dir: PathBuf,
+    name: String,
+    roots: Option<Vec<String>>,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let tries = forest.tries_for(roots)?;
+    let n = threads_or_cores(threads);
+    let info = py
+        .detach(|| write_tries(&tries, &dir, &name, n))
+        .map_err(|e| cp_err(py, &e))?;
+    write_dict(py, &info)
+}
+
+fn binary_values(col: &ArrayRef, name: &str) -> Result<Vec<Option<Vec<u8>>>, String> {
+    Ok(match col.data_type() {
+        DataType::Binary => col
+            .as_binary::<i32>()
+            .iter()
+            .map(|v| v.map(<[u8]>::to_vec))
+            .collect(),
+        DataType::LargeBinary => col
+            .as_binary::<i64>()
+            .iter()
+            .map(|v| v.map(<[u8]>::to_vec))
+            .collect(),
+        DataType::FixedSizeBinary(_) => col
+            .as_fixed_size_binary()
+            .iter()
+            .map(|v| v.map(<[u8]>::to_vec))
+            .collect(),
+        other => return Err(format!("column {name}: expected binary, got {other}")),
+    })
+}
+
+fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, String> {
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| format!("registers batch has no column {name}"))
+}
+
+/// `(path, payload)` rows of a registers batch (`path`, `encoded_key`, `value`).
+fn register_rows(batch: &RecordBatch) -> Result<Vec<(Path, Arc<Payload>)>, String> {
+    let paths = binary_values(column(batch, "path")?, "path")?;
+    let keys = binary_values(column(batch, "encoded_key")?, "encoded_key")?;
+    let values = binary_values(column(batch, "value")?, "value")?;
+    let mut out = Vec::with_capacity(paths.len());
+    for (i, ((p, k), v)) in paths.into_iter().zip(keys).zip(values).enumerate() {
+        let p = p.ok_or_else(|| format!("row {i}: null path"))?;
+        let path: [u8; 32] = p
+            .as_slice()
+            .try_into()
+            .map_err(|_| format!("row {i}: path of {} bytes, expected 32", p.len()))?;
+        out.push((
+            Path(path),
+            Arc::new(Payload::new(k.unwrap_or_default(), v.unwrap_or_default())),
+        ));
+    }
+    Ok(out)
+}
+
+/// Streams registers in path order into a one-trie v6 checkpoint (bounded memory).
+#[pyclass(name = "FlowCheckpointBuilder", module = "rechain.workers._native")]
+pub struct FlowCheckpointBuilder {
+    inner: Option<RegisterCheckpointBuilder>,
+}
+
+#[pymethods]
+impl FlowCheckpointBuilder {
+    #[new]
+    #[pyo3(signature = (dir, name, threads=None))]
+    fn new(py: Python<'_>, dir: PathBuf, name: String, threads: Option<usize>) -> PyResult<Self> {
+        let b = RegisterCheckpointBuilder::new(&dir, &name, threads_or_cores(threads))
+            .map_err(|e| cp_err(py, &e))?;
+        Ok(FlowCheckpointBuilder { inner: Some(b) })
+    }
+
+    /// Adds a batch with columns `path`, `encoded_key`, `value` (paths strictly increasing
+    /// across all batches).
+    fn push(&mut self, py: Python<'_>, batch: PyRecordBatch) -> PyResult<()> {
+        let b = self
+            .inner
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("builder already finished"))?;
+        let batch = batch.into_inner();
+        let r = py.detach(|| -> Result<Result<(), CheckpointError>, String> {
+            let rows = register_rows(&batch)?;
+            Ok(b.push(rows))
+        });
+        match r {
+            Err(msg) => Err(PyValueError::new_err(msg)),
+            Ok(Err(e)) => {
+                self.inner = None; // dropping the builder removes its temporary files
+                Err(cp_err(py, &e))
+            }
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
+    /// Completes the checkpoint and renames its files into place.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let b = self
+            .inner
+            .take()
+            .ok_or_else(|| PyValueError::new_err("builder already finished"))?;
+        let info = py.detach(|| b.finish()).map_err(|e| cp_err(py, &e))?;
+        write_dict(py, &info)
+    }
+
+    /// Abandons the checkpoint (its temporary files are removed).
+    fn abort(&mut self) {
+        self.inner = None;
+    }
+}
+
+/// RocksDB values of a `registers` batch: `version u8 | key length u32 BE | encoded key |
+/// value` (the `flow_registers` layout of `schemas/flow.py`), one per row.
+#[pyfunction]
+#[pyo3(signature = (batch, version=1))]
+fn flow_register_values(py: Python<'_>, batch: PyRecordBatch, version: u8) -> PyResult<Py<PyAny>> {
+    let batch = batch.into_inner();
+    let arr = py
+        .detach(|| -> Result<BinaryArray, String> {
+            let keys = binary_values(column(&batch, "encoded_key")?, "encoded_key")?;
+            let values = binary_values(column(&batch, "value")?, "value")?;
+            let cap: usize = keys
+                .iter()
+                .zip(&values)
+                .map(|(k, v)| 5 + k.as_ref().map_or(0, Vec::len) + v.as_ref().map_or(0, Vec::len))
+                .sum();
+            let mut b = arrow_array::builder::BinaryBuilder::with_capacity(keys.len(), cap);
+            let mut buf = Vec::new();
+            for (k, v) in keys.iter().zip(&values) {
+                let k = k.as_deref().unwrap_or_default();
+                buf.clear();
+                buf.push(version);
+                buf.extend_from_slice(&(k.len() as u32).to_be_bytes());
+                buf.extend_from_slice(k);
+                buf.extend_from_slice(v.as_deref().unwrap_or_default());
+                b.append_value(&buf);
+            }
+            Ok(b.finish())
+        })
+        .map_err(PyValueError::new_err)?;
+    let arr: ArrayRef = Arc::new(arr);
+    Ok(PyArray::from_array_ref(arr).to_pyarrow(py)?.unbind())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(flow_checkpoint_verify_part, m)?)?;
+    m.add_function(wrap_pyfunction!(flow_checkpoint_load, m)?)?;
+    m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;
+    m.add_function(wrap_pyfunction!(flow_register_values, m)?)?;
+    m.add_class::<FlowCheckpointBuilder>()?;
+    m.add(
+        "FlowCheckpointError",
+        m.py().get_type::<FlowCheckpointError>(),
+    )?;
+    Ok(())
+}
