@@ -20,7 +20,6 @@ import logging
 import os
 import shutil
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ from rechain.pipeline.store import DataDir, fsync_dir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
-from rechain.workers.btc_decode import BodyResult, BodyUnit, decode_unit
+from rechain.workers.btc_decode import BodyUnit, decode_unit
 
 log = logging.getLogger(__name__)
 STAGE = "btc_full"
@@ -96,27 +95,16 @@ def decode_units(
 ) -> dict[str, float]:
     """Runs the units on Ray, committing each result (in submission order) as it arrives."""
     import ray
+    from rechain.pipeline.ray_runtime import ordered_results
 
     remote = ray.remote(num_cpus=1, max_retries=3)(decode_unit)
     window = max(1, min(2 * workers, budget // 2 // (4 * UNIT_BYTES)))
     bar = Progress(len(units), enabled=progress)
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
-    queue: deque[tuple[BodyUnit, Any]] = deque()
-    todo = iter(units)
     try:
-        for unit in todo:
-            queue.append((unit, remote.remote(unit)))
-            if len(queue) >= window:
-                break
-        while queue:
-            metrics.QUEUE_DEPTH.labels(STAGE).set(len(queue))
-            unit, ref = queue.popleft()
-            try:
-                result: BodyResult = ray.get(ref)
-            except ray.exceptions.RayTaskError as e:
-                raise RechainError(
-                    f"{Path(unit.path).name} at {unit.offsets[0]}: {e.as_instanceof_cause()}"
-                ) from e
+        for unit, result in ordered_results(remote, units, window, STAGE):
+            if isinstance(result, ray.exceptions.RayError):
+                raise RechainError(f"{Path(unit.path).name} at {unit.offsets[0]}: {result}")
             t0 = time.perf_counter()
             btc_bodies.commit_part(data, result)
             dt = time.perf_counter() - t0
@@ -129,12 +117,7 @@ def decode_units(
             metrics.RECORDS.labels(STAGE).inc(result.transactions.num_rows)
             metrics.BYTES_READ.labels(STAGE).inc(result.bytes_decoded)
             bar.update(1, result.blocks.num_rows)
-            del result
-            nxt = next(todo, None)
-            if nxt is not None:
-                queue.append((nxt, remote.remote(nxt)))
     finally:
-        metrics.QUEUE_DEPTH.labels(STAGE).set(0)
         bar.close()
     return stats
 

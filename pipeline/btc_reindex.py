@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,36 +195,22 @@ def _execute(
     on_result: Callable[[ShardResult], None] | None = None,
 ) -> float:
     import ray
-    from rechain.pipeline.ray_runtime import ensure_ray
+    from rechain.pipeline.ray_runtime import ensure_ray, ordered_results
 
     ray_start = ensure_ray(opts.ray_address, workers)
     remote_scan = ray.remote(num_cpus=1, max_retries=3)(scan_unit)
-    window = _max_inflight(opts, workers)
     progress = Progress(total_bytes, enabled=opts.progress)
-    queue: deque[tuple[WorkUnit, Any]] = deque()
-    todo = iter(units)
     try:
-        for unit in todo:
-            queue.append((unit, remote_scan.remote(unit)))
-            if len(queue) >= window:
-                break
-        while queue:
-            metrics.QUEUE_DEPTH.labels(STAGE).set(len(queue))
-            unit, ref = queue.popleft()
-            try:
-                result: ShardResult = ray.get(ref)
-            except ray.exceptions.RayError as e:
+        for unit, result in ordered_results(
+            remote_scan, units, _max_inflight(opts, workers), STAGE
+        ):
+            if isinstance(result, ray.exceptions.RayError):
                 # Ray has retried lost workers already; see btc_faults for what is skipped.
-                result = failed_shard(unit, committer, failure_reason(unit, e))
+                result = failed_shard(unit, committer, failure_reason(unit, result))
             committer.apply(result)
             if on_result is not None:
                 on_result(result)
             progress.update(unit.bound - unit.start, result.records.num_rows)
-            del result
-            nxt = next(todo, None)
-            if nxt is not None:
-                queue.append((nxt, remote_scan.remote(nxt)))
     finally:
-        metrics.QUEUE_DEPTH.labels(STAGE).set(0)
         progress.close()
     return ray_start

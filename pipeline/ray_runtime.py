@@ -5,8 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 import ray
+
+U = TypeVar("U")
 
 
 def ensure_ray(address: str | None, workers: int) -> float:
@@ -51,3 +56,35 @@ def _ray_notices_to_stderr() -> None:
 
     to_stderr._rechain_stderr = True  # type: ignore[attr-defined]
     ray_worker.print_to_stdstream = to_stderr
+
+
+def ordered_results(
+    remote: Any, units: Iterable[U], window: int, stage: str
+) -> Iterator[tuple[U, Any]]:
+    """Runs ``remote`` on every unit with at most ``window`` tasks in flight (back-pressure) and
+    yields (unit, result) in submission order, so one committer can apply them in order. A task
+    that failed for good yields its ``ray.exceptions.RayError`` as the result, for the caller's
+    failure policy."""
+    from rechain.pipeline import metrics
+
+    queue: deque[tuple[U, Any]] = deque()
+    todo = iter(units)
+    try:
+        for unit in todo:
+            queue.append((unit, remote.remote(unit)))
+            if len(queue) >= window:
+                break
+        while queue:
+            metrics.QUEUE_DEPTH.labels(stage).set(len(queue))
+            unit, ref = queue.popleft()
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                result = e
+            yield unit, result
+            del result
+            nxt = next(todo, None)
+            if nxt is not None:
+                queue.append((nxt, remote.remote(nxt)))
+    finally:
+        metrics.QUEUE_DEPTH.labels(stage).set(0)

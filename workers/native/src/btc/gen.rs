@@ -144,9 +144,15 @@ fn random_tx(rng: &mut SmallRng) -> TxBytes {
         base.extend_from_slice(&rng.gen_range(546u64..100_000_000).to_le_bytes());
         push_script(&mut base, &random_output_script(rng));
     }
+    finish_tx(rng, &base, n_in, segwit)
+}
+
+/// Version 2 and lock time 0 around `base` (inputs and outputs); with `segwit`, the BIP144
+/// form with a two-item witness of random bytes per input.
+fn finish_tx(rng: &mut SmallRng, base: &[u8], n_in: usize, segwit: bool) -> TxBytes {
     let version = 2u32.to_le_bytes();
     let lock = 0u32.to_le_bytes();
-    let legacy = [&version[..], &base, &lock].concat();
+    let legacy = [&version[..], base, &lock].concat();
     let txid = sha256d(&legacy);
     if !segwit {
         return TxBytes {
@@ -163,7 +169,7 @@ fn random_tx(rng: &mut SmallRng) -> TxBytes {
         push_script(&mut witness, &sig[..72]);
         push_script(&mut witness, &sig[72..]);
     }
-    let bytes = [&version[..], &[0x00, 0x01], &base, &witness, &lock].concat();
+    let bytes = [&version[..], &[0x00, 0x01], base, &witness, &lock].concat();
     TxBytes {
         wtxid: sha256d(&bytes),
         txid,
@@ -406,39 +412,14 @@ impl Wallet {
             rng.fill(&mut data);
             push_script(&mut base, &[&[0x6a, 20][..], &data].concat());
         }
-        let version = 2u32.to_le_bytes();
-        let lock = 0u32.to_le_bytes();
-        let legacy = [&version[..], &base, &lock].concat();
-        let txid = sha256d(&legacy);
+        let tx = finish_tx(rng, &base, n_in, segwit);
         for (vout, v) in values.iter().enumerate() {
             self.spendable.push(Coin {
-                txid,
+                txid: tx.txid,
                 vout: vout as u32,
                 value: *v,
             });
         }
-        if !segwit {
-            let tx = TxBytes {
-                wtxid: txid,
-                txid,
-                bytes: legacy,
-            };
-            return Some((tx, fee));
-        }
-        let mut witness = Vec::with_capacity(110 * n_in);
-        for _ in 0..n_in {
-            witness.push(2);
-            let mut sig = [0u8; 105];
-            rng.fill(&mut sig[..]);
-            push_script(&mut witness, &sig[..72]);
-            push_script(&mut witness, &sig[72..]);
-        }
-        let bytes = [&version[..], &[0x00, 0x01], &base, &witness, &lock].concat();
-        let tx = TxBytes {
-            wtxid: sha256d(&bytes),
-            txid,
-            bytes,
-        };
         Some((tx, fee))
     }
 }
