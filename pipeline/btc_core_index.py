@@ -59,6 +59,17 @@ class CoreIndexError(RechainError):
     """The index cannot be read at all (not LevelDB, corrupt, missing)."""
 
 
+def _with_full_decode_verdicts(data: DataDir, table: pa.Table, generation: int) -> pa.Table:
+    """After ``--mode full`` every block whose body decoded and passed the checks counts as
+    body-checked (Core's VALID_TRANSACTIONS), as after ``--check-bodies``."""
+    blocks_dir = data.parquet_dir(ds.BLOCKS) / f"{generation:06d}"
+    blocks = pq.read_table(blocks_dir, columns=["hash", "valid"])
+    checked = blocks.filter(blocks.column("valid")).column("hash").combine_chunks()
+    idx = table.schema.get_field_index("body_checked")
+    verdict = pc.or_(table.column("body_checked"), pc.is_in(table.column("hash"), checked))
+    return table.set_column(idx, "body_checked", verdict)
+
+
 def export(data_path: Path, out: Path) -> dict[str, Any]:
     """Writes the linked block tree of ``data_path`` as a Core block index at ``out``."""
     import plyvel
@@ -75,6 +86,9 @@ def export(data_path: Path, out: Path) -> dict[str, Any]:
         base = data.parquet_dir(ds.HEADERS)
         generation = current_generation(base) if base.exists() else None
         table = pq.read_table(generation, columns=EXPORT_COLUMNS) if generation else None
+        full_generation = data.meta_get(layout.META_BTC_FULL_GENERATION)
+        if table is not None and full_generation is not None:
+            table = _with_full_decode_verdicts(data, table, int(full_generation))
     if table is None:
         raise RechainError(f"{data_path}: the headers table is missing")
     schema = _native.empty_batch("headers").schema

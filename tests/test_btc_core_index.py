@@ -272,9 +272,10 @@ def test_export_refuses_an_existing_folder_and_an_empty_data_dir(
     assert code == 2 and "run a reindex first" in err
 
 
-def test_full_mode_marks_valid_transactions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("checks", [["--check-bodies"], ["--mode", "full"]])
+def test_body_checks_mark_valid_transactions(tmp_path: Path, checks: list[str]) -> None:
     gen_chain(tmp_path / "node", "--blocks", "120", "--tx-per-block", "1:4", "--no-xor")
-    reindex(tmp_path / "node" / "blocks", tmp_path / "data", "--check-bodies")
+    reindex(tmp_path / "node" / "blocks", tmp_path / "data", *checks)
     export(tmp_path / "data", tmp_path / "index")
     n_tx = {
         r["hash"]: r["n_tx"] for r in query(tmp_path / "data", "SELECT hash, n_tx FROM headers")
