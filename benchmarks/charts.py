@@ -54,7 +54,7 @@ def titled(fig: Figure, title: str, result: Result) -> None:
 
 def chart_scaling(r: Result) -> Figure:
     points = r["points"]
-    fig, (ax_rate, ax_time) = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, (ax_rate, ax_time) = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
     for workers in sorted({p["workers"] for p in points}):
         mine = sorted((p for p in points if p["workers"] == workers), key=lambda p: p["headers"])
         xs = [p["headers"] / 1e6 for p in mine]
@@ -121,7 +121,7 @@ def chart_stages(r: Result) -> Figure:
 
 
 def chart_full(r: Result) -> Figure:
-    fig, (ax_w, ax_mb) = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, (ax_w, ax_mb) = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
     workers = r["workers"]
     keys = sorted(workers, key=int)
     secs = [workers[k]["body_pass_s"] for k in keys]
@@ -155,7 +155,6 @@ def chart_full(r: Result) -> Figure:
     for ax in (ax_w, ax_mb):
         ax.grid(axis="y", alpha=0.3)
     titled(fig, "Full block decode: 1 vs 2 workers, decoder vs limit vs peer", r)
-    fig.tight_layout()
     return fig
 
 
@@ -245,7 +244,7 @@ def chart_ratios(results: dict[str, Result]) -> Figure | None:
     # Score: value / target when higher is better, target / value when lower is: >= 1 is met.
     scores = [(v / t if hi else t / v) if v and t else 0.0 for _, _, v, t, hi in rows]
     labels = [f"{b}: {lab}" for b, lab, *_ in rows]
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 2))
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 2), constrained_layout=True)
     colors = [MET if s >= 1 else MISSED for s in scores]
     bars = ax.barh(labels, scores, color=colors)
 
@@ -265,7 +264,6 @@ def chart_ratios(results: dict[str, Result]) -> Figure | None:
     ax.tick_params(axis="y", labelsize=8)
     machines = sorted({machine_name(r) for r in results.values()})
     fig.suptitle("Headline ratios against targets\n" + "; ".join(machines), fontsize=10)
-    fig.tight_layout()
     return fig
 
 
