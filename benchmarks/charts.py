@@ -145,6 +145,7 @@ def chart_full(r: Result) -> Figure:
     bars = ax_mb.bar(list(rates), list(rates.values()), color=colors)
     ax_mb.bar_label(bars, fmt="%.1f", fontsize=8)
     ax_mb.set_yscale("log")
+    ax_mb.set_ylim(bottom=min(rates.values()) / 3)  # every bar visibly above the axis
     ax_mb.set_ylabel("MB/s on one core (log)")
     ax_mb.set_title(
         f"decoder / SHA-256 limit {r['decoder_vs_sha256_limit']:.2f} "
