@@ -49,3 +49,18 @@ def test_ratios_agree_with_each_benchmarks_own_targets() -> None:
         value, target, higher = rows[label]
         met = value >= target if higher else value < target
         assert met == own[key], label
+
+
+def test_scaling_reads_ray_address_and_input_path_from_tofu_outputs(tmp_path: Path) -> None:
+    scaling = pytest.importorskip("scaling")
+    outputs = {  # the shape of `tofu output -json` for infra/terraform/outputs.tf
+        "ray_address": {"sensitive": False, "type": "string", "value": "10.0.1.5:6379"},
+        "paths": {
+            "sensitive": False,
+            "type": ["object", {"input": "string"}],
+            "value": {"input": "/data", "blocks": "/data/blocks", "data": "/mnt/nvme/rechain"},
+        },
+    }
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(outputs))
+    assert scaling.from_tofu_outputs(path) == ("10.0.1.5:6379", Path("/data/bench-scaling"))
