@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--tofu-outputs", type=Path, default=None, help="`tofu output -json` file")
     ap.add_argument("--work-dir", type=Path, default=None, help="where inputs are generated")
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     mults = [int(m) for m in args.multipliers.split(",")]
     worker_counts = [int(w) for w in args.workers.split(",")]
     ray_address, work_parent = args.ray_address, args.work_dir
