@@ -44,6 +44,8 @@ bench: setup
 	$(BIN)/python benchmarks/btc_core_index.py
 	$(BIN)/python benchmarks/flow_replay.py
 	$(BIN)/python benchmarks/flow_checkpoint.py
+	$(BIN)/python benchmarks/scaling.py
+	$(BIN)/python benchmarks/charts.py
 
 lint: setup
 	$(BIN)/ruff check pipeline workers schemas tests benchmarks

@@ -31,6 +31,8 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(),
         "kernel": platform.release(),
+        # Other jobs share small machines; the load average says how much while this one ran.
+        "load_avg_1_5_15m": [round(x, 2) for x in os.getloadavg()],
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

@@ -1,0 +1,66 @@
+"""benchmarks/charts.py: PNGs from results JSON, missing inputs skipped, ratios read right."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+charts = pytest.importorskip("charts")
+
+
+def test_charts_written_and_missing_json_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import matplotlib.image as mpimg
+
+    for name in ("btc_headers", "scaling"):
+        shutil.copy(BENCH / "results" / f"{name}.json", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["charts.py", "--results", str(tmp_path)])
+    charts.main()
+    out = capsys.readouterr().out
+    for png in ("scaling.png", "btc_headers_stages.png", "ratios.png"):
+        image = mpimg.imread(tmp_path / png)
+        assert image.shape[0] > 300 and image.shape[1] > 600, png
+    assert not (tmp_path / "btc_full_workers.png").exists()
+    assert "btc_full.json missing" in out
+    assert "btc_full_workers.png skipped" in out
+
+
+def test_ratios_agree_with_each_benchmarks_own_targets() -> None:
+    """The chart's met/missed must match the booleans each benchmark computed itself."""
+    headers = json.loads((BENCH / "results" / "btc_headers.json").read_text())
+    rows = {label: (v, t, hi) for _, label, v, t, hi in charts.ratios({"btc_headers": headers})}
+    own = headers["targets"]
+    pairs = {
+        "scanner / SHA-256d limit": "scanner_vs_hash_limit >= 0.5",
+        "end-to-end headers/s": "end_to_end >= 500000/s",
+        "bytes read fraction": "read_fraction < 0.05",
+        "committer / combined scan": "apply >= 3x combined scan",
+        "peak RSS MiB (process)": "peak rss (rechain process) < 1 GiB",
+    }
+    for label, key in pairs.items():
+        value, target, higher = rows[label]
+        met = value >= target if higher else value < target
+        assert met == own[key], label
+
+
+def test_scaling_reads_ray_address_and_input_path_from_tofu_outputs(tmp_path: Path) -> None:
+    scaling = pytest.importorskip("scaling")
+    outputs = {  # the shape of `tofu output -json` for infra/terraform/outputs.tf
+        "ray_address": {"sensitive": False, "type": "string", "value": "10.0.1.5:6379"},
+        "paths": {
+            "sensitive": False,
+            "type": ["object", {"input": "string"}],
+            "value": {"input": "/data", "blocks": "/data/blocks", "data": "/mnt/nvme/rechain"},
+        },
+    }
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(outputs))
+    assert scaling.from_tofu_outputs(path) == ("10.0.1.5:6379", Path("/data/bench-scaling"))
