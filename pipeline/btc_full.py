@@ -45,6 +45,7 @@ UNIT_BYTES = 32 << 20
 #: A chain whose every block is invalid cannot loop forever: each round settles one block.
 MAX_ROUNDS = 10_000
 COINBASE_MATURITY = 100
+PARTITION_FLUSH_ROWS = 16_384
 #: Scripts longer than this (hex digits) are unspendable (Core's MAX_SCRIPT_SIZE).
 MAX_SCRIPT_HEX = 20_000
 
@@ -130,11 +131,19 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     """DuckDB over the current headers generation and the registered staged parts."""
     spill = data.path / "tmp" / "duckdb"
     spill.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(":memory:")
+    # A database file rather than memory: its tables (the best chain's outputs and resolved
+    # spends) are paged by DuckDB's buffer manager, so they may exceed the memory budget.
+    db_file = spill / "chain.duckdb"
+    for stale in (db_file, db_file.with_name(db_file.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    con = duckdb.connect(str(db_file))
     con.execute(f"SET memory_limit='{max(budget, 256 << 20) // (1 << 20)}MB'")
     con.execute(f"SET temp_directory='{spill}'")
     con.execute(f"SET threads={max(workers, 1)}")
     con.execute("SET preserve_insertion_order=false")
+    # Partitioned writes buffer this many rows per partition and thread before flushing; the
+    # default (512k rows, with witness lists) alone exceeds a small budget.
+    con.execute(f"SET partitioned_write_flush_threshold={PARTITION_FLUSH_ROWS}")
     gen = current_generation(data.parquet_dir(ds.HEADERS))
     if gen is None:
         raise RechainError("the header pass published no headers table")
@@ -158,17 +167,17 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
 def build_chain_state(con: duckdb.DuckDBPyConnection) -> None:
     """Best-chain outputs (``bo``) and every best-chain spend resolved to its output (``res``)."""
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE best AS SELECT hash, height FROM headers WHERE in_best_chain"
+        "CREATE OR REPLACE TABLE best AS SELECT hash, height FROM headers WHERE in_best_chain"
     )
     con.execute(
-        f"""CREATE OR REPLACE TEMP TABLE bo AS
+        f"""CREATE OR REPLACE TABLE bo AS
         SELECT o.txid, o.vout, o.value, o.script_pubkey, b.height, o.tx_position AS pos
         FROM so o JOIN best b ON o.block_hash = b.hash
         WHERE b.height > 0 AND NOT starts_with(o.script_pubkey, '6a')
           AND length(o.script_pubkey) <= {MAX_SCRIPT_HEX}"""
     )
     con.execute(
-        """CREATE OR REPLACE TEMP TABLE res AS
+        """CREATE OR REPLACE TABLE res AS
         SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, b.height, i.tx_position AS pos,
                i.block_hash, bo.value, bo.height AS prev_height, bo.pos AS prev_pos
         FROM si i JOIN best b ON i.block_hash = b.hash
@@ -179,7 +188,7 @@ def build_chain_state(con: duckdb.DuckDBPyConnection) -> None:
             PARTITION BY b.height, i.tx_position, i.vin ORDER BY bo.height DESC NULLS LAST) = 1"""
     )
     con.execute(
-        """CREATE OR REPLACE TEMP TABLE tx_in AS
+        """CREATE OR REPLACE TABLE tx_in AS
         SELECT block_hash, pos AS position, sum(value)::UBIGINT AS input_value,
                count(value) = count(*) AS resolved
         FROM res GROUP BY ALL"""
@@ -233,6 +242,9 @@ def first_consensus_failure(
 
 
 def _publish_sql(table: str) -> str:
+    """The SELECT publishing one table. ``inputs`` and ``outputs`` keep the staged parts' order
+    (file order, close to height order): sorting their witness and script payloads would not
+    stay within a small memory budget, and partitions already bound heights."""
     rng = ds.HEIGHT_RANGE_BLOCKS
     height_range = f"coalesce(h.height // {rng} * {rng}, -1)::BIGINT AS height_range"
     context = "h.height, h.in_best_chain"
@@ -269,8 +281,7 @@ def _publish_sql(table: str) -> str:
           {height_range}
         FROM si i JOIN headers h ON h.hash = i.block_hash
         LEFT JOIN res r ON r.block_hash = i.block_hash AND r.pos = i.tx_position
-             AND r.vin = i.vin
-        ORDER BY h.height NULLS LAST, i.block_hash, i.tx_position, i.vin"""
+             AND r.vin = i.vin"""
     assert table == "outputs"
     return f"""
         SELECT o.txid, o.vout, o.value, o.script_type::VARCHAR AS script_type, o.address,
@@ -281,8 +292,7 @@ def _publish_sql(table: str) -> str:
         LEFT JOIN (SELECT DISTINCT prev_txid, prev_vout, prev_height FROM res
                    WHERE value IS NOT NULL) s
           ON h.in_best_chain AND s.prev_txid = o.txid AND s.prev_vout = o.vout
-             AND s.prev_height = h.height
-        ORDER BY h.height NULLS LAST, o.block_hash, o.tx_position, o.vout"""
+             AND s.prev_height = h.height"""
 
 
 def publish_tables(
@@ -466,6 +476,11 @@ def run_full(
             utxo = write_utxo_set(con, data)
             write_txindex(con, data, generation)
             utxo_s = time.perf_counter() - t
+        except duckdb.OutOfMemoryException as e:
+            raise RechainError(
+                f"the full decode needs more memory than --memory-budget {budget >> 20}M gives "
+                f"DuckDB (it spills to {data.path / 'tmp' / 'duckdb'} where it can): {e}"
+            ) from e
         finally:
             con.close()
         break
