@@ -20,30 +20,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, run_measured, write_result  # noqa: E402
+from common import (  # noqa: E402
+    BIN,  # noqa: E402
+    btc_reindex_cmd,
+    machine,
+    run_measured,
+    write_result,
+)
 from rechain.pipeline.verify import verify  # noqa: E402
 from rechain.workers import _native  # noqa: E402
 
-BIN = Path(sys.executable).parent / "rechain"
-
 
 def reindex(blocks: Path, data: Path, workers: int, *extra: str) -> tuple[dict, float]:
-    cmd = [
-        str(BIN),
-        "btc",
-        "reindex",
-        "--blocks",
-        str(blocks),
-        "--data",
-        str(data),
-        "--network",
-        "regtest",
-        "--no-progress",
-        "--json",
-        "--workers",
-        str(workers),
-        *extra,
-    ]
+    cmd = btc_reindex_cmd(blocks, data, workers, *extra)
     done, _, elapsed = run_measured(cmd)
     return json.loads(done.stdout), elapsed
 

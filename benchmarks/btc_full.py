@@ -25,11 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, run_measured, write_result  # noqa: E402
+from common import btc_reindex_cmd, machine, run_measured, write_result  # noqa: E402
 from rechain.workers import _native  # noqa: E402
 from rechain.workers.btc_decode import BodyUnit, decode_unit  # noqa: E402
 
-BIN = Path(sys.executable).parent / "rechain"
 MB = 1e6
 
 
@@ -87,9 +86,7 @@ def real_block_rate(work: Path, copies: int = 40) -> float:
 
 
 def full_reindex(blocks: Path, data: Path, workers: int, budget: str) -> tuple[dict, float, float]:
-    cmd = [str(BIN), "btc", "reindex", "--blocks", str(blocks), "--data", str(data),
-           "--network", "regtest", "--mode", "full", "--no-progress", "--json",
-           "--workers", str(workers), "--memory-budget", budget]  # fmt: skip
+    cmd = btc_reindex_cmd(blocks, data, workers, "--mode", "full", "--memory-budget", budget)
     done, rss, elapsed = run_measured(cmd)
     return json.loads(done.stdout), elapsed, rss.peak_tree / 2**20
 

@@ -20,28 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, run_measured, write_result  # noqa: E402
+from common import btc_reindex_cmd, machine, run_measured, write_result  # noqa: E402
 from rechain.workers import _native  # noqa: E402
-
-BIN = Path(sys.executable).parent / "rechain"
 
 
 def reindex(blocks: Path, data: Path, workers: int) -> tuple[dict, float, float, float]:
-    cmd = [
-        str(BIN),
-        "btc",
-        "reindex",
-        "--blocks",
-        str(blocks),
-        "--data",
-        str(data),
-        "--network",
-        "regtest",
-        "--no-progress",
-        "--json",
-        "--workers",
-        str(workers),
-    ]
+    cmd = btc_reindex_cmd(blocks, data, workers)
     done, rss, elapsed = run_measured(cmd)
     return json.loads(done.stdout), elapsed, rss.peak_root / 2**20, rss.peak_tree / 2**20
 

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -92,3 +93,15 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
+
+
+#: The CLI of the virtualenv running the benchmark.
+BIN = Path(sys.executable).parent / "rechain"
+
+
+def btc_reindex_cmd(blocks: Path, data: Path, workers: int, *extra: str) -> list[str]:
+    """``rechain btc reindex`` on a generated regtest folder, JSON result, no progress bar."""
+    return [
+        str(BIN), "btc", "reindex", "--blocks", str(blocks), "--data", str(data),
+        "--network", "regtest", "--no-progress", "--json", "--workers", str(workers), *extra,
+    ]  # fmt: skip

@@ -20,10 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, run_measured, write_result  # noqa: E402
+from common import BIN, machine, run_measured, write_result  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent / "rechain"
 
 
 def flowgo_binary() -> Path:

@@ -29,10 +29,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, run_measured, write_result  # noqa: E402
+from common import BIN, machine, run_measured, write_result  # noqa: E402
 from rechain.workers import _native  # noqa: E402
 
-BIN = Path(sys.executable).parent / "rechain"
 CORE_FILE_BYTES = 134_217_728  # Bitcoin Core's blk file size limit
 
 

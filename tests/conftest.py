@@ -7,6 +7,8 @@ import io
 import json
 import os
 import shutil
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,3 +77,18 @@ def blocks_dir_with(tmp: Path, corpus_file: str, xor: bool) -> Path:
     if xor:
         shutil.copy(CORPUS / "xor.dat", blocks / "xor.dat")
     return blocks
+
+
+def kill_after(cmd: list[str], delay: float) -> bool:
+    """Starts ``cmd`` in its own process group and SIGKILLs the whole group (Ray workers
+    included) after ``delay`` seconds. Returns False when it finished before the kill."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        proc.wait(timeout=delay)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return True

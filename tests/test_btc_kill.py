@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import pytest
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
-from tests.conftest import gen_chain
+from tests.conftest import gen_chain, kill_after
 
 KILL_POINTS = int(os.environ.get("RECHAIN_KILL_POINTS", "4"))
 
@@ -50,24 +49,6 @@ def run_to_end(blocks: Path, data: Path, mode: str = "headers") -> float:
     )
     assert proc.returncode == 0, proc.stderr
     return time.monotonic() - t0
-
-
-def kill_after(blocks: Path, data: Path, delay: float, mode: str = "headers") -> bool:
-    """Starts a reindex in its own process group and SIGKILLs the whole group after ``delay``.
-    Returns False when the run finished before the kill."""
-    proc = subprocess.Popen(
-        reindex_cmd(blocks, data, mode),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        proc.wait(timeout=delay)
-        return False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return True
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +86,7 @@ def test_killed_runs_resume_to_the_same_state(chain: Path, tmp_path: Path, mode:
     # the sequence again from an empty folder.
     while kills < KILL_POINTS and attempts < 3 * KILL_POINTS:
         attempts += 1
-        if kill_after(chain, data, rng.uniform(0.3, full), mode):
+        if kill_after(reindex_cmd(chain, data, mode), rng.uniform(0.3, full)):
             kills += 1
         else:
             shutil.rmtree(data)

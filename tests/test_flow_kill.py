@@ -9,7 +9,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 
-from tests.conftest import cli, cli_json
+from tests.conftest import cli, cli_json, kill_after
 
 KILL_POINTS = int(os.environ.get("RECHAIN_KILL_POINTS", "3"))
 #: Summary fields that time the run rather than describe the state.
@@ -40,23 +39,6 @@ def run_to_end(wal: Path, data: Path) -> float:
     proc = subprocess.run(replay_cmd(wal, data), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return time.monotonic() - t0
-
-
-def kill_after(wal: Path, data: Path, delay: float) -> bool:
-    """SIGKILLs the replay's whole process group after ``delay``; False if it finished first."""
-    proc = subprocess.Popen(
-        replay_cmd(wal, data),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        proc.wait(timeout=delay)
-        return False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return True
 
 
 def state(data: Path) -> dict[str, Any]:
@@ -103,7 +85,7 @@ def test_killed_replays_rerun_to_the_same_state(wal: Path, tmp_path: Path) -> No
     kills = attempts = 0
     while kills < KILL_POINTS and attempts < 3 * KILL_POINTS:
         attempts += 1
-        if kill_after(wal, data, rng.uniform(0.3, full)):
+        if kill_after(replay_cmd(wal, data), rng.uniform(0.3, full)):
             kills += 1
         else:
             shutil.rmtree(data)
