@@ -155,9 +155,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=6000)
     ap.add_argument("--tx-per-block", default="100:400")
     ap.add_argument("--peer-seconds", type=float, default=30.0)
-    # With the CLI's default 1G, the 2-worker run's DuckDB publish step (2 threads) ran out of
-    # memory on this chain (2026-11-23); 2G lets the benchmark finish. Recorded in the result.
-    ap.add_argument("--memory-budget", default="2G", help="passed to rechain btc reindex")
+    ap.add_argument("--memory-budget", default="1G", help="passed to rechain btc reindex")
     args = ap.parse_args()
     lo, hi = (int(x) for x in args.tx_per_block.split(":"))
     work = Path(tempfile.mkdtemp(prefix="rechain-bench-full-"))

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
-from rechain.workers.btc_decode import BodyResult
+from rechain.workers.btc_decode import StagedBody
 
 _OFFSET_BITS = 40
 
@@ -56,22 +56,17 @@ def remove_unregistered(data: DataDir) -> int:
     return removed
 
 
-def commit_part(data: DataDir, result: BodyResult) -> None:
+def commit_part(data: DataDir, staged: StagedBody) -> None:
     """Writes a unit's staged files durably, then registers the part in one RocksDB write."""
     folder = stage_dir(data)
     folder.mkdir(parents=True, exist_ok=True)
-    part = result.unit.part
-    batches = {
-        "blocks": result.blocks,
-        "transactions": result.transactions,
-        "inputs": result.inputs,
-        "outputs": result.outputs,
-    }
-    for table, batch in batches.items():
+    part = staged.unit.part
+    for table, payload in staged.parquet.items():
         final = part_path(data, part, table)
         tmp = final.with_name("." + final.name + ".tmp")
-        pq.write_table(pa.Table.from_batches([batch]), tmp, compression="lz4")
-        with open(tmp, "rb") as f:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
             os.fsync(f.fileno())
         os.rename(tmp, final)
     fd = os.open(folder, os.O_RDONLY)
@@ -79,7 +74,7 @@ def commit_part(data: DataDir, result: BodyResult) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    entry = {"file": result.unit.file_no, "records": len(result.unit.offsets)}
+    entry = {"file": staged.unit.file_no, "records": len(staged.unit.offsets)}
     data.write({layout.CF_BTC_BODIES: [(part.encode(), entry)]})
 
 

@@ -36,7 +36,7 @@ from rechain.pipeline.store import DataDir, fsync_dir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
-from rechain.workers.btc_decode import BodyUnit, decode_unit
+from rechain.workers.btc_decode import BodyUnit, decode_and_stage_unit
 
 log = logging.getLogger(__name__)
 STAGE = "btc_full"
@@ -98,7 +98,7 @@ def decode_units(
     import ray
     from rechain.pipeline.ray_runtime import ordered_results
 
-    remote = ray.remote(num_cpus=1, max_retries=3)(decode_unit)
+    remote = ray.remote(num_cpus=1, max_retries=3)(decode_and_stage_unit)
     window = max(1, min(2 * workers, budget // 2 // (4 * UNIT_BYTES)))
     bar = Progress(len(units), enabled=progress)
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
@@ -115,9 +115,9 @@ def decode_units(
             stats["commit_s"] += dt
             metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
             metrics.COMMIT_SECONDS.labels(STAGE).observe(dt)
-            metrics.RECORDS.labels(STAGE).inc(result.transactions.num_rows)
+            metrics.RECORDS.labels(STAGE).inc(result.transactions)
             metrics.BYTES_READ.labels(STAGE).inc(result.bytes_decoded)
-            bar.update(1, result.blocks.num_rows)
+            bar.update(1, result.blocks)
     finally:
         bar.close()
     return stats
