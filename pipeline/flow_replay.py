@@ -143,9 +143,8 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
             segments,
             skipped,
             last_segment=resumed["number"] if resumed is not None else None,
+            resumed_from=resumed,
         )
-        if resumed is not None:
-            summary["resumed_from"] = resumed
         if written:
             summary["checkpoints_written"] = written
         report = {
@@ -155,7 +154,7 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
             "updates": summary["updates_applied"],
             "workers": workers,
         }
-        data.write({layout.CF_META: [(b"flow/run", report)]})
+        data.write({layout.CF_META: [(fs.META_FLOW_RUN, report)]})
         data.write_report("flow_replay", {**summary, **report})
         return {**summary, "run": report}
 
@@ -183,6 +182,7 @@ def _resume(
         "checkpoint": str(opts.checkpoint / name),
         "number": number,
         "root": info["tries"][-1]["root"],
+        "roots": [t["root"] for t in info["tries"]],
         "tries": len(info["tries"]),
         "load_s": info["load_s"],
     }
@@ -272,9 +272,10 @@ def _publish(
     segments: list[tuple[int, str]],
     skipped: list[dict[str, Any]],
     last_segment: int | None = None,
+    resumed_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
-    gen_key = b"flow/generation"
+    gen_key = fs.META_FLOW_GENERATION
     generation = int(data.meta_get(gen_key) or 0) + 1
     table = (
         pa.concat_tables(updates)
@@ -319,6 +320,9 @@ def _publish(
         "skipped": skipped,
         "publish_s": time.perf_counter() - t0,
     }
+    if resumed_from is not None:
+        # The checkpoint's tries are where the replayed updates start from (`rechain verify`).
+        summary["resumed_from"] = resumed_from
     data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
     for t in (fs.TRIE_UPDATES, fs.REGISTERS):
         data.remove_other_generations(t, generation)
@@ -330,4 +334,4 @@ def status(data_path: Path) -> dict[str, Any]:
         summary = data.meta_get(fs.META_FLOW_SUMMARY)
         if summary is None:
             raise RechainError(f"{data_path}: no Flow replay here yet")
-        return {**summary, "run": data.meta_get(b"flow/run")}
+        return {**summary, "run": data.meta_get(fs.META_FLOW_RUN)}

@@ -1,9 +1,16 @@
 """``rechain verify``: checks that RocksDB, the Parquet tables and the manifest agree, and prints
-a content digest that is equal for equal content (timings and other run details excluded)."""
+a content digest that is equal for equal content (timings and other run details excluded).
+
+Bitcoin: the block index against the headers table, the best chain from genesis to the tip with
+its chainwork, and in full mode the UTXO set and table row counts. Flow: the registers in RocksDB
+against the registers table row for row, the state root recomputed from those registers, the
+root history against the trie_updates table, and every update's parent root known before it."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +19,7 @@ import pyarrow.parquet as pq
 from rechain.pipeline.query import current_generation
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
+from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
@@ -20,7 +28,13 @@ VOLATILE_META = {
     layout.META_BTC_RUN,
     layout.META_BTC_GENERATION,
     layout.META_BTC_FULL_GENERATION,
+    fs.META_FLOW_RUN,
+    fs.META_FLOW_GENERATION,
 }
+#: Meta keys whose JSON holds timings (keys ending in ``_s``) beside content.
+TIMED_META = {fs.META_FLOW_SUMMARY, fs.META_FLOW_CHECKPOINT}
+#: Registers compared and hashed per step of the Flow check.
+FLOW_CHUNK = 65_536
 
 
 def _work(bits: int) -> int:
@@ -42,18 +56,22 @@ STAGING_COLUMN_FAMILIES = {layout.CF_BTC_BODIES}
 
 
 def full_tables_digest(data: DataDir) -> str | None:
-    """Order-independent digest of the full-decode tables (row count and per-column sums of
-    DuckDB row hashes): equal content gives an equal digest however units were cut."""
+    """Order-independent digest of the full-decode tables: equal content gives an equal digest
+    however units were cut."""
+    gen = data.meta_get(layout.META_BTC_FULL_GENERATION)
+    tables = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)
+    return None if gen is None else tables_digest(data, tables, int(gen))
+
+
+def tables_digest(data: DataDir, tables: tuple[str, ...], generation: int) -> str:
+    """Row count and per-column sums of DuckDB row hashes of one generation of each table."""
     import duckdb
 
-    gen = data.meta_get(layout.META_BTC_FULL_GENERATION)
-    if gen is None:
-        return None
     h = hashlib.sha256()
     con = duckdb.connect(":memory:")
     try:
-        for table in (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS):
-            files = data.parquet_dir(table) / f"{int(gen):06d}" / "**" / "*.parquet"
+        for table in tables:
+            files = data.parquet_dir(table) / f"{generation:06d}" / "**" / "*.parquet"
             row = con.sql(
                 f"SELECT count(*), sum(hash(COLUMNS(*))::HUGEINT) FROM "
                 f"read_parquet('{files}', hive_partitioning = true)"
@@ -73,6 +91,8 @@ def digest(data: DataDir) -> dict[str, str]:
         for key, value in data.items(cf):
             if cf == layout.CF_META and key in VOLATILE_META:
                 continue
+            if cf == layout.CF_META and key in TIMED_META:
+                value = json.dumps(_without_timings(json.loads(value)), sort_keys=True).encode()
             h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
         parts[cf] = h.hexdigest()
     table = headers_table(data)
@@ -87,39 +107,59 @@ def digest(data: DataDir) -> dict[str, str]:
     full = full_tables_digest(data)
     if full is not None:
         parts["parquet/full"] = full
+    flow_gen = data.meta_get(fs.META_FLOW_GENERATION)
+    if flow_gen is not None:
+        parts["parquet/flow"] = tables_digest(data, (fs.TRIE_UPDATES, fs.REGISTERS), int(flow_gen))
     parts["content"] = hashlib.sha256("".join(parts[k] for k in sorted(parts)).encode()).hexdigest()
     return parts
+
+
+def _without_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if not k.endswith("_s")}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
 
 
 def verify(data_path: Path) -> dict[str, Any]:
     problems: list[str] = []
     with DataDir(data_path, readonly=True) as data:
-        summary = data.meta_get(layout.META_BTC_SUMMARY)
-        if summary is None:
-            problems.append("no completed Bitcoin reindex (meta btc/summary missing)")
-            return {"ok": False, "problems": problems, "digest": digest(data)}
-        if data.meta_get(layout.META_BTC_DIRTY):
-            problems.append("scanned data not yet linked (a run was interrupted; rerun reindex)")
-        table = headers_table(data)
-        index_count = sum(1 for _ in data.items(layout.CF_BTC_INDEX))
-        if table is None:
-            problems.append("Parquet table headers missing")
-        else:
-            if table.num_rows != index_count:
-                problems.append(f"headers has {table.num_rows} rows, block index {index_count}")
-            linked = table.filter(pa.compute.is_valid(table.column("height")))
-            if linked.num_rows != summary["blocks_indexed"]:
-                problems.append(
-                    f"{linked.num_rows} linked rows, manifest says {summary['blocks_indexed']}"
-                )
-            _check_best_chain(data, table, summary, problems)
-        _check_full(data, problems)
-        return {
-            "ok": not problems,
-            "problems": problems,
-            "blocks_indexed": index_count,
-            "digest": digest(data),
-        }
+        btc = data.meta_get(layout.META_BTC_SUMMARY)
+        flow = data.meta_get(fs.META_FLOW_SUMMARY)
+        result: dict[str, Any] = {}
+        if btc is None and flow is None:
+            problems.append(
+                "nothing to verify: no completed Bitcoin reindex (meta btc/summary) "
+                "and no Flow replay or checkpoint read (meta flow/summary)"
+            )
+        if btc is not None:
+            result["blocks_indexed"] = _check_bitcoin(data, btc, problems)
+        if flow is not None:
+            result["flow"] = _check_flow(data, flow, problems)
+        return {"ok": not problems, "problems": problems, **result, "digest": digest(data)}
+
+
+def _check_bitcoin(data: DataDir, summary: dict[str, Any], problems: list[str]) -> int:
+    """The header pass's state and, after a full reindex, the full-decode state; returns the
+    number of blocks in the index."""
+    if data.meta_get(layout.META_BTC_DIRTY):
+        problems.append("scanned data not yet linked (a run was interrupted; rerun reindex)")
+    table = headers_table(data)
+    index_count = sum(1 for _ in data.items(layout.CF_BTC_INDEX))
+    if table is None:
+        problems.append("Parquet table headers missing")
+    else:
+        if table.num_rows != index_count:
+            problems.append(f"headers has {table.num_rows} rows, block index {index_count}")
+        linked = table.filter(pa.compute.is_valid(table.column("height")))
+        if linked.num_rows != summary["blocks_indexed"]:
+            problems.append(
+                f"{linked.num_rows} linked rows, manifest says {summary['blocks_indexed']}"
+            )
+        _check_best_chain(data, table, summary, problems)
+    _check_full(data, problems)
+    return index_count
 
 
 def _check_full(data: DataDir, problems: list[str]) -> None:
@@ -171,3 +211,153 @@ def _check_best_chain(
             return
     if hashes and (hashes[-1] != summary["tip_hash"] or works[-1] != summary["chainwork"]):
         problems.append("manifest tip differs from the best chain's last block")
+
+
+def _parquet_rows(data: DataDir, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    base = data.parquet_dir(table)
+    gen = current_generation(base) if base.exists() else None
+    for f in sorted(gen.glob("*.parquet")) if gen else []:
+        yield from pq.ParquetFile(f).iter_batches(batch_size=FLOW_CHUNK, columns=columns)
+
+
+class _Rows:
+    """Re-cuts a stream of record batches into slices of the lengths asked for."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self._held: list[pa.RecordBatch] = []
+        self._count = 0
+
+    def take(self, n: int) -> pa.Table | None:
+        while self._count < n:
+            b = next(self._batches, None)
+            if b is None:
+                break
+            self._held.append(b)
+            self._count += b.num_rows
+        if not self._held:
+            return None
+        t = pa.Table.from_batches(self._held)
+        out, rest = t.slice(0, n), t.slice(n)
+        self._held = rest.to_batches()
+        self._count = rest.num_rows
+        return out
+
+    def exhausted(self) -> bool:
+        return self.take(1) is None
+
+
+def _register_chunks(data: DataDir) -> Iterator[pa.RecordBatch]:
+    """RocksDB's current registers (path order) as path, encoded_key, value batches."""
+    keys: list[bytes] = []
+    values: list[bytes] = []
+
+    def batch() -> pa.RecordBatch:
+        enc, val = _native.flow_register_split(
+            pa.array(values, pa.binary()), fs.REGISTER_VALUE_VERSION
+        )
+        return pa.record_batch(
+            [pa.array(keys, pa.binary()), enc, val], names=["path", "encoded_key", "value"]
+        )
+
+    for key, value in data.items(layout.CF_FLOW_REGISTERS):
+        keys.append(key)
+        values.append(value)
+        if len(keys) == FLOW_CHUNK:
+            yield batch()
+            keys.clear()
+            values.clear()
+    if keys:
+        yield batch()
+
+
+def _check_flow(data: DataDir, summary: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """The registers (RocksDB against Parquet, and the root they hash to) and the root history."""
+    columns = ["path", "encoded_key", "value"]
+    parquet = _Rows(_parquet_rows(data, fs.REGISTERS, columns))
+    trie = _native.FlowCheckpointBuilder.root_only()
+    rows = 0
+    differs = False
+    try:
+        for chunk in _register_chunks(data):
+            trie.push(chunk)
+            theirs = parquet.take(chunk.num_rows)
+            if not differs and (
+                theirs is None
+                or not pa.Table.from_batches([chunk]).equals(
+                    theirs.select(columns).cast(pa.Table.from_batches([chunk]).schema)
+                )
+            ):
+                problems.append(
+                    f"registers table differs from RocksDB flow_registers in rows "
+                    f"{rows}..{rows + chunk.num_rows - 1}"
+                )
+                differs = True
+            rows += chunk.num_rows
+        result = dict(dict(trie.finish())["tries"][0])
+        root, reg_count = str(result["root"]), int(result["reg_count"])
+    except (ValueError, _native.FlowCheckpointError) as e:
+        problems.append(f"flow_registers cannot be rehashed: {e}")
+        return {"registers": rows}
+    if not differs and not parquet.exhausted():
+        problems.append(f"registers table has more rows than RocksDB's {rows}")
+    if rows != summary["register_rows"]:
+        problems.append(f"RocksDB holds {rows} registers, manifest says {summary['register_rows']}")
+    if root != summary["root"] or reg_count != summary["registers"]:
+        problems.append(
+            f"registers hash to root {root} ({reg_count} registers), manifest says "
+            f"{summary['root']} ({summary['registers']})"
+        )
+    _check_flow_roots(data, summary, problems)
+    return {"registers": rows, "root_recomputed": root, "updates": summary["updates_applied"]}
+
+
+def _check_flow_roots(data: DataDir, summary: dict[str, Any], problems: list[str]) -> None:
+    """The root history in RocksDB against trie_updates, and each update's parent root known
+    (the empty trie, a resumed checkpoint's tries, or an earlier update's result)."""
+    from rechain.pipeline.query import connect
+
+    roots = [(int.from_bytes(k, "big"), v.hex()) for k, v in data.items(layout.CF_FLOW_ROOTS)]
+    con = connect(data.path)
+    try:
+        (updates, with_root) = con.sql("SELECT count(*), count(root) FROM trie_updates").fetchall()[
+            0
+        ]
+        if updates != summary["updates_applied"]:
+            problems.append(
+                f"trie_updates has {updates} rows, manifest says {summary['updates_applied']}"
+            )
+        table_roots = con.sql(
+            "SELECT seq, root FROM trie_updates WHERE root IS NOT NULL ORDER BY seq"
+        ).fetchall()
+        if [(int(s), r) for s, r in table_roots] != roots:
+            problems.append(
+                f"RocksDB flow_roots ({len(roots)} roots) disagrees with trie_updates "
+                f"({with_root} roots)"
+            )
+        if roots and roots[-1][1] != summary["root"]:
+            problems.append(f"last recorded root {roots[-1][1]} is not the state's root")
+        known = [_native.flow_empty_root(), *summary.get("resumed_from", {}).get("roots", [])]
+        read = data.meta_get(fs.META_FLOW_CHECKPOINT) or {}
+        known += [t["root"] for t in read.get("tries", [])]
+        con.execute("CREATE TEMP TABLE known AS SELECT unnest(?::VARCHAR[]) AS root", [known])
+        orphans = con.sql(
+            """
+            WITH first AS (
+                SELECT root, min(seq) AS seq FROM trie_updates
+                WHERE root IS NOT NULL GROUP BY root
+            )
+            SELECT count(*), min(u.seq) FROM trie_updates u
+            LEFT JOIN first f ON f.root = u.parent_root
+            WHERE u.root IS NOT NULL
+              AND (f.seq IS NULL OR f.seq >= u.seq)
+              AND u.parent_root NOT IN (SELECT root FROM known)
+            """
+        ).fetchall()[0]
+        if orphans[0]:
+            problems.append(
+                f"{orphans[0]} updates start from a root not known before them "
+                f"(first at seq {orphans[1]})"
+            )
+    finally:
+        con.close()

@@ -12,6 +12,10 @@ REGISTERS = "registers"
 
 
 META_FLOW_SUMMARY = b"flow/summary"
+#: The last run's report (timings, workers): describes the run, not the state.
+META_FLOW_RUN = b"flow/run"
+#: The generation of the published Flow Parquet tables.
+META_FLOW_GENERATION = b"flow/generation"
 #: The last checkpoint read into the data folder: path, number, tries, root, reg_count.
 META_FLOW_CHECKPOINT = b"flow/checkpoint"
 REGISTER_VALUE_VERSION = 1

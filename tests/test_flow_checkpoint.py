@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from rechain.pipeline.flow_checkpoint import list_checkpoints
 from rechain.pipeline.store import DataDir
+from rechain.pipeline.verify import verify
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
@@ -165,6 +166,10 @@ def test_replay_writes_checkpoints_and_resumes_from_them(
     assert resumed["root"] == facts["final_root"]
     assert resumed["registers"] == facts["registers"]
     assert 0 < resumed["updates_applied"] < first["updates_applied"] < UPDATES
+    # The resumed state passes verify: its first update starts from the checkpoint's root.
+    checked = verify(tmp_path / "d2")
+    assert checked["ok"], checked["problems"]
+    assert checked["flow"]["root_recomputed"] == facts["final_root"]
     # flow-go's own replay picks up rechain's latest checkpoint and replays the rest.
     node_dir = tmp_path / "node"
     shutil.copytree(wal_dir, node_dir)

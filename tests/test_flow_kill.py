@@ -1,5 +1,6 @@
 """kill -9 of `rechain flow replay` at random moments, then rerun: the final state (RocksDB
-registers and roots, the summary, the Parquet tables row for row) equals an uninterrupted run's.
+registers and roots, the summary, the Parquet tables row for row, the `rechain verify` digest)
+equals an uninterrupted run's.
 A short version runs in `make test`; `make soak` sets RECHAIN_KILL_POINTS."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from rechain.pipeline.store import DataDir
+from rechain.pipeline.verify import verify
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 
@@ -60,6 +62,9 @@ def state(data: Path) -> dict[str, Any]:
         )  # fmt: skip
         assert code == 0, err
         out[table] = hashlib.sha256(rows.encode()).hexdigest()
+    checked = verify(data)
+    assert checked["ok"], checked["problems"]
+    out["verify_digest"] = checked["digest"]["content"]
     return out
 
 

@@ -1321,7 +1321,9 @@ fn common_prefix_bits(a: &Path, b: &Path) -> usize {
 /// a batch, and the stack of pending subtrees is folded as far as the next path allows, so
 /// every node is written as soon as it is complete.
 pub struct RegisterCheckpointBuilder {
+    /// None for a root-only builder (`root_only`), which hashes but writes nothing.
     staged: Option<Staged>,
+    write: bool,
     threads: usize,
     parts: Vec<Option<CrcWriter>>,
     part_counts: [u64; SUBTRIE_COUNT],
@@ -1340,8 +1342,19 @@ pub struct RegisterCheckpointBuilder {
 impl RegisterCheckpointBuilder {
     pub fn new(dir: &FsPath, name: &str, threads: usize) -> CpResult<Self> {
         let staged = Staged::new(dir, name)?;
-        Ok(RegisterCheckpointBuilder {
-            staged: Some(staged),
+        Ok(Self::with_output(Some(staged), threads))
+    }
+
+    /// A builder that computes the trie's root, register count and size from sorted
+    /// registers without writing a checkpoint (`rechain verify` recomputes roots with it).
+    pub fn root_only(threads: usize) -> Self {
+        Self::with_output(None, threads)
+    }
+
+    fn with_output(staged: Option<Staged>, threads: usize) -> Self {
+        RegisterCheckpointBuilder {
+            write: staged.is_some(),
+            staged,
             threads: threads.max(1),
             parts: (0..SUBTRIE_COUNT).map(|_| None).collect(),
             part_counts: [0; SUBTRIE_COUNT],
@@ -1353,7 +1366,7 @@ impl RegisterCheckpointBuilder {
             reg_size: 0,
             scratch: Vec::with_capacity(4096),
             row: 0,
-        })
+        }
     }
 
     fn file(&self) -> PathBuf {
@@ -1507,7 +1520,9 @@ impl RegisterCheckpointBuilder {
         encode_leaf(&mut scratch, height, hash, path, payload);
         let r = if depth >= SUBTRIE_LEVEL {
             let part = (path.0[0] >> 4) as usize;
-            self.part_writer(part)?.put(&scratch)?;
+            if self.write {
+                self.part_writer(part)?.put(&scratch)?;
+            }
             self.part_counts[part] += 1;
             NodeRef::Part(part, self.part_counts[part])
         } else {
@@ -1535,7 +1550,9 @@ impl RegisterCheckpointBuilder {
             };
             let mut scratch = std::mem::take(&mut self.scratch);
             encode_interior(&mut scratch, height, hash, local(left), local(right));
-            self.part_writer(part)?.put(&scratch)?;
+            if self.write {
+                self.part_writer(part)?.put(&scratch)?;
+            }
             self.scratch = scratch;
             self.part_counts[part] += 1;
             Ok(NodeRef::Part(part, self.part_counts[part]))
@@ -1558,6 +1575,15 @@ impl RegisterCheckpointBuilder {
             self.fold_ready(vec![(p, pl, depth)])?;
         }
         self.reduce(-1)?;
+        if !self.write {
+            let root = self.stack.pop().map_or_else(empty_root, |p| p.hash);
+            return Ok(WriteInfo {
+                tries: vec![(root, self.reg_count, self.reg_size)],
+                part_nodes: self.part_counts.to_vec(),
+                top_nodes: self.top.len() as u64,
+                bytes: 0,
+            });
+        }
         for part in self.current_part..SUBTRIE_COUNT {
             self.close_part(part)?;
         }
@@ -1968,6 +1994,11 @@ mod tests {
                 vec![(trie.root_hash(), trie.reg_count, trie.reg_size)]
             );
             assert_eq!(read_all(&da), read_all(&db), "n = {n}");
+            let mut r = RegisterCheckpointBuilder::root_only(threads);
+            for chunk in regs.chunks(batch) {
+                r.push(chunk.to_vec()).unwrap();
+            }
+            assert_eq!(r.finish().unwrap().tries, info.tries, "root only, n = {n}");
             let l = load(&db, &name, 2, Verify::Full).unwrap();
             assert_eq!(l.tries[0].root_hash(), root);
             std::fs::remove_dir_all(&da).unwrap();

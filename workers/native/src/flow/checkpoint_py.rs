@@ -16,7 +16,7 @@ use super::hash::Path;
 use super::py::FlowForest;
 use super::record::Payload;
 use arrow_array::cast::AsArray;
-use arrow_array::{ArrayRef, BinaryArray, RecordBatch};
+use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch};
 use arrow_schema::DataType;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -243,6 +243,17 @@ impl FlowCheckpointBuilder {
         Ok(FlowCheckpointBuilder { inner: Some(b) })
     }
 
+    /// A builder that only computes the root, register count and size (writes nothing).
+    #[staticmethod]
+    #[pyo3(signature = (threads=None))]
+    fn root_only(threads: Option<usize>) -> Self {
+        FlowCheckpointBuilder {
+            inner: Some(RegisterCheckpointBuilder::root_only(threads_or_cores(
+                threads,
+            ))),
+        }
+    }
+
     /// Adds a batch with columns `path`, `encoded_key`, `value` (paths strictly increasing
     /// across all batches).
     fn push(&mut self, py: Python<'_>, batch: PyRecordBatch) -> PyResult<()> {
@@ -314,7 +325,47 @@ fn flow_register_values(py: Python<'_>, batch: PyRecordBatch, version: u8) -> Py
     Ok(PyArray::from_array_ref(arr).to_pyarrow(py)?.unbind())
 }
 
+/// The inverse of `flow_register_values`: splits `flow_registers` values into the
+/// `encoded_key` and `value` columns; a value that is not that layout is an error naming its row.
+#[pyfunction]
+fn flow_register_split(
+    py: Python<'_>,
+    values: PyArray,
+    version: u8,
+) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+    let (arr, _) = values.into_inner();
+    let (keys, vals) = py
+        .detach(|| -> Result<(BinaryArray, BinaryArray), String> {
+            let values = arr
+                .as_any()
+                .downcast_ref::<BinaryArray>()
+                .ok_or("flow_registers values must be a binary array")?;
+            let mut keys = arrow_array::builder::BinaryBuilder::with_capacity(values.len(), 0);
+            let mut vals = arrow_array::builder::BinaryBuilder::with_capacity(values.len(), 0);
+            for (row, v) in values.iter().enumerate() {
+                let v = v.unwrap_or_default();
+                let split = v
+                    .get(1..5)
+                    .map(|l| 5 + u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize)
+                    .filter(|end| *end <= v.len() && v[0] == version);
+                let Some(end) = split else {
+                    return Err(format!("flow_registers value at row {row} is malformed"));
+                };
+                keys.append_value(&v[5..end]);
+                vals.append_value(&v[end..]);
+            }
+            Ok((keys.finish(), vals.finish()))
+        })
+        .map_err(PyValueError::new_err)?;
+    let out = |a: BinaryArray| -> PyResult<Py<PyAny>> {
+        let a: ArrayRef = Arc::new(a);
+        Ok(PyArray::from_array_ref(a).to_pyarrow(py)?.unbind())
+    };
+    Ok((out(keys)?, out(vals)?))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(flow_register_split, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_verify_part, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_load, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;
