@@ -79,6 +79,18 @@ fn fuzz_wal_record() {
     run("wal_record", 20_000);
 }
 
+#[test]
+fn fuzz_checkpoint_read() {
+    // The seeds are real checkpoints: each loads, so mutations start from the decoder's paths.
+    for seed in fuzz_support::seeds("checkpoint_read") {
+        assert!(
+            targets::checkpoint_input_loads(&seed),
+            "a seed checkpoint does not load"
+        );
+    }
+    run("checkpoint_read", 600);
+}
+
 /// Every saved crash input passes its target now.
 #[test]
 fn fuzz_regressions_pass() {

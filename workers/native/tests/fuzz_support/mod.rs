@@ -215,12 +215,74 @@ fn record_seeds() -> Vec<Vec<u8>> {
     seeds
 }
 
+/// Checkpoints of small forests (an empty trie; chains of updates with overwrites and
+/// deletions, several tries sharing nodes) written by rechain's flow-go-identical writer.
+fn checkpoint_seeds() -> Vec<Vec<u8>> {
+    use rechain_native::flow::checkpoint::{checkpoint_name, part_name, write_tries};
+    use rechain_native::flow::hash::Path as TriePath;
+    use rechain_native::flow::mtrie::{Forest, Trie};
+    let mut seeds = Vec::new();
+    let mut rng = SmallRng::seed_from_u64(6);
+    for (updates, per) in [(0usize, 0usize), (1, 1), (2, 3), (4, 12), (6, 40)] {
+        let mut forest = Forest::new(16, 1);
+        let mut root = empty_root();
+        let mut tries = vec![Trie::empty()];
+        let mut known: Vec<TriePath> = Vec::new();
+        for _ in 0..updates {
+            let mut paths = Vec::new();
+            let mut payloads = Vec::new();
+            for _ in 0..per {
+                // A third of the writes hit an existing path, some of them deleting it.
+                let path = if !known.is_empty() && rng.gen_range(0..3) == 0 {
+                    known[rng.gen_range(0..known.len())]
+                } else {
+                    let p = TriePath(rng.gen());
+                    known.push(p);
+                    p
+                };
+                let value: Vec<u8> = if rng.gen_range(0..6) == 0 {
+                    Vec::new()
+                } else {
+                    (0..rng.gen_range(1..24)).map(|_| rng.gen()).collect()
+                };
+                paths.push(path);
+                payloads.push(Arc::new(Payload::from_parts(
+                    &[(0, b"owner"), (2, b"key")],
+                    &value,
+                )));
+            }
+            let u = TrieUpdate {
+                root,
+                paths,
+                payloads,
+            };
+            root = forest.update(&u).expect("seed update applies").root;
+            tries.push(forest.get(&root).expect("new root").clone());
+        }
+        let dir = std::env::temp_dir().join(format!("rechain-cp-seed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = checkpoint_name(1);
+        write_tries(&tries, &dir, &name, 1).expect("write seed checkpoint");
+        let mut files = vec![std::fs::read(dir.join(&name)).unwrap()];
+        for i in 0..targets::CHECKPOINT_FILES - 1 {
+            files.push(std::fs::read(dir.join(part_name(&name, i))).unwrap());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        for (fix, trust) in [(true, false), (true, true), (false, false)] {
+            seeds.push(targets::checkpoint_input(&files, fix, trust));
+        }
+    }
+    seeds
+}
+
 pub fn seeds(target: &str) -> Vec<Vec<u8>> {
     let mut s = match target {
         "blk_scan" => scan_seeds(),
         "block_decode" => block_seeds(),
         "wal_segment" => wal_seeds(),
         "wal_record" => record_seeds(),
+        "checkpoint_read" => checkpoint_seeds(),
         other => panic!("unknown fuzz target {other}"),
     };
     s.extend(regressions(target).into_iter().map(|(_, b)| b));

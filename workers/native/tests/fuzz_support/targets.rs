@@ -1,7 +1,8 @@
 //! Fuzz targets: each takes arbitrary bytes, runs one decoder of the crate on them and asserts
 //! the invariants that must hold for *any* input (no panic, nothing past the end, equal answers
 //! from the two body modes, one sequential scan equal to a sharded one, byte-exact re-encoding,
-//! rust-bitcoin agreeing on whole blocks). Shared by the stable harness (`tests/fuzz.rs`) and
+//! rust-bitcoin agreeing on whole blocks, a loaded checkpoint re-written and re-loaded to the
+//! same tries). Shared by the stable harness (`tests/fuzz.rs`) and
 //! the cargo-fuzz crate (`fuzz/`), which includes this file by path.
 
 use rechain_native::btc::block::{parse_block, parse_tx, BodyMode};
@@ -9,13 +10,23 @@ use rechain_native::btc::decode::BodyDecoder;
 use rechain_native::btc::encode::Cursor;
 use rechain_native::btc::network::Network;
 use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
+use rechain_native::flow::checkpoint::{
+    checkpoint_name, load, part_name, verify_part, write_tries, CheckpointError, Verify,
+    HEADER_LEN, SUBTRIE_COUNT,
+};
 use rechain_native::flow::record::{decode, encode_delete, encode_update, WalRecord};
 use rechain_native::flow::wal::{snappy_decode, Segment, PAGE_SIZE};
 use rechain_native::flow::{decode_segment, ErrorKind};
 use std::cell::RefCell;
 use std::path::PathBuf;
 
-pub const TARGETS: [&str; 4] = ["blk_scan", "block_decode", "wal_segment", "wal_record"];
+pub const TARGETS: [&str; 5] = [
+    "blk_scan",
+    "block_decode",
+    "wal_segment",
+    "wal_record",
+    "checkpoint_read",
+];
 
 /// Runs target `name` on `data`; panics (with the broken invariant) when one does not hold.
 pub fn run(name: &str, data: &[u8]) {
@@ -24,6 +35,7 @@ pub fn run(name: &str, data: &[u8]) {
         "block_decode" => block_decode(data),
         "wal_segment" => wal_segment(data),
         "wal_record" => wal_record(data),
+        "checkpoint_read" => checkpoint_read(data),
         other => panic!("unknown fuzz target {other}"),
     }
 }
@@ -53,6 +65,21 @@ pub fn scan_input(network: Network, key: Option<[u8; 8]>, check: bool, file: &[u
 thread_local! {
     /// One scratch file per thread: the scanner reads files, not slices.
     static SCRATCH: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+}
+
+/// An empty per-thread scratch folder `tag` for targets that read a set of files; in memory
+/// where /dev/shm exists, since the checkpoint writer fsyncs every file.
+fn scratch_dir(tag: &str) -> PathBuf {
+    let file = scratch_path().with_extension(tag);
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.join(file.file_name().expect("scratch file name"))
+    } else {
+        file
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch folder");
+    dir
 }
 
 fn scratch_path() -> PathBuf {
@@ -389,5 +416,140 @@ fn wal_record(data: &[u8]) {
         }
         Err(ErrorKind::Truncated { at, .. }) => assert!(at <= data.len(), "truncation past end"),
         Err(_) => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flow checkpoint reader
+
+/// Files of a `checkpoint_read` input: the main file, then parts `.000` to `.016`.
+pub const CHECKPOINT_FILES: usize = SUBTRIE_COUNT + 2;
+
+/// A `checkpoint_read` input: `flags u8 | (length u32 LE | bytes) per file`, in
+/// [`CHECKPOINT_FILES`] order; files past the end of the input are absent. flags bit 0: set
+/// every CRC right (part trailers, the main file's list and its own) so that mutations reach
+/// the node decoder instead of stopping at a checksum; bit 1: trust the stored hashes
+/// (`Verify::None`) instead of recomputing every one.
+pub fn checkpoint_input(files: &[Vec<u8>], fix_crcs: bool, trust_hashes: bool) -> Vec<u8> {
+    let mut out = vec![u8::from(fix_crcs) | (u8::from(trust_hashes) << 1)];
+    for f in files {
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f);
+    }
+    out
+}
+
+fn split_checkpoint_input(data: &[u8]) -> Vec<Vec<u8>> {
+    let mut files = Vec::new();
+    let mut rest = data;
+    while files.len() < CHECKPOINT_FILES && rest.len() >= 4 {
+        let n = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+        let body = &rest[4..];
+        let n = n.min(body.len());
+        files.push(body[..n].to_vec());
+        rest = &body[n..];
+    }
+    files
+}
+
+fn fix_checkpoint_crcs(files: &mut [Vec<u8>]) {
+    let mut part_crcs = Vec::new();
+    for part in files.iter_mut().skip(1) {
+        if part.len() >= 4 {
+            let body = part.len() - 4;
+            let c = crc32c(&part[..body]);
+            part[body..].copy_from_slice(&c.to_be_bytes());
+            part_crcs.push(c);
+        }
+    }
+    if let Some(main) = files.first_mut().filter(|m| m.len() as u64 == HEADER_LEN) {
+        for (i, c) in part_crcs.iter().enumerate() {
+            main[6 + 4 * i..10 + 4 * i].copy_from_slice(&c.to_be_bytes());
+        }
+        let body = main.len() - 4;
+        let c = crc32c(&main[..body]);
+        main[body..].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+fn crc32c(data: &[u8]) -> u32 {
+    rechain_native::flow::wal::crc32c(data)
+}
+
+fn check_checkpoint_error(e: &CheckpointError, dir: &std::path::Path) {
+    assert!(
+        e.file.starts_with(&*dir.to_string_lossy()),
+        "error names {}",
+        e.file
+    );
+    assert!(!e.is_retryable(), "bytes gave an I/O error: {e}");
+    let len = std::fs::metadata(&e.file).map_or(0, |m| m.len());
+    assert!(
+        e.offset <= len,
+        "error offset {} past {} ({len} bytes)",
+        e.offset,
+        e.file
+    );
+}
+
+fn checkpoint_read(data: &[u8]) {
+    checkpoint_input_loads(data);
+}
+
+/// Runs the `checkpoint_read` target's checks; true when the input loaded as a checkpoint.
+pub fn checkpoint_input_loads(data: &[u8]) -> bool {
+    let Some((&flags, rest)) = data.split_first() else {
+        return false;
+    };
+    let mut files = split_checkpoint_input(rest);
+    if flags & 1 != 0 {
+        fix_checkpoint_crcs(&mut files);
+    }
+    let dir = scratch_dir("cp");
+    let name = checkpoint_name(1);
+    for (i, f) in files.iter().enumerate() {
+        let file = if i == 0 {
+            name.clone()
+        } else {
+            part_name(&name, i - 1)
+        };
+        std::fs::write(dir.join(file), f).expect("write scratch checkpoint file");
+    }
+    let verify = if flags & 2 != 0 {
+        Verify::None
+    } else {
+        Verify::Full
+    };
+    for i in 0..SUBTRIE_COUNT {
+        if let Err(e) = verify_part(&dir, &name, i, verify) {
+            check_checkpoint_error(&e, &dir);
+        }
+    }
+    match load(&dir, &name, 2, verify) {
+        Err(e) => {
+            check_checkpoint_error(&e, &dir);
+            false
+        }
+        Ok(loaded) => {
+            if matches!(verify, Verify::None) {
+                return true; // stored hashes were trusted, so they need not be right
+            }
+            // Every hash was checked: what loaded can be written back, and loads again to the
+            // same tries.
+            let out = scratch_dir("cp-out");
+            write_tries(&loaded.tries, &out, &name, 1).expect("re-write a loaded checkpoint");
+            let again = load(&out, &name, 1, Verify::Full).expect("re-written checkpoint loads");
+            let key = |l: &[rechain_native::flow::mtrie::Trie]| -> Vec<_> {
+                l.iter()
+                    .map(|t| (t.root_hash(), t.reg_count, t.reg_size))
+                    .collect()
+            };
+            assert_eq!(
+                key(&again.tries),
+                key(&loaded.tries),
+                "re-written tries differ"
+            );
+            true
+        }
     }
 }
