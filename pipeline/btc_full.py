@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 STAGE = "btc_full"
 #: Block bytes per body unit: big enough to amortise a task, small enough to spread files.
 UNIT_BYTES = 32 << 20
+#: The smallest unit a small memory budget cuts units down to (see ``unit_bytes``).
+MIN_UNIT_BYTES = 4 << 20
+#: DuckDB's memory limit never goes below this, whatever the budget.
+MIN_DUCKDB_BYTES = 256 << 20
 #: A chain whose every block is invalid cannot loop forever: each round settles one block.
 MAX_ROUNDS = 10_000
 COINBASE_MATURITY = 100
@@ -50,8 +55,19 @@ PARTITION_FLUSH_ROWS = 16_384
 MAX_SCRIPT_HEX = 20_000
 
 
+def unit_bytes(budget: int) -> int:
+    """Block bytes per unit for a memory budget: a unit's decoded columns and staged Parquet
+    take a few times its bytes in a worker, and a couple of units are in flight per worker."""
+    return int(min(UNIT_BYTES, max(MIN_UNIT_BYTES, budget // 16)))
+
+
 def plan_units(
-    data: DataDir, headers: pa.Table, paths: dict[int, str], network: str, key: bytes
+    data: DataDir,
+    headers: pa.Table,
+    paths: dict[int, str],
+    network: str,
+    key: bytes,
+    unit_size: int = UNIT_BYTES,
 ) -> list[BodyUnit]:
     """Units for the chosen copies that have no staged verdict yet, by file and offset."""
     chosen = headers.filter(
@@ -73,7 +89,7 @@ def plan_units(
     file_start = np.r_[True, files[1:] != files[:-1]]
     cum = np.cumsum(sizes)
     group_base = np.maximum.accumulate(np.where(file_start, cum - sizes, 0))
-    bucket = (cum - group_base - 1) // UNIT_BYTES
+    bucket = (cum - group_base - 1) // unit_size
     cuts = np.flatnonzero(file_start | np.r_[True, bucket[1:] != bucket[:-1]])
     units = []
     for seq, (lo, hi) in enumerate(zip(cuts, list(cuts[1:]) + [len(files)], strict=True)):
@@ -99,7 +115,7 @@ def decode_units(
     from rechain.pipeline.ray_runtime import ordered_results
 
     remote = ray.remote(num_cpus=1, max_retries=3)(decode_and_stage_unit)
-    window = max(1, min(2 * workers, budget // 2 // (4 * UNIT_BYTES)))
+    window = max(1, min(2 * workers, budget // 2 // (4 * unit_bytes(budget))))
     bar = Progress(len(units), enabled=progress)
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
     try:
@@ -137,7 +153,7 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     for stale in (db_file, db_file.with_name(db_file.name + ".wal")):
         stale.unlink(missing_ok=True)
     con = duckdb.connect(str(db_file))
-    con.execute(f"SET memory_limit='{max(budget, 256 << 20) // (1 << 20)}MB'")
+    con.execute(f"SET memory_limit='{max(budget, MIN_DUCKDB_BYTES) // (1 << 20)}MB'")
     con.execute(f"SET temp_directory='{spill}'")
     con.execute(f"SET threads={max(workers, 1)}")
     con.execute("SET preserve_insertion_order=false")
@@ -176,14 +192,24 @@ def build_chain_state(con: duckdb.DuckDBPyConnection) -> None:
         WHERE b.height > 0 AND NOT starts_with(o.script_pubkey, '6a')
           AND length(o.script_pubkey) <= {MAX_SCRIPT_HEX}"""
     )
+    # An output id (txid, vout) twice in the best chain (BIP30's duplicate coinbases) makes a
+    # spend ambiguous: it takes the latest copy before it. Only those few spends go through a
+    # window; a window over every input would not stay within a small memory budget.
     con.execute(
-        """CREATE OR REPLACE TABLE res AS
+        """CREATE OR REPLACE TEMP TABLE dup AS
+        SELECT txid, vout FROM bo GROUP BY ALL HAVING count(*) > 1"""
+    )
+    spend = """
         SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, b.height, i.tx_position AS pos,
                i.block_hash, bo.value, bo.height AS prev_height, bo.pos AS prev_pos
         FROM si i JOIN best b ON i.block_hash = b.hash
+        LEFT JOIN dup d ON d.txid = i.prev_txid AND d.vout = i.prev_vout
         LEFT JOIN bo ON bo.txid = i.prev_txid AND bo.vout = i.prev_vout
              AND (bo.height < b.height OR (bo.height = b.height AND bo.pos < i.tx_position))
-        WHERE i.tx_position > 0
+        WHERE i.tx_position > 0"""
+    con.execute(f"CREATE OR REPLACE TABLE res AS {spend} AND d.txid IS NULL")
+    con.execute(
+        f"""INSERT INTO res {spend} AND d.txid IS NOT NULL
         QUALIFY row_number() OVER (
             PARTITION BY b.height, i.tx_position, i.vin ORDER BY bo.height DESC NULLS LAST) = 1"""
     )
@@ -212,9 +238,14 @@ def first_consensus_failure(
           WHERE value IS NULL
           UNION ALL
           SELECT block_hash, height, 'bad-txns-inputs-missingorspent', 1 FROM (
-            SELECT block_hash, height, row_number() OVER (
-              PARTITION BY prev_txid, prev_vout, prev_height ORDER BY height, pos, vin) AS k
-            FROM res WHERE value IS NOT NULL) WHERE k > 1
+            -- Outputs spent twice: the window runs only over those few spends.
+            SELECT r.block_hash, r.height, row_number() OVER (
+              PARTITION BY r.prev_height, r.prev_pos, r.prev_vout
+              ORDER BY r.height, r.pos, r.vin) AS k
+            FROM res r JOIN (
+              SELECT prev_height, prev_pos, prev_vout FROM res WHERE value IS NOT NULL
+              GROUP BY ALL HAVING count(*) > 1
+            ) twice USING (prev_height, prev_pos, prev_vout)) WHERE k > 1
           UNION ALL
           SELECT block_hash, height, 'bad-txns-premature-spend-of-coinbase', 2 FROM res
           WHERE prev_pos = 0 AND height - prev_height < {COINBASE_MATURITY}
@@ -272,32 +303,35 @@ def _publish_sql(table: str) -> str:
           CASE WHEN f.resolved THEN f.input_value::BIGINT - t.output_value::BIGINT END AS fee,
           {height_range}
         FROM st t JOIN headers h ON h.hash = t.block_hash
-        LEFT JOIN tx_in f ON f.block_hash = t.block_hash AND f.position = t.position
-        ORDER BY h.height NULLS LAST, t.block_hash, t.position"""
+        LEFT JOIN tx_in f ON f.block_hash = t.block_hash AND f.position = t.position"""
     if table == "inputs":
         return f"""
         SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, i.script_sig, i.sequence,
           i.witness_items, i.witness, r.value, i.block_hash, i.tx_position, {context},
           {height_range}
         FROM si i JOIN headers h ON h.hash = i.block_hash
-        LEFT JOIN res r ON r.block_hash = i.block_hash AND r.pos = i.tx_position
+        LEFT JOIN (SELECT height, pos, vin, value FROM res) r
+          ON h.in_best_chain AND r.height = h.height AND r.pos = i.tx_position
              AND r.vin = i.vin"""
     assert table == "outputs"
     return f"""
         SELECT o.txid, o.vout, o.value, o.script_type::VARCHAR AS script_type, o.address,
           o.script_pubkey, o.block_hash, o.tx_position, {context},
-          CASE WHEN h.in_best_chain THEN s.prev_txid IS NOT NULL END AS spent,
+          CASE WHEN h.in_best_chain THEN s.prev_height IS NOT NULL END AS spent,
           {height_range}
         FROM so o JOIN headers h ON h.hash = o.block_hash
-        LEFT JOIN (SELECT DISTINCT prev_txid, prev_vout, prev_height FROM res
+        LEFT JOIN (SELECT DISTINCT prev_height, prev_pos, prev_vout FROM res
                    WHERE value IS NOT NULL) s
-          ON h.in_best_chain AND s.prev_txid = o.txid AND s.prev_vout = o.vout
-             AND s.prev_height = h.height"""
+          ON h.in_best_chain AND s.prev_height = h.height AND s.prev_pos = o.tx_position
+             AND s.prev_vout = o.vout"""
 
 
 def publish_tables(
-    con: duckdb.DuckDBPyConnection, data: DataDir, generation: int
+    con: duckdb.DuckDBPyConnection, data: DataDir, generation: int, budget: int = 1 << 30
 ) -> dict[str, int]:
+    # A row group is buffered whole before it is written: bound it in bytes as well as rows
+    # (inputs and outputs rows carry scripts and witnesses).
+    group_bytes = max(budget // 16, 1 << 20)
     rows = {}
     for table in (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS):
         base = data.parquet_dir(table)
@@ -309,7 +343,8 @@ def publish_tables(
         sql = _publish_sql(table)
         con.execute(
             f"COPY ({sql}) TO '{tmp}' (FORMAT PARQUET, PARTITION_BY (height_range), "
-            f"COMPRESSION ZSTD, ROW_GROUP_SIZE {ds.ROW_GROUP_ROWS})"
+            f"COMPRESSION ZSTD, ROW_GROUP_SIZE {ds.ROW_GROUP_ROWS}, "
+            f"ROW_GROUP_SIZE_BYTES {group_bytes})"
         )
         for f in tmp.rglob("*.parquet"):
             with open(f, "rb") as fh:
@@ -330,37 +365,36 @@ def write_utxo_set(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, A
         r"""
         SELECT bo.txid, bo.vout::UINTEGER AS vout, bo.height::UINTEGER AS height,
                bo.pos = 0 AS coinbase, bo.value::UBIGINT AS value, bo.script_pubkey
-        FROM bo ANTI JOIN (SELECT prev_txid, prev_vout, prev_height FROM res
+        FROM bo ANTI JOIN (SELECT prev_height, prev_pos, prev_vout FROM res
                            WHERE value IS NOT NULL) s
-          ON s.prev_txid = bo.txid AND s.prev_vout = bo.vout AND s.prev_height = bo.height
-        QUALIFY row_number() OVER (PARTITION BY bo.txid, bo.vout ORDER BY bo.height DESC) = 1
+          ON s.prev_height = bo.height AND s.prev_pos = bo.pos AND s.prev_vout = bo.vout
+        -- Of an output id created twice (BIP30), only the latest copy is in the set.
+        LEFT JOIN (SELECT txid, vout, max(height) AS latest FROM bo SEMI JOIN dup
+                   USING (txid, vout) GROUP BY ALL) d ON d.txid = bo.txid AND d.vout = bo.vout
+        WHERE d.latest IS NULL OR bo.height = d.latest
         ORDER BY regexp_replace(reverse(bo.txid), '(.)(.)', '\2\1', 'g'), bo.vout
         """
     ).to_arrow_reader(1 << 16)
     hasher = _native.UtxoHasher()
-    keys: list[pa.Array] = []
-    values: list[pa.Array] = []
-    for batch in reader:
-        k, v = hasher.update(batch)
-        keys.append(k)
-        values.append(v)
-    (k, v), digest, count, total = hasher.finish()
-    keys.append(k)
-    values.append(v)
+    done: dict[str, Any] = {}
+
+    def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
+        # Streamed into the SST file: the UTXO set is never held whole in memory.
+        for batch in reader:
+            yield hasher.update(batch)
+        last, done["hash_serialized_3"], done["utxo_count"], done["total_amount"] = hasher.finish()
+        yield last
+
     data.reset_column_family(layout.CF_BTC_UTXO)
-    data.ingest_sorted(
-        layout.CF_BTC_UTXO,
-        pa.concat_arrays(keys) if keys else pa.array([], pa.binary()),
-        pa.concat_arrays(values) if values else pa.array([], pa.binary()),
-    )
-    return {"utxo_count": count, "total_amount": total, "hash_serialized_3": digest}
+    data.ingest_sorted_batches(layout.CF_BTC_UTXO, chunks())
+    return {k: done[k] for k in ("utxo_count", "total_amount", "hash_serialized_3")}
 
 
 def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, generation: int) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
     side branches) points at its best-chain copy, else its lowest one."""
     tx_glob = data.parquet_dir(ds.TRANSACTIONS) / f"{generation:06d}" / "**" / "*.parquet"
-    table = con.sql(
+    reader = con.sql(
         rf"""
         SELECT from_hex(regexp_replace(reverse(txid), '(.)(.)', '\2\1', 'g')) AS k,
                encode(height_range::VARCHAR || ' ' || block_hash || ' ' || position::VARCHAR) AS v
@@ -369,14 +403,18 @@ def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, generation: int
             PARTITION BY txid ORDER BY in_best_chain DESC, height NULLS LAST, block_hash) = 1
         ORDER BY k
         """
-    ).to_arrow_table()
+    ).to_arrow_reader(1 << 16)
+    rows = 0
+
+    def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
+        nonlocal rows
+        for batch in reader:
+            rows += batch.num_rows
+            yield batch.column("k"), batch.column("v")
+
     data.reset_column_family(layout.CF_BTC_TXINDEX)
-    data.ingest_sorted(
-        layout.CF_BTC_TXINDEX,
-        table.column("k").combine_chunks(),
-        table.column("v").combine_chunks(),
-    )
-    return table.num_rows
+    data.ingest_sorted_batches(layout.CF_BTC_TXINDEX, chunks())
+    return rows
 
 
 def lookup_tx(data: DataDir, txid: str) -> dict[str, Any]:
@@ -443,7 +481,7 @@ def run_full(
         import pyarrow.parquet as pq
 
         headers = pq.read_table(gen, columns=["file", "offset", "size", "status", "copy_status"])
-        units = plan_units(data, headers, paths, network, key)
+        units = plan_units(data, headers, paths, network, key, unit_bytes(budget))
         if units:
             from rechain.pipeline.ray_runtime import ensure_ray
 
@@ -470,7 +508,7 @@ def run_full(
                 continue
             t = time.perf_counter()
             generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0) + 1
-            rows = publish_tables(con, data, generation)
+            rows = publish_tables(con, data, generation, budget)
             publish_s = time.perf_counter() - t
             t = time.perf_counter()
             utxo = write_utxo_set(con, data)

@@ -143,16 +143,26 @@ class DataDir:
     def ingest_sorted(self, cf: str, keys: pa.Array, values: pa.Array) -> None:
         """Bulk load of key-sorted binary columns (built by the Rust core): one SST file, then
         moved into the column family by RocksDB's atomic ingestion."""
-        if len(keys) == 0:
-            return
+        self.ingest_sorted_batches(cf, iter([(keys, values)]))
+
+    def ingest_sorted_batches(self, cf: str, batches: Iterator[tuple[pa.Array, pa.Array]]) -> None:
+        """``ingest_sorted`` for a stream of key-sorted chunks (keys increasing across chunks):
+        one chunk in memory at a time, however large the whole."""
         tmp = self.path / "tmp"
         tmp.mkdir(exist_ok=True)
         sst = tmp / f"{cf}.sst"
         sst.unlink(missing_ok=True)
         writer = SstFileWriter(Options(raw_mode=True))
         writer.open(str(sst))
-        for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
-            writer[k] = v
+        rows = 0
+        for keys, values in batches:
+            for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
+                writer[k] = v
+            rows += len(keys)
+        if rows == 0:
+            del writer
+            sst.unlink(missing_ok=True)
+            return
         writer.finish()
         ingest = IngestExternalFileOptions()
         ingest.set_move_files(True)
