@@ -62,7 +62,7 @@ clean:
 	rm -rf $(VENV) workers/native/target build *.egg-info $(DEMO)
 
 soak: setup
-	RAY_AUTH_MODE=disabled RECHAIN_KILL_POINTS=200 $(BIN)/pytest -q tests/test_btc_kill.py tests/test_flow_kill.py
+	RAY_AUTH_MODE=disabled RECHAIN_KILL_POINTS=200 $(BIN)/pytest -q -rxX tests/test_btc_kill.py tests/test_flow_kill.py tests/test_memory_budget.py
 
 # Every fuzz target for FUZZ_SECONDS (default 60) each: cargo-fuzz when nightly is present,
 # else the stable harness (workers/native/tests/fuzz.rs). Prints executions per target.

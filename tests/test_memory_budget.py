@@ -1,0 +1,55 @@
+"""`--memory-budget` against peak RSS, on a full reindex whose blocks are at least 10x the
+budget (slow: `make soak` runs it; RECHAIN_MEMTEST_BLOCKS sets the chain length).
+
+The budget bounds what the pipeline holds for the data: in-flight units, DuckDB's buffers
+(it spills to DATADIR/tmp beyond them), staged and published row groups, the UTXO set and
+tx index streamed into RocksDB. The Python interpreter, Arrow, DuckDB's code and Ray's own
+processes come on top, and do not grow with the input: the same run over a tiny chain
+measures them, and the big run may exceed that baseline by at most the budget."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import btc_reindex_cmd, run_measured
+from tests.conftest import gen_chain
+
+BUDGET = 256 << 20
+#: ~94 KB per block: 29,000 blocks are ~2.6 GiB, just over 10x the budget.
+BLOCKS = int(os.environ.get("RECHAIN_MEMTEST_BLOCKS", "29000"))
+
+
+def _full(blocks: Path, data: Path) -> tuple[dict, int, int]:
+    cmd = btc_reindex_cmd(blocks, data, 1, "--mode", "full", "--memory-budget", str(BUDGET))
+    done, rss, _ = run_measured(cmd)
+    return json.loads(done.stdout), rss.peak_root, rss.peak_tree
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (issue #7): on 2.5 GB at a 256 MiB budget the coordinator peaked at "
+    "793 MiB against a 232 MiB baseline: decoded results kept by Arrow's allocator after the "
+    "body pass, and DuckDB/Parquet buffers beyond DuckDB's memory_limit",
+)
+def test_full_reindex_of_ten_times_the_budget_stays_within_it(tmp_path: Path) -> None:
+    tiny = gen_chain(tmp_path / "tiny", "--blocks", "30", "--tx-per-block", "100:400")
+    big = gen_chain(tmp_path / "big", "--blocks", str(BLOCKS), "--tx-per-block", "100:400")
+    size = big["bytes"]  # block records, not the files' zero-filled preallocated tails
+    assert size >= 10 * BUDGET, f"input {size >> 20} MiB is not 10x the budget"
+    base, base_root, base_tree = _full(tmp_path / "tiny" / "blocks", tmp_path / "d0")
+    assert base["full"]["utxo_count"] == tiny["utxo_count"]
+    result, root, tree = _full(tmp_path / "big" / "blocks", tmp_path / "d1")
+    assert result["full"]["utxo_count"] == big["utxo_count"]
+    assert result["full"]["total_amount"] == big["total_amount"]
+    print(
+        f"\ninput {size >> 20} MiB, budget {BUDGET >> 20} MiB; peak RSS coordinator "
+        f"{root >> 20} MiB (baseline {base_root >> 20}), Ray tree {tree >> 20} MiB "
+        f"(baseline {base_tree >> 20})"
+    )
+    assert root - base_root <= BUDGET
+    assert tree - base_tree <= BUDGET
