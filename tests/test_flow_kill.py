@@ -30,10 +30,25 @@ TIMINGS = {"publish_s"}
 
 
 def replay_cmd(wal: Path, data: Path) -> list[str]:
+    # Checkpoints every 3 segments, so that kills also land inside checkpoint writes.
     return [
         sys.executable, "-m", "rechain.pipeline.cli", "flow", "replay",
         "--wal", str(wal), "--data", str(data), "--no-progress", "--workers", "2",
+        "--checkpoint-every", "3", "--checkpoint-dir", str(checkpoint_dir(data)),
     ]  # fmt: skip
+
+
+def checkpoint_dir(data: Path) -> Path:
+    return data.with_name(data.name + "-checkpoints")
+
+
+def checkpoint_files(data: Path) -> dict[str, str]:
+    """Every file in the run's checkpoint folder and its hash (a killed writer's temporary
+    files included, so that leftovers show)."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(checkpoint_dir(data).iterdir())
+    }
 
 
 def run_to_end(wal: Path, data: Path) -> float:
@@ -94,8 +109,13 @@ def test_killed_replays_rerun_to_the_same_state(wal: Path, tmp_path: Path) -> No
             kills += 1
         else:
             shutil.rmtree(data)
+            shutil.rmtree(checkpoint_dir(data), ignore_errors=True)
     assert kills == KILL_POINTS
     run_to_end(wal, data)
     assert state(data) == want
+    # The checkpoints are byte-identical to the uninterrupted run's, with nothing left over.
+    written = checkpoint_files(ref)
+    assert len(written) >= 2 * 18 and not any(n.startswith("writing-") for n in written)
+    assert checkpoint_files(data) == written
     st = cli_json("flow", "status", "--data", data, "--json")
     assert st["root"] == facts["final_root"]

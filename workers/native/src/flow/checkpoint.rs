@@ -989,9 +989,35 @@ struct Staged {
     done: bool,
 }
 
+/// Removes the temporary files a killed writer of checkpoint `name` left behind (its `Drop`
+/// never ran): `writing-<name>...-<pid>` whose process is gone. Only where `/proc` tells.
+fn remove_stale_temps(dir: &FsPath, name: &str) {
+    if !FsPath::new("/proc/self").exists() {
+        return;
+    }
+    let prefix = format!("writing-{name}");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(file) = file.to_str() else { continue };
+        let pid = file
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.rsplit_once('-'))
+            .and_then(|(_, pid)| pid.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !FsPath::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 impl Staged {
     fn new(dir: &FsPath, name: &str) -> CpResult<Staged> {
         std::fs::create_dir_all(dir).map_err(|e| CheckpointError::io(dir, 0, &e))?;
+        remove_stale_temps(dir, name);
         let mut temps = Vec::with_capacity(SUBTRIE_COUNT + 2);
         for i in 0..=SUBTRIE_COUNT + 1 {
             let target = if i <= SUBTRIE_COUNT {
@@ -2004,6 +2030,25 @@ mod tests {
             std::fs::remove_dir_all(&da).unwrap();
             std::fs::remove_dir_all(&db).unwrap();
         }
+    }
+
+    /// A killed writer's temporary files are removed by the next writer of that checkpoint;
+    /// a live process's and other checkpoints' are left alone.
+    #[test]
+    fn stale_temporary_files_of_a_dead_writer_are_removed() {
+        let dir = tmp("stale");
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = checkpoint_name(5);
+        let dead = format!("writing-{}-4294967290", part_name(&name, 3));
+        let live = format!("writing-{}-1", part_name(&name, 3)); // pid 1 always runs
+        let other = format!("writing-{}-4294967290", checkpoint_name(6));
+        for f in [&dead, &live, &other] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        write_tries(&tries_b(), &dir, &name, 1).unwrap();
+        assert!(!dir.join(&dead).exists());
+        assert!(dir.join(&live).exists() && dir.join(&other).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
