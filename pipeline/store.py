@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,9 @@ from rocksdict import (
     WriteBatch,
     WriteOptions,
 )
+
+#: Rows turned into Python objects at a time while writing an SST file.
+INGEST_SLICE_ROWS = 65_536
 
 
 class DataDir:
@@ -143,7 +146,17 @@ class DataDir:
     def ingest_sorted(self, cf: str, keys: pa.Array, values: pa.Array) -> None:
         """Bulk load of key-sorted binary columns (built by the Rust core): one SST file, then
         moved into the column family by RocksDB's atomic ingestion."""
-        if len(keys) == 0:
+        self.ingest_sorted_slices(
+            cf, len(keys), lambda lo, hi: (keys.slice(lo, hi - lo), values.slice(lo, hi - lo))
+        )
+
+    def ingest_sorted_slices(
+        self, cf: str, count: int, entries: Callable[[int, int], tuple[pa.Array, pa.Array]]
+    ) -> None:
+        """Like ``ingest_sorted`` for ``count`` entries handed out in key order by
+        ``entries(lo, hi)`` a slice at a time (a million keys as Python bytes at once would
+        cost hundreds of MiB)."""
+        if count == 0:
             return
         tmp = self.path / "tmp"
         tmp.mkdir(exist_ok=True)
@@ -151,8 +164,10 @@ class DataDir:
         sst.unlink(missing_ok=True)
         writer = SstFileWriter(Options(raw_mode=True))
         writer.open(str(sst))
-        for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
-            writer[k] = v
+        for lo in range(0, count, INGEST_SLICE_ROWS):
+            keys, values = entries(lo, min(lo + INGEST_SLICE_ROWS, count))
+            for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
+                writer[k] = v
         writer.finish()
         ingest = IngestExternalFileOptions()
         ingest.set_move_files(True)
