@@ -35,10 +35,12 @@ def ipc_bytes(data: pa.Table | pa.RecordBatch) -> bytes:
     """A versioned Arrow IPC stream of one batch (chunking never changes the bytes)."""
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     sink = pa.BufferOutputStream()
+    # The version byte goes first into the same buffer: one copy out, not two.
+    sink.write(bytes([layout.SCAN_SEGMENT_VERSION]))
     with pa.ipc.new_stream(sink, table.schema) as writer:
         for batch in table.combine_chunks().to_batches():
             writer.write_batch(batch)
-    return bytes([layout.SCAN_SEGMENT_VERSION]) + sink.getvalue().to_pybytes()
+    return sink.getvalue().to_pybytes()
 
 
 def read_ipc(value: bytes) -> pa.Table:
@@ -369,8 +371,12 @@ class BtcCommitter:
                 rows,
                 ds.HEADERS_DICTIONARY_COLUMNS,
             )
-            self.data.ingest_sorted_slices(layout.CF_BTC_INDEX, len(tree), tree.index_entries)
-            self.data.ingest_sorted_slices(layout.CF_BTC_BEST, tree.best_len(), tree.best_entries)
+            self.data.ingest_sorted_slices(
+                layout.CF_BTC_INDEX, len(tree), tree.index_entries, compress=False
+            )
+            self.data.ingest_sorted_slices(
+                layout.CF_BTC_BEST, tree.best_len(), tree.best_entries, compress=False
+            )
             timings["index_s"] = time.perf_counter() - t
             t = time.perf_counter()
             parquet.result()

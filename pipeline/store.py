@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import shutil
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from rechain.pipeline.errors import DataFolderBusy, RechainError
 from rechain.schemas import rocksdb as layout
 from rocksdict import (
     AccessType,
+    DBCompressionType,
     IngestExternalFileOptions,
     Options,
     Rdict,
@@ -151,23 +153,35 @@ class DataDir:
         )
 
     def ingest_sorted_slices(
-        self, cf: str, count: int, entries: Callable[[int, int], tuple[pa.Array, pa.Array]]
+        self,
+        cf: str,
+        count: int,
+        entries: Callable[[int, int], tuple[pa.Array, pa.Array]],
+        *,
+        compress: bool = True,
     ) -> None:
         """Like ``ingest_sorted`` for ``count`` entries handed out in key order by
         ``entries(lo, hi)`` a slice at a time (a million keys as Python bytes at once would
-        cost hundreds of MiB)."""
+        cost hundreds of MiB). ``compress=False`` for values that are mostly hashes, where
+        block compression costs time and saves nothing."""
         if count == 0:
             return
         tmp = self.path / "tmp"
         tmp.mkdir(exist_ok=True)
         sst = tmp / f"{cf}.sst"
         sst.unlink(missing_ok=True)
-        writer = SstFileWriter(Options(raw_mode=True))
+        opts = Options(raw_mode=True)
+        if not compress:
+            opts.set_compression_type(DBCompressionType.none())
+        writer = SstFileWriter(opts)
         writer.open(str(sst))
+        put = writer.__setitem__
         for lo in range(0, count, INGEST_SLICE_ROWS):
             keys, values = entries(lo, min(lo + INGEST_SLICE_ROWS, count))
-            for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
-                writer[k] = v
+            if len(keys) != len(values):
+                raise ValueError(f"{cf}: {len(keys)} keys but {len(values)} values")
+            # map() drives the writer from C: no interpreter loop per key.
+            deque(map(put, keys.to_pylist(), values.to_pylist()), maxlen=0)
         writer.finish()
         ingest = IngestExternalFileOptions()
         ingest.set_move_files(True)

@@ -168,10 +168,13 @@ pub struct LinkedTree {
     /// Entries in table order: by height (unlinked last), then first appearance, so height
     /// ranges prune well.
     order: Vec<u32>,
-    /// Entries in block-index key order (by hash).
-    by_hash: Vec<u32>,
+    /// (hash, entry) in block-index key order.
+    by_hash: Vec<([u8; 32], u32)>,
     /// Best-chain entries by height.
     best: Vec<u32>,
+    /// Block-index values of every entry in entry order (encoded walking the scan log in
+    /// order; gathering them by hash later reads one row per key instead of every column).
+    index_values: Vec<u8>,
 }
 
 impl LinkedTree {
@@ -203,14 +206,17 @@ impl LinkedTree {
         let m = link.record.len();
         let mut order: Vec<u32> = (0..m as u32).collect();
         order.sort_unstable_by_key(|&e| (link.height[e as usize].unwrap_or(u32::MAX), e));
-        let mut by_hash: Vec<u32> = (0..m as u32).collect();
-        by_hash.sort_unstable_by_key(|&e| hashes[link.record[e as usize] as usize]);
+        let mut by_hash: Vec<([u8; 32], u32)> = (0..m)
+            .map(|e| (hashes[link.record[e] as usize], e as u32))
+            .collect();
+        by_hash.sort_unstable();
+        drop(hashes);
         let best = order
             .iter()
             .copied()
             .filter(|&e| link.state[e as usize] == EntryState::Active)
             .collect();
-        Ok(LinkedTree {
+        let mut tree = LinkedTree {
             chunks,
             starts,
             statuses,
@@ -218,7 +224,34 @@ impl LinkedTree {
             order,
             by_hash,
             best,
-        })
+            index_values: Vec::new(),
+        };
+        tree.index_values = tree.encode_index_values()?;
+        Ok(tree)
+    }
+
+    fn encode_index_values(&self) -> Result<Vec<u8>, ArrowError> {
+        let views = self.views()?;
+        let out = &self.link;
+        let mut values = Vec::with_capacity(self.len() * crate::store::INDEX_VALUE_LEN);
+        for e in 0..self.len() {
+            let (c, i) = self.locate(e);
+            let v = &views[c];
+            IndexValue {
+                state: out.state[e] as u8,
+                height: out.height[e],
+                file: v.file.value(i),
+                magic_offset: v.magic_offset.value(i),
+                declared_size: v.declared.value(i),
+                n_tx: v.n_tx(i).map(|n| n.min(u32::MAX as u64 - 1) as u32),
+                copies: out.copies[e],
+                in_best_chain: out.state[e] == EntryState::Active,
+                chainwork: out.chainwork[e].to_big_endian(),
+                header: v.header(i),
+            }
+            .encode_into(&mut values);
+        }
+        Ok(values)
     }
 
     pub fn len(&self) -> usize {
@@ -385,33 +418,14 @@ impl LinkedTree {
         lo: usize,
         hi: usize,
     ) -> Result<(BinaryArray, BinaryArray), ArrowError> {
-        let views = self.views()?;
         let entries = &self.by_hash[lo.min(self.len())..hi.min(self.len())];
         let len = crate::store::INDEX_VALUE_LEN;
         let mut keys = BinaryBuilder::with_capacity(entries.len(), entries.len() * 32);
         let mut values = BinaryBuilder::with_capacity(entries.len(), entries.len() * len);
-        let mut value = Vec::with_capacity(len);
-        let out = &self.link;
-        for &e in entries {
-            let e = e as usize;
-            let (c, i) = self.locate(e);
-            let v = &views[c];
-            value.clear();
-            IndexValue {
-                state: out.state[e] as u8,
-                height: out.height[e],
-                file: v.file.value(i),
-                magic_offset: v.magic_offset.value(i),
-                declared_size: v.declared.value(i),
-                n_tx: v.n_tx(i).map(|n| n.min(u32::MAX as u64 - 1) as u32),
-                copies: out.copies[e],
-                in_best_chain: out.state[e] == EntryState::Active,
-                chainwork: out.chainwork[e].to_big_endian(),
-                header: v.header(i),
-            }
-            .encode_into(&mut value);
-            keys.append_value(v.hashes[i]);
-            values.append_value(&value);
+        for (hash, e) in entries {
+            let e = *e as usize;
+            keys.append_value(hash);
+            values.append_value(&self.index_values[e * len..(e + 1) * len]);
         }
         Ok((keys.finish(), values.finish()))
     }
