@@ -297,6 +297,10 @@ class BtcCommitter:
         if scan_puts:
             puts[layout.CF_BTC_SCAN] = scan_puts
         self.data.write(puts)
+        # The segments are in RocksDB now: hand the shard's copies back to the OS (Arrow's
+        # allocator keeps freed pages, and shards are tens of MiB each).
+        del scan_puts, puts
+        pa.default_memory_pool().release_unused()
         dt = time.perf_counter() - t0
         self.stats.commit_seconds += dt
         self.stats.shards += 1
@@ -348,6 +352,9 @@ class BtcCommitter:
         the block index to RocksDB, and no complete copy of either output is ever held."""
         timings: dict[str, float] = {}
         t = time.perf_counter()
+        # The scan log's memtables are only read once more: flushing them frees their memory
+        # (up to two write buffers) before the tree is built.
+        self.data.cf(layout.CF_BTC_SCAN).flush()
         log_table = apply_verdicts(self.data, self.scan_log(layout.SEGMENT_RECORDS, ds.RECORDS))
         timings["load_s"] = time.perf_counter() - t
         t = time.perf_counter()
