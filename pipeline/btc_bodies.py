@@ -110,13 +110,15 @@ def _copy_key(file: pa.Array, offset: pa.Array) -> pa.Array:
     )
 
 
-def apply_verdicts(data: DataDir, records: pa.RecordBatch) -> pa.RecordBatch:
-    """The scan log as the linker must see it: failed body copies and invalid blocks marked."""
+def apply_verdicts(data: DataDir, log: pa.Table) -> pa.Table:
+    """The scan log as the linker must see it: failed body copies and invalid blocks marked.
+    Returned as it came (chunks untouched) when there is nothing to mark."""
     failed = staged_blocks(data, ["file", "offset", "valid", "invalid_reason"])
     failed = failed.filter(pc.invert(failed.column("valid"))).combine_chunks()
     invalid = invalid_blocks(data)
     if not failed.num_rows and not invalid:
-        return records
+        return log
+    records = log.combine_chunks().to_batches()[0] if log.num_rows else ds.empty(ds.RECORDS)
     status = records.column("status")
     reason = records.column("reason")
     if failed.num_rows:
@@ -137,4 +139,4 @@ def apply_verdicts(data: DataDir, records: pa.RecordBatch) -> pa.RecordBatch:
     cols: list[Any] = list(records.columns)
     cols[names.index("status")] = status
     cols[names.index("reason")] = reason
-    return pa.RecordBatch.from_arrays(cols, schema=records.schema)
+    return pa.Table.from_batches([pa.RecordBatch.from_arrays(cols, schema=records.schema)])

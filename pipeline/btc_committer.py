@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,10 +35,12 @@ def ipc_bytes(data: pa.Table | pa.RecordBatch) -> bytes:
     """A versioned Arrow IPC stream of one batch (chunking never changes the bytes)."""
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     sink = pa.BufferOutputStream()
+    # The version byte goes first into the same buffer: one copy out, not two.
+    sink.write(bytes([layout.SCAN_SEGMENT_VERSION]))
     with pa.ipc.new_stream(sink, table.schema) as writer:
         for batch in table.combine_chunks().to_batches():
             writer.write_batch(batch)
-    return bytes([layout.SCAN_SEGMENT_VERSION]) + sink.getvalue().to_pybytes()
+    return sink.getvalue().to_pybytes()
 
 
 def read_ipc(value: bytes) -> pa.Table:
@@ -294,6 +297,10 @@ class BtcCommitter:
         if scan_puts:
             puts[layout.CF_BTC_SCAN] = scan_puts
         self.data.write(puts)
+        # The segments are in RocksDB now: hand the shard's copies back to the OS (Arrow's
+        # allocator keeps freed pages, and shards are tens of MiB each).
+        del scan_puts, puts
+        pa.default_memory_pool().release_unused()
         dt = time.perf_counter() - t0
         self.stats.commit_seconds += dt
         self.stats.shards += 1
@@ -338,38 +345,64 @@ class BtcCommitter:
         return pa.concat_tables(tables)
 
     def link_and_publish(self) -> dict[str, Any]:
-        """Links every committed record into the block tree and publishes index and Parquet."""
+        """Links every committed record into the block tree and publishes index and Parquet.
+
+        The tree hands out the table and the index in slices: the Parquet part is written
+        on a second thread (Arrow and the Rust slices release the GIL) while this one feeds
+        the block index to RocksDB, and no complete copy of either output is ever held."""
         timings: dict[str, float] = {}
         t = time.perf_counter()
-        records = self.scan_log(layout.SEGMENT_RECORDS, ds.RECORDS).combine_chunks()
-        batch = records.to_batches()[0] if records.num_rows else ds.empty(ds.RECORDS)
-        batch = apply_verdicts(self.data, batch)
+        # The scan log's memtables are only read once more: flushing them frees their memory
+        # (up to two write buffers) before the tree is built.
+        self.data.cf(layout.CF_BTC_SCAN).flush()
+        log_table = apply_verdicts(self.data, self.scan_log(layout.SEGMENT_RECORDS, ds.RECORDS))
         timings["load_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        headers, ikeys, ivals, bkeys, bvals, linked = _native.link_headers(
-            batch, self.network, self.root_hash
-        )
+        tree = _native.HeaderTree(log_table.to_batches(), self.network, self.root_hash)
+        linked = dict(tree.summary())
         timings["link_s"] = time.perf_counter() - t
         t = time.perf_counter()
         # Until the new index is complete, a killed run must relink when it resumes.
         self.data.write({layout.CF_META: [(layout.META_BTC_DIRTY, True)]})
         for cf in layout.DERIVED_COLUMN_FAMILIES:
             self.data.reset_column_family(cf)
-        self.data.ingest_sorted(layout.CF_BTC_INDEX, ikeys, ivals)
-        self.data.ingest_sorted(layout.CF_BTC_BEST, bkeys, bvals)
-        timings["index_s"] = time.perf_counter() - t
-        t = time.perf_counter()
         generation = int(self.data.meta_get(layout.META_BTC_GENERATION) or 0) + 1
-        self.data.stage_parquet(
-            ds.HEADERS,
-            generation,
-            pa.Table.from_batches([headers]),
-            ds.ROW_GROUP_ROWS,
-            ds.HEADERS_DICTIONARY_COLUMNS,
-        )
+        rows = ds.ROW_GROUP_ROWS
+        with ThreadPoolExecutor(1, thread_name_prefix="headers-parquet") as pool:
+            parquet = pool.submit(
+                self.data.stage_parquet_batches,
+                ds.HEADERS,
+                generation,
+                ds.schema(ds.HEADERS),
+                (tree.headers(lo, lo + rows) for lo in range(0, len(tree), rows)),
+                rows,
+                ds.HEADERS_DICTIONARY_COLUMNS,
+            )
+            self.data.ingest_sorted_slices(
+                layout.CF_BTC_INDEX, len(tree), tree.index_entries, compress=False
+            )
+            self.data.ingest_sorted_slices(
+                layout.CF_BTC_BEST, tree.best_len(), tree.best_entries, compress=False
+            )
+            timings["index_s"] = time.perf_counter() - t
+            t = time.perf_counter()
+            parquet.result()
+        # The Parquet writer ran alongside the index: this is only the wait after it.
         timings["parquet_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        summary = self._summary(headers, dict(linked), batch)
+        summary = {
+            "network": self.network,
+            "tip_hash": linked["tip_hash"],
+            "tip_height": linked["tip_height"],
+            "chainwork": linked["chainwork"],
+            "blocks_indexed": linked["blocks_indexed"],
+            "distinct_hashes": linked["distinct"],
+            "records": log_table.num_rows,
+            "orphans": linked["orphans"],
+            "duplicates": linked["duplicates"],
+            "invalid": linked["invalid"],
+            "body_checked": bool(pc.any(log_table.column("body_checked")).as_py() or False),
+        }
         timings["summary_s"] = time.perf_counter() - t
         self.data.write(
             {
@@ -383,34 +416,6 @@ class BtcCommitter:
         self.data.remove_other_generations(ds.HEADERS, generation)
         self.stats.link = timings
         return summary
-
-    def _summary(
-        self, headers: pa.RecordBatch, linked: dict[str, Any], records: pa.RecordBatch
-    ) -> dict[str, Any]:
-        status = headers.column("status")
-        orphans = pc.filter(headers.column("hash"), pc.equal(status, "orphan")).to_pylist()
-        invalid_mask = pc.equal(status, "invalid")
-        invalid = [
-            {"hash": h, "reason": r}
-            for h, r in zip(
-                pc.filter(headers.column("hash"), invalid_mask).to_pylist(),
-                pc.filter(headers.column("invalid_reason"), invalid_mask).to_pylist(),
-                strict=True,
-            )
-        ]
-        return {
-            "network": self.network,
-            "tip_hash": linked["tip_hash"],
-            "tip_height": linked["tip_height"],
-            "chainwork": linked["chainwork"],
-            "blocks_indexed": linked["blocks_indexed"],
-            "distinct_hashes": linked["distinct"],
-            "records": records.num_rows,
-            "orphans": orphans,
-            "duplicates": linked["duplicates"],
-            "invalid": invalid,
-            "body_checked": bool(pc.any(records.column("body_checked")).as_py() or False),
-        }
 
     def skipped(self) -> list[dict[str, Any]]:
         return skipped_from(self.data)

@@ -13,7 +13,8 @@ import fcntl
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from rechain.pipeline.errors import DataFolderBusy, RechainError
 from rechain.schemas import rocksdb as layout
 from rocksdict import (
     AccessType,
+    DBCompressionType,
     IngestExternalFileOptions,
     Options,
     Rdict,
@@ -30,6 +32,9 @@ from rocksdict import (
     WriteBatch,
     WriteOptions,
 )
+
+#: Rows turned into Python objects at a time while writing an SST file.
+INGEST_SLICE_ROWS = 65_536
 
 
 class DataDir:
@@ -143,21 +148,54 @@ class DataDir:
     def ingest_sorted(self, cf: str, keys: pa.Array, values: pa.Array) -> None:
         """Bulk load of key-sorted binary columns (built by the Rust core): one SST file, then
         moved into the column family by RocksDB's atomic ingestion."""
-        self.ingest_sorted_batches(cf, iter([(keys, values)]))
+        self.ingest_sorted_slices(
+            cf, len(keys), lambda lo, hi: (keys.slice(lo, hi - lo), values.slice(lo, hi - lo))
+        )
 
-    def ingest_sorted_batches(self, cf: str, batches: Iterator[tuple[pa.Array, pa.Array]]) -> None:
-        """``ingest_sorted`` for a stream of key-sorted chunks (keys increasing across chunks):
-        one chunk in memory at a time, however large the whole."""
+    def ingest_sorted_slices(
+        self,
+        cf: str,
+        count: int,
+        entries: Callable[[int, int], tuple[pa.Array, pa.Array]],
+        *,
+        compress: bool = True,
+    ) -> None:
+        """``ingest_sorted`` for ``count`` entries handed out in key order by ``entries(lo,
+        hi)`` a slice at a time (a million keys as Python bytes at once would cost hundreds of
+        MiB)."""
+        slices = (
+            entries(lo, min(lo + INGEST_SLICE_ROWS, count))
+            for lo in range(0, count, INGEST_SLICE_ROWS)
+        )
+        self.ingest_sorted_batches(cf, slices, compress=compress)
+
+    def ingest_sorted_batches(
+        self,
+        cf: str,
+        batches: Iterator[tuple[pa.Array, pa.Array]],
+        *,
+        compress: bool = True,
+    ) -> None:
+        """The one SST writer: key-sorted (keys, values) chunks (keys increasing across
+        chunks, each chunk of a bounded size) streamed into one SST file, then ingested.
+        ``compress=False`` for values that are mostly hashes, where block compression costs
+        time and saves nothing."""
         tmp = self.path / "tmp"
         tmp.mkdir(exist_ok=True)
         sst = tmp / f"{cf}.sst"
         sst.unlink(missing_ok=True)
-        writer = SstFileWriter(Options(raw_mode=True))
+        opts = Options(raw_mode=True)
+        if not compress:
+            opts.set_compression_type(DBCompressionType.none())
+        writer = SstFileWriter(opts)
         writer.open(str(sst))
+        put = writer.__setitem__
         rows = 0
         for keys, values in batches:
-            for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
-                writer[k] = v
+            if len(keys) != len(values):
+                raise ValueError(f"{cf}: {len(keys)} keys but {len(values)} values")
+            # map() drives the writer from C: no interpreter loop per key.
+            deque(map(put, keys.to_pylist(), values.to_pylist()), maxlen=0)
             rows += len(keys)
         if rows == 0:
             del writer

@@ -145,7 +145,8 @@ def test_linked_tree_matches_core_reindex(name: str) -> None:
         if records.num_rows
         else _native.empty_batch("btc_records")
     )
-    headers = _native.link_headers(batch, NETWORK[case["network"]], root_for(case))[0]
+    tree = _native.HeaderTree([batch], NETWORK[case["network"]], root_for(case))
+    headers = tree.headers(0, len(tree))
     complete = {
         h
         for h, s in zip(

@@ -4,6 +4,7 @@
 //! Arrow record batches through the C data interface and never loops over records.
 
 pub mod btc;
+mod btc_headers_py;
 mod core_index_py;
 pub mod datasets;
 pub mod flow;
@@ -14,7 +15,7 @@ use btc::scan::{ScanConfig, Scanner};
 use primitive_types::U256;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ pub(crate) fn key8(b: &[u8]) -> PyResult<[u8; 8]> {
         .map_err(|_| PyValueError::new_err("the XOR key must be exactly 8 bytes"))
 }
 
-fn hex_be(v: U256) -> String {
+pub(crate) fn hex_be(v: U256) -> String {
     v.to_big_endian()
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -253,51 +254,6 @@ pub(crate) fn binary<'py>(
     Ok(obj.into_bound(py))
 }
 
-/// Links all record copies (one `btc_records` batch in scan order) into the block tree.
-/// Returns (headers batch, index keys, index values, best-chain keys, best-chain values, summary).
-#[pyfunction]
-#[pyo3(signature = (records, network_name, root_hash=None))]
-fn link_headers<'py>(
-    py: Python<'py>,
-    records: PyRecordBatch,
-    network_name: &str,
-    root_hash: Option<&str>,
-) -> PyResult<Bound<'py, PyList>> {
-    let net = network(network_name)?;
-    let root = match root_hash {
-        Some(h) => datasets::hex::parse_display_hex(h)
-            .ok_or_else(|| PyValueError::new_err(format!("bad root hash {h}")))?,
-        None => net.genesis_hash(),
-    };
-    let batch = records.into_inner();
-    let linked = py
-        .detach(|| datasets::btc_headers::build(&batch, root))
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let summary = PyDict::new(py);
-    let out = &linked.link;
-    let tip = out.tip.map(|t| t as usize);
-    summary.set_item(
-        "tip_hash",
-        linked.tip_hash.map(|h| datasets::hex::display_hex(&h)),
-    )?;
-    summary.set_item("tip_height", tip.and_then(|t| out.height[t]))?;
-    summary.set_item("chainwork", tip.map(|t| hex_be(out.chainwork[t])))?;
-    summary.set_item(
-        "blocks_indexed",
-        out.height.iter().filter(|h| h.is_some()).count(),
-    )?;
-    summary.set_item("duplicates", out.duplicates)?;
-    summary.set_item("distinct", out.record.len())?;
-    let items = PyList::empty(py);
-    items.append(PyRecordBatch::new(linked.headers).into_pyarrow(py)?)?;
-    items.append(binary(py, linked.index_keys)?)?;
-    items.append(binary(py, linked.index_values)?)?;
-    items.append(binary(py, linked.best_keys)?)?;
-    items.append(binary(py, linked.best_values)?)?;
-    items.append(summary)?;
-    Ok(items)
-}
-
 /// Decodes one `btc_index` value (layout in `store.rs`).
 #[pyfunction]
 fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py, PyDict>> {
@@ -457,7 +413,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(empty_batch, m)?)?;
     m.add_function(wrap_pyfunction!(decode_blk_bodies, m)?)?;
     m.add_class::<UtxoHasher>()?;
-    m.add_function(wrap_pyfunction!(link_headers, m)?)?;
     m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_key, m)?)?;
     m.add_function(wrap_pyfunction!(parse_hash, m)?)?;
@@ -466,5 +421,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
     flow::py::register(m)?;
     core_index_py::register(m)?;
+    btc_headers_py::register(m)?;
     Ok(())
 }

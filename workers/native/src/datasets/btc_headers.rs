@@ -1,5 +1,9 @@
 //! Dataset `headers`: one row per distinct block hash after linking, plus the RocksDB block-index
 //! entries made from the same rows (so Parquet and RocksDB can never disagree).
+//!
+//! `LinkedTree` links the scan log once and then hands out the table, the block index and the
+//! best chain in slices, so the caller streams them to Parquet and SST files without holding
+//! every output at once. The scan log stays in its chunks (no concatenated copy).
 
 use super::hex::{display_hex_into, forward_hex_into};
 use crate::btc::link::{link, EntryState, LinkInput, LinkOutput};
@@ -10,7 +14,9 @@ use arrow_array::builder::{
 };
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch};
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, BooleanArray, PrimitiveArray, RecordBatch, StringArray,
+};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
@@ -37,16 +43,6 @@ pub fn schema() -> SchemaRef {
         Field::new("copy_status", DataType::Utf8, false),
         Field::new("body_checked", DataType::Boolean, false),
     ]))
-}
-
-pub struct Linked {
-    pub headers: RecordBatch,
-    pub index_keys: BinaryArray,
-    pub index_values: BinaryArray,
-    pub best_keys: BinaryArray,
-    pub best_values: BinaryArray,
-    pub link: LinkOutput,
-    pub tip_hash: Option<[u8; 32]>,
 }
 
 fn fixed32<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a [[u8; 32]], ArrowError> {
@@ -97,184 +93,361 @@ fn header_bytes(
     h
 }
 
-/// Links every record copy (a `btc_records` batch in scan order) into the block tree.
-pub fn build(records: &RecordBatch, root: [u8; 32]) -> Result<Linked, ArrowError> {
-    let hashes = fixed32(records, "hash")?;
-    let prevs = fixed32(records, "prev_hash")?;
-    let merkles = fixed32(records, "merkle_root")?;
-    let bits = col(records, "bits")?.as_primitive::<UInt32Type>();
-    let status_col = col(records, "status")?.as_string::<i32>();
-    let reason_col = col(records, "reason")?.as_string::<i32>();
-    let version = col(records, "version")?.as_primitive::<Int32Type>();
-    let time = col(records, "time")?.as_primitive::<UInt32Type>();
-    let nonce = col(records, "nonce")?.as_primitive::<UInt32Type>();
-    let n_tx = col(records, "n_tx")?.as_primitive::<UInt64Type>();
-    let declared = col(records, "declared_size")?.as_primitive::<UInt32Type>();
-    let file = col(records, "file")?.as_primitive::<UInt32Type>();
-    let magic_offset = col(records, "magic_offset")?.as_primitive::<UInt64Type>();
-    let checked = col(records, "body_checked")?.as_boolean();
+/// The typed columns of one scan-log chunk.
+struct ChunkView<'a> {
+    hashes: &'a [[u8; 32]],
+    prevs: &'a [[u8; 32]],
+    merkles: &'a [[u8; 32]],
+    bits: &'a PrimitiveArray<UInt32Type>,
+    reason: &'a StringArray,
+    version: &'a PrimitiveArray<Int32Type>,
+    time: &'a PrimitiveArray<UInt32Type>,
+    nonce: &'a PrimitiveArray<UInt32Type>,
+    n_tx: &'a PrimitiveArray<UInt64Type>,
+    declared: &'a PrimitiveArray<UInt32Type>,
+    file: &'a PrimitiveArray<UInt32Type>,
+    magic_offset: &'a PrimitiveArray<UInt64Type>,
+    checked: &'a BooleanArray,
+}
 
-    let statuses: Vec<RecordStatus> = (0..records.num_rows())
-        .map(|i| status_of(status_col.value(i)))
-        .collect();
-    let out = link(&LinkInput {
-        hashes,
-        prevs,
-        bits: bits.values(),
-        status: &statuses,
-        root,
-    });
-    let m = out.record.len();
-    // Rows sorted by height (unlinked last), then first appearance: height ranges prune well.
-    let mut order: Vec<u32> = (0..m as u32).collect();
-    order.sort_by_key(|&e| (out.height[e as usize].unwrap_or(u32::MAX), e));
+impl<'a> ChunkView<'a> {
+    fn new(records: &'a RecordBatch) -> Result<ChunkView<'a>, ArrowError> {
+        Ok(ChunkView {
+            hashes: fixed32(records, "hash")?,
+            prevs: fixed32(records, "prev_hash")?,
+            merkles: fixed32(records, "merkle_root")?,
+            bits: primitive(records, "bits")?,
+            reason: col(records, "reason")?
+                .as_string_opt::<i32>()
+                .ok_or_else(|| ArrowError::SchemaError("reason is not Utf8".into()))?,
+            version: primitive(records, "version")?,
+            time: primitive(records, "time")?,
+            nonce: primitive(records, "nonce")?,
+            n_tx: primitive(records, "n_tx")?,
+            declared: primitive(records, "declared_size")?,
+            file: primitive(records, "file")?,
+            magic_offset: primitive(records, "magic_offset")?,
+            checked: col(records, "body_checked")?
+                .as_boolean_opt()
+                .ok_or_else(|| ArrowError::SchemaError("body_checked is not Boolean".into()))?,
+        })
+    }
 
-    let mut c_hash = StringBuilder::with_capacity(m, m * 64);
-    let mut c_prev = StringBuilder::with_capacity(m, m * 64);
-    let mut c_height = UInt32Builder::with_capacity(m);
-    let mut c_best = BooleanBuilder::with_capacity(m);
-    let mut c_work = StringBuilder::with_capacity(m, m * 64);
-    let mut c_status = StringBuilder::with_capacity(m, m * 8);
-    let mut c_reason = StringBuilder::new();
-    let mut c_version = Int32Builder::with_capacity(m);
-    let mut c_merkle = StringBuilder::with_capacity(m, m * 64);
-    let mut c_time = UInt32Builder::with_capacity(m);
-    let mut c_bits = UInt32Builder::with_capacity(m);
-    let mut c_nonce = UInt32Builder::with_capacity(m);
-    let mut c_ntx = UInt64Builder::with_capacity(m);
-    let mut c_size = UInt32Builder::with_capacity(m);
-    let mut c_file = UInt32Builder::with_capacity(m);
-    let mut c_offset = UInt64Builder::with_capacity(m);
-    let mut c_datapos = UInt64Builder::with_capacity(m);
-    let mut c_copies = UInt32Builder::with_capacity(m);
-    let mut c_copy_status = StringBuilder::with_capacity(m, m * 2);
-    let mut c_checked = BooleanBuilder::with_capacity(m);
-    let mut k_index = BinaryBuilder::with_capacity(m, m * 32);
-    let mut v_index = BinaryBuilder::with_capacity(m, m * crate::store::INDEX_VALUE_LEN);
-    let mut k_best = BinaryBuilder::new();
-    let mut v_best = BinaryBuilder::new();
-    let mut s = String::with_capacity(64);
-    for &e in &order {
-        let e = e as usize;
-        let r = out.record[e] as usize;
-        let state = out.state[e];
-        let best = state == EntryState::Active;
-        let linked = out.height[e].is_some();
-        s.clear();
-        display_hex_into(&hashes[r], &mut s);
-        c_hash.append_value(&s);
-        s.clear();
-        display_hex_into(&prevs[r], &mut s);
-        c_prev.append_value(&s);
-        c_height.append_option(out.height[e]);
-        c_best.append_value(best);
-        let work = out.chainwork[e].to_big_endian();
-        if linked {
-            s.clear();
-            forward_hex_into(&work, &mut s);
-            c_work.append_value(&s);
-        } else {
-            c_work.append_null();
+    fn header(&self, i: usize) -> [u8; 80] {
+        header_bytes(
+            self.version.value(i),
+            &self.prevs[i],
+            &self.merkles[i],
+            self.time.value(i),
+            self.bits.value(i),
+            self.nonce.value(i),
+        )
+    }
+
+    fn n_tx(&self, i: usize) -> Option<u64> {
+        self.n_tx.is_valid(i).then(|| self.n_tx.value(i))
+    }
+}
+
+fn primitive<'a, T: arrow_array::ArrowPrimitiveType>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> Result<&'a PrimitiveArray<T>, ArrowError> {
+    col(batch, name)?
+        .as_primitive_opt::<T>()
+        .ok_or_else(|| ArrowError::SchemaError(format!("column {name} has the wrong type")))
+}
+
+/// The scan log (every record copy, in scan order, as one or more chunks) linked into the tree.
+pub struct LinkedTree {
+    chunks: Vec<RecordBatch>,
+    /// Global row number where each chunk starts, plus the total.
+    starts: Vec<usize>,
+    statuses: Vec<RecordStatus>,
+    pub link: LinkOutput,
+    /// Entries in table order: by height (unlinked last), then first appearance, so height
+    /// ranges prune well.
+    order: Vec<u32>,
+    /// (hash, entry) in block-index key order.
+    by_hash: Vec<([u8; 32], u32)>,
+    /// Best-chain entries by height.
+    best: Vec<u32>,
+    /// Block-index values of every entry in entry order (encoded walking the scan log in
+    /// order; gathering them by hash later reads one row per key instead of every column).
+    index_values: Vec<u8>,
+}
+
+impl LinkedTree {
+    pub fn new(chunks: Vec<RecordBatch>, root: [u8; 32]) -> Result<LinkedTree, ArrowError> {
+        let mut starts = vec![0usize];
+        let mut hashes: Vec<[u8; 32]> = Vec::new();
+        let mut prevs: Vec<[u8; 32]> = Vec::new();
+        let mut bits: Vec<u32> = Vec::new();
+        let mut statuses: Vec<RecordStatus> = Vec::new();
+        for chunk in &chunks {
+            let v = ChunkView::new(chunk)?;
+            hashes.extend_from_slice(v.hashes);
+            prevs.extend_from_slice(v.prevs);
+            bits.extend_from_slice(v.bits.values());
+            let status = col(chunk, "status")?
+                .as_string_opt::<i32>()
+                .ok_or_else(|| ArrowError::SchemaError("status is not Utf8".into()))?;
+            statuses.extend(status.iter().map(|s| status_of(s.unwrap_or(""))));
+            starts.push(hashes.len());
         }
-        c_status.append_value(state.name());
-        let reason = match (state, statuses[r]) {
-            (EntryState::Invalid, RecordStatus::InvalidHeader | RecordStatus::InvalidBlock) => {
-                reason_col.is_valid(r).then(|| reason_col.value(r))
-            }
-            (EntryState::Invalid, _) => out.invalid_reason[e],
-            _ => None,
+        let link = link(&LinkInput {
+            hashes: &hashes,
+            prevs: &prevs,
+            bits: &bits,
+            status: &statuses,
+            root,
+        });
+        drop((prevs, bits));
+        let m = link.record.len();
+        let mut order: Vec<u32> = (0..m as u32).collect();
+        order.sort_unstable_by_key(|&e| (link.height[e as usize].unwrap_or(u32::MAX), e));
+        let mut by_hash: Vec<([u8; 32], u32)> = (0..m)
+            .map(|e| (hashes[link.record[e] as usize], e as u32))
+            .collect();
+        by_hash.sort_unstable();
+        drop(hashes);
+        let best = order
+            .iter()
+            .copied()
+            .filter(|&e| link.state[e as usize] == EntryState::Active)
+            .collect();
+        let mut tree = LinkedTree {
+            chunks,
+            starts,
+            statuses,
+            link,
+            order,
+            by_hash,
+            best,
+            index_values: Vec::new(),
         };
-        c_reason.append_option(reason);
-        c_version.append_value(version.value(r));
-        s.clear();
-        display_hex_into(&merkles[r], &mut s);
-        c_merkle.append_value(&s);
-        c_time.append_value(time.value(r));
-        c_bits.append_value(bits.value(r));
-        c_nonce.append_value(nonce.value(r));
-        let ntx = n_tx.is_valid(r).then(|| n_tx.value(r));
-        c_ntx.append_option(ntx);
-        c_size.append_value(declared.value(r));
-        c_file.append_value(file.value(r));
-        c_offset.append_value(magic_offset.value(r));
-        c_datapos.append_value(magic_offset.value(r) + 8);
-        c_copies.append_value(out.copies[e]);
-        c_copy_status.append_value(statuses[r].name());
-        c_checked.append_value(checked.value(r));
+        tree.index_values = tree.encode_index_values()?;
+        Ok(tree)
+    }
 
-        if best {
-            k_best.append_value(best_chain_key(out.height[e].unwrap()));
-            v_best.append_value(hashes[r]);
+    fn encode_index_values(&self) -> Result<Vec<u8>, ArrowError> {
+        let views = self.views()?;
+        let out = &self.link;
+        let mut values = Vec::with_capacity(self.len() * crate::store::INDEX_VALUE_LEN);
+        for e in 0..self.len() {
+            let (c, i) = self.locate(e);
+            let v = &views[c];
+            IndexValue {
+                state: out.state[e] as u8,
+                height: out.height[e],
+                file: v.file.value(i),
+                magic_offset: v.magic_offset.value(i),
+                declared_size: v.declared.value(i),
+                n_tx: v.n_tx(i).map(|n| n.min(u32::MAX as u64 - 1) as u32),
+                copies: out.copies[e],
+                in_best_chain: out.state[e] == EntryState::Active,
+                chainwork: out.chainwork[e].to_big_endian(),
+                header: v.header(i),
+            }
+            .encode_into(&mut values);
+        }
+        Ok(values)
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    pub fn best_len(&self) -> usize {
+        self.best.len()
+    }
+
+    fn views(&self) -> Result<Vec<ChunkView<'_>>, ArrowError> {
+        self.chunks.iter().map(ChunkView::new).collect()
+    }
+
+    /// (chunk, row in chunk) of an entry's chosen record.
+    fn locate(&self, e: usize) -> (usize, usize) {
+        let r = self.link.record[e] as usize;
+        let c = self.starts.partition_point(|&s| s <= r) - 1;
+        (c, r - self.starts[c])
+    }
+
+    fn status(&self, e: usize) -> RecordStatus {
+        self.statuses[self.link.record[e] as usize]
+    }
+
+    /// The `invalid_reason` of an entry's row.
+    fn row_reason<'a>(&self, views: &[ChunkView<'a>], e: usize) -> Option<&'a str> {
+        match (self.link.state[e], self.status(e)) {
+            (EntryState::Invalid, RecordStatus::InvalidHeader | RecordStatus::InvalidBlock) => {
+                let (c, i) = self.locate(e);
+                let reason = views[c].reason;
+                reason.is_valid(i).then(|| reason.value(i))
+            }
+            (EntryState::Invalid, _) => self.link.invalid_reason[e],
+            _ => None,
         }
     }
-    // The block index in key order, so it can be written as one sorted SST file and ingested.
-    // Values are encoded in entry order (close to scan order, so column reads stay sequential),
-    // then gathered in hash order.
-    let len = crate::store::INDEX_VALUE_LEN;
-    let mut values = Vec::with_capacity(m * len);
-    for e in 0..m {
-        let r = out.record[e] as usize;
-        let ntx = n_tx.is_valid(r).then(|| n_tx.value(r));
-        IndexValue {
-            state: out.state[e] as u8,
-            height: out.height[e],
-            file: file.value(r),
-            magic_offset: magic_offset.value(r),
-            declared_size: declared.value(r),
-            n_tx: ntx.map(|n| n.min(u32::MAX as u64 - 1) as u32),
-            copies: out.copies[e],
-            in_best_chain: out.state[e] == EntryState::Active,
-            chainwork: out.chainwork[e].to_big_endian(),
-            header: header_bytes(
-                version.value(r),
-                &prevs[r],
-                &merkles[r],
-                time.value(r),
-                bits.value(r),
-                nonce.value(r),
-            ),
+
+    pub fn hash(&self, e: usize) -> Result<[u8; 32], ArrowError> {
+        let (c, i) = self.locate(e);
+        Ok(fixed32(&self.chunks[c], "hash")?[i])
+    }
+
+    /// Orphans and invalid entries (hash, reason), in table order.
+    #[allow(clippy::type_complexity)]
+    pub fn orphans_and_invalid(
+        &self,
+    ) -> Result<(Vec<[u8; 32]>, Vec<([u8; 32], Option<String>)>), ArrowError> {
+        let views = self.views()?;
+        let mut orphans = Vec::new();
+        let mut invalid = Vec::new();
+        for &e in &self.order {
+            let e = e as usize;
+            let (c, i) = self.locate(e);
+            match self.link.state[e] {
+                EntryState::Orphan => orphans.push(views[c].hashes[i]),
+                EntryState::Invalid => invalid.push((
+                    views[c].hashes[i],
+                    self.row_reason(&views, e).map(str::to_string),
+                )),
+                _ => {}
+            }
         }
-        .encode_into(&mut values);
+        Ok((orphans, invalid))
     }
-    let mut by_hash: Vec<([u8; 32], u32)> = (0..m)
-        .map(|e| (hashes[out.record[e] as usize], e as u32))
-        .collect();
-    by_hash.sort_unstable();
-    for (hash, e) in &by_hash {
-        let e = *e as usize;
-        k_index.append_value(hash);
-        v_index.append_value(&values[e * len..(e + 1) * len]);
+
+    /// Rows `lo..hi` of the `headers` table.
+    pub fn headers(&self, lo: usize, hi: usize) -> Result<RecordBatch, ArrowError> {
+        let views = self.views()?;
+        let rows = &self.order[lo.min(self.len())..hi.min(self.len())];
+        let m = rows.len();
+        let mut c_hash = StringBuilder::with_capacity(m, m * 64);
+        let mut c_prev = StringBuilder::with_capacity(m, m * 64);
+        let mut c_height = UInt32Builder::with_capacity(m);
+        let mut c_best = BooleanBuilder::with_capacity(m);
+        let mut c_work = StringBuilder::with_capacity(m, m * 64);
+        let mut c_status = StringBuilder::with_capacity(m, m * 8);
+        let mut c_reason = StringBuilder::new();
+        let mut c_version = Int32Builder::with_capacity(m);
+        let mut c_merkle = StringBuilder::with_capacity(m, m * 64);
+        let mut c_time = UInt32Builder::with_capacity(m);
+        let mut c_bits = UInt32Builder::with_capacity(m);
+        let mut c_nonce = UInt32Builder::with_capacity(m);
+        let mut c_ntx = UInt64Builder::with_capacity(m);
+        let mut c_size = UInt32Builder::with_capacity(m);
+        let mut c_file = UInt32Builder::with_capacity(m);
+        let mut c_offset = UInt64Builder::with_capacity(m);
+        let mut c_datapos = UInt64Builder::with_capacity(m);
+        let mut c_copies = UInt32Builder::with_capacity(m);
+        let mut c_copy_status = StringBuilder::with_capacity(m, m * 2);
+        let mut c_checked = BooleanBuilder::with_capacity(m);
+        let mut s = String::with_capacity(64);
+        let out = &self.link;
+        for &e in rows {
+            let e = e as usize;
+            let (c, i) = self.locate(e);
+            let v = &views[c];
+            let state = out.state[e];
+            s.clear();
+            display_hex_into(&v.hashes[i], &mut s);
+            c_hash.append_value(&s);
+            s.clear();
+            display_hex_into(&v.prevs[i], &mut s);
+            c_prev.append_value(&s);
+            c_height.append_option(out.height[e]);
+            c_best.append_value(state == EntryState::Active);
+            if out.height[e].is_some() {
+                s.clear();
+                forward_hex_into(&out.chainwork[e].to_big_endian(), &mut s);
+                c_work.append_value(&s);
+            } else {
+                c_work.append_null();
+            }
+            c_status.append_value(state.name());
+            c_reason.append_option(self.row_reason(&views, e));
+            c_version.append_value(v.version.value(i));
+            s.clear();
+            display_hex_into(&v.merkles[i], &mut s);
+            c_merkle.append_value(&s);
+            c_time.append_value(v.time.value(i));
+            c_bits.append_value(v.bits.value(i));
+            c_nonce.append_value(v.nonce.value(i));
+            c_ntx.append_option(v.n_tx(i));
+            c_size.append_value(v.declared.value(i));
+            c_file.append_value(v.file.value(i));
+            c_offset.append_value(v.magic_offset.value(i));
+            c_datapos.append_value(v.magic_offset.value(i) + 8);
+            c_copies.append_value(out.copies[e]);
+            c_copy_status.append_value(self.status(e).name());
+            c_checked.append_value(v.checked.value(i));
+        }
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(c_hash.finish()),
+            Arc::new(c_prev.finish()),
+            Arc::new(c_height.finish()),
+            Arc::new(c_best.finish()),
+            Arc::new(c_work.finish()),
+            Arc::new(c_status.finish()),
+            Arc::new(c_reason.finish()),
+            Arc::new(c_version.finish()),
+            Arc::new(c_merkle.finish()),
+            Arc::new(c_time.finish()),
+            Arc::new(c_bits.finish()),
+            Arc::new(c_nonce.finish()),
+            Arc::new(c_ntx.finish()),
+            Arc::new(c_size.finish()),
+            Arc::new(c_file.finish()),
+            Arc::new(c_offset.finish()),
+            Arc::new(c_datapos.finish()),
+            Arc::new(c_copies.finish()),
+            Arc::new(c_copy_status.finish()),
+            Arc::new(c_checked.finish()),
+        ];
+        RecordBatch::try_new(schema(), cols)
     }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(c_hash.finish()),
-        Arc::new(c_prev.finish()),
-        Arc::new(c_height.finish()),
-        Arc::new(c_best.finish()),
-        Arc::new(c_work.finish()),
-        Arc::new(c_status.finish()),
-        Arc::new(c_reason.finish()),
-        Arc::new(c_version.finish()),
-        Arc::new(c_merkle.finish()),
-        Arc::new(c_time.finish()),
-        Arc::new(c_bits.finish()),
-        Arc::new(c_nonce.finish()),
-        Arc::new(c_ntx.finish()),
-        Arc::new(c_size.finish()),
-        Arc::new(c_file.finish()),
-        Arc::new(c_offset.finish()),
-        Arc::new(c_datapos.finish()),
-        Arc::new(c_copies.finish()),
-        Arc::new(c_copy_status.finish()),
-        Arc::new(c_checked.finish()),
-    ];
-    let tip_hash = out.tip.map(|t| hashes[out.record[t as usize] as usize]);
-    Ok(Linked {
-        headers: RecordBatch::try_new(schema(), cols)?,
-        index_keys: k_index.finish(),
-        index_values: v_index.finish(),
-        best_keys: k_best.finish(),
-        best_values: v_best.finish(),
-        link: out,
-        tip_hash,
-    })
+
+    /// Block-index entries `lo..hi` in key (hash) order: (keys, values).
+    pub fn index_entries(
+        &self,
+        lo: usize,
+        hi: usize,
+    ) -> Result<(BinaryArray, BinaryArray), ArrowError> {
+        let entries = &self.by_hash[lo.min(self.len())..hi.min(self.len())];
+        let len = crate::store::INDEX_VALUE_LEN;
+        let mut keys = BinaryBuilder::with_capacity(entries.len(), entries.len() * 32);
+        let mut values = BinaryBuilder::with_capacity(entries.len(), entries.len() * len);
+        for (hash, e) in entries {
+            let e = *e as usize;
+            keys.append_value(hash);
+            values.append_value(&self.index_values[e * len..(e + 1) * len]);
+        }
+        Ok((keys.finish(), values.finish()))
+    }
+
+    /// Best-chain entries `lo..hi` (by height): (height keys, hashes).
+    pub fn best_entries(
+        &self,
+        lo: usize,
+        hi: usize,
+    ) -> Result<(BinaryArray, BinaryArray), ArrowError> {
+        let views = self.views()?;
+        let entries = &self.best[lo.min(self.best.len())..hi.min(self.best.len())];
+        let mut keys = BinaryBuilder::with_capacity(entries.len(), entries.len() * 4);
+        let mut values = BinaryBuilder::with_capacity(entries.len(), entries.len() * 32);
+        for &e in entries {
+            let e = e as usize;
+            keys.append_value(best_chain_key(
+                self.link.height[e].expect("best chain is linked"),
+            ));
+            let (c, i) = self.locate(e);
+            values.append_value(views[c].hashes[i]);
+        }
+        Ok((keys.finish(), values.finish()))
+    }
 }

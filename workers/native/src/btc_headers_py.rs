@@ -1,0 +1,131 @@
+//! Python entry point for linking the header scan log (`datasets::btc_headers::LinkedTree`):
+//! the committer links once, then streams the `headers` table, the block index and the best
+//! chain out in slices (each built with the GIL released).
+
+use crate::datasets::btc_headers::LinkedTree;
+use crate::datasets::hex::{display_hex, parse_display_hex};
+use crate::{binary, network};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use pyo3_arrow::PyRecordBatch;
+
+fn arrow_err(e: arrow_schema::ArrowError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// The block tree linked from every record copy of the scan log (batches in scan order).
+#[pyclass(module = "rechain.workers._native", frozen)]
+struct HeaderTree {
+    inner: LinkedTree,
+}
+
+#[pymethods]
+impl HeaderTree {
+    #[new]
+    #[pyo3(signature = (records, network_name, root_hash=None))]
+    fn new(
+        py: Python<'_>,
+        records: Vec<PyRecordBatch>,
+        network_name: &str,
+        root_hash: Option<&str>,
+    ) -> PyResult<HeaderTree> {
+        let net = network(network_name)?;
+        let root = match root_hash {
+            Some(h) => parse_display_hex(h)
+                .ok_or_else(|| PyValueError::new_err(format!("bad root hash {h}")))?,
+            None => net.genesis_hash(),
+        };
+        let chunks: Vec<_> = records.into_iter().map(|b| b.into_inner()).collect();
+        let inner = py
+            .detach(|| LinkedTree::new(chunks, root))
+            .map_err(arrow_err)?;
+        Ok(HeaderTree { inner })
+    }
+
+    /// Distinct hashes (rows of the `headers` table, entries of the block index).
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Blocks on the best chain (entries of the best-chain column family).
+    fn best_len(&self) -> usize {
+        self.inner.best_len()
+    }
+
+    /// Tip, its height and chainwork, counts, orphans and invalid headers (table order).
+    fn summary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = &self.inner.link;
+        let tip = out.tip.map(|t| t as usize);
+        let (orphans, invalid) = py
+            .detach(|| self.inner.orphans_and_invalid())
+            .map_err(arrow_err)?;
+        let d = PyDict::new(py);
+        let tip_hash = match tip {
+            Some(t) => Some(display_hex(&self.inner.hash(t).map_err(arrow_err)?)),
+            None => None,
+        };
+        d.set_item("tip_hash", tip_hash)?;
+        d.set_item("tip_height", tip.and_then(|t| out.height[t]))?;
+        d.set_item("chainwork", tip.map(|t| crate::hex_be(out.chainwork[t])))?;
+        d.set_item(
+            "blocks_indexed",
+            out.height.iter().filter(|h| h.is_some()).count(),
+        )?;
+        d.set_item("duplicates", out.duplicates)?;
+        d.set_item("distinct", out.record.len())?;
+        let list = PyList::empty(py);
+        for h in &orphans {
+            list.append(display_hex(h))?;
+        }
+        d.set_item("orphans", list)?;
+        let list = PyList::empty(py);
+        for (h, reason) in &invalid {
+            let item = PyDict::new(py);
+            item.set_item("hash", display_hex(h))?;
+            item.set_item("reason", reason)?;
+            list.append(item)?;
+        }
+        d.set_item("invalid", list)?;
+        Ok(d)
+    }
+
+    /// Rows `lo..hi` of the `headers` table.
+    fn headers<'py>(&self, py: Python<'py>, lo: usize, hi: usize) -> PyResult<Bound<'py, PyAny>> {
+        let batch = py
+            .detach(|| self.inner.headers(lo, hi))
+            .map_err(arrow_err)?;
+        PyRecordBatch::new(batch).into_pyarrow(py)
+    }
+
+    /// Block-index entries `lo..hi` in key order: (keys, values) binary arrays.
+    fn index_entries<'py>(
+        &self,
+        py: Python<'py>,
+        lo: usize,
+        hi: usize,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let (k, v) = py
+            .detach(|| self.inner.index_entries(lo, hi))
+            .map_err(arrow_err)?;
+        Ok((binary(py, k)?, binary(py, v)?))
+    }
+
+    /// Best-chain entries `lo..hi` by height: (keys, values) binary arrays.
+    fn best_entries<'py>(
+        &self,
+        py: Python<'py>,
+        lo: usize,
+        hi: usize,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let (k, v) = py
+            .detach(|| self.inner.best_entries(lo, hi))
+            .map_err(arrow_err)?;
+        Ok((binary(py, k)?, binary(py, v)?))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<HeaderTree>()?;
+    Ok(())
+}
