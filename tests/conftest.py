@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,14 +82,16 @@ def blocks_dir_with(tmp: Path, corpus_file: str, xor: bool) -> Path:
 
 def kill_after(cmd: list[str], delay: float) -> bool:
     """Starts ``cmd`` in its own process group and SIGKILLs the whole group (Ray workers
-    included) after ``delay`` seconds. Returns False when it finished before the kill."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        proc.wait(timeout=delay)
+    included) after ``delay`` seconds. Returns False when it finished (successfully) before
+    the kill; a run that failed on its own fails the test with its stderr."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return True
+        err.seek(0)
+        assert proc.returncode == 0, err.read().decode(errors="replace")[-4000:]
         return False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return True
