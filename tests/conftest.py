@@ -85,7 +85,7 @@ def kill_after(cmd: list[str], delay: float) -> bool:
     included) after ``delay`` seconds. Returns False when it finished (successfully) before
     the kill; a run that failed on its own fails the test with its stderr."""
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=err, stderr=err, start_new_session=True)
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
@@ -93,5 +93,6 @@ def kill_after(cmd: list[str], delay: float) -> bool:
             proc.wait()
             return True
         err.seek(0)
-        assert proc.returncode == 0, err.read().decode(errors="replace")[-4000:]
+        output = err.read().decode(errors="replace")[-4000:]
+        assert proc.returncode == 0, f"exit {proc.returncode} before the kill point:\n{output}"
         return False
