@@ -208,10 +208,12 @@ def _private_copy(src: Path, dest: Path) -> None:
 
 @dataclass(frozen=True)
 class FileHints:
-    """The record starts the index claims in one blk file, sorted: u64 LE offsets, hashes."""
+    """The record starts the index claims in one blk file, sorted: u64 LE offsets, hashes,
+    and the index's u32 LE height of each."""
 
     offsets: bytes
     hashes: bytes
+    heights: bytes
     count: int
 
 
@@ -257,12 +259,43 @@ def guided_units(
     return units
 
 
-def _linked_headers(data: DataDir) -> pa.Table | None:
+def _linked_headers(data: DataDir, columns: list[str]) -> pa.Table | None:
     base = data.parquet_dir(ds.HEADERS)
     generation = current_generation(base) if base.exists() else None
     if generation is None:
         return None
-    return pq.read_table(generation, columns=["hash", "height", "file", "offset", "copy_status"])
+    return pq.read_table(generation, columns=columns)
+
+
+def _height_text(index_height: int, linked_height: int | None) -> str:
+    linked = "not connected to genesis" if linked_height is None else f"height {linked_height}"
+    return f"index height {index_height}, the files give {linked}"
+
+
+def position_disagreements(
+    hints: dict[int, FileHints], missed: list[tuple[int, int]], positions: pa.Table
+) -> list[dict[str, Any]]:
+    """Blocks at a confirmed indexed record start whose index height differs from the height
+    linking the files gives (``positions``: the linked file, offset, height)."""
+    rows = _native.core_index_position_check(
+        [(f, h.offsets, h.hashes, h.heights) for f, h in hints.items()],
+        missed,
+        positions.column("file").combine_chunks().cast(pa.uint32()),
+        positions.column("offset").combine_chunks().cast(pa.uint64()),
+        positions.column("height").combine_chunks().cast(pa.uint32()),
+    )
+    if not rows:
+        return []
+    picked = positions.take(pa.array([r for r, _, _ in rows], pa.uint32())).to_pylist()
+    return [
+        {
+            "file": f"blk{r['file']:05d}.dat",
+            "offset": r["offset"],
+            "hash": hash_,
+            "reason": _height_text(index_height, r["height"]),
+        }
+        for r, (_, index_height, hash_) in zip(picked, rows, strict=True)
+    ]
 
 
 def height_disagreements(entries: pa.RecordBatch, headers: pa.Table) -> list[dict[str, Any]]:
@@ -360,7 +393,7 @@ class CoreIndexGuide:
             {"file": f"blk{f:05d}.dat", "offset": o, "hash": h, "reason": r}
             for f, o, h, r in unplaceable
         )
-        guide.hints = {f: FileHints(o, h, n) for f, o, h, n in hints}
+        guide.hints = {f: FileHints(o, h, ht, n) for f, o, h, ht, n in hints}
         guide.with_data = sum(h.count for h in guide.hints.values()) + len(unplaceable)
         if not guide.hints:
             guide.fallback = f"{path}: the index names no block in these blk files"
@@ -376,15 +409,46 @@ class CoreIndexGuide:
         self.searched_bytes += int(hints["searched_bytes"])
         name = Path(result.unit.path).name
         for offset, hash_, reason in hints["misses"]:
-            self.misses.append({"file": name, "offset": offset, "hash": hash_, "reason": reason})
+            self.misses.append(
+                {
+                    "file": name,
+                    "offset": offset,
+                    "hash": hash_,
+                    "reason": reason,
+                    "file_no": result.unit.file_no,
+                }
+            )
 
     def report(self, data: DataDir) -> dict[str, Any]:
         """The guide's findings once the tree is linked (``data`` holds the new headers)."""
         t0 = time.perf_counter()
-        headers = _linked_headers(data)
-        disagreements = self.problems + locate_moved(self.misses, headers)
-        if headers is not None and self.heights is not None:
-            disagreements += height_disagreements(self.heights, headers)
+        disagreements = list(self.problems)
+        positions = _linked_headers(data, ["file", "offset", "height"])
+        if positions is not None and self.heights is not None:
+            # Confirmed starts are compared by position (integers only); the hash lookup is
+            # left for the few entries the scan could not confirm where the index said.
+            missed = [(m["file_no"], m["offset"]) for m in self.misses]
+            by_position = position_disagreements(self.hints, missed, positions)
+            unconfirmed = self.heights.filter(pc.invert(self.heights.column("hinted")))
+            if self.misses:
+                wanted = pa.array([bytes.fromhex(m["hash"])[::-1] for m in self.misses])
+                missed_entries = self.heights.filter(
+                    pc.is_in(self.heights.column("hash"), value_set=wanted.cast(pa.binary(32)))
+                )
+                unconfirmed = pa.concat_batches([unconfirmed, missed_entries])
+            if self.misses or unconfirmed.num_rows:
+                headers = _linked_headers(data, ["hash", "height", "file", "offset", "copy_status"])
+                disagreements += locate_moved(self.misses, headers)
+                if headers is not None:
+                    by_hash = height_disagreements(unconfirmed, headers)
+                    seen = {(d["file"], d["offset"]) for d in by_hash}
+                    by_position = [d for d in by_position if (d["file"], d["offset"]) not in seen]
+                    by_position += by_hash
+            disagreements += sorted(by_position, key=lambda d: d["hash"])
+        else:
+            disagreements += self.misses
+        for m in self.misses:
+            m.pop("file_no", None)
         check_s = time.perf_counter() - t0
         if disagreements:
             log.warning(

@@ -255,8 +255,8 @@ fn scan_blk_guided<'py>(
 /// plans the guided scan of the blk files numbered `present`. Returns (entries, problems,
 /// unplaceable, hints): entries {hash (internal), height} in key order; problems
 /// [(key, reason)] for records that do not decode; unplaceable [(file, offset, hash, reason)]
-/// for data the files cannot hold; hints [(file, offsets u64 LE, hashes, count)] per present
-/// file, sorted by offset.
+/// for data the files cannot hold; hints [(file, offsets u64 LE, hashes, heights u32 LE,
+/// count)] per present file, sorted by offset. Entries also have `hinted` (became a hint).
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn core_index_plan<'py>(
@@ -269,7 +269,13 @@ fn core_index_plan<'py>(
     Bound<'py, PyAny>,
     Problems,
     Vec<(u32, i64, String, String)>,
-    Vec<(u32, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize)>,
+    Vec<(
+        u32,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        usize,
+    )>,
 )> {
     let keys = keys.into_inner().0;
     let values = values.into_inner().0;
@@ -298,10 +304,12 @@ fn core_index_plan<'py>(
     let schema = Schema::new(vec![
         Field::new("hash", DataType::FixedSizeBinary(32), false),
         Field::new("height", DataType::UInt32, false),
+        Field::new("hinted", DataType::Boolean, false),
     ]);
     let cols: Vec<ArrayRef> = vec![
         Arc::new(hash.finish()),
         Arc::new(arrow_array::UInt32Array::from(plan.heights)),
+        Arc::new(arrow_array::BooleanArray::from(plan.hinted)),
     ];
     let entries = RecordBatch::try_new(Arc::new(schema), cols).expect("columns match");
     let hints = plan
@@ -309,10 +317,12 @@ fn core_index_plan<'py>(
         .iter()
         .map(|f| {
             let offsets: Vec<u8> = f.offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+            let heights: Vec<u8> = f.heights.iter().flat_map(|h| h.to_le_bytes()).collect();
             (
                 f.file,
                 PyBytes::new(py, &offsets),
                 PyBytes::new(py, f.hashes.as_flattened()),
+                PyBytes::new(py, &heights),
                 f.offsets.len(),
             )
         })
@@ -363,7 +373,77 @@ fn core_index_height_check(
     }))
 }
 
+/// Linked headers (`file`, `offset`, `height`) against the hints of `core_index_plan`
+/// [(file, offsets u64 LE, hashes, heights u32 LE)], minus the `missed` (file, offset) starts:
+/// (row, index height, display hash) of every row at an indexed start whose height differs.
+#[pyfunction]
+fn core_index_position_check(
+    py: Python<'_>,
+    hints: Vec<(u32, Vec<u8>, Vec<u8>, Vec<u8>)>,
+    missed: Vec<(u32, u64)>,
+    file: PyArray,
+    offset: PyArray,
+    height: PyArray,
+) -> PyResult<Vec<(u32, u32, String)>> {
+    let mut files: Vec<plan::FileHints> = Vec::with_capacity(hints.len());
+    for (f, offsets, hashes, heights) in hints {
+        if offsets.len() % 8 != 0 || hashes.len() != offsets.len() * 4 {
+            return Err(PyValueError::new_err(
+                "hints: u64 offsets and 32-byte hashes",
+            ));
+        }
+        if heights.len() * 2 != offsets.len() {
+            return Err(PyValueError::new_err("hints: one u32 height per offset"));
+        }
+        files.push(plan::FileHints {
+            file: f,
+            offsets: offsets
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            hashes: hashes
+                .chunks_exact(32)
+                .map(|c| c.try_into().unwrap())
+                .collect(),
+            heights: heights
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        });
+    }
+    files.sort_unstable_by_key(|f| f.file);
+    let (file, offset, height) = (
+        file.into_inner().0,
+        offset.into_inner().0,
+        height.into_inner().0,
+    );
+    let (Some(file), Some(offset), Some(height)) = (
+        file.as_primitive_opt::<UInt32Type>(),
+        offset.as_primitive_opt::<UInt64Type>(),
+        height.as_primitive_opt::<UInt32Type>(),
+    ) else {
+        return Err(PyValueError::new_err(
+            "linked file and height must be uint32, offset uint64",
+        ));
+    };
+    let rows = py.detach(|| {
+        plan::position_disagreements(
+            &files,
+            &missed,
+            file.iter()
+                .zip(offset.iter())
+                .zip(height.iter())
+                .map(|((f, o), h)| (f, o, h)),
+        )
+    });
+    Ok(rows
+        .into_iter()
+        .map(|(row, h, hash)| (row, h, display_hex(&hash)))
+        .collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(core_index_position_check, m)?)?;
     m.add_function(wrap_pyfunction!(core_index_plan, m)?)?;
     m.add_function(wrap_pyfunction!(core_index_height_check, m)?)?;
     m.add_function(wrap_pyfunction!(core_index_encode, m)?)?;

@@ -17,6 +17,8 @@ pub struct IndexPlan {
     /// Every decoded entry: internal hash and height.
     pub hashes: Vec<[u8; 32]>,
     pub heights: Vec<u32>,
+    /// Whether the entry became a record start to check (in `files`).
+    pub hinted: Vec<bool>,
     /// Records that did not decode: (shown key, reason).
     pub problems: Vec<(String, String)>,
     /// Entries with data that cannot be checked at all: (file, record offset, hash, reason).
@@ -30,6 +32,8 @@ pub struct FileHints {
     pub file: u32,
     pub offsets: Vec<u64>,
     pub hashes: Vec<[u8; 32]>,
+    /// The index's height of each block.
+    pub heights: Vec<u32>,
 }
 
 impl IndexPlan {
@@ -90,14 +94,16 @@ where
     let mut out = IndexPlan {
         hashes: Vec::with_capacity(n),
         heights: Vec::with_capacity(n),
+        hinted: Vec::with_capacity(n),
         ..Default::default()
     };
-    let mut starts: Vec<(u32, u64, [u8; 32])> = Vec::with_capacity(n);
+    let mut starts: Vec<(u32, u64, [u8; 32], u32)> = Vec::with_capacity(n);
     for (ok, problems) in parts {
         out.problems.extend(problems);
         for (hash, v) in ok {
             out.hashes.push(hash);
             out.heights.push(v.height);
+            out.hinted.push(false);
             let (Some(file), Some(pos)) = (v.file, v.data_pos) else {
                 continue;
             };
@@ -109,7 +115,8 @@ where
             } else if pos < RECORD_PREFIX {
                 format!("data position {pos} is inside the first record's header")
             } else {
-                starts.push((file, (pos - RECORD_PREFIX) as u64, hash));
+                starts.push((file, (pos - RECORD_PREFIX) as u64, hash, v.height));
+                *out.hinted.last_mut().expect("pushed above") = true;
                 continue;
             };
             out.unplaceable.push((
@@ -121,7 +128,7 @@ where
         }
     }
     starts.sort_unstable();
-    for (file, offset, hash) in starts {
+    for (file, offset, hash, height) in starts {
         if out.files.last().is_none_or(|f| f.file != file) {
             out.files.push(FileHints {
                 file,
@@ -131,6 +138,35 @@ where
         let f = out.files.last_mut().expect("pushed above");
         f.offsets.push(offset);
         f.hashes.push(hash);
+        f.heights.push(height);
+    }
+    out
+}
+
+/// Rows of the linked headers (file, record offset, height or None when not linked) that
+/// sit at a confirmed record start of `hints` whose index height differs: (row, index height,
+/// hash). The scan confirmed the hash at every start not in `missed`, so a position names
+/// the same block as its hash, without parsing or sorting a million hashes.
+pub fn position_disagreements(
+    hints: &[FileHints],
+    missed: &[(u32, u64)],
+    linked: impl Iterator<Item = (Option<u32>, Option<u64>, Option<u32>)>,
+) -> Vec<(u32, u32, [u8; 32])> {
+    let mut out = Vec::new();
+    for (row, (file, offset, height)) in linked.enumerate() {
+        let (Some(file), Some(offset)) = (file, offset) else {
+            continue;
+        };
+        let Ok(f) = hints.binary_search_by_key(&file, |h| h.file) else {
+            continue;
+        };
+        let h = &hints[f];
+        let Ok(i) = h.offsets.binary_search(&offset) else {
+            continue;
+        };
+        if height != Some(h.heights[i]) && !missed.contains(&(file, offset)) {
+            out.push((row as u32, h.heights[i], h.hashes[i]));
+        }
     }
     out
 }
@@ -217,7 +253,9 @@ mod tests {
             assert_eq!(p.files[0].file, 0);
             assert_eq!(p.files[0].offsets, vec![0, 192, 492]);
             assert_eq!(p.files[0].hashes, vec![recs[0].2, recs[3].2, recs[2].2]);
+            assert_eq!(p.files[0].heights, vec![0, 3, 2]);
             assert_eq!(p.files[1].offsets, vec![292]);
+            assert_eq!(p.hinted, vec![true, true, true, true, false, false, false]);
             let reasons: Vec<(u32, i64, &str)> = p
                 .unplaceable
                 .iter()
@@ -232,6 +270,34 @@ mod tests {
             );
             assert_eq!(p.with_data(), 6);
         }
+    }
+
+    #[test]
+    fn position_check_compares_confirmed_starts_only() {
+        let hints = vec![
+            FileHints {
+                file: 0,
+                offsets: vec![0, 100, 200],
+                hashes: vec![[1; 32], [2; 32], [3; 32]],
+                heights: vec![0, 1, 2],
+            },
+            FileHints {
+                file: 3,
+                offsets: vec![50],
+                hashes: vec![[4; 32]],
+                heights: vec![7],
+            },
+        ];
+        let linked = [
+            (Some(0), Some(100), Some(1)), // agrees
+            (Some(0), Some(200), Some(5)), // differs
+            (Some(3), Some(50), None),     // not linked to genesis
+            (Some(0), Some(150), Some(9)), // no indexed start here
+            (Some(1), Some(0), Some(9)),   // file without hints
+            (Some(0), Some(0), Some(4)),   // a missed start: another block is there
+        ];
+        let got = position_disagreements(&hints, &[(0, 0)], linked.into_iter());
+        assert_eq!(got, vec![(1, 2, [3; 32]), (2, 7, [4; 32])]);
     }
 
     #[test]
