@@ -373,13 +373,16 @@ fn core_index_height_check(
     }))
 }
 
+/// One file's hints as Python hands them back: (file, offsets u64 LE, hashes, heights u32 LE).
+type RawFileHints = (u32, Vec<u8>, Vec<u8>, Vec<u8>);
+
 /// Linked headers (`file`, `offset`, `height`) against the hints of `core_index_plan`
 /// [(file, offsets u64 LE, hashes, heights u32 LE)], minus the `missed` (file, offset) starts:
 /// (row, index height, display hash) of every row at an indexed start whose height differs.
 #[pyfunction]
 fn core_index_position_check(
     py: Python<'_>,
-    hints: Vec<(u32, Vec<u8>, Vec<u8>, Vec<u8>)>,
+    hints: Vec<RawFileHints>,
     missed: Vec<(u32, u64)>,
     file: PyArray,
     offset: PyArray,
