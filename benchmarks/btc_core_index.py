@@ -97,6 +97,7 @@ def main() -> None:
                 "total_s": round(g["total_s"], 3),
                 "without_ray_start_s": round(g_core, 3),
                 "index_read_s": ci["read_s"],
+                "index_plan_s": ci["plan_s"],
                 "index_check_s": ci["check_s"],
                 "verified": ci["verified"],
                 "searched_bytes": ci["searched_bytes"],

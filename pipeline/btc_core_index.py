@@ -8,14 +8,17 @@ VARINT, ``CDiskBlockIndex``, ``CBlockFileInfo``, ``nStatus``) live in the Rust c
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -26,6 +29,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+from rechain.workers.btc_scan import WorkUnit
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +38,6 @@ KEY_BLOCK = b"b"
 KEY_REINDEXING = b"R"
 #: Puts per LevelDB write batch: large enough to amortise, small enough to bound memory.
 WRITE_BATCH_PUTS = 200_000
-#: Bytes in front of ``nDataPos``: the record's magic and size fields.
-RECORD_PREFIX = 8
 
 EXPORT_COLUMNS = [
     "hash",
@@ -122,6 +124,9 @@ def export(data_path: Path, out: Path) -> dict[str, Any]:
                     strict=True,
                 ):
                     wb.put(k, v)
+        # Flush the log into sorted tables, as a node's index is after its last flush: LevelDB
+        # never does it on close, and every reader would otherwise replay the whole log.
+        db.compact_range()
     finally:
         db.close()
     t_write = time.perf_counter()
@@ -137,20 +142,19 @@ def export(data_path: Path, out: Path) -> dict[str, Any]:
 
 
 @dataclass
-class CoreIndex:
-    """A node's block index as columns: hash (internal), height, status, n_tx, file, data_pos."""
+class RawIndex:
+    """The ``'b'`` records of a node's index as read, keys and values as binary arrays."""
 
-    path: Path
-    entries: pa.Table
-    #: Records that did not decode: {"key", "reason"}.
-    problems: list[dict[str, Any]] = field(default_factory=list)
+    keys: pa.Array
+    values: pa.Array
     reindexing: bool = False
     read_s: float = 0.0
 
 
-def read(path: Path) -> CoreIndex:
-    """Reads the ``'b'`` records of a Core block index. Opens a private copy: LevelDB writes on
-    open (log recovery, a new manifest) and a node's files are never modified."""
+def read(path: Path) -> RawIndex:
+    """Reads the ``'b'`` records of a Core block index in one LevelDB session. Opens a private
+    copy: LevelDB writes on open (log recovery, a new manifest) and a node's files are never
+    modified."""
     import plyvel
 
     t0 = time.perf_counter()
@@ -159,17 +163,20 @@ def read(path: Path) -> CoreIndex:
     with tempfile.TemporaryDirectory(prefix="rechain-core-index-") as tmp:
         copy = Path(tmp) / "index"
         try:
-            shutil.copytree(path, copy, ignore=shutil.ignore_patterns("LOCK"))
+            _private_copy(path, copy)
         except OSError as e:
             raise CoreIndexError(f"{path}: cannot copy the index: {e}") from e
         try:
             db = plyvel.DB(str(copy), create_if_missing=False, paranoid_checks=True)
             try:
-                keys = list(
-                    db.iterator(prefix=KEY_BLOCK, include_value=False, verify_checksums=True)
+                # Two passes over one unchanged database beat splitting (key, value) pairs.
+                keys = pa.array(
+                    list(db.iterator(prefix=KEY_BLOCK, include_value=False, verify_checksums=True)),
+                    pa.binary(),
                 )
-                values = list(
-                    db.iterator(prefix=KEY_BLOCK, include_key=False, verify_checksums=True)
+                values = pa.array(
+                    list(db.iterator(prefix=KEY_BLOCK, include_key=False, verify_checksums=True)),
+                    pa.binary(),
                 )
                 reindexing = db.get(KEY_REINDEXING) is not None
             finally:
@@ -178,106 +185,144 @@ def read(path: Path) -> CoreIndex:
             detail = e.args[0].decode() if e.args and isinstance(e.args[0], bytes) else str(e)
             detail = detail.replace(str(copy), str(path))
             raise CoreIndexError(f"{path}: damaged LevelDB: {detail}") from e
-    batch, problems = _native.core_index_decode(
-        pa.array(keys, pa.binary()), pa.array(values, pa.binary())
-    )
-    return CoreIndex(
-        path,
-        pa.Table.from_batches([batch]),
-        [{"key": k, "reason": r} for k, r in problems],
-        reindexing,
-        time.perf_counter() - t0,
-    )
+    return RawIndex(keys, values, reindexing, time.perf_counter() - t0)
+
+
+def _private_copy(src: Path, dest: Path) -> None:
+    """A copy of a LevelDB folder that opening may change freely. Table files (``.ldb``,
+    ``.sst``) are never rewritten, only replaced by new ones, so they are hard-linked when the
+    file system allows; the log, manifest and CURRENT are copied."""
+    dest.mkdir()
+    for entry in src.iterdir():
+        if entry.name == "LOCK" or not entry.is_file():
+            continue
+        target = dest / entry.name
+        if entry.suffix in (".ldb", ".sst"):
+            try:
+                os.link(entry, target)
+                continue
+            except OSError:
+                pass  # another file system, or links not allowed: copy it
+        shutil.copy2(entry, target)
 
 
 @dataclass(frozen=True)
 class FileHints:
-    """The record starts the index claims in one blk file, sorted: u64 LE offsets, hashes."""
+    """The record starts the index claims in one blk file, sorted: u64 LE offsets, hashes,
+    and the index's u32 LE height of each."""
 
     offsets: bytes
     hashes: bytes
+    heights: bytes
     count: int
 
 
-def plan_hints(
-    index: CoreIndex, files: list[BlkFile]
-) -> tuple[dict[int, FileHints], list[dict[str, Any]]]:
-    """Per blk file, the indexed record starts (magic offsets); and the entries that cannot be
-    hints at all (a file that does not exist, a position inside the first record header)."""
-    t = index.entries
-    t = t.filter(pc.is_valid(t.column("data_pos")))
-    present = pa.array(sorted({f.file_no for f in files}), pa.uint32())
-    missing_file = pc.invert(pc.is_in(t.column("file"), value_set=present))
-    bad = pc.or_(missing_file, pc.less(t.column("data_pos"), RECORD_PREFIX))
-    problems: list[dict[str, Any]] = []
-    for r in t.filter(bad).to_pylist():
-        problems.append(
-            {
-                "file": f"blk{r['file']:05d}.dat",
-                "offset": r["data_pos"] - RECORD_PREFIX,
-                "hash": _native.display_hash(r["hash"]),
-                "reason": "file does not exist"
-                if not pc.is_in(pa.array([r["file"]], pa.uint32()), value_set=present)[0].as_py()
-                else f"data position {r['data_pos']} is inside the first record's header",
-            }
+def guided_units(
+    f: BlkFile,
+    start: int,
+    hints: FileHints,
+    chunk_bytes: int,
+    network: str,
+    key: bytes,
+    check_bodies: bool,
+    seq0: int,
+) -> list[WorkUnit]:
+    """Work units over ``[start, f.size)`` of one indexed file, cut about every
+    ``chunk_bytes`` at an indexed record start (so each unit begins on a claimed record and
+    threads share a big file); each unit carries the hints inside its range, the last one also
+    those past the end of the file, which it reports."""
+    offsets = np.frombuffer(hints.offsets, dtype="<u8")
+    cuts = [start]
+    for grid in range((start // chunk_bytes + 1) * chunk_bytes, f.size, chunk_bytes):
+        i = int(np.searchsorted(offsets, grid))
+        if i < len(offsets) and cuts[-1] < int(offsets[i]) < f.size:
+            cuts.append(int(offsets[i]))
+    cuts.append(f.size)
+    units: list[WorkUnit] = []
+    for lo, hi in itertools.pairwise(cuts):
+        a = int(np.searchsorted(offsets, lo))
+        b = len(offsets) if hi == f.size else int(np.searchsorted(offsets, hi))
+        units.append(
+            WorkUnit(
+                seq0 + len(units),
+                str(f.path),
+                f.file_no,
+                lo,
+                hi,
+                network,
+                key,
+                check_bodies,
+                hints.offsets[a * 8 : b * 8],
+                hints.hashes[a * 32 : b * 32],
+            )
         )
-    good = t.filter(pc.invert(bad)).sort_by([("file", "ascending"), ("data_pos", "ascending")])
-    good = good.combine_chunks()
-    offsets = pc.subtract(good.column("data_pos").cast(pa.uint64()), RECORD_PREFIX)
-    raw_offsets = _raw(offsets.combine_chunks(), 8)
-    raw_hashes = _raw(good.column("hash").combine_chunks(), 32)
-    counts = pc.value_counts(good.column("file"))  # in order of appearance: sorted by file
-    hints: dict[int, FileHints] = {}
-    lo = 0
-    for f_no, n in zip(
-        counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
-    ):
-        hi = lo + n
-        hints[f_no] = FileHints(raw_offsets[lo * 8 : hi * 8], raw_hashes[lo * 32 : hi * 32], n)
-        lo = hi
-    return hints, problems
+    return units
 
 
-def _raw(arr: pa.Array, width: int) -> bytes:
-    """The value bytes of a fixed-width array without nulls (u64 are little-endian here)."""
-    buf = arr.buffers()[1]
-    return buf.to_pybytes()[arr.offset * width : (arr.offset + len(arr)) * width]
-
-
-def _linked_headers(data: DataDir) -> pa.Table | None:
+def _linked_headers(data: DataDir, columns: list[str]) -> pa.Table | None:
     base = data.parquet_dir(ds.HEADERS)
     generation = current_generation(base) if base.exists() else None
     if generation is None:
         return None
-    return pq.read_table(generation, columns=["hash", "height", "file", "offset", "copy_status"])
+    return pq.read_table(generation, columns=columns)
 
 
-def height_disagreements(index_heights: pa.Table, headers: pa.Table) -> list[dict[str, Any]]:
-    """Blocks whose height in the index differs from the height linking the files gives (or
-    that the files do not connect to genesis at all)."""
-    linked = headers.select(["hash", "height", "file", "offset"]).rename_columns(
-        ["display_hash", "linked_height", "file", "offset"]
+def _height_text(index_height: int, linked_height: int | None) -> str:
+    linked = "not connected to genesis" if linked_height is None else f"height {linked_height}"
+    return f"index height {index_height}, the files give {linked}"
+
+
+def position_disagreements(
+    hints: dict[int, FileHints], missed: list[tuple[int, int]], positions: pa.Table
+) -> list[dict[str, Any]]:
+    """Blocks at a confirmed indexed record start whose index height differs from the height
+    linking the files gives (``positions``: the linked file, offset, height)."""
+    rows = _native.core_index_position_check(
+        [(f, h.offsets, h.hashes, h.heights) for f, h in hints.items()],
+        missed,
+        positions.column("file").combine_chunks().cast(pa.uint32()),
+        positions.column("offset").combine_chunks().cast(pa.uint64()),
+        positions.column("height").combine_chunks().cast(pa.uint32()),
     )
-    joined = index_heights.join(linked, "display_hash", join_type="inner")
-    differs = pc.or_kleene(
-        pc.is_null(joined.column("linked_height")),
-        pc.not_equal(joined.column("height"), joined.column("linked_height")),
+    if not rows:
+        return []
+    picked = positions.take(pa.array([r for r, _, _ in rows], pa.uint32())).to_pylist()
+    return [
+        {
+            "file": f"blk{r['file']:05d}.dat",
+            "offset": r["offset"],
+            "hash": hash_,
+            "reason": _height_text(index_height, r["height"]),
+        }
+        for r, (_, index_height, hash_) in zip(picked, rows, strict=True)
+    ]
+
+
+def height_disagreements(entries: pa.RecordBatch, headers: pa.Table) -> list[dict[str, Any]]:
+    """Blocks whose height in the index (``entries``: hash, height) differs from the height
+    linking the files gives (or that the files do not connect to genesis at all)."""
+    rows = _native.core_index_height_check(
+        entries,
+        headers.column("hash").combine_chunks().cast(pa.string()),
+        headers.column("height").combine_chunks().cast(pa.uint32()),
     )
+    if not rows:
+        return []
+    picked = headers.take(pa.array([r for r, _ in rows], pa.uint32()))
     out = []
-    for r in joined.filter(differs).sort_by("display_hash").to_pylist():
-        linked_text = (
-            "not connected to genesis"
-            if r["linked_height"] is None
-            else f"height {r['linked_height']}"
-        )
+    for r, (_, index_height) in zip(
+        picked.select(["hash", "height", "file", "offset"]).to_pylist(), rows, strict=True
+    ):
+        linked_text = "not connected to genesis" if r["height"] is None else f"height {r['height']}"
         out.append(
             {
                 "file": f"blk{r['file']:05d}.dat",
                 "offset": r["offset"],
-                "hash": r["display_hash"],
-                "reason": f"index height {r['height']}, the files give {linked_text}",
+                "hash": r["hash"],
+                "reason": f"index height {index_height}, the files give {linked_text}",
             }
         )
+    out.sort(key=lambda d: d["hash"])
     return out
 
 
@@ -308,36 +353,47 @@ class CoreIndexGuide:
         self.entries = 0
         self.with_data = 0
         self.read_s = 0.0
+        self.plan_s = 0.0
         self.verified = 0
         self.searched_bytes = 0
         self.problems: list[dict[str, Any]] = []
         self.misses: list[dict[str, Any]] = []
-        self.heights: pa.Table | None = None
+        #: The decoded entries (hash, height), for the height check after linking.
+        self.heights: pa.RecordBatch | None = None
 
     @classmethod
-    def load(cls, path: Path, files: list[BlkFile]) -> CoreIndexGuide:
+    def load(cls, path: Path, files: list[BlkFile], threads: int = 0) -> CoreIndexGuide:
         guide = cls(path)
         try:
-            index = read(path)
+            raw = read(path)
         except CoreIndexError as e:
             guide.fallback = str(e)
             log.warning("%s; falling back to scanning every blk file", e)
             return guide
-        guide.read_s = index.read_s
-        guide.entries = index.entries.num_rows
-        guide.heights = index.entries.select(["display_hash", "height"])
-        guide.problems = list(index.problems)
-        if index.problems:
+        t0 = time.perf_counter()
+        present = sorted({f.file_no for f in files})
+        entries, problems, unplaceable, hints = _native.core_index_plan(
+            raw.keys, raw.values, present, threads or os.cpu_count() or 1
+        )
+        guide.read_s = raw.read_s
+        guide.plan_s = time.perf_counter() - t0
+        guide.entries = entries.num_rows
+        guide.heights = entries
+        guide.problems = [{"key": k, "reason": r} for k, r in problems]
+        if problems:
             log.warning(
                 "%s: %d block record(s) do not decode (reported in run.core_index); "
                 "the blocks they name are found by scanning",
                 path,
-                len(index.problems),
+                len(problems),
             )
-        if index.reindexing:
+        if raw.reindexing:
             log.warning("%s: the node was mid-reindex when it wrote this index", path)
-        guide.hints, unplaceable = plan_hints(index, files)
-        guide.problems.extend(unplaceable)
+        guide.problems.extend(
+            {"file": f"blk{f:05d}.dat", "offset": o, "hash": h, "reason": r}
+            for f, o, h, r in unplaceable
+        )
+        guide.hints = {f: FileHints(o, h, ht, n) for f, o, h, ht, n in hints}
         guide.with_data = sum(h.count for h in guide.hints.values()) + len(unplaceable)
         if not guide.hints:
             guide.fallback = f"{path}: the index names no block in these blk files"
@@ -353,15 +409,46 @@ class CoreIndexGuide:
         self.searched_bytes += int(hints["searched_bytes"])
         name = Path(result.unit.path).name
         for offset, hash_, reason in hints["misses"]:
-            self.misses.append({"file": name, "offset": offset, "hash": hash_, "reason": reason})
+            self.misses.append(
+                {
+                    "file": name,
+                    "offset": offset,
+                    "hash": hash_,
+                    "reason": reason,
+                    "file_no": result.unit.file_no,
+                }
+            )
 
     def report(self, data: DataDir) -> dict[str, Any]:
         """The guide's findings once the tree is linked (``data`` holds the new headers)."""
         t0 = time.perf_counter()
-        headers = _linked_headers(data)
-        disagreements = self.problems + locate_moved(self.misses, headers)
-        if headers is not None and self.heights is not None:
-            disagreements += height_disagreements(self.heights, headers)
+        disagreements = list(self.problems)
+        positions = _linked_headers(data, ["file", "offset", "height"])
+        if positions is not None and self.heights is not None:
+            # Confirmed starts are compared by position (integers only); the hash lookup is
+            # left for the few entries the scan could not confirm where the index said.
+            missed = [(m["file_no"], m["offset"]) for m in self.misses]
+            by_position = position_disagreements(self.hints, missed, positions)
+            unconfirmed = self.heights.filter(pc.invert(self.heights.column("hinted")))
+            if self.misses:
+                wanted = pa.array([bytes.fromhex(m["hash"])[::-1] for m in self.misses])
+                missed_entries = self.heights.filter(
+                    pc.is_in(self.heights.column("hash"), value_set=wanted.cast(pa.binary(32)))
+                )
+                unconfirmed = pa.concat_batches([unconfirmed, missed_entries])
+            if self.misses or unconfirmed.num_rows:
+                headers = _linked_headers(data, ["hash", "height", "file", "offset", "copy_status"])
+                disagreements += locate_moved(self.misses, headers)
+                if headers is not None:
+                    by_hash = height_disagreements(unconfirmed, headers)
+                    seen = {(d["file"], d["offset"]) for d in by_hash}
+                    by_position = [d for d in by_position if (d["file"], d["offset"]) not in seen]
+                    by_position += by_hash
+            disagreements += sorted(by_position, key=lambda d: d["hash"])
+        else:
+            disagreements += self.misses
+        for m in self.misses:
+            m.pop("file_no", None)
         check_s = time.perf_counter() - t0
         if disagreements:
             log.warning(
@@ -378,6 +465,7 @@ class CoreIndexGuide:
             "verified": self.verified,
             "searched_bytes": self.searched_bytes,
             "read_s": round(self.read_s, 3),
+            "plan_s": round(self.plan_s, 3),
             "check_s": round(check_s, 3),
             "disagreements": disagreements,
         }

@@ -44,6 +44,15 @@ def failure_reason(unit: WorkUnit, error: Exception) -> str:
     raise RechainError(f"{where}: {error}") from error
 
 
+def local_failure_reason(unit: WorkUnit, error: Exception) -> str:
+    """As :func:`failure_reason`, for a shard run in this process (no retries: an exception
+    raised on the bytes would be raised again)."""
+    if isinstance(error, OSError):
+        raise RechainError(f"{Path(unit.path).name} at {unit.start}: {error}") from error
+    first_line = str(error).splitlines()
+    return f"{type(error).__name__}: {first_line[0] if first_line else ''}".rstrip()
+
+
 def failed_shard(unit: WorkUnit, committer: BtcCommitter, reason: str) -> ShardResult:
     """A result standing in for a shard that could not be scanned: no records, one
     ``shard_failed`` event over its bytes, and scanning resumes at its bound."""

@@ -16,8 +16,8 @@ from typing import Any
 
 from rechain.pipeline import metrics
 from rechain.pipeline.btc_committer import STAGE, BtcCommitter
-from rechain.pipeline.btc_core_index import CoreIndexGuide
-from rechain.pipeline.btc_faults import failed_shard, failure_reason
+from rechain.pipeline.btc_core_index import CoreIndexGuide, guided_units
+from rechain.pipeline.btc_faults import failed_shard, failure_reason, local_failure_reason
 from rechain.pipeline.btc_plan import (
     DEFAULT_SHARD_BYTES,
     FINGERPRINT_BYTES,
@@ -76,7 +76,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         data.write({layout.CF_META: [(layout.META_BTC_NETWORK, opts.network)]})
         committer = BtcCommitter(data, opts.network, root_hash=opts.root_hash)
         committer.forget_missing_files({f.file_no for f in files})
-        guide = CoreIndexGuide.load(opts.core_index, files) if opts.core_index else None
+        guide = CoreIndexGuide.load(opts.core_index, files, workers) if opts.core_index else None
         units: list[WorkUnit] = []
         for f in files:
             try:
@@ -90,20 +90,18 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
             committer.begin_file(f, start, head)
             hints = guide.hints.get(f.file_no) if guide else None
             if hints is not None:
-                # One task per indexed file: it verifies every indexed record and searches
-                # only the gaps between them and the tail after the last one.
-                units.append(
-                    WorkUnit(
-                        len(units),
-                        str(f.path),
-                        f.file_no,
+                # Units that verify every indexed record and search only the gaps between
+                # them and the tail after the last one, cut at indexed record starts.
+                units.extend(
+                    guided_units(
+                        f,
                         start,
-                        f.size,
+                        hints,
+                        opts.shard_bytes,
                         opts.network,
                         key,
                         opts.check_bodies,
-                        hints.offsets,
-                        hints.hashes,
+                        len(units),
                     )
                 )
                 continue
@@ -116,7 +114,10 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         metrics.SHARDS_TOTAL.labels(STAGE).set(len(units))
         ray_start = 0.0
         t_scan = time.perf_counter()
-        if units:
+        if units and guide is not None and guide.hints and not opts.ray_address:
+            # Guided by an index the scan is a few seconds of Rust: threads here beat Ray.
+            _execute_local(units, committer, opts, workers, total_bytes, guide.collect)
+        elif units:
             ray_start = _execute(
                 units, committer, opts, workers, total_bytes, guide.collect if guide else None
             )
@@ -214,3 +215,29 @@ def _execute(
     finally:
         progress.close()
     return ray_start
+
+
+def _execute_local(
+    units: list[WorkUnit],
+    committer: BtcCommitter,
+    opts: ReindexOptions,
+    workers: int,
+    total_bytes: int,
+    on_result: Callable[[ShardResult], None],
+) -> None:
+    """As :func:`_execute`, on threads of this process (the Rust scan releases the GIL)."""
+    from rechain.pipeline.local_runner import ordered_local
+
+    progress = Progress(total_bytes, enabled=opts.progress)
+    try:
+        # An explicit start skips the test-only fault injection, which targets Ray workers.
+        for unit, result in ordered_local(
+            lambda u: scan_unit(u, start=u.start), units, workers, _max_inflight(opts, workers)
+        ):
+            if isinstance(result, Exception):
+                result = failed_shard(unit, committer, local_failure_reason(unit, result))
+            committer.apply(result)
+            on_result(result)
+            progress.update(unit.bound - unit.start, result.records.num_rows)
+    finally:
+        progress.close()

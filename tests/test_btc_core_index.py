@@ -14,6 +14,8 @@ import pytest
 from blockchain_parser.blockchain import Blockchain
 from blockchain_parser.index import DBBlockIndex, _read_varint
 from blockchain_parser.utils import format_hash
+from rechain.pipeline.btc_core_index import FileHints, guided_units
+from rechain.pipeline.btc_plan import BlkFile
 from rechain.pipeline.verify import verify
 from rechain.workers import _native
 from rechain.workers.btc_scan import WorkUnit, scan_unit
@@ -152,6 +154,48 @@ def test_guided_reindex_equals_full_scan(forked: dict[str, Path], tmp_path: Path
     export(tmp_path / "data", tmp_path / "again")
     first, second = core_records(forked["index"]), core_records(tmp_path / "again")
     assert {h: vars(r) for h, r in first.items()} == {h: vars(r) for h, r in second.items()}
+
+
+def test_guided_units_cut_at_indexed_starts_equal_a_full_scan(
+    forked: dict[str, Path], tmp_path: Path
+) -> None:
+    """Small shards cut every indexed file into several units, each starting on an indexed
+    record; stitched, they equal the full scan, run in this process (no Ray start-up)."""
+    result = reindex(
+        forked["blocks"], tmp_path / "data", "--core-index", forked["index"], "--shard-size", "8K"
+    )
+    run = result["run"]
+    files = len(list(forked["blocks"].glob("blk*.dat")))
+    assert run["shards"] > 3 * files, "every indexed file is split into several units"
+    assert run["ray_start_s"] == 0.0
+    ci = run["core_index"]
+    assert ci["disagreements"] == [] and ci["verified"] == ci["entries"]
+    assert digest(tmp_path / "data") == digest(forked["data"])
+
+
+def test_guided_units_carry_their_own_hints_and_the_tail(tmp_path: Path) -> None:
+    path = tmp_path / "blk00000.dat"
+    path.write_bytes(bytes(1000))
+    offsets = [0, 90, 250, 400, 610, 990, 5000]  # the last two: past the end of a record / file
+    hints = FileHints(
+        b"".join(o.to_bytes(8, "little") for o in offsets),
+        b"".join(bytes([i]) * 32 for i in range(len(offsets))),
+        b"".join(i.to_bytes(4, "little") for i in range(len(offsets))),
+        len(offsets),
+    )
+    units = guided_units(BlkFile(0, path, 1000), 50, hints, 300, "regtest", bytes(8), False, 4)
+    # Cuts at the first indexed start at or after each 300-byte grid point.
+    assert [(u.start, u.bound) for u in units] == [(50, 400), (400, 610), (610, 990), (990, 1000)]
+    assert [u.seq for u in units] == [4, 5, 6, 7]
+    got = [
+        [
+            int.from_bytes(u.hint_offsets[i : i + 8], "little")
+            for i in range(0, len(u.hint_offsets), 8)
+        ]
+        for u in units
+    ]
+    assert got == [[90, 250], [400], [610], [990, 5000]]
+    assert units[3].hint_hashes == bytes([5]) * 32 + bytes([6]) * 32
 
 
 def test_damaged_records_are_reported_and_the_result_still_equals_a_full_scan(

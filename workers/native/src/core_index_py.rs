@@ -6,17 +6,18 @@ use crate::btc::core_index::{
     self as ci, block_key, file_info_key, status_for, BlockFileInfo, DiskBlockIndex, HAVE_DATA,
     KEY_LAST_FILE, VALID_MASK, VALID_TRANSACTIONS,
 };
+use crate::btc::core_index_plan as plan;
 use crate::btc::scan::{RecordHint, ScanConfig, Scanner};
-use crate::datasets::hex::{display_hex, display_hex_into, parse_display_hex};
+use crate::datasets::hex::{display_hex, parse_display_hex};
 use crate::{binary, key8, network, shard_result};
-use arrow_array::builder::{BinaryBuilder, FixedSizeBinaryBuilder, StringBuilder, UInt32Builder};
+use arrow_array::builder::{BinaryBuilder, FixedSizeBinaryBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -183,87 +184,6 @@ fn core_index_encode<'py>(
 /// Records that did not decode: (key, reason).
 type Problems = Vec<(String, String)>;
 
-/// Decodes Core's `'b'` records (keys and values as binary arrays) into columns:
-/// hash (internal), display_hash, height, status, n_tx, file, data_pos (null without
-/// HAVE_DATA).
-/// Records that do not decode are left out and returned as (key hex, reason) problems.
-#[pyfunction]
-fn core_index_decode<'py>(
-    py: Python<'py>,
-    keys: PyArray,
-    values: PyArray,
-) -> PyResult<(Bound<'py, PyAny>, Problems)> {
-    let keys = keys.into_inner().0;
-    let values = values.into_inner().0;
-    let (Some(keys), Some(values)) = (keys.as_binary_opt::<i32>(), values.as_binary_opt::<i32>())
-    else {
-        return Err(PyValueError::new_err(
-            "keys and values must be binary arrays",
-        ));
-    };
-    if keys.len() != values.len() {
-        return Err(PyValueError::new_err("keys and values differ in length"));
-    }
-    let n = keys.len();
-    let (batch, problems) = py.detach(|| {
-        let mut hash = FixedSizeBinaryBuilder::with_capacity(n, 32);
-        let mut shown = StringBuilder::with_capacity(n, n * 64);
-        let mut hex = String::with_capacity(64);
-        let mut height = UInt32Builder::with_capacity(n);
-        let mut status = UInt32Builder::with_capacity(n);
-        let mut n_tx = UInt32Builder::with_capacity(n);
-        let mut file = UInt32Builder::with_capacity(n);
-        let mut data_pos = UInt32Builder::with_capacity(n);
-        let mut problems = Vec::new();
-        for i in 0..n {
-            let key = keys.value(i);
-            match DiskBlockIndex::decode_record(key, values.value(i)) {
-                Ok((h, v)) => {
-                    hash.append_value(h).expect("32 bytes");
-                    hex.clear();
-                    display_hex_into(&h, &mut hex);
-                    shown.append_value(&hex);
-                    height.append_value(v.height);
-                    status.append_value(v.status);
-                    n_tx.append_value(v.n_tx);
-                    let data = v.status & HAVE_DATA != 0;
-                    file.append_option(v.file.filter(|_| data));
-                    data_pos.append_option(v.data_pos);
-                }
-                Err(e) => {
-                    let shown = if key.len() == 33 {
-                        display_hex(&key[1..])
-                    } else {
-                        key.iter().map(|b| format!("{b:02x}")).collect()
-                    };
-                    problems.push((shown, e.to_string()));
-                }
-            }
-        }
-        let schema = Schema::new(vec![
-            Field::new("hash", DataType::FixedSizeBinary(32), false),
-            Field::new("display_hash", DataType::Utf8, false),
-            Field::new("height", DataType::UInt32, false),
-            Field::new("status", DataType::UInt32, false),
-            Field::new("n_tx", DataType::UInt32, false),
-            Field::new("file", DataType::UInt32, true),
-            Field::new("data_pos", DataType::UInt32, true),
-        ]);
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(hash.finish()),
-            Arc::new(shown.finish()),
-            Arc::new(height.finish()),
-            Arc::new(status.finish()),
-            Arc::new(n_tx.finish()),
-            Arc::new(file.finish()),
-            Arc::new(data_pos.finish()),
-        ];
-        let batch = RecordBatch::try_new(Arc::new(schema), cols).expect("columns match");
-        (batch, problems)
-    });
-    Ok((PyRecordBatch::new(batch).into_pyarrow(py)?, problems))
-}
-
 /// `scan_blk` guided by hinted record starts (magic offsets, u64 LE, sorted; hashes, 32 bytes
 /// each, internal order). Same (records, events, info) as `scan_blk`, plus a report:
 /// {verified, searched_bytes, misses: [(offset, hash, reason)]}.
@@ -331,9 +251,205 @@ fn scan_blk_guided<'py>(
     Ok((records, events, info, rep))
 }
 
+/// Decodes Core's `'b'` records (binary arrays of keys and values, on `threads` threads) and
+/// plans the guided scan of the blk files numbered `present`. Returns (entries, problems,
+/// unplaceable, hints): entries {hash (internal), height} in key order; problems
+/// [(key, reason)] for records that do not decode; unplaceable [(file, offset, hash, reason)]
+/// for data the files cannot hold; hints [(file, offsets u64 LE, hashes, heights u32 LE,
+/// count)] per present file, sorted by offset. Entries also have `hinted` (became a hint).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn core_index_plan<'py>(
+    py: Python<'py>,
+    keys: PyArray,
+    values: PyArray,
+    present: Vec<u32>,
+    threads: usize,
+) -> PyResult<(
+    Bound<'py, PyAny>,
+    Problems,
+    Vec<(u32, i64, String, String)>,
+    Vec<(
+        u32,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        usize,
+    )>,
+)> {
+    let keys = keys.into_inner().0;
+    let values = values.into_inner().0;
+    let (Some(keys), Some(values)) = (keys.as_binary_opt::<i32>(), values.as_binary_opt::<i32>())
+    else {
+        return Err(PyValueError::new_err(
+            "keys and values must be binary arrays",
+        ));
+    };
+    if keys.len() != values.len() {
+        return Err(PyValueError::new_err("keys and values differ in length"));
+    }
+    let plan = py.detach(|| {
+        plan::plan(
+            keys.len(),
+            |i| keys.value(i),
+            |i| values.value(i),
+            &present,
+            threads,
+        )
+    });
+    let mut hash = FixedSizeBinaryBuilder::with_capacity(plan.hashes.len(), 32);
+    for h in &plan.hashes {
+        hash.append_value(h).expect("32 bytes");
+    }
+    let schema = Schema::new(vec![
+        Field::new("hash", DataType::FixedSizeBinary(32), false),
+        Field::new("height", DataType::UInt32, false),
+        Field::new("hinted", DataType::Boolean, false),
+    ]);
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(hash.finish()),
+        Arc::new(arrow_array::UInt32Array::from(plan.heights)),
+        Arc::new(arrow_array::BooleanArray::from(plan.hinted)),
+    ];
+    let entries = RecordBatch::try_new(Arc::new(schema), cols).expect("columns match");
+    let hints = plan
+        .files
+        .iter()
+        .map(|f| {
+            let offsets: Vec<u8> = f.offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+            let heights: Vec<u8> = f.heights.iter().flat_map(|h| h.to_le_bytes()).collect();
+            (
+                f.file,
+                PyBytes::new(py, &offsets),
+                PyBytes::new(py, f.hashes.as_flattened()),
+                PyBytes::new(py, &heights),
+                f.offsets.len(),
+            )
+        })
+        .collect();
+    Ok((
+        PyRecordBatch::new(entries).into_pyarrow(py)?,
+        plan.problems,
+        plan.unplaceable,
+        hints,
+    ))
+}
+
+/// Linked headers (`hash` display hex, `height` null when not linked) against the index
+/// entries of `core_index_plan`: the (row, index height) of every linked copy whose height
+/// differs from the index's, by row.
+#[pyfunction]
+fn core_index_height_check(
+    py: Python<'_>,
+    entries: PyRecordBatch,
+    linked_hash: PyArray,
+    linked_height: PyArray,
+) -> PyResult<Vec<(u32, u32)>> {
+    let entries = entries.into_inner();
+    let hash = column(&entries, "hash")?
+        .as_fixed_size_binary_opt()
+        .ok_or_else(|| PyValueError::new_err("entries.hash must be fixed-size binary"))?;
+    let height = column(&entries, "height")?
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| PyValueError::new_err("entries.height must be uint32"))?;
+    let linked_hash = linked_hash.into_inner().0;
+    let linked_height = linked_height.into_inner().0;
+    let (Some(lh), Some(lht)) = (
+        linked_hash.as_string_opt::<i32>(),
+        linked_height.as_primitive_opt::<UInt32Type>(),
+    ) else {
+        return Err(PyValueError::new_err(
+            "linked hashes must be utf8 and heights uint32",
+        ));
+    };
+    if lh.len() != lht.len() {
+        return Err(PyValueError::new_err("linked columns differ in length"));
+    }
+    Ok(py.detach(|| {
+        let index: Vec<([u8; 32], u32)> = (0..hash.len())
+            .map(|i| (hash.value(i).try_into().expect("32 bytes"), height.value(i)))
+            .collect();
+        plan::height_disagreements(&index, lh.iter().zip(lht.iter()))
+    }))
+}
+
+/// One file's hints as Python hands them back: (file, offsets u64 LE, hashes, heights u32 LE).
+type RawFileHints = (u32, Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// Linked headers (`file`, `offset`, `height`) against the hints of `core_index_plan`
+/// [(file, offsets u64 LE, hashes, heights u32 LE)], minus the `missed` (file, offset) starts:
+/// (row, index height, display hash) of every row at an indexed start whose height differs.
+#[pyfunction]
+fn core_index_position_check(
+    py: Python<'_>,
+    hints: Vec<RawFileHints>,
+    missed: Vec<(u32, u64)>,
+    file: PyArray,
+    offset: PyArray,
+    height: PyArray,
+) -> PyResult<Vec<(u32, u32, String)>> {
+    let mut files: Vec<plan::FileHints> = Vec::with_capacity(hints.len());
+    for (f, offsets, hashes, heights) in hints {
+        if offsets.len() % 8 != 0 || hashes.len() != offsets.len() * 4 {
+            return Err(PyValueError::new_err(
+                "hints: u64 offsets and 32-byte hashes",
+            ));
+        }
+        if heights.len() * 2 != offsets.len() {
+            return Err(PyValueError::new_err("hints: one u32 height per offset"));
+        }
+        files.push(plan::FileHints {
+            file: f,
+            offsets: offsets
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            hashes: hashes
+                .chunks_exact(32)
+                .map(|c| c.try_into().unwrap())
+                .collect(),
+            heights: heights
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        });
+    }
+    files.sort_unstable_by_key(|f| f.file);
+    let (file, offset, height) = (
+        file.into_inner().0,
+        offset.into_inner().0,
+        height.into_inner().0,
+    );
+    let (Some(file), Some(offset), Some(height)) = (
+        file.as_primitive_opt::<UInt32Type>(),
+        offset.as_primitive_opt::<UInt64Type>(),
+        height.as_primitive_opt::<UInt32Type>(),
+    ) else {
+        return Err(PyValueError::new_err(
+            "linked file and height must be uint32, offset uint64",
+        ));
+    };
+    let rows = py.detach(|| {
+        plan::position_disagreements(
+            &files,
+            &missed,
+            file.iter()
+                .zip(offset.iter())
+                .zip(height.iter())
+                .map(|((f, o), h)| (f, o, h)),
+        )
+    });
+    Ok(rows
+        .into_iter()
+        .map(|(row, h, hash)| (row, h, display_hex(&hash)))
+        .collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(core_index_position_check, m)?)?;
+    m.add_function(wrap_pyfunction!(core_index_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(core_index_height_check, m)?)?;
     m.add_function(wrap_pyfunction!(core_index_encode, m)?)?;
-    m.add_function(wrap_pyfunction!(core_index_decode, m)?)?;
     m.add_function(wrap_pyfunction!(scan_blk_guided, m)?)?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 pub mod block;
 pub mod core_index;
+pub mod core_index_plan;
 pub mod decode;
 pub mod encode;
 pub mod gen;
