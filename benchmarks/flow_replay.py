@@ -105,6 +105,7 @@ def main() -> None:
             "speedup_vs_flowgo": round(go_s / ours_s, 3),
             "rechain_seconds_excluding_ray_start": round(ours_s, 3),
             "rechain_ray_start_s": round(ray_start, 3),
+            "rechain_decode": mine["run"].get("decode"),
             "rechain_wall_s": round(ours_wall, 3),
             "flowgo_seconds": round(go_s, 3),
             "flowgo_wall_s": round(theirs_wall, 3),
