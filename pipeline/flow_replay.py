@@ -32,6 +32,9 @@ from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
 log = logging.getLogger(__name__)
 STAGE = "flow_wal"
 ROW_GROUP = 65_536
+#: Registers per batch when publishing: RocksDB ingestion goes through Python bytes per row,
+#: so this bounds that peak (a quarter of a row group: ~4 MB of values at Flow's sizes).
+PUBLISH_BATCH = 16_384
 #: Up to this many WAL bytes, and without --ray-address, each segment is decoded and applied
 #: record by record in this process (Rust, GIL released), holding only the segment's bytes and
 #: the forest. Applying updates, not decoding, bounds a replay (decoding is ~1% of it), so for
@@ -331,13 +334,17 @@ def _publish(
     )
     data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
     data.stage_parquet_batches(
-        fs.REGISTERS, generation, REGISTERS_SCHEMA, _register_rows(forest.payloads()), ROW_GROUP
+        fs.REGISTERS,
+        generation,
+        REGISTERS_SCHEMA,
+        _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
+        ROW_GROUP,
     )
     # RocksDB: current payloads (path order = key order) and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
     register_rows = 0
-    for b in forest.payloads():
+    for b in forest.payloads(batch_rows=PUBLISH_BATCH):
         keys = b.column("path").cast(pa.binary())
         values = _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
         data.ingest_sorted(layout.CF_FLOW_REGISTERS, keys, values)
