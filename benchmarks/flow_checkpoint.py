@@ -3,8 +3,8 @@
 A WAL is generated (rechain's generator; its bytes equal flow-go's, see test_flow_interop), then
 flow-go replays it and writes checkpoint C with its own writer. On C:
 
-* read: `rechain flow checkpoint read` (parts verified on Ray workers with every node hash
-  recomputed, tries assembled, registers published to RocksDB + Parquet) vs flow-go's
+* read: `rechain flow checkpoint read` (parts verified on `--workers` threads with every node
+  hash recomputed, tries assembled, registers published to RocksDB + Parquet) vs flow-go's
   `LoadCheckpoint` (which trusts the stored hashes and publishes nothing);
 * read again with `--trust-leaf-hashes` (interior hashes and roots still recomputed);
 * write: `rechain flow checkpoint write` (streams the data folder's registers, computes every

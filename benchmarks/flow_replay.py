@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,12 @@ def flowgo_binary() -> Path:
         timeout=1800,
     )
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of the finished child processes so far."""
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
 
 
 def main() -> None:
@@ -67,6 +74,7 @@ def main() -> None:
             capture_output=True,
             timeout=3600,
         )
+        cpu0 = _children_cpu()
         ours, ours_rss, ours_wall = run_measured(
             [
                 str(BIN),
@@ -83,9 +91,11 @@ def main() -> None:
             ]
         )
         mine = json.loads(ours.stdout)
+        cpu1 = _children_cpu()
         theirs, theirs_rss, theirs_wall = run_measured(
             [str(flowgo), "replay", "--wal", str(wal), "--roots=false"]
         )
+        cpu2 = _children_cpu()
         go = json.loads(theirs.stdout)
         ray_start = mine["run"]["ray_start_s"]
         ours_s = mine["run"]["total_s"] - ray_start
@@ -105,9 +115,17 @@ def main() -> None:
             "speedup_vs_flowgo": round(go_s / ours_s, 3),
             "rechain_seconds_excluding_ray_start": round(ours_s, 3),
             "rechain_ray_start_s": round(ray_start, 3),
+            "rechain_decode": mine["run"].get("decode"),
             "rechain_wall_s": round(ours_wall, 3),
             "flowgo_seconds": round(go_s, 3),
             "flowgo_wall_s": round(theirs_wall, 3),
+            # CPU seconds (user + system) of each whole process: less sensitive than wall time
+            # to other work on a shared machine. rechain's include Python start-up and publishing.
+            "cpu_seconds": {
+                "rechain": round(cpu1 - cpu0, 3),
+                "flowgo": round(cpu2 - cpu1, 3),
+                "flowgo_over_rechain": round((cpu2 - cpu1) / (cpu1 - cpu0), 3),
+            },
             "peak_rss_mib": {
                 "rechain_process": round(ours_rss.peak_root / 2**20),
                 "rechain_ray_tree": round(ours_rss.peak_tree / 2**20),

@@ -2,9 +2,10 @@
 data folder's registers, and the loading/naming helpers the replay uses to resume from and to
 write checkpoints.
 
-Reading: the 16 subtrie parts are decoded and fully verified on Ray workers (CRCs, node order,
-every node hash recomputed from the leaf values); the driver then assembles the tries (CRCs
-checked again, top-level nodes re-hashed, every trie root compared with its record). Only a
+Reading: the 16 subtrie parts are decoded and fully verified (CRCs, node order, every node hash
+recomputed from the leaf values) on this process's threads, or on Ray workers when a cluster
+is given; the tries are assembled (top-level nodes re-hashed, every trie root compared with
+its record). Only a
 checkpoint that passed all of this is published, so a bad one leaves the data folder as it was.
 
 Writing: the `registers` Parquet table (path order) is streamed into the Rust builder, which
@@ -58,18 +59,55 @@ def load_forest(
     ray_address: str | None = None,
     verify_leaves: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
-    """Verifies the 16 subtrie parts on Ray workers, then assembles the tries in this process.
-    `verify_leaves=False` trusts the stored leaf hashes (flow-go trusts every stored hash);
-    interior hashes, and so every root, are recomputed either way.
+    """Verifies the 16 subtrie parts and assembles the tries. Without `ray_address` this is
+    one pass in this process, the parts spread over `workers` threads (Ray's start-up and
+    processes would cost more than the hashing they could share on one machine, and the parts
+    would be read twice); with it, the parts are verified on Ray workers first and then read
+    again here. `verify_leaves=False` trusts the stored leaf hashes (flow-go trusts every
+    stored hash); interior hashes, and so every root, are recomputed either way.
     Returns a `FlowForest` (current root = the checkpoint's last trie) and what was read."""
-    import ray
-    from rechain.pipeline.ray_runtime import ensure_ray
-    from rechain.workers.flow_checkpoint import verify_part
-
     t0 = time.perf_counter()
     header = directory / name
     if not header.is_file():
         raise RechainError(f"{header}: checkpoint file not found")
+    if ray_address is None:
+        try:
+            forest, info = _native.flow_checkpoint_load(
+                str(directory), name, threads=workers, verify_leaves=verify_leaves
+            )
+        except _native.FlowCheckpointError as e:
+            _raise(e)
+        info = dict(info)
+        load_s = time.perf_counter() - t0
+        info.update(
+            {
+                "name": name,
+                "ray_start_s": 0.0,
+                # One pass: verification and assembly are not timed apart.
+                "verify_s": load_s,
+                "assemble_s": 0.0,
+                "load_s": load_s,
+                "leaves": sum(int(p["leaves"]) for p in info["parts"]),
+                "verified_leaf_hashes": verify_leaves,
+                "verify": "in_process",
+            }
+        )
+        return forest, info
+    return _load_forest_on_ray(directory, name, workers, ray_address, verify_leaves, t0)
+
+
+def _load_forest_on_ray(
+    directory: Path,
+    name: str,
+    workers: int,
+    ray_address: str,
+    verify_leaves: bool,
+    t0: float,
+) -> tuple[Any, dict[str, Any]]:
+    import ray
+    from rechain.pipeline.ray_runtime import ensure_ray
+    from rechain.workers.flow_checkpoint import verify_part
+
     ray_start = ensure_ray(ray_address, workers)
     t_verify = time.perf_counter()
     task = ray.remote(num_cpus=1, max_retries=3)(verify_part)
@@ -94,6 +132,7 @@ def load_forest(
             "load_s": time.perf_counter() - t0 - ray_start,
             "leaves": sum(int(p["leaves"]) for p in parts),
             "verified_leaf_hashes": verify_leaves,
+            "verify": "ray",
         }
     )
     return forest, info
@@ -138,6 +177,7 @@ def read(
         report = {
             **record,
             "ray_start_s": info["ray_start_s"],
+            "verify": info["verify"],
             "verify_s": info["verify_s"],
             "assemble_s": info["assemble_s"],
             "publish_s": summary["publish_s"],

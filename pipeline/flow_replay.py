@@ -1,5 +1,6 @@
-"""Flow LedgerWAL replay: segments decoded in parallel on Ray, applied in WAL order to the
-flow-go-compatible MTrie forest (Rust core), state published to RocksDB and Parquet.
+"""Flow LedgerWAL replay: segments applied in WAL order to the flow-go-compatible MTrie forest
+(Rust core; decoded record by record in this process, or on Ray ahead of the apply for very
+large WALs or a given cluster), state published to RocksDB and Parquet.
 
 Bad input stops the replay where flow-go would, but says what it found: the segment, offset and
 reason are reported as a skip, and nothing past the last good update is applied.
@@ -12,7 +13,7 @@ import os
 import struct
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,15 @@ from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
 log = logging.getLogger(__name__)
 STAGE = "flow_wal"
 ROW_GROUP = 65_536
+#: Registers per batch when publishing: RocksDB ingestion goes through Python bytes per row,
+#: so this bounds that peak (a quarter of a row group: ~4 MB of values at Flow's sizes).
+PUBLISH_BATCH = 16_384
+#: Up to this many WAL bytes, and without --ray-address, each segment is decoded and applied
+#: record by record in this process (Rust, GIL released), holding only the segment's bytes and
+#: the forest. Applying updates, not decoding, bounds a replay (decoding is ~1% of it), so for
+#: such a WAL Ray's start-up (seconds), its processes (hundreds of MiB) and the decoded batches
+#: it hands over cost more than parallel decoding could save.
+LOCAL_DECODE_MAX_BYTES = 1 << 30
 
 
 @dataclass
@@ -66,7 +76,7 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
     if opts.checkpoint is not None:
         forest, resumed, segments = _resume(opts, segments, workers)
     else:
-        forest = _native.FlowForest()
+        forest = _native.FlowForest(threads=workers)
     cp_dir = opts.checkpoint_dir or opts.wal
     written: list[str] = []
     # Checkpoint N covers segments 0..N; the next one is due `checkpoint_every` segments later.
@@ -79,28 +89,17 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
         total = sum(Path(p).stat().st_size for _, p in segments)
         progress = Progress(total, enabled=opts.progress, label="replay")
         stopped = False
-        for result in _decode_in_order(segments, opts, workers):
-            ray_start = result.info.pop("ray_start_s", ray_start)
-            batch, info = result.records, result.info
-            metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
-            name = Path(result.unit.path).name
-            try:
-                roots = forest.apply(batch)
-                applied = batch
-            except Exception as e:  # FlowWalError: unknown parent root, stops the replay
-                roots = list(getattr(e, "roots", []))
-                applied = batch.slice(0, len(roots))
-                skipped.append(
-                    {
-                        "segment": name,
-                        "offset": getattr(e, "offset", None),
-                        "reason": getattr(e, "kind", "error"),
-                        "detail": str(e),
-                    }
-                )
-                stopped = True
+        decode_on_ray = opts.ray_address is not None or total > LOCAL_DECODE_MAX_BYTES
+        steps = (
+            _apply_ray_decoded(forest, segments, opts, workers)
+            if decode_on_ray
+            else _apply_streamed(forest, segments)
+        )
+        for unit, applied, info in steps:
+            ray_start = info.pop("ray_start_s", ray_start)
+            name = Path(unit.path).name
             if applied.num_rows:
-                updates.append(_trie_updates(applied, roots, seq))
+                updates.append(_trie_updates(applied, seq))
                 seq += applied.num_rows
             metrics.RECORDS.labels(STAGE).inc(applied.num_rows)
             metrics.BYTES_READ.labels(STAGE).inc(int(info.get("file_len", 0)))
@@ -120,7 +119,7 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
             elif info.get("torn"):
                 # flow-go treats a torn final record as the end of the log (a crash while
                 # writing); anywhere else it is damage.
-                is_last = result.unit.seq == len(segments) - 1
+                is_last = unit.seq == len(segments) - 1
                 skipped.append(
                     {
                         "segment": name,
@@ -131,10 +130,11 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
                 stopped = not is_last
             if stopped:
                 break
-            seg_no = result.unit.segment
+            seg_no = unit.segment
             if opts.checkpoint_every and seg_no - last_checkpoint >= opts.checkpoint_every:
                 written.append(_write_checkpoint(forest, cp_dir, seg_no))
                 last_checkpoint = seg_no
+        steps.close()  # a replay that stopped early leaves no decode running
         progress.close()
         summary = _publish(
             data,
@@ -153,6 +153,7 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
             "segments": len(segments),
             "updates": summary["updates_applied"],
             "workers": workers,
+            "decode": "ray" if decode_on_ray else "in_process",
         }
         data.write({layout.CF_META: [(fs.META_FLOW_RUN, report)]})
         data.write_report("flow_replay", {**summary, **report})
@@ -200,6 +201,46 @@ def _write_checkpoint(forest: Any, directory: Path, segment: int) -> str:
     return str(directory / name)
 
 
+Step = tuple[SegmentUnit, pa.RecordBatch, dict[str, Any]]
+
+
+def _apply_streamed(forest: Any, segments: list[tuple[int, str]]) -> Generator[Step, None, None]:
+    """Each segment decoded and applied record by record in Rust (GIL released): per segment,
+    its applied records (`root` column included) and the decode info, whose `error` also
+    covers an unknown parent root."""
+    for i, (n, p) in enumerate(segments):
+        t0 = time.perf_counter()
+        try:
+            applied, info = forest.replay_segment(p, n)
+        except _native.FlowWalError as e:  # the file could not be read
+            raise RechainError(f"{p}: {e}") from e
+        metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(time.perf_counter() - t0)
+        yield SegmentUnit(i, n, p), applied, dict(info)
+
+
+def _apply_ray_decoded(
+    forest: Any, segments: list[tuple[int, str]], opts: ReplayOptions, workers: int
+) -> Generator[Step, None, None]:
+    """Segments decoded on Ray ahead of the apply, then applied here in order; same steps as
+    `_apply_streamed`."""
+    for result in _decode_in_order(segments, opts, workers):
+        metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
+        batch, info = result.records, result.info
+        try:
+            roots = forest.apply(batch)
+        except _native.FlowWalError as e:  # unknown parent root: nothing after it is applied
+            roots = list(getattr(e, "roots", []))
+            batch = batch.slice(0, len(roots))
+            info["error"] = {
+                "offset": getattr(e, "offset", None),
+                "kind": getattr(e, "kind", "error"),
+                "message": str(e),
+            }
+            info["torn"] = False
+        applied = batch.select(["segment", "index", "offset", "op", "parent_root", "n_paths"])
+        yield result.unit, applied.append_column("root", pa.array(roots, pa.string())), info
+
+
 def _decode_in_order(
     segments: list[tuple[int, str]], opts: ReplayOptions, workers: int
 ) -> Iterator[SegmentResult]:
@@ -232,14 +273,14 @@ def _decode_in_order(
     metrics.QUEUE_DEPTH.labels(STAGE).set(0)
 
 
-def _trie_updates(batch: pa.RecordBatch, roots: list[str | None], seq0: int) -> pa.Table:
+def _trie_updates(batch: pa.RecordBatch, seq0: int) -> pa.Table:
     return pa.table(
         {
             "seq": pa.array(range(seq0, seq0 + batch.num_rows), pa.uint64()),
             "segment": batch.column("segment"),
             "offset": batch.column("offset"),
             "parent_root": batch.column("parent_root"),
-            "root": pa.array(roots, pa.string()),
+            "root": batch.column("root"),
             "n_paths": batch.column("n_paths"),
             "op": batch.column("op"),
         }
@@ -294,13 +335,17 @@ def _publish(
     )
     data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
     data.stage_parquet_batches(
-        fs.REGISTERS, generation, REGISTERS_SCHEMA, _register_rows(forest.payloads()), ROW_GROUP
+        fs.REGISTERS,
+        generation,
+        REGISTERS_SCHEMA,
+        _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
+        ROW_GROUP,
     )
     # RocksDB: current payloads (path order = key order) and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
     register_rows = 0
-    for b in forest.payloads():
+    for b in forest.payloads(batch_rows=PUBLISH_BATCH):
         keys = b.column("path").cast(pa.binary())
         values = _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
         data.ingest_sorted(layout.CF_FLOW_REGISTERS, keys, values)

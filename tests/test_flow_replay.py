@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from rechain.pipeline import flow_replay
+
 from tests.conftest import cli, cli_json
 
 
@@ -97,3 +100,31 @@ def test_a_missing_segment_is_a_clear_error(tmp_path: Path) -> None:
         "flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "d", "--no-progress"
     )
     assert code == 2 and "wal" in err and err.count("\n") == 1
+
+
+def test_in_process_and_ray_decoding_give_the_same_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small WAL is decoded in this process (no Ray); above the size limit, on Ray. Both
+    must publish the same roots, registers and trie_updates rows."""
+    facts = gen(tmp_path / "wal", updates=400, per=6)
+    states = {}
+    for mode, limit in (("in_process", flow_replay.LOCAL_DECODE_MAX_BYTES), ("ray", 0)):
+        monkeypatch.setattr(flow_replay, "LOCAL_DECODE_MAX_BYTES", limit)
+        data = tmp_path / mode
+        result = cli_json(
+            "flow", "replay", "--wal", tmp_path / "wal", "--data", data, "--no-progress",
+            "--json", "--workers", "2",
+        )  # fmt: skip
+        assert result["run"]["decode"] == mode
+        assert result["root"] == facts["final_root"]
+        rows = cli_json(
+            "query", "--data", data, "SELECT * FROM trie_updates ORDER BY seq", "--format", "json"
+        )  # fmt: skip
+        regs = cli_json(
+            "query", "--data", data, "SELECT path, value FROM registers ORDER BY path",
+            "--format", "json",
+        )  # fmt: skip
+        states[mode] = (result["root"], result["registers"], rows, regs)
+    assert states["in_process"] == states["ray"]
+    assert len(states["ray"][2]) == 400

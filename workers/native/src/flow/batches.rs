@@ -172,6 +172,65 @@ impl RecordsBuilder {
     }
 }
 
+/// Builds an `applied` batch: one row per WAL record applied to a forest by
+/// `FlowForest.replay_segment`: `segment`, `index`, `offset`, `op`, `parent_root`, `n_paths` as
+/// in `wal_records`, and `root` (utf8, null for a delete): the update's new root.
+#[derive(Default)]
+pub struct AppliedBuilder {
+    segment: UInt64Builder,
+    index: UInt32Builder,
+    offset: UInt64Builder,
+    op: StringBuilder,
+    parent_root: StringBuilder,
+    root: StringBuilder,
+    n_paths: UInt32Builder,
+}
+
+impl AppliedBuilder {
+    pub fn push(
+        &mut self,
+        segment: u64,
+        index: u32,
+        offset: u64,
+        rec: &WalRecord,
+        root: Option<Hash>,
+    ) {
+        self.segment.append_value(segment);
+        self.index.append_value(index);
+        self.offset.append_value(offset);
+        let (op, parent, n) = match rec {
+            WalRecord::Update(u) => ("update", &u.root, u.paths.len() as u32),
+            WalRecord::Delete(h) => ("delete", h, 0),
+        };
+        self.op.append_value(op);
+        self.parent_root.append_value(parent.to_hex());
+        self.root.append_option(root.map(|r| r.to_hex()));
+        self.n_paths.append_value(n);
+    }
+
+    pub fn finish(mut self) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("segment", DataType::UInt64, false),
+            Field::new("index", DataType::UInt32, false),
+            Field::new("offset", DataType::UInt64, false),
+            Field::new("op", DataType::Utf8, false),
+            Field::new("parent_root", DataType::Utf8, false),
+            Field::new("root", DataType::Utf8, true),
+            Field::new("n_paths", DataType::UInt32, false),
+        ]));
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(self.segment.finish()),
+            Arc::new(self.index.finish()),
+            Arc::new(self.offset.finish()),
+            Arc::new(self.op.finish()),
+            Arc::new(self.parent_root.finish()),
+            Arc::new(self.root.finish()),
+            Arc::new(self.n_paths.finish()),
+        ];
+        RecordBatch::try_new(schema, cols).expect("applied columns match the schema")
+    }
+}
+
 /// One row of a `wal_records` batch read back for the forest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordRow {

@@ -25,7 +25,10 @@
 //! complete (header last); on any error the temporary files are removed.
 //! Versions 1, 3, 4 and 5 (which flow-go still reads) are refused with an error naming them.
 
-use super::hash::{compact_value, default_hash, empty_root, hash_inter, Hash, Path, MAX_HEIGHT};
+use super::hash::{
+    compact_value, compact_values, default_hash, empty_root, hash_inter, Hash, LeafJob, Path,
+    MAX_HEIGHT,
+};
 use super::mtrie::{Node, Trie};
 use super::record::Payload;
 use std::collections::HashMap;
@@ -638,31 +641,57 @@ fn read_subtrie_part(
     check_count(&file, r.end, count, r.end - 4)?;
     let mut nodes: Vec<Arc<Node>> = Vec::with_capacity(count as usize);
     let mut leaves = 0u64;
-    for i in 1..=count {
-        let (at, raw) = read_node(&mut r)?;
-        let (left, right) = match &raw {
-            RawNode::Interior { left, right, .. } => (*left, *right),
-            RawNode::Leaf { .. } => {
-                leaves += 1;
-                (0, 0)
+    // Leaf hashes are recomputed in batches (their compact-value chains run on SIMD lanes, see
+    // `hash::compact_values`): `Full` checks interior nodes as it goes and queues the leaves,
+    // which are checked before any later error is reported, so the first bad node in file
+    // order is still the one reported.
+    let node_verify = if verify == Verify::Full {
+        Verify::Interior
+    } else {
+        verify
+    };
+    let mut queued: Vec<(u64, usize)> = Vec::new();
+    let mut read_all = |nodes: &mut Vec<Arc<Node>>,
+                        leaves: &mut u64,
+                        queued: &mut Vec<(u64, usize)>|
+     -> CpResult<()> {
+        for i in 1..=count {
+            let (at, raw) = read_node(&mut r)?;
+            let (left, right) = match &raw {
+                RawNode::Interior { left, right, .. } => (*left, *right),
+                RawNode::Leaf { .. } => {
+                    *leaves += 1;
+                    (0, 0)
+                }
+            };
+            let is_leaf = matches!(raw, RawNode::Leaf { .. });
+            let child = |c: u64| -> CpResult<Option<Arc<Node>>> {
+                if c >= i {
+                    return Err(CheckpointError::new(
+                        &file,
+                        at + 35,
+                        "bad_child_index",
+                        format!(
+                            "node {i} has child index {c}: does not satisfy descendants-first order"
+                        ),
+                    ));
+                }
+                Ok((c > 0).then(|| nodes[(c - 1) as usize].clone()))
+            };
+            let (l, rt) = (child(left)?, child(right)?);
+            nodes.push(build_node(&file, at, raw, l, rt, node_verify)?);
+            if is_leaf && verify == Verify::Full {
+                queued.push((at, nodes.len() - 1));
             }
-        };
-        let child = |c: u64| -> CpResult<Option<Arc<Node>>> {
-            if c >= i {
-                return Err(CheckpointError::new(
-                    &file,
-                    at + 35,
-                    "bad_child_index",
-                    format!(
-                        "node {i} has child index {c}: does not satisfy descendants-first order"
-                    ),
-                ));
+            if queued.len() >= LEAF_BATCH {
+                check_leaf_hashes(&file, nodes, queued)?;
             }
-            Ok((c > 0).then(|| nodes[(c - 1) as usize].clone()))
-        };
-        let (l, rt) = (child(left)?, child(right)?);
-        nodes.push(build_node(&file, at, raw, l, rt, verify)?);
-    }
+        }
+        Ok(())
+    };
+    let read = read_all(&mut nodes, &mut leaves, &mut queued);
+    check_leaf_hashes(&file, &nodes, &mut queued)?;
+    read?;
     finish_part(&r, &footer, expected_crc)?;
     let bytes = r.end + 12;
     Ok((
@@ -674,6 +703,52 @@ fn read_subtrie_part(
             bytes,
         },
     ))
+}
+
+/// Leaves whose hashes are recomputed together (bounds the queue, keeps SIMD groups full).
+const LEAF_BATCH: usize = 4096;
+
+/// Recomputes the compact hashes of the queued leaves (`(offset, index in nodes)`) and
+/// compares them with the stored ones; empties the queue. Reports the first mismatch.
+fn check_leaf_hashes(
+    file: &FsPath,
+    nodes: &[Arc<Node>],
+    queued: &mut Vec<(u64, usize)>,
+) -> CpResult<()> {
+    let jobs: Vec<LeafJob> = queued
+        .iter()
+        .filter_map(|&(_, i)| match &*nodes[i] {
+            Node::Leaf {
+                height,
+                path,
+                payload,
+                ..
+            } => Some(LeafJob {
+                path,
+                value: &payload.value,
+                height: *height,
+            }),
+            Node::Interior { .. } => None,
+        })
+        .collect();
+    let computed = compact_values(&jobs);
+    for (&(at, i), computed) in queued.iter().zip(computed) {
+        let stored = nodes[i].hash();
+        if computed != stored {
+            return Err(CheckpointError::new(
+                file,
+                at + 3,
+                "hash_mismatch",
+                format!(
+                    "stored node hash {} but its contents hash to {}",
+                    stored.to_hex(),
+                    computed.to_hex()
+                ),
+            ));
+        }
+    }
+    queued.clear();
+    Ok(())
 }
 
 /// Fully verifies one subtrie part (CRCs, order, every node hash recomputed); what a worker
@@ -1691,23 +1766,33 @@ fn trailing_crc(file: &FsPath) -> CpResult<u32> {
 
 /// Compact leaf hashes of `(path, payload, depth)`, split over `threads` threads.
 fn leaf_hashes(ready: &[(Path, Arc<Payload>, usize)], threads: usize) -> Vec<Hash> {
-    let hash_one =
-        |(p, pl, d): &(Path, Arc<Payload>, usize)| compact_value(p, &pl.value, (256 - d) as u16);
-    if threads <= 1 || ready.len() < 64 {
-        return ready.iter().map(hash_one).collect();
+    let jobs: Vec<LeafJob> = ready
+        .iter()
+        .map(|(p, pl, d)| LeafJob {
+            path: p,
+            value: &pl.value,
+            height: (256 - d) as u16,
+        })
+        .collect();
+    if threads <= 1 || jobs.len() < 64 {
+        return compact_values(&jobs);
     }
-    let mut out = vec![Hash::default(); ready.len()];
-    let chunk = ready.len().div_ceil(threads);
+    // Chunks in multiples of four (one SIMD group).
+    let chunk = jobs.len().div_ceil(threads).div_ceil(4) * 4;
     std::thread::scope(|s| {
-        for (src, dst) in ready.chunks(chunk).zip(out.chunks_mut(chunk)) {
-            s.spawn(move || {
-                for (r, o) in src.iter().zip(dst.iter_mut()) {
-                    *o = hash_one(r);
-                }
-            });
+        let handles: Vec<_> = jobs
+            .chunks(chunk)
+            .map(|c| s.spawn(move || compact_values(c)))
+            .collect();
+        let mut out = Vec::with_capacity(jobs.len());
+        for h in handles {
+            match h.join() {
+                Ok(v) => out.extend(v),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
         }
-    });
-    out
+        out
+    })
 }
 
 #[cfg(test)]

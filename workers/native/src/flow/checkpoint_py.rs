@@ -2,7 +2,8 @@
 //! `flow::py::register`). File work runs with the GIL released.
 //!
 //! * `flow_checkpoint_verify_part(dir, name, index) -> dict` (one subtrie part, fully verified)
-//! * `flow_checkpoint_load(dir, name, threads=None, verify_hashes=True) -> (FlowForest, dict)`
+//! * `flow_checkpoint_load(dir, name, threads=None, verify_hashes=True, verify_leaves=True)
+//!   -> (FlowForest, dict)`
 //! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
 //! * `FlowCheckpointBuilder(dir, name, threads=None)`: `push(registers batch)`, `finish()`
 //! * `flow_register_values(batch) -> array`: RocksDB values of a `registers` batch
@@ -101,22 +102,25 @@ fn flow_checkpoint_verify_part<'py>(
 }
 
 /// Loads checkpoint `name` from `dir` into a new `FlowForest` whose current root is the last
-/// trie's. `verify_hashes=False` skips re-hashing the subtrie parts (when workers already ran
-/// `flow_checkpoint_verify_part` on them); CRCs, order and every trie root are checked always.
+/// trie's, the subtrie parts read and verified on `threads` threads. `verify_hashes=False`
+/// skips re-hashing the subtrie parts (when workers already ran `flow_checkpoint_verify_part`
+/// on them); `verify_leaves=False` re-hashes only their interior nodes, trusting the stored
+/// leaf hashes. CRCs, order and every trie root are checked always.
 #[pyfunction]
-#[pyo3(signature = (dir, name, threads=None, verify_hashes=true))]
+#[pyo3(signature = (dir, name, threads=None, verify_hashes=true, verify_leaves=true))]
 fn flow_checkpoint_load<'py>(
     py: Python<'py>,
     dir: PathBuf,
     name: String,
     threads: Option<usize>,
     verify_hashes: bool,
+    verify_leaves: bool,
 ) -> PyResult<(FlowForest, Bound<'py, PyDict>)> {
     let n = threads_or_cores(threads);
-    let mode = if verify_hashes {
-        Verify::Full
-    } else {
-        Verify::None
+    let mode = match (verify_hashes, verify_leaves) {
+        (false, _) => Verify::None,
+        (true, true) => Verify::Full,
+        (true, false) => Verify::Interior,
     };
     let loaded = py
         .detach(|| load(&dir, &name, n, mode))

@@ -23,6 +23,7 @@ pub mod checkpoint;
 pub mod checkpoint_py;
 pub mod gen;
 pub mod hash;
+pub mod keccak;
 pub mod mtrie;
 pub mod py;
 pub mod record;
@@ -215,33 +216,42 @@ pub struct SegmentDecode {
 /// Reads one segment: framing, then every record's payload, stopping at the first error
 /// (framing errors carry the fragment's offset, record errors the record's).
 pub fn decode_segment(seg: &wal::Segment) -> SegmentDecode {
+    let mut records = Vec::new();
+    let (end, error) = visit_segment(seg, |index, offset, rec| {
+        records.push((index, offset, rec));
+        Ok(())
+    });
+    SegmentDecode {
+        records,
+        end,
+        error,
+    }
+}
+
+/// Decodes a segment's records one at a time and hands each to `visit` (index inside the
+/// segment, offset of its first fragment, record), stopping at the first framing or record
+/// error or at the first error `visit` returns (reported at that record's offset). Returns
+/// where reading stopped (the end of the last record visited without error, or of trailing
+/// padding) and the error, if any.
+pub fn visit_segment(
+    seg: &wal::Segment,
+    mut visit: impl FnMut(u32, u64, record::WalRecord) -> Result<(), ErrorKind>,
+) -> (u64, Option<FlowError>) {
     let mut reader = seg.reader();
-    let mut out = SegmentDecode {
-        records: Vec::new(),
-        end: 0,
-        error: None,
-    };
+    let (mut end, mut index) = (0u64, 0u32);
     loop {
         match reader.next_record() {
-            Ok(Some(raw)) => match record::decode(&raw.data) {
-                Ok(rec) => {
-                    out.records
-                        .push((out.records.len() as u32, raw.offset, rec));
-                    out.end = reader.position();
+            Ok(Some(raw)) => {
+                match record::decode(&raw.data).and_then(|rec| visit(index, raw.offset, rec)) {
+                    Ok(()) => {
+                        index += 1;
+                        end = reader.position();
+                    }
+                    Err(kind) => return (end, Some(FlowError::new(seg.number, raw.offset, kind))),
                 }
-                Err(kind) => {
-                    out.error = Some(FlowError::new(seg.number, raw.offset, kind));
-                    return out;
-                }
-            },
-            Ok(None) => {
-                out.end = out.end.max(reader.position().min(seg.file_len));
-                return out;
             }
-            Err(e) => {
-                out.error = Some(e);
-                return out;
-            }
+            Ok(None) => return (end.max(reader.position().min(seg.file_len)), None),
+            Err(e) => return (end, Some(e)),
         }
     }
 }

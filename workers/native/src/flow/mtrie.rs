@@ -14,7 +14,10 @@
 //! * within one update the last write to a path wins, at the position of the first
 //!   (`Forest.NewTrie`), and the forest keeps the existing trie when a root hash is already there.
 
-use super::hash::{compact_value, default_hash, empty_root, hash_inter, Hash, Path, MAX_HEIGHT};
+use super::hash::{
+    compact_value, compact_values, default_hash, empty_root, hash_inter, Hash, LeafJob, Path,
+    MAX_HEIGHT,
+};
 use super::record::{Payload, TrieUpdate};
 use super::ErrorKind;
 use std::collections::{HashMap, VecDeque};
@@ -51,70 +54,6 @@ impl Node {
         }
     }
 
-    fn new_leaf(path: Path, payload: Arc<Payload>, height: u16) -> Arc<Node> {
-        let hash = compact_value(&path, &payload.value, height);
-        Arc::new(Node::Leaf {
-            height,
-            path,
-            payload,
-            hash,
-        })
-    }
-
-    /// `IsDefaultNode`: absent, or hashing like an empty subtree of its height.
-    fn is_default(n: &Option<Arc<Node>>) -> bool {
-        match n {
-            None => true,
-            Some(n) => n.hash() == default_hash(n.height()),
-        }
-    }
-
-    /// `NewInterimCompactifiedNode`.
-    fn compactified(
-        height: u16,
-        left: Option<Arc<Node>>,
-        right: Option<Arc<Node>>,
-    ) -> Option<Arc<Node>> {
-        let left = if Node::is_default(&left) { None } else { left };
-        let right = if Node::is_default(&right) {
-            None
-        } else {
-            right
-        };
-        match (&left, &right) {
-            (None, None) => None,
-            (Some(l), None) => match &**l {
-                Node::Leaf {
-                    path,
-                    payload,
-                    hash,
-                    height: lh,
-                } => Some(Arc::new(Node::Leaf {
-                    height,
-                    path: *path,
-                    payload: payload.clone(),
-                    hash: hash_inter(hash, &default_hash(*lh)),
-                })),
-                Node::Interior { .. } => Some(Node::interior(height, left, right)),
-            },
-            (None, Some(r)) => match &**r {
-                Node::Leaf {
-                    path,
-                    payload,
-                    hash,
-                    height: rh,
-                } => Some(Arc::new(Node::Leaf {
-                    height,
-                    path: *path,
-                    payload: payload.clone(),
-                    hash: hash_inter(&default_hash(*rh), hash),
-                })),
-                Node::Interior { .. } => Some(Node::interior(height, left, right)),
-            },
-            (Some(_), Some(_)) => Some(Node::interior(height, left, right)),
-        }
-    }
-
     fn interior(height: u16, left: Option<Arc<Node>>, right: Option<Arc<Node>>) -> Arc<Node> {
         let d = default_hash(height.saturating_sub(1));
         let hl = left.as_ref().map_or(d, |n| n.hash());
@@ -128,12 +67,205 @@ impl Node {
     }
 }
 
-fn same(a: &Option<Arc<Node>>, b: &Option<Arc<Node>>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        _ => false,
+/// A node of an update's result before hashing. The update first decides the new trie's
+/// shape (flow-go's `update`), then hashes all new leaves in one batch, whose compact-value
+/// chains (up to 256 permutations each) are independent and run on SIMD lanes and both
+/// cores, and only then builds the hashed, immutable [`Node`]s bottom up.
+enum Pending {
+    /// An existing node, unchanged (shared with the parent trie).
+    Done(Arc<Node>),
+    /// A leaf whose compact value at `height` is still to be computed.
+    Leaf {
+        height: u16,
+        path: Path,
+        payload: Arc<Payload>,
+    },
+    Interior {
+        height: u16,
+        left: Option<Box<Pending>>,
+        right: Option<Box<Pending>>,
+    },
+}
+
+impl Pending {
+    /// `IsDefaultNode`. A new leaf hashes as `D[height]` exactly when its value is empty, and a
+    /// new interior node has a non-default child, so only a hash collision with a default hash
+    /// could make either default: that case, like flow-go, is not considered.
+    fn is_default(n: &Option<Box<Pending>>) -> bool {
+        match n.as_deref() {
+            None => true,
+            Some(Pending::Done(n)) => n.hash() == default_hash(n.height()),
+            Some(Pending::Leaf { payload, .. }) => payload.value.is_empty(),
+            Some(Pending::Interior { .. }) => false,
+        }
     }
+
+    /// `NewInterimCompactifiedNode`: prunes default children and lifts a lone leaf child.
+    fn compactified(
+        height: u16,
+        left: Option<Box<Pending>>,
+        right: Option<Box<Pending>>,
+    ) -> Option<Box<Pending>> {
+        let left = if Pending::is_default(&left) {
+            None
+        } else {
+            left
+        };
+        let right = if Pending::is_default(&right) {
+            None
+        } else {
+            right
+        };
+        let (lone, is_left) = match (left, right) {
+            (None, None) => return None,
+            (Some(l), None) => (l, true),
+            (None, Some(r)) => (r, false),
+            (left, right) => {
+                return Some(Box::new(Pending::Interior {
+                    height,
+                    left,
+                    right,
+                }))
+            }
+        };
+        match *lone {
+            // A new leaf lifted one level is the same leaf one level higher (its chain is
+            // hashed later, once, at its final height).
+            Pending::Leaf { path, payload, .. } => Some(Box::new(Pending::Leaf {
+                height,
+                path,
+                payload,
+            })),
+            Pending::Done(n) => match &*n {
+                Node::Leaf {
+                    path,
+                    payload,
+                    hash,
+                    height: h,
+                } => {
+                    let d = default_hash(*h);
+                    let hash = if is_left {
+                        hash_inter(hash, &d)
+                    } else {
+                        hash_inter(&d, hash)
+                    };
+                    Some(Box::new(Pending::Done(Arc::new(Node::Leaf {
+                        height,
+                        path: *path,
+                        payload: payload.clone(),
+                        hash,
+                    }))))
+                }
+                Node::Interior { .. } => {
+                    let lone = Some(Box::new(Pending::Done(n)));
+                    let (left, right) = if is_left { (lone, None) } else { (None, lone) };
+                    Some(Box::new(Pending::Interior {
+                        height,
+                        left,
+                        right,
+                    }))
+                }
+            },
+            lone @ Pending::Interior { .. } => {
+                let lone = Some(Box::new(lone));
+                let (left, right) = if is_left { (lone, None) } else { (None, lone) };
+                Some(Box::new(Pending::Interior {
+                    height,
+                    left,
+                    right,
+                }))
+            }
+        }
+    }
+
+    fn is_same(n: &Option<Box<Pending>>, old: &Option<Arc<Node>>) -> bool {
+        match (n.as_deref(), old) {
+            (None, None) => true,
+            (Some(Pending::Done(a)), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// The new leaves, left to right.
+    fn collect_leaves<'a>(&'a self, out: &mut Vec<LeafJob<'a>>) {
+        match self {
+            Pending::Done(_) => {}
+            Pending::Leaf {
+                height,
+                path,
+                payload,
+            } => out.push(LeafJob {
+                path,
+                value: &payload.value,
+                height: *height,
+            }),
+            Pending::Interior { left, right, .. } => {
+                for c in [left, right].into_iter().flatten() {
+                    c.collect_leaves(out);
+                }
+            }
+        }
+    }
+
+    /// The hashed node; `leaf_hashes` yields the new leaves' hashes in `collect_leaves` order.
+    fn build(self, leaf_hashes: &mut impl Iterator<Item = Hash>) -> Arc<Node> {
+        match self {
+            Pending::Done(n) => n,
+            Pending::Leaf {
+                height,
+                path,
+                payload,
+            } => Arc::new(Node::Leaf {
+                height,
+                path,
+                payload,
+                hash: leaf_hashes.next().expect("one hash per new leaf"),
+            }),
+            Pending::Interior {
+                height,
+                left,
+                right,
+            } => {
+                let left = left.map(|c| c.build(leaf_hashes));
+                let right = right.map(|c| c.build(leaf_hashes));
+                Node::interior(height, left, right)
+            }
+        }
+    }
+}
+
+/// Minimum number of new leaves before their hashing is shared with a second thread.
+const PARALLEL_MIN_LEAVES: usize = 8;
+
+/// Hashes the new leaves of `plan` (on up to `threads` threads) and builds the trie nodes.
+fn finish(plan: Option<Box<Pending>>, threads: usize) -> Option<Arc<Node>> {
+    let plan = plan?;
+    let hashes = {
+        let mut jobs = Vec::new();
+        plan.collect_leaves(&mut jobs);
+        let threads = threads.min(jobs.len() / (PARALLEL_MIN_LEAVES / 2)).max(1);
+        if threads == 1 {
+            compact_values(&jobs)
+        } else {
+            // Chunks in multiples of four (one SIMD group).
+            let per = jobs.len().div_ceil(threads).div_ceil(4) * 4;
+            std::thread::scope(|s| {
+                let mut parts = jobs.chunks(per);
+                let first = parts.next().unwrap_or(&[]);
+                let handles: Vec<_> = parts.map(|c| s.spawn(move || compact_values(c))).collect();
+                let mut out = compact_values(first);
+                for h in handles {
+                    match h.join() {
+                        Ok(v) => out.extend(v),
+                        Err(panic) => std::panic::resume_unwind(panic),
+                    }
+                }
+                out
+            })
+        }
+    };
+    let mut it = hashes.into_iter();
+    Some(plan.build(&mut it))
 }
 
 /// `Payload.ValueEquals`: both empty, or equal values.
@@ -172,37 +304,47 @@ fn split_by_bit(items: &mut [Item], bit: usize) -> usize {
     i
 }
 
-/// Minimum number of paths on each side before a split is handed to a second thread.
-const PARALLEL_MIN_PATHS: usize = 16;
-
 struct Updated {
-    node: Option<Arc<Node>>,
+    node: Option<Box<Pending>>,
     count: i64,
     size: i64,
 }
 
-/// flow-go's `update` (prune = true). `spawn_depth` > 0 allows the left half of a split to run
-/// on another thread, at most that many levels further down.
+impl Updated {
+    fn unchanged(cur: Option<&Arc<Node>>) -> Updated {
+        Updated {
+            node: cur.map(|c| Box::new(Pending::Done(c.clone()))),
+            count: 0,
+            size: 0,
+        }
+    }
+
+    fn leaf(height: u16, path: Path, payload: Arc<Payload>, count: i64, size: i64) -> Updated {
+        Updated {
+            node: Some(Box::new(Pending::Leaf {
+                height,
+                path,
+                payload,
+            })),
+            count,
+            size,
+        }
+    }
+}
+
+/// flow-go's `update` (prune = true), deciding the new trie's shape; hashing is left to
+/// [`finish`].
 fn update(
     height: u16,
     cur: Option<&Arc<Node>>,
     items: &mut [Item],
     compact: Option<&Arc<Node>>,
-    spawn_depth: u32,
 ) -> Updated {
     if items.is_empty() {
         if let Some(Node::Leaf { path, payload, .. }) = compact.map(|c| &**c) {
-            return Updated {
-                node: Some(Node::new_leaf(*path, payload.clone(), height)),
-                count: 0,
-                size: 0,
-            };
+            return Updated::leaf(height, *path, payload.clone(), 0, 0);
         }
-        return Updated {
-            node: cur.cloned(),
-            count: 0,
-            size: 0,
-        };
+        return Updated::unchanged(cur);
     }
     if items.len() == 1 && cur.is_none() && compact.is_none() {
         let (path, payload) = &items[0];
@@ -211,11 +353,7 @@ fn update(
         } else {
             (1, payload.size() as i64)
         };
-        return Updated {
-            node: Some(Node::new_leaf(*path, payload.clone(), height)),
-            count,
-            size,
-        };
+        return Updated::leaf(height, *path, payload.clone(), count, size);
     }
 
     let mut compact = compact;
@@ -224,40 +362,25 @@ fn update(
         Some(Node::Interior { left, right, .. }) => (left.clone(), right.clone()),
         _ => (None, None),
     };
-    if let Some(leaf @ Node::Leaf { path, payload, .. }) = cur.map(|c| &**c) {
+    if let Some(Node::Leaf { path, payload, .. }) = cur.map(|c| &**c) {
         match items.iter().position(|(p, _)| p == path) {
             Some(i) if items.len() == 1 => {
                 let new = &items[i].1;
                 if value_equals(payload, new) {
-                    return Updated {
-                        node: cur.cloned(),
-                        count: 0,
-                        size: 0,
-                    };
+                    return Updated::unchanged(cur);
                 }
                 let (c, s) = reg_deltas(payload, new);
-                return Updated {
-                    node: Some(Node::new_leaf(*path, new.clone(), height)),
-                    count: c,
-                    size: s,
-                };
+                return Updated::leaf(height, *path, new.clone(), c, s);
             }
             Some(_) => (count, size) = reg_deltas_from_higher(payload),
-            None => {
-                let _ = leaf;
-                compact = cur;
-            }
+            None => compact = cur,
         }
     }
 
     if height == 0 {
         // Unreachable with distinct paths (two of them cannot share all 256 bits); kept total.
         let (path, payload) = &items[items.len() - 1];
-        return Updated {
-            node: Some(Node::new_leaf(*path, payload.clone(), 0)),
-            count,
-            size,
-        };
+        return Updated::leaf(0, *path, payload.clone(), count, size);
     }
     let depth = (MAX_HEIGHT - height) as usize;
     let split = split_by_bit(items, depth);
@@ -267,48 +390,19 @@ fn update(
         Some(Node::Leaf { .. }) => (compact, None),
         _ => (None, None),
     };
-
-    let (l, r) = if spawn_depth > 0
-        && litems.len() >= PARALLEL_MIN_PATHS
-        && ritems.len() >= PARALLEL_MIN_PATHS
-    {
-        std::thread::scope(|s| {
-            let ol = old_left.as_ref();
-            let handle = s.spawn(move || update(height - 1, ol, litems, lcompact, spawn_depth - 1));
-            let r = update(
-                height - 1,
-                old_right.as_ref(),
-                ritems,
-                rcompact,
-                spawn_depth - 1,
-            );
-            let l = match handle.join() {
-                Ok(l) => l,
-                Err(panic) => std::panic::resume_unwind(panic),
-            };
-            (l, r)
-        })
-    } else {
-        (
-            update(height - 1, old_left.as_ref(), litems, lcompact, 0),
-            update(height - 1, old_right.as_ref(), ritems, rcompact, 0),
-        )
-    };
+    let l = update(height - 1, old_left.as_ref(), litems, lcompact);
+    let r = update(height - 1, old_right.as_ref(), ritems, rcompact);
     count += l.count + r.count;
     size += l.size + r.size;
 
     if matches!(cur.map(|c| &**c), Some(Node::Interior { .. }))
-        && same(&l.node, &old_left)
-        && same(&r.node, &old_right)
+        && Pending::is_same(&l.node, &old_left)
+        && Pending::is_same(&r.node, &old_right)
     {
-        return Updated {
-            node: cur.cloned(),
-            count: 0,
-            size: 0,
-        };
+        return Updated::unchanged(cur);
     }
     Updated {
-        node: Node::compactified(height, l.node, r.node),
+        node: Pending::compactified(height, l.node, r.node),
         count,
         size,
     }
@@ -334,12 +428,11 @@ impl Trie {
     }
 
     /// `NewTrieWithUpdatedRegisters(parent, paths, payloads, prune = true)` with paths already
-    /// de-duplicated. `threads` > 1 lets the top splits run in parallel.
+    /// de-duplicated. `threads` > 1 shares the new leaves' hashing between threads.
     pub fn with_updates(&self, items: &mut [Item], threads: usize) -> Trie {
-        let spawn_depth = usize::BITS - threads.max(1).leading_zeros() - 1;
-        let u = update(MAX_HEIGHT, self.root.as_ref(), items, None, spawn_depth);
+        let u = update(MAX_HEIGHT, self.root.as_ref(), items, None);
         Trie {
-            root: u.node,
+            root: finish(u.node, threads),
             reg_count: (self.reg_count as i64).wrapping_add(u.count) as u64,
             reg_size: (self.reg_size as i64).wrapping_add(u.size) as u64,
         }

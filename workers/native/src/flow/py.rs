@@ -3,19 +3,19 @@
 //!
 //! * `flow_decode_segment(path, segment_no, strict=False) -> (wal_records batch, info)`
 //! * `flow_list_segments(dir) -> [(number, path)]`
-//! * `FlowForest(capacity=500, threads=None)`: `apply(batch)`, `root_hex`, `register_count()`,
-//!   `reg_size()`, `roots()`, `has_root()`, `payloads()`
+//! * `FlowForest(capacity=500, threads=None)`: `apply(batch)`, `replay_segment(path, no)`,
+//!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`
 //! * `flow_generate(outdir, updates, registers_per_update, seed=1, segment_size=32 MiB) -> dict`
 //! * `flow_empty_root() -> str`
 //! * exception `FlowWalError` with `.segment`, `.offset`, `.kind`, `.retryable`
 
-use super::batches::{registers_batch, rows_from_batch, RecordsBuilder};
+use super::batches::{registers_batch, rows_from_batch, AppliedBuilder, RecordsBuilder};
 use super::gen::{generate, GenConfig};
 use super::hash::{empty_root, Hash};
 use super::mtrie::{Forest, LeafCursor, DEFAULT_CAPACITY};
 use super::record::WalRecord;
 use super::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
-use super::{decode_segment, ErrorKind, FlowError};
+use super::{decode_segment, visit_segment, ErrorKind, FlowError};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -238,6 +238,76 @@ impl FlowForest {
             return Err(err);
         }
         Ok(list)
+    }
+
+    /// Reads WAL segment `path` and applies its records in order as they are decoded, without
+    /// an intermediate batch (the segment's bytes and the forest are all this holds). Returns
+    /// `(applied, info)`: `applied` has one row per record applied (see
+    /// `batches::AppliedBuilder`: the `wal_records` columns without the register lists, plus
+    /// `root`), `info` the keys of `flow_decode_segment`'s info for the records applied; its
+    /// `error` also reports an update whose parent root is not in the forest
+    /// (`unknown_parent_root`), after which nothing is applied. Raises `FlowWalError` only
+    /// when the file cannot be read.
+    fn replay_segment<'py>(
+        &mut self,
+        py: Python<'py>,
+        path: PathBuf,
+        segment_no: u64,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+        let forest = &mut self.forest;
+        let current = &mut self.current;
+        let applied = &mut self.applied;
+        let result = py.detach(|| -> Result<_, FlowError> {
+            let seg = Segment::read(&path, segment_no)?;
+            let mut b = AppliedBuilder::default();
+            let (mut updates, mut deletes, mut paths) = (0u64, 0u64, 0u64);
+            let (end, error) = visit_segment(&seg, |index, offset, rec| {
+                let root = match &rec {
+                    WalRecord::Update(u) => {
+                        let a = forest.update(u)?;
+                        *current = a.root;
+                        *applied += 1;
+                        updates += 1;
+                        paths += u.paths.len() as u64;
+                        Some(a.root)
+                    }
+                    WalRecord::Delete(_) => {
+                        deletes += 1;
+                        None
+                    }
+                };
+                b.push(segment_no, index, offset, &rec, root);
+                Ok(())
+            });
+            Ok((
+                b.finish(),
+                seg.file_len,
+                end,
+                error,
+                updates,
+                deletes,
+                paths,
+            ))
+        });
+        let (batch, file_len, end, error, updates, deletes, paths) =
+            result.map_err(|e| flow_err(py, &e))?;
+        let info = PyDict::new(py);
+        info.set_item("segment", segment_no)?;
+        info.set_item("file_len", file_len)?;
+        info.set_item("records", updates + deletes)?;
+        info.set_item("updates", updates)?;
+        info.set_item("deletes", deletes)?;
+        info.set_item("paths", paths)?;
+        info.set_item("end_offset", end)?;
+        info.set_item(
+            "torn",
+            matches!(&error, Some(e) if e.kind == ErrorKind::TornRecord),
+        )?;
+        match &error {
+            Some(e) => info.set_item("error", error_dict(py, e)?)?,
+            None => info.set_item("error", py.None())?,
+        }
+        Ok((PyRecordBatch::new(batch).into_pyarrow(py)?, info))
     }
 
     /// Root of the last update applied (the empty root before any).
