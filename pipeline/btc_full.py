@@ -46,8 +46,8 @@ UNIT_BYTES = 32 << 20
 MAX_ROUNDS = 10_000
 COINBASE_MATURITY = 100
 PARTITION_FLUSH_ROWS = 16_384
-#: Scripts longer than this (hex digits) are unspendable (Core's MAX_SCRIPT_SIZE).
-MAX_SCRIPT_HEX = 20_000
+#: Scripts longer than this (bytes) are unspendable (Core's MAX_SCRIPT_SIZE).
+MAX_SCRIPT_SIZE = 10_000
 
 
 def plan_units(
@@ -173,8 +173,9 @@ def build_chain_state(con: duckdb.DuckDBPyConnection) -> None:
         f"""CREATE OR REPLACE TABLE bo AS
         SELECT o.txid, o.vout, o.value, o.script_pubkey, b.height, o.tx_position AS pos
         FROM so o JOIN best b ON o.block_hash = b.hash
-        WHERE b.height > 0 AND NOT starts_with(o.script_pubkey, '6a')
-          AND length(o.script_pubkey) <= {MAX_SCRIPT_HEX}"""
+        WHERE b.height > 0 AND octet_length(o.script_pubkey) <= {MAX_SCRIPT_SIZE}
+          -- Core's IsUnspendable: scripts starting with OP_RETURN (byte order compare).
+          AND NOT (o.script_pubkey >= '\\x6A'::BLOB AND o.script_pubkey < '\\x6B'::BLOB)"""
     )
     con.execute(
         """CREATE OR REPLACE TABLE res AS
@@ -241,6 +242,11 @@ def first_consensus_failure(
     return None if not row else (str(row[0][0]), int(row[0][1]), str(row[0][2]))
 
 
+def _hex(blob: str) -> str:
+    """SQL for the published lower-case hex of a staged byte column (DuckDB's hex() is upper)."""
+    return f"lower(hex({blob}))"
+
+
 def _publish_sql(table: str) -> str:
     """The SELECT publishing one table. ``inputs`` and ``outputs`` keep the staged parts' order
     (file order, close to height order): sorting their witness and script payloads would not
@@ -276,8 +282,9 @@ def _publish_sql(table: str) -> str:
         ORDER BY h.height NULLS LAST, t.block_hash, t.position"""
     if table == "inputs":
         return f"""
-        SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, i.script_sig, i.sequence,
-          i.witness_items, i.witness, r.value, i.block_hash, i.tx_position, {context},
+        SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, {_hex("i.script_sig")} AS script_sig,
+          i.sequence, i.witness_items, list_transform(i.witness, lambda w: {_hex("w")}) AS witness,
+          r.value, i.block_hash, i.tx_position, {context},
           {height_range}
         FROM si i JOIN headers h ON h.hash = i.block_hash
         LEFT JOIN res r ON r.block_hash = i.block_hash AND r.pos = i.tx_position
@@ -285,7 +292,7 @@ def _publish_sql(table: str) -> str:
     assert table == "outputs"
     return f"""
         SELECT o.txid, o.vout, o.value, o.script_type::VARCHAR AS script_type, o.address,
-          o.script_pubkey, o.block_hash, o.tx_position, {context},
+          {_hex("o.script_pubkey")} AS script_pubkey, o.block_hash, o.tx_position, {context},
           CASE WHEN h.in_best_chain THEN s.prev_txid IS NOT NULL END AS spent,
           {height_range}
         FROM so o JOIN headers h ON h.hash = o.block_hash

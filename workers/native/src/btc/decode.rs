@@ -75,33 +75,54 @@ impl StrCol {
             self.offsets.push(0);
         }
     }
-    fn push_hex(&mut self, bytes: &[u8]) {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    /// Appends the bytes `write` adds to `data` as one value (they must be UTF-8).
+    fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
         self.start();
-        self.data.reserve(bytes.len() * 2);
-        for b in bytes {
-            self.data.push(DIGITS[(b >> 4) as usize]);
-            self.data.push(DIGITS[(b & 15) as usize]);
+        let before = self.data.len();
+        let ok = write(&mut self.data);
+        if !ok {
+            self.data.truncate(before);
         }
         self.offsets.push(self.data.len() as i32);
-        self.valid.push(true);
-    }
-    fn push_str(&mut self, s: &str) {
-        self.start();
-        self.data.extend_from_slice(s.as_bytes());
-        self.offsets.push(self.data.len() as i32);
-        self.valid.push(true);
-    }
-    fn push_null(&mut self) {
-        self.start();
-        self.offsets.push(self.data.len() as i32);
-        self.valid.push(false);
+        self.valid.push(ok);
     }
     pub fn len(&self) -> usize {
         self.valid.len()
     }
     pub fn is_empty(&self) -> bool {
         self.valid.is_empty()
+    }
+}
+
+/// Growable binary column (raw script and witness bytes, 64-bit offsets): staged as
+/// `large_binary`, turned into the published hex only at publish.
+#[derive(Default)]
+pub struct BinCol {
+    pub data: Vec<u8>,
+    pub offsets: Vec<i64>,
+}
+
+impl BinCol {
+    fn push(&mut self, bytes: &[u8]) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.data.extend_from_slice(bytes);
+        self.offsets.push(self.data.len() as i64);
+    }
+    /// Room for `values` more values of `bytes` bytes in total.
+    fn reserve(&mut self, values: usize, bytes: usize) {
+        self.offsets.reserve(values + 1);
+        self.data.reserve(bytes);
+    }
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn value(&self, i: usize) -> &[u8] {
+        &self.data[self.offsets[i] as usize..self.offsets[i + 1] as usize]
     }
 }
 
@@ -147,11 +168,11 @@ pub struct InputCols {
     pub vin: Vec<u32>,
     pub prev_txid: Vec<[u8; 32]>,
     pub prev_vout: Vec<u32>,
-    pub script_sig: StrCol,
+    pub script_sig: BinCol,
     pub sequence: Vec<u32>,
     pub witness_items: Vec<u32>,
-    /// Flattened witness items (hex) with per-input list offsets.
-    pub witness: StrCol,
+    /// Flattened witness items with per-input list offsets.
+    pub witness: BinCol,
     pub witness_offsets: Vec<i32>,
 }
 
@@ -162,7 +183,7 @@ pub struct OutputCols {
     pub value: Vec<u64>,
     pub script_type: Vec<ScriptType>,
     pub address: StrCol,
-    pub script_pubkey: StrCol,
+    pub script_pubkey: BinCol,
 }
 
 #[derive(Default)]
@@ -175,10 +196,59 @@ pub struct BodyColumns {
     pub bytes: u64,
 }
 
+impl BodyColumns {
+    /// Grows every row column once for a parsed block (amortised like `Vec::reserve`), so
+    /// the per-output and per-input pushes never reallocate.
+    fn reserve_block(&mut self, sp: &Spans) {
+        let (n_tx, n_in, n_out, n_wit) = (sp.txs.len(), sp.ins.len(), sp.outs.len(), sp.wit.len());
+        let span_bytes = |(s, e): (usize, usize)| e - s;
+        let t = &mut self.txs;
+        for v in [&mut t.block, &mut t.position, &mut t.lock_time] {
+            v.reserve(n_tx);
+        }
+        for v in [
+            &mut t.size,
+            &mut t.vsize,
+            &mut t.weight,
+            &mut t.n_in,
+            &mut t.n_out,
+        ] {
+            v.reserve(n_tx);
+        }
+        t.txid.reserve(n_tx);
+        t.wtxid.reserve(n_tx);
+        t.version.reserve(n_tx);
+        t.is_coinbase.reserve(n_tx);
+        t.has_witness.reserve(n_tx);
+        t.output_value.reserve(n_tx);
+        let i = &mut self.inputs;
+        for v in [&mut i.tx, &mut i.vin, &mut i.prev_vout, &mut i.sequence] {
+            v.reserve(n_in);
+        }
+        i.witness_items.reserve(n_in);
+        i.prev_txid.reserve(n_in);
+        i.witness_offsets.reserve(n_in + 1);
+        let sig_bytes = sp.ins.iter().map(|x| span_bytes(x.script)).sum();
+        i.script_sig.reserve(n_in, sig_bytes);
+        let wit_bytes = sp.wit.iter().map(|&x| span_bytes(x)).sum();
+        i.witness.reserve(n_wit, wit_bytes);
+        let o = &mut self.outputs;
+        o.tx.reserve(n_out);
+        o.vout.reserve(n_out);
+        o.value.reserve(n_out);
+        o.script_type.reserve(n_out);
+        let spk_bytes = sp.outs.iter().map(|x| span_bytes(x.script)).sum();
+        o.script_pubkey.reserve(n_out, spk_bytes);
+        // Addresses are at most 90 characters; most outputs have a 34 to 62 character one.
+        o.address.offsets.reserve(n_out + 1);
+        o.address.valid.reserve(n_out);
+        o.address.data.reserve(n_out * 64);
+    }
+}
+
 pub struct BodyDecoder {
     network: Network,
     spans: Spans,
-    addr: String,
     pub cols: BodyColumns,
 }
 
@@ -321,7 +391,6 @@ impl BodyDecoder {
         BodyDecoder {
             network,
             spans: Spans::default(),
-            addr: String::new(),
             cols: BodyColumns::default(),
         }
     }
@@ -497,6 +566,7 @@ impl BodyDecoder {
         if let (true, Some(data)) = (valid, data) {
             let sp = &self.spans;
             let c = &mut self.cols;
+            c.reserve_block(sp);
             for (pos, t) in sp.txs.iter().enumerate() {
                 let tx_row = c.txs.txid.len() as u32;
                 let size = (t.end - t.start) as u32;
@@ -539,11 +609,11 @@ impl BodyDecoder {
                     c.inputs
                         .prev_vout
                         .push(u32::from_le_bytes(prev[32..36].try_into().unwrap()));
-                    c.inputs.script_sig.push_hex(script);
+                    c.inputs.script_sig.push(script);
                     c.inputs.sequence.push(inp.sequence);
                     c.inputs.witness_items.push(inp.wit_n as u32);
                     for &(s, e) in &sp.wit[inp.wit_start..inp.wit_start + inp.wit_n] {
-                        c.inputs.witness.push_hex(&data[s..e]);
+                        c.inputs.witness.push(&data[s..e]);
                     }
                     c.inputs.witness_offsets.push(c.inputs.witness.len() as i32);
                 }
@@ -554,13 +624,11 @@ impl BodyDecoder {
                     c.outputs.vout.push(vout as u32);
                     c.outputs.value.push(o.value);
                     c.outputs.script_type.push(kind);
-                    self.addr.clear();
-                    if address_into(script, kind, self.network, &mut self.addr) {
-                        c.outputs.address.push_str(&self.addr);
-                    } else {
-                        c.outputs.address.push_null();
-                    }
-                    c.outputs.script_pubkey.push_hex(script);
+                    let network = self.network;
+                    c.outputs
+                        .address
+                        .push_with(|out| address_into(script, kind, network, out));
+                    c.outputs.script_pubkey.push(script);
                 }
             }
         }

@@ -1,13 +1,15 @@
 //! Datasets of the full decode, as workers stage them (one set per body unit): `body_blocks`,
 //! `body_transactions`, `body_inputs`, `body_outputs`. The committer adds chain context (height,
 //! `in_best_chain`, fees) when it publishes them as `blocks`, `transactions`, `inputs`, `outputs`.
-//! Hashes are display-order hex, as Core's RPC shows them.
+//! Hashes are display-order hex, as Core's RPC shows them. Scripts and witness items are staged
+//! as raw bytes (`large_binary`): half the size of hex, and no hex pass in the workers; the
+//! published tables carry them as hex (`pipeline/btc_full.py` converts at publish).
 
-use crate::btc::decode::{BodyColumns, StrCol};
+use crate::btc::decode::{BinCol, BodyColumns, StrCol};
 use crate::btc::script::ScriptType;
 use arrow_array::{
-    ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int64Array, ListArray, RecordBatch,
-    StringArray, UInt32Array, UInt64Array, UInt8Array,
+    ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int64Array, LargeBinaryArray, ListArray,
+    RecordBatch, StringArray, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -20,6 +22,15 @@ pub const OUTPUTS: &str = "body_outputs";
 
 fn utf8(name: &str, nullable: bool) -> Field {
     Field::new(name, DataType::Utf8, nullable)
+}
+
+fn bytes(name: &str) -> Field {
+    Field::new(name, DataType::LargeBinary, false)
+}
+
+/// A witness stack: a list of raw items.
+fn witness_item() -> Arc<Field> {
+    Arc::new(bytes("item"))
 }
 
 fn script_type_field() -> Field {
@@ -70,14 +81,10 @@ pub fn schema(dataset: &str) -> Option<SchemaRef> {
             u32f("vin"),
             utf8("prev_txid", false),
             u32f("prev_vout"),
-            utf8("script_sig", false),
+            bytes("script_sig"),
             u32f("sequence"),
             u32f("witness_items"),
-            Field::new(
-                "witness",
-                DataType::List(Arc::new(Field::new("item", DataType::Utf8, false))),
-                false,
-            ),
+            Field::new("witness", DataType::List(witness_item()), false),
             utf8("block_hash", false),
             u32f("tx_position"),
         ],
@@ -87,7 +94,7 @@ pub fn schema(dataset: &str) -> Option<SchemaRef> {
             u64f("value"),
             script_type_field(),
             utf8("address", true),
-            utf8("script_pubkey", false),
+            bytes("script_pubkey"),
             utf8("block_hash", false),
             u32f("tx_position"),
         ],
@@ -113,6 +120,21 @@ fn strings(col: StrCol) -> ArrayRef {
             nulls,
         )
         .expect("hex and addresses are valid UTF-8 with monotonic offsets"),
+    )
+}
+
+fn binaries(col: BinCol) -> ArrayRef {
+    let mut offsets = col.offsets;
+    if offsets.is_empty() {
+        offsets.push(0);
+    }
+    Arc::new(
+        LargeBinaryArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Buffer::from_vec(col.data),
+            None,
+        )
+        .expect("monotonic offsets within the data"),
     )
 }
 
@@ -198,9 +220,9 @@ pub fn build(file_no: u32, cols: BodyColumns) -> [RecordBatch; 4] {
         witness_offsets.push(0);
     }
     let witness = ListArray::new(
-        Arc::new(Field::new("item", DataType::Utf8, false)),
+        witness_item(),
         OffsetBuffer::new(ScalarBuffer::from(witness_offsets)),
-        strings(i.witness),
+        binaries(i.witness),
         None,
     );
     let inputs: Vec<ArrayRef> = vec![
@@ -208,7 +230,7 @@ pub fn build(file_no: u32, cols: BodyColumns) -> [RecordBatch; 4] {
         Arc::new(UInt32Array::from(i.vin)),
         hashes(&i.prev_txid, None),
         Arc::new(UInt32Array::from(i.prev_vout)),
-        strings(i.script_sig),
+        binaries(i.script_sig),
         Arc::new(UInt32Array::from(i.sequence)),
         Arc::new(UInt32Array::from(i.witness_items)),
         Arc::new(witness),
@@ -221,7 +243,7 @@ pub fn build(file_no: u32, cols: BodyColumns) -> [RecordBatch; 4] {
         Arc::new(UInt64Array::from(o.value)),
         script_types(o.script_type),
         strings(o.address),
-        strings(o.script_pubkey),
+        binaries(o.script_pubkey),
         hashes(&b.hash, Some(&out_block_rows)),
         Arc::new(UInt32Array::from(out_positions)),
     ];
