@@ -13,7 +13,6 @@ use super::header::{sha256d, HEADER_LEN};
 use super::network::Network;
 use super::script::{address_into, classify, ScriptType};
 use sha2::{Digest, Sha256};
-use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -358,6 +357,22 @@ fn parse_tx_spans(c: &mut Cursor, data: &[u8], sp: &mut Spans) -> Result<TxSpan,
     })
 }
 
+/// Whether two inputs spend the same outpoint: pairwise for the usual few inputs, by sorting
+/// (no hashing, no allocation once `scratch` has grown) for many.
+fn has_duplicate_prevout<'a>(data: &'a [u8], ins: &[InSpan], scratch: &mut Vec<&'a [u8]>) -> bool {
+    let prevout = |inp: &InSpan| &data[inp.prev..inp.prev + 36];
+    if ins.len() <= 8 {
+        return ins
+            .iter()
+            .enumerate()
+            .any(|(k, a)| ins[k + 1..].iter().any(|b| prevout(a) == prevout(b)));
+    }
+    scratch.clear();
+    scratch.extend(ins.iter().map(prevout));
+    scratch.sort_unstable();
+    scratch.windows(2).any(|w| w[0] == w[1])
+}
+
 fn is_null_prevout(p: &[u8]) -> bool {
     p[..32].iter().all(|&b| b == 0) && p[32..36] == [0xff; 4]
 }
@@ -510,7 +525,7 @@ impl BodyDecoder {
         if sp.txs[1..].iter().any(is_coinbase) {
             return Some("bad-cb-multiple");
         }
-        let mut seen: HashSet<&[u8]> = HashSet::new();
+        let mut prevouts: Vec<&[u8]> = Vec::new();
         for (i, t) in sp.txs.iter().enumerate() {
             if t.ins.1 == t.ins.0 {
                 return Some("bad-txns-vin-empty");
@@ -536,13 +551,8 @@ impl BodyDecoder {
                 }
             }
             let ins = &sp.ins[t.ins.0..t.ins.1];
-            if ins.len() > 1 {
-                seen.clear();
-                for inp in ins {
-                    if !seen.insert(&data[inp.prev..inp.prev + 36]) {
-                        return Some("bad-txns-inputs-duplicate");
-                    }
-                }
+            if has_duplicate_prevout(data, ins, &mut prevouts) {
+                return Some("bad-txns-inputs-duplicate");
             }
             if i == 0 {
                 let len = ins[0].script.1 - ins[0].script.0;

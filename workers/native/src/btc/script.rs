@@ -238,17 +238,28 @@ const BECH32_CHARSET: &[u8; 32] = b"qpzry9x8gf2tvdw0s3jn54khce6mua7l";
 /// BIP173's checksum constant is 1; BIP350's bech32m (witness v1+) uses this one.
 const BECH32M_CONST: u32 = 0x2bc8_30a3;
 
+/// XOR of BIP173's generator words selected by the five bits shifted out of the checksum:
+/// one table lookup per 5-bit value instead of five tests.
+const BECH32_GEN_TABLE: [u32; 32] = {
+    const GEN: [u32; 5] = [0x3b6a57b2, 0x26508e6d, 0x1ea119fa, 0x3d4233dd, 0x2a1462b3];
+    let mut table = [0u32; 32];
+    let mut top = 0;
+    while top < 32 {
+        let mut i = 0;
+        while i < 5 {
+            if (top >> i) & 1 != 0 {
+                table[top] ^= GEN[i];
+            }
+            i += 1;
+        }
+        top += 1;
+    }
+    table
+};
+
 /// One step of the BCH checksum over 5-bit values (BIP173's polymod).
 fn bech32_step(chk: u32, value: u8) -> u32 {
-    const GEN: [u32; 5] = [0x3b6a57b2, 0x26508e6d, 0x1ea119fa, 0x3d4233dd, 0x2a1462b3];
-    let top = chk >> 25;
-    let mut c = ((chk & 0x1ff_ffff) << 5) ^ value as u32;
-    for (i, g) in GEN.iter().enumerate() {
-        if (top >> i) & 1 != 0 {
-            c ^= g;
-        }
-    }
-    c
+    (((chk & 0x1ff_ffff) << 5) ^ value as u32) ^ BECH32_GEN_TABLE[(chk >> 25) as usize]
 }
 
 /// Segwit address of a witness program (version 0: bech32, 1..16: bech32m), written straight
