@@ -1,7 +1,7 @@
 //! Full block decode for `--mode full`: every transaction, input and output of a block into
 //! column buffers, with the per-block checks Core's `CheckBlock` / `ContextualCheckBlock` make
 //! that need no UTXO set (merkle root and CVE-2012-2459 mutation, coinbase rules, transaction
-//! sanity, witness commitment, weight). BIP34 needs the linked height: the coinbase height is
+//! sanity, legacy sigop limit, witness commitment, weight). BIP34 needs the linked height: the coinbase height is
 //! extracted here and compared by the committer.
 //!
 //! A block is parsed into reusable span buffers first and only copied into the columns once it
@@ -11,13 +11,16 @@ use super::block::{check_witness_and_weight, merkle_root, TxInfo, MAX_BLOCK_WEIG
 use super::encode::{Cursor, DecodeError};
 use super::header::{sha256d, HEADER_LEN};
 use super::network::Network;
-use super::script::{address_into, classify, ScriptType};
+use super::script::{address_into, classify, legacy_sigops, ScriptType};
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+/// Core's MAX_BLOCK_SIGOPS_COST; legacy sigops count WITNESS_SCALE_FACTOR (4) each.
+pub const MAX_BLOCK_SIGOPS_COST: u64 = 80_000;
+const WITNESS_SCALE_FACTOR: u64 = 4;
 /// Core's MAX_MONEY in satoshis.
 pub const MAX_MONEY: u64 = 21_000_000 * 100_000_000;
 const READ_WINDOW: usize = 8 << 20;
@@ -562,6 +565,20 @@ impl BodyDecoder {
             } else if ins.iter().any(|inp| is_null_prevout(&data[inp.prev..])) {
                 return Some("bad-txns-prevout-null");
             }
+        }
+        // CheckBlock's last context-free rule: legacy sigops of every scriptSig and output.
+        let span = |(s, e): (usize, usize)| &data[s..e];
+        let sigops: u64 = sp
+            .ins
+            .iter()
+            .map(|i| legacy_sigops(span(i.script)) as u64)
+            .sum::<u64>()
+            + sp.outs
+                .iter()
+                .map(|o| legacy_sigops(span(o.script)) as u64)
+                .sum::<u64>();
+        if sigops * WITNESS_SCALE_FACTOR > MAX_BLOCK_SIGOPS_COST {
+            return Some("bad-blk-sigops");
         }
         check_witness_and_weight(&infos, weight)
     }

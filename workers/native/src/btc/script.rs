@@ -189,6 +189,28 @@ pub fn classify(s: &[u8]) -> ScriptType {
     ScriptType::Nonstandard
 }
 
+const OP_CHECKSIGVERIFY: u8 = 0xad;
+const OP_CHECKMULTISIGVERIFY: u8 = 0xaf;
+/// Core's MAX_PUBKEYS_PER_MULTISIG: what an inexact count charges each CHECKMULTISIG.
+const MAX_PUBKEYS_PER_MULTISIG: u32 = 20;
+
+/// Core's `CScript::GetSigOpCount(false)` (the legacy count `CheckBlock` limits): one per
+/// CHECKSIG(VERIFY), twenty per CHECKMULTISIG(VERIFY), counting stops where the script stops
+/// parsing.
+pub fn legacy_sigops(s: &[u8]) -> u32 {
+    let mut pos = 0;
+    let mut n = 0;
+    while pos < s.len() {
+        match next_op(s, &mut pos) {
+            Some((OP_CHECKSIG | OP_CHECKSIGVERIFY, _)) => n += 1,
+            Some((OP_CHECKMULTISIG | OP_CHECKMULTISIGVERIFY, _)) => n += MAX_PUBKEYS_PER_MULTISIG,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    n
+}
+
 /// Core's `IsUnspendable`: such outputs never enter the UTXO set.
 pub fn is_unspendable(s: &[u8]) -> bool {
     s.first() == Some(&OP_RETURN) || s.len() > MAX_SCRIPT_SIZE
@@ -464,6 +486,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn legacy_sigop_counts() {
+        assert_eq!(
+            legacy_sigops(&hex("76a914000000000000000000000000000000000000000088ac")),
+            1
+        );
+        assert_eq!(legacy_sigops(&hex("acadaeaf")), 42);
+        // The bytes 0xac inside a push are data, not CHECKSIG.
+        assert_eq!(legacy_sigops(&hex("02acacac")), 1);
+        // A push running past the end stops the count (what was counted stays).
+        assert_eq!(legacy_sigops(&hex("ac4c05ac")), 1);
+        assert_eq!(legacy_sigops(&[]), 0);
     }
 
     #[test]
