@@ -156,11 +156,16 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     ):
         files = btc_bodies.part_files(data, table)
         if files:
-            con.execute(f"CREATE VIEW {alias} AS SELECT * FROM read_parquet({_sql_list(files)})")
+            source = f"read_parquet({_sql_list(files)})"
         else:
             empty = pa.Table.from_batches([ds.empty(ds.BODY_STAGED[table])])
             con.register(f"{alias}_empty", empty)
-            con.execute(f"CREATE VIEW {alias} AS SELECT * FROM {alias}_empty")
+            source = f"{alias}_empty"
+        # Staged hashes are raw bytes; every query here sees them as display hex, as published.
+        hashes = ", ".join(
+            f"{_hex(c)} AS {c}" for c in ds.staged_hash_columns(ds.BODY_STAGED[table])
+        )
+        con.execute(f"CREATE VIEW {alias} AS SELECT * REPLACE ({hashes}) FROM {source}")
     return con
 
 

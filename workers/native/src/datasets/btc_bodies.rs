@@ -1,15 +1,16 @@
 //! Datasets of the full decode, as workers stage them (one set per body unit): `body_blocks`,
 //! `body_transactions`, `body_inputs`, `body_outputs`. The committer adds chain context (height,
 //! `in_best_chain`, fees) when it publishes them as `blocks`, `transactions`, `inputs`, `outputs`.
-//! Hashes are display-order hex, as Core's RPC shows them. Scripts and witness items are staged
-//! as raw bytes (`large_binary`): half the size of hex, and no hex pass in the workers; the
-//! published tables carry them as hex (`pipeline/btc_full.py` converts at publish).
+//! Hashes are staged as 32 raw bytes in display order (`fixed_size_binary(32)`), scripts and
+//! witness items as raw bytes (`large_binary`): half the size of hex and no hex pass in the
+//! workers. The committer's SQL (`pipeline/btc_full.py`) reads the hashes as display hex, as
+//! Core's RPC shows them, and publishes scripts and witness items as hex.
 
 use crate::btc::decode::{BinCol, BodyColumns, StrCol};
 use crate::btc::script::ScriptType;
 use arrow_array::{
-    ArrayRef, BooleanArray, DictionaryArray, Int32Array, Int64Array, LargeBinaryArray, ListArray,
-    RecordBatch, StringArray, UInt32Array, UInt64Array, UInt8Array,
+    ArrayRef, BooleanArray, DictionaryArray, FixedSizeBinaryArray, Int32Array, Int64Array,
+    LargeBinaryArray, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -22,6 +23,10 @@ pub const OUTPUTS: &str = "body_outputs";
 
 fn utf8(name: &str, nullable: bool) -> Field {
     Field::new(name, DataType::Utf8, nullable)
+}
+
+fn hash(name: &str) -> Field {
+    Field::new(name, DataType::FixedSizeBinary(32), false)
 }
 
 fn bytes(name: &str) -> Field {
@@ -46,7 +51,7 @@ pub fn schema(dataset: &str) -> Option<SchemaRef> {
     let u64f = |n: &str| Field::new(n, DataType::UInt64, false);
     let fields = match dataset {
         BLOCKS => vec![
-            utf8("hash", false),
+            hash("hash"),
             u32f("file"),
             u64f("offset"),
             u32f("size"),
@@ -61,9 +66,9 @@ pub fn schema(dataset: &str) -> Option<SchemaRef> {
             u64f("output_value"),
         ],
         TRANSACTIONS => vec![
-            utf8("txid", false),
-            utf8("wtxid", false),
-            utf8("block_hash", false),
+            hash("txid"),
+            hash("wtxid"),
+            hash("block_hash"),
             u32f("position"),
             Field::new("version", DataType::Int32, false),
             u32f("lock_time"),
@@ -77,25 +82,25 @@ pub fn schema(dataset: &str) -> Option<SchemaRef> {
             u64f("output_value"),
         ],
         INPUTS => vec![
-            utf8("txid", false),
+            hash("txid"),
             u32f("vin"),
-            utf8("prev_txid", false),
+            hash("prev_txid"),
             u32f("prev_vout"),
             bytes("script_sig"),
             u32f("sequence"),
             u32f("witness_items"),
             Field::new("witness", DataType::List(witness_item()), false),
-            utf8("block_hash", false),
+            hash("block_hash"),
             u32f("tx_position"),
         ],
         OUTPUTS => vec![
-            utf8("txid", false),
+            hash("txid"),
             u32f("vout"),
             u64f("value"),
             script_type_field(),
             utf8("address", true),
             bytes("script_pubkey"),
-            utf8("block_hash", false),
+            hash("block_hash"),
             u32f("tx_position"),
         ],
         _ => return None,
@@ -138,29 +143,22 @@ fn binaries(col: BinCol) -> ArrayRef {
     )
 }
 
-/// Display-order hex of 32-byte hashes, optionally gathered through `rows`.
+/// 32-byte hashes in display (byte-reversed) order, optionally gathered through `rows`.
 fn hashes(values: &[[u8; 32]], rows: Option<&[u32]>) -> ArrayRef {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let n = rows.map_or(values.len(), |r| r.len());
-    let mut data = Vec::with_capacity(n * 64);
-    let mut offsets = Vec::with_capacity(n + 1);
-    offsets.push(0i32);
+    let mut data = Vec::with_capacity(n * 32);
     let mut push = |h: &[u8; 32]| {
-        for b in h.iter().rev() {
-            data.push(DIGITS[(b >> 4) as usize]);
-            data.push(DIGITS[(b & 15) as usize]);
-        }
-        offsets.push(data.len() as i32);
+        let mut display = *h;
+        display.reverse();
+        data.extend_from_slice(&display);
     };
     match rows {
         Some(rows) => rows.iter().for_each(|&r| push(&values[r as usize])),
         None => values.iter().for_each(&mut push),
     }
-    Arc::new(StringArray::new(
-        OffsetBuffer::new(ScalarBuffer::from(offsets)),
-        Buffer::from_vec(data),
-        None,
-    ))
+    Arc::new(
+        FixedSizeBinaryArray::try_new(32, Buffer::from_vec(data), None).expect("32 bytes per hash"),
+    )
 }
 
 fn script_types(kinds: Vec<ScriptType>) -> ArrayRef {
