@@ -3,7 +3,9 @@ SHA-256 limit and with a peer parser.
 
 Reports: the Rust decoder's MB/s on one core (every transaction, input and output to Arrow
 columns, merkle/witness checks) against hashlib's SHA-256 MB/s on one core measured now (the
-decoder must hash every byte: txid, and wtxid for segwit); the body pass's wall time with 1 and
+decoder must hash every byte: txid, and wtxid for segwit), with ``sha256_work``: how many bytes
+any full decoder must hash per block byte on this chain, so the highest ratio a single SHA-256
+stream at the limit allows; the body pass's wall time with 1 and
 2 Ray workers (speed-up); end-to-end full reindex time; and the same blk files parsed by the
 ``blockchain-parser`` package from PyPI (unordered reader, touching every transaction's txid and
 output values), as a ratio.
@@ -83,6 +85,35 @@ def real_block_rate(work: Path, copies: int = 40) -> float:
     r = decode_unit(BodyUnit(0, str(path), 0, offsets, "main", b"\0" * 8))
     assert r.transactions.num_rows == 2500 * copies
     return r.bytes_decoded / (time.perf_counter() - t0) / MB
+
+
+def hash_ceiling(data: Path) -> dict:
+    """SHA-256 work no full decoder can skip, from the published tables of a full reindex, in
+    64-byte compressions: double SHA-256 of every transaction without witness (txid) and, for
+    segwit ones, with it (wtxid); the txid and wtxid merkle trees (3 per inner node) and the
+    header; the base58check checksum of every P2PKH/P2SH address. Bytes hashed per block byte,
+    and so the highest decoder/limit ratio a single-stream SHA-256 at the limit allows."""
+    from rechain.pipeline.query import run_query
+
+    def q(sql: str) -> int:
+        return int(run_query(data, sql)[1][0][0])
+
+    def blocks_of(n: str) -> str:  # 64-byte blocks of an n-byte message, with 9 bytes padding
+        return f"(({n}) + 72) // 64"
+
+    txs = q(
+        f"SELECT sum({blocks_of('(weight - size) // 3')} + 1 + CASE WHEN has_witness "
+        f"THEN {blocks_of('size')} + 1 ELSE 0 END) FROM transactions"
+    )
+    trees = q(
+        "SELECT sum(3 + 3 * n_tx + CASE WHEN segwit THEN 3 * n_tx + 3 ELSE 0 END) FROM ("
+        "SELECT b.hash, b.n_tx, bool_or(t.has_witness) AS segwit FROM blocks b "
+        "JOIN transactions t ON t.block_hash = b.hash GROUP BY ALL)"
+    )
+    base58 = q("SELECT 2 * count(*) FROM outputs WHERE script_type IN ('p2pkh', 'p2sh')")
+    block_bytes = q("SELECT sum(size) FROM blocks WHERE valid")
+    per_byte = 64 * (txs + trees + base58) / block_bytes
+    return {"hashed_bytes_per_block_byte": per_byte, "ceiling_vs_limit": 1 / per_byte}
 
 
 def full_reindex(blocks: Path, data: Path, workers: int, budget: str) -> tuple[dict, float, float]:
@@ -176,6 +207,8 @@ def main() -> None:
                 blocks, work / f"data{workers}", workers, args.memory_budget
             )
             run = result["run"]
+            if workers == 1:
+                ceiling = hash_ceiling(work / "data1")
             runs[workers] = {
                 "elapsed_s": elapsed,
                 "ray_start_s": run["ray_start_s"],
@@ -203,6 +236,7 @@ def main() -> None:
             "decoder_mainnet_block_mb_per_s_per_core": real_rate,
             "decoder_mainnet_block_vs_sha256_limit": real_rate / limit,
             "target_vs_limit": 0.5,
+            "sha256_work": ceiling,
             "memory_budget": args.memory_budget,
             "workers": runs,
             "speedup_1_to_2_workers": runs[1]["body_pass_s"] / runs[2]["body_pass_s"],

@@ -51,8 +51,8 @@ MIN_DUCKDB_BYTES = 256 << 20
 MAX_ROUNDS = 10_000
 COINBASE_MATURITY = 100
 PARTITION_FLUSH_ROWS = 16_384
-#: Scripts longer than this (hex digits) are unspendable (Core's MAX_SCRIPT_SIZE).
-MAX_SCRIPT_HEX = 20_000
+#: Scripts longer than this (bytes) are unspendable (Core's MAX_SCRIPT_SIZE).
+MAX_SCRIPT_SIZE = 10_000
 
 
 def unit_bytes(budget: int) -> int:
@@ -172,11 +172,16 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     ):
         files = btc_bodies.part_files(data, table)
         if files:
-            con.execute(f"CREATE VIEW {alias} AS SELECT * FROM read_parquet({_sql_list(files)})")
+            source = f"read_parquet({_sql_list(files)})"
         else:
             empty = pa.Table.from_batches([ds.empty(ds.BODY_STAGED[table])])
             con.register(f"{alias}_empty", empty)
-            con.execute(f"CREATE VIEW {alias} AS SELECT * FROM {alias}_empty")
+            source = f"{alias}_empty"
+        # Staged hashes are raw bytes; every query here sees them as display hex, as published.
+        hashes = ", ".join(
+            f"{_hex(c)} AS {c}" for c in ds.staged_hash_columns(ds.BODY_STAGED[table])
+        )
+        con.execute(f"CREATE VIEW {alias} AS SELECT * REPLACE ({hashes}) FROM {source}")
     return con
 
 
@@ -189,8 +194,9 @@ def build_chain_state(con: duckdb.DuckDBPyConnection) -> None:
         f"""CREATE OR REPLACE TABLE bo AS
         SELECT o.txid, o.vout, o.value, o.script_pubkey, b.height, o.tx_position AS pos
         FROM so o JOIN best b ON o.block_hash = b.hash
-        WHERE b.height > 0 AND NOT starts_with(o.script_pubkey, '6a')
-          AND length(o.script_pubkey) <= {MAX_SCRIPT_HEX}"""
+        WHERE b.height > 0 AND octet_length(o.script_pubkey) <= {MAX_SCRIPT_SIZE}
+          -- Core's IsUnspendable: scripts starting with OP_RETURN (byte order compare).
+          AND NOT (o.script_pubkey >= '\\x6A'::BLOB AND o.script_pubkey < '\\x6B'::BLOB)"""
     )
     # An output id (txid, vout) twice in the best chain (BIP30's duplicate coinbases) makes a
     # spend ambiguous: it takes the latest copy before it. Only those few spends go through a
@@ -272,6 +278,11 @@ def first_consensus_failure(
     return None if not row else (str(row[0][0]), int(row[0][1]), str(row[0][2]))
 
 
+def _hex(blob: str) -> str:
+    """SQL for the published lower-case hex of a staged byte column (DuckDB's hex() is upper)."""
+    return f"lower(hex({blob}))"
+
+
 def _publish_sql(table: str) -> str:
     """The SELECT publishing one table. ``inputs`` and ``outputs`` keep the staged parts' order
     (file order, close to height order): sorting their witness and script payloads would not
@@ -306,8 +317,9 @@ def _publish_sql(table: str) -> str:
         LEFT JOIN tx_in f ON f.block_hash = t.block_hash AND f.position = t.position"""
     if table == "inputs":
         return f"""
-        SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, i.script_sig, i.sequence,
-          i.witness_items, i.witness, r.value, i.block_hash, i.tx_position, {context},
+        SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, {_hex("i.script_sig")} AS script_sig,
+          i.sequence, i.witness_items, list_transform(i.witness, lambda w: {_hex("w")}) AS witness,
+          r.value, i.block_hash, i.tx_position, {context},
           {height_range}
         FROM si i JOIN headers h ON h.hash = i.block_hash
         LEFT JOIN (SELECT height, pos, vin, value FROM res) r
@@ -316,7 +328,7 @@ def _publish_sql(table: str) -> str:
     assert table == "outputs"
     return f"""
         SELECT o.txid, o.vout, o.value, o.script_type::VARCHAR AS script_type, o.address,
-          o.script_pubkey, o.block_hash, o.tx_position, {context},
+          {_hex("o.script_pubkey")} AS script_pubkey, o.block_hash, o.tx_position, {context},
           CASE WHEN h.in_best_chain THEN s.prev_height IS NOT NULL END AS spent,
           {height_range}
         FROM so o JOIN headers h ON h.hash = o.block_hash

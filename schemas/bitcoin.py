@@ -42,3 +42,12 @@ def schema(dataset: str) -> pa.Schema:
 
 def empty(dataset: str) -> pa.RecordBatch:
     return _native.empty_batch(dataset)
+
+
+#: How staged parts hold a hash: 32 raw bytes in display order (published as lower-case hex).
+STAGED_HASH_TYPE = pa.binary(32)
+
+
+def staged_hash_columns(dataset: str) -> list[str]:
+    """Columns of a staged body dataset that hold hashes as raw bytes."""
+    return [f.name for f in schema(dataset) if f.type == STAGED_HASH_TYPE]

@@ -24,7 +24,7 @@ def _views(con: duckdb.DuckDBPyConnection) -> None:
         "txid": [X, X, U, T],
         "vout": pa.array([0, 0, 0, 0], pa.uint32()),
         "value": pa.array([50, 60, 70, 55], pa.uint64()),
-        "script_pubkey": ["51", "51", "51", "51"],
+        "script_pubkey": pa.array([b"\x51"] * 4, pa.large_binary()),  # OP_TRUE, staged as bytes
         "block_hash": ["h1", "h2", "h3", "h3"],
         "tx_position": pa.array([0, 0, 0, 1], pa.uint32()),
     })  # fmt: skip

@@ -174,7 +174,7 @@ impl UtxoHasher {
     }
 
     /// Adds a batch with columns txid (display hex), vout, height, coinbase, value,
-    /// script_pubkey (hex); returns the (keys, values) of the txid groups it completed.
+    /// script_pubkey (bytes, or hex); returns the (keys, values) of the txid groups it completed.
     fn update<'py>(
         &mut self,
         py: Python<'py>,
@@ -208,9 +208,18 @@ impl UtxoHasher {
         let value = value
             .as_primitive_opt::<UInt64Type>()
             .ok_or_else(|| bad("value"))?;
-        let script = script
-            .as_string_opt::<i32>()
-            .ok_or_else(|| bad("script_pubkey"))?;
+        // Raw bytes as the full decode stages them (binary or large_binary), or hex.
+        let script_at = |i: usize| -> PyResult<std::borrow::Cow<[u8]>> {
+            if let Some(s) = script.as_binary_opt::<i32>() {
+                Ok(s.value(i).into())
+            } else if let Some(s) = script.as_binary_opt::<i64>() {
+                Ok(s.value(i).into())
+            } else if let Some(s) = script.as_string_opt::<i32>() {
+                Ok(hex_bytes(s.value(i))?.into())
+            } else {
+                Err(bad("script_pubkey"))
+            }
+        };
         for i in 0..b.num_rows() {
             let id = datasets::hex::parse_display_hex(txid.value(i))
                 .ok_or_else(|| PyValueError::new_err("bad txid hex"))?;
@@ -220,7 +229,7 @@ impl UtxoHasher {
                 height.value(i),
                 coinbase.value(i),
                 value.value(i),
-                &hex_bytes(script.value(i))?,
+                &script_at(i)?,
             );
         }
         entries(py, self.inner.take_entries())

@@ -104,15 +104,18 @@ fn full_decode_matches(raw: &[u8], network: Network, rb_network: bitcoin::Networ
             assert_eq!(c.inputs.prev_vout[in_row], inp.previous_output.vout);
             assert_eq!(c.inputs.sequence[in_row], inp.sequence.0);
             assert_eq!(c.inputs.witness_items[in_row] as usize, inp.witness.len());
+            assert_eq!(c.inputs.script_sig.value(in_row), inp.script_sig.as_bytes());
+            let first = c.inputs.witness_offsets[in_row] as usize;
+            let items: Vec<&[u8]> = (first..c.inputs.witness_offsets[in_row + 1] as usize)
+                .map(|k| c.inputs.witness.value(k))
+                .collect();
+            assert_eq!(items, inp.witness.iter().collect::<Vec<&[u8]>>());
             in_row += 1;
         }
         for out in &tx.output {
             let script = out.script_pubkey.as_bytes();
             assert_eq!(c.outputs.value[out_row], out.value.to_sat());
-            let s = &c.outputs.script_pubkey;
-            let ours = &s.data[s.offsets[out_row] as usize..s.offsets[out_row + 1] as usize];
-            let theirs: String = script.iter().map(|b| format!("{b:02x}")).collect();
-            assert_eq!(std::str::from_utf8(ours).unwrap(), theirs);
+            assert_eq!(c.outputs.script_pubkey.value(out_row), script);
             let spk = &out.script_pubkey;
             let expected_kind = if spk.is_p2pkh() {
                 ScriptType::P2pkh
@@ -138,7 +141,7 @@ fn full_decode_matches(raw: &[u8], network: Network, rb_network: bitcoin::Networ
             let kind = c.outputs.script_type[out_row];
             // rust-bitcoin calls any OP_RETURN script op_return; Core requires push-only data.
             if !(expected_kind == ScriptType::OpReturn && kind == ScriptType::Nonstandard) {
-                assert_eq!(kind, expected_kind, "output {out_row} script {theirs}");
+                assert_eq!(kind, expected_kind, "output {out_row} script {spk:?}");
             }
             let a = &c.outputs.address;
             let ours = a.valid[out_row].then(|| {
@@ -183,4 +186,105 @@ fn real_blocks_full_decode_matches_rust_bitcoin() {
         ),
         15
     );
+}
+
+/// Core's legacy sigop count per script (CheckBlock's "bad-blk-sigops" input) equals
+/// rust-bitcoin's `count_sigops_legacy` on every scriptSig and output of the real blocks.
+#[test]
+fn legacy_sigops_match_rust_bitcoin() {
+    use rechain_native::btc::script::legacy_sigops;
+    for prefix in ["mainnet_block_", "testnet_block_"] {
+        let block: bitcoin::Block = deserialize(&real_block(prefix)).unwrap();
+        let mut total = 0usize;
+        for tx in &block.txdata {
+            let scripts = tx.input.iter().map(|i| &i.script_sig);
+            for s in scripts.chain(tx.output.iter().map(|o| &o.script_pubkey)) {
+                assert_eq!(
+                    legacy_sigops(s.as_bytes()) as usize,
+                    s.count_sigops_legacy()
+                );
+                total += s.count_sigops_legacy();
+            }
+        }
+        assert!(total > 0, "{prefix}: no sigops to compare");
+    }
+}
+
+/// A real-format block (built and serialised by rust-bitcoin) whose legacy sigops reach Core's
+/// MAX_BLOCK_SIGOPS_COST / 4 = 20,000 is valid; one sigop-heavier copy is "bad-blk-sigops".
+#[test]
+fn block_over_the_legacy_sigop_limit_is_invalid() {
+    use bitcoin::block::{Header, Version};
+    use bitcoin::{
+        absolute::LockTime, transaction, Amount, BlockHash, CompactTarget, OutPoint, ScriptBuf,
+        Sequence, Transaction, TxIn, TxMerkleNode, TxOut, Txid, Witness,
+    };
+    use rechain_native::btc::decode::BodyDecoder;
+    let block_with = |multisigs: usize| {
+        let tx = |prevout: OutPoint, script_sig: Vec<u8>, script_pubkey: Vec<u8>| Transaction {
+            version: transaction::Version::ONE,
+            lock_time: LockTime::ZERO,
+            input: vec![TxIn {
+                previous_output: prevout,
+                script_sig: ScriptBuf::from_bytes(script_sig),
+                sequence: Sequence::MAX,
+                witness: Witness::new(),
+            }],
+            output: vec![TxOut {
+                value: Amount::from_sat(50_000),
+                script_pubkey: ScriptBuf::from_bytes(script_pubkey),
+            }],
+        };
+        let coinbase = tx(OutPoint::null(), vec![0x01, 0x05, 0x00], vec![0x51]);
+        // OP_CHECKMULTISIG counts 20 legacy sigops; OP_CHECKSIG in the coinbase output 1 more
+        // would be too many, so the coinbase pays to OP_TRUE.
+        let spend = tx(
+            OutPoint::new(Txid::from_byte_array([7; 32]), 0),
+            vec![],
+            vec![0xae; multisigs],
+        );
+        let mut block = bitcoin::Block {
+            header: Header {
+                version: Version::from_consensus(4),
+                prev_blockhash: BlockHash::from_byte_array([1; 32]),
+                merkle_root: TxMerkleNode::all_zeros(),
+                time: 1_700_000_000,
+                bits: CompactTarget::from_consensus(0x207fffff),
+                nonce: 0,
+            },
+            txdata: vec![coinbase, spend],
+        };
+        block.header.merkle_root = block.compute_merkle_root().unwrap();
+        let sigops: usize = block
+            .txdata
+            .iter()
+            .flat_map(|t| {
+                let sigs = t.input.iter().map(|i| i.script_sig.count_sigops_legacy());
+                sigs.chain(
+                    t.output
+                        .iter()
+                        .map(|o| o.script_pubkey.count_sigops_legacy()),
+                )
+            })
+            .sum();
+        (bitcoin::consensus::serialize(&block), sigops)
+    };
+    for (multisigs, want_valid) in [(1000, true), (1001, false)] {
+        let (raw, sigops) = block_with(multisigs);
+        assert_eq!(
+            sigops * 4 <= 80_000,
+            want_valid,
+            "rust-bitcoin's count: {sigops}"
+        );
+        let mut dec = BodyDecoder::new(Network::Regtest);
+        dec.push_block(0, &raw);
+        let reason = dec.cols.blocks.reason[0].clone();
+        if want_valid {
+            assert_eq!(reason, None);
+            assert_eq!(dec.cols.txs.txid.len(), 2);
+        } else {
+            assert_eq!(reason.as_deref(), Some("bad-blk-sigops"));
+            assert!(dec.cols.txs.txid.is_empty(), "no rows for an invalid block");
+        }
+    }
 }

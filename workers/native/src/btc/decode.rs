@@ -1,7 +1,7 @@
 //! Full block decode for `--mode full`: every transaction, input and output of a block into
 //! column buffers, with the per-block checks Core's `CheckBlock` / `ContextualCheckBlock` make
 //! that need no UTXO set (merkle root and CVE-2012-2459 mutation, coinbase rules, transaction
-//! sanity, witness commitment, weight). BIP34 needs the linked height: the coinbase height is
+//! sanity, legacy sigop limit, witness commitment, weight). BIP34 needs the linked height: the coinbase height is
 //! extracted here and compared by the committer.
 //!
 //! A block is parsed into reusable span buffers first and only copied into the columns once it
@@ -11,14 +11,16 @@ use super::block::{check_witness_and_weight, merkle_root, TxInfo, MAX_BLOCK_WEIG
 use super::encode::{Cursor, DecodeError};
 use super::header::{sha256d, HEADER_LEN};
 use super::network::Network;
-use super::script::{address_into, classify, ScriptType};
+use super::script::{address_into, classify, legacy_sigops, ScriptType};
 use sha2::{Digest, Sha256};
-use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+/// Core's MAX_BLOCK_SIGOPS_COST; legacy sigops count WITNESS_SCALE_FACTOR (4) each.
+pub const MAX_BLOCK_SIGOPS_COST: u64 = 80_000;
+const WITNESS_SCALE_FACTOR: u64 = 4;
 /// Core's MAX_MONEY in satoshis.
 pub const MAX_MONEY: u64 = 21_000_000 * 100_000_000;
 const READ_WINDOW: usize = 8 << 20;
@@ -75,33 +77,54 @@ impl StrCol {
             self.offsets.push(0);
         }
     }
-    fn push_hex(&mut self, bytes: &[u8]) {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    /// Appends the bytes `write` adds to `data` as one value (they must be UTF-8).
+    fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
         self.start();
-        self.data.reserve(bytes.len() * 2);
-        for b in bytes {
-            self.data.push(DIGITS[(b >> 4) as usize]);
-            self.data.push(DIGITS[(b & 15) as usize]);
+        let before = self.data.len();
+        let ok = write(&mut self.data);
+        if !ok {
+            self.data.truncate(before);
         }
         self.offsets.push(self.data.len() as i32);
-        self.valid.push(true);
-    }
-    fn push_str(&mut self, s: &str) {
-        self.start();
-        self.data.extend_from_slice(s.as_bytes());
-        self.offsets.push(self.data.len() as i32);
-        self.valid.push(true);
-    }
-    fn push_null(&mut self) {
-        self.start();
-        self.offsets.push(self.data.len() as i32);
-        self.valid.push(false);
+        self.valid.push(ok);
     }
     pub fn len(&self) -> usize {
         self.valid.len()
     }
     pub fn is_empty(&self) -> bool {
         self.valid.is_empty()
+    }
+}
+
+/// Growable binary column (raw script and witness bytes, 64-bit offsets): staged as
+/// `large_binary`, turned into the published hex only at publish.
+#[derive(Default)]
+pub struct BinCol {
+    pub data: Vec<u8>,
+    pub offsets: Vec<i64>,
+}
+
+impl BinCol {
+    fn push(&mut self, bytes: &[u8]) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.data.extend_from_slice(bytes);
+        self.offsets.push(self.data.len() as i64);
+    }
+    /// Room for `values` more values of `bytes` bytes in total.
+    fn reserve(&mut self, values: usize, bytes: usize) {
+        self.offsets.reserve(values + 1);
+        self.data.reserve(bytes);
+    }
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn value(&self, i: usize) -> &[u8] {
+        &self.data[self.offsets[i] as usize..self.offsets[i + 1] as usize]
     }
 }
 
@@ -147,11 +170,11 @@ pub struct InputCols {
     pub vin: Vec<u32>,
     pub prev_txid: Vec<[u8; 32]>,
     pub prev_vout: Vec<u32>,
-    pub script_sig: StrCol,
+    pub script_sig: BinCol,
     pub sequence: Vec<u32>,
     pub witness_items: Vec<u32>,
-    /// Flattened witness items (hex) with per-input list offsets.
-    pub witness: StrCol,
+    /// Flattened witness items with per-input list offsets.
+    pub witness: BinCol,
     pub witness_offsets: Vec<i32>,
 }
 
@@ -162,7 +185,7 @@ pub struct OutputCols {
     pub value: Vec<u64>,
     pub script_type: Vec<ScriptType>,
     pub address: StrCol,
-    pub script_pubkey: StrCol,
+    pub script_pubkey: BinCol,
 }
 
 #[derive(Default)]
@@ -175,10 +198,59 @@ pub struct BodyColumns {
     pub bytes: u64,
 }
 
+impl BodyColumns {
+    /// Grows every row column once for a parsed block (amortised like `Vec::reserve`), so
+    /// the per-output and per-input pushes never reallocate.
+    fn reserve_block(&mut self, sp: &Spans) {
+        let (n_tx, n_in, n_out, n_wit) = (sp.txs.len(), sp.ins.len(), sp.outs.len(), sp.wit.len());
+        let span_bytes = |(s, e): (usize, usize)| e - s;
+        let t = &mut self.txs;
+        for v in [&mut t.block, &mut t.position, &mut t.lock_time] {
+            v.reserve(n_tx);
+        }
+        for v in [
+            &mut t.size,
+            &mut t.vsize,
+            &mut t.weight,
+            &mut t.n_in,
+            &mut t.n_out,
+        ] {
+            v.reserve(n_tx);
+        }
+        t.txid.reserve(n_tx);
+        t.wtxid.reserve(n_tx);
+        t.version.reserve(n_tx);
+        t.is_coinbase.reserve(n_tx);
+        t.has_witness.reserve(n_tx);
+        t.output_value.reserve(n_tx);
+        let i = &mut self.inputs;
+        for v in [&mut i.tx, &mut i.vin, &mut i.prev_vout, &mut i.sequence] {
+            v.reserve(n_in);
+        }
+        i.witness_items.reserve(n_in);
+        i.prev_txid.reserve(n_in);
+        i.witness_offsets.reserve(n_in + 1);
+        let sig_bytes = sp.ins.iter().map(|x| span_bytes(x.script)).sum();
+        i.script_sig.reserve(n_in, sig_bytes);
+        let wit_bytes = sp.wit.iter().map(|&x| span_bytes(x)).sum();
+        i.witness.reserve(n_wit, wit_bytes);
+        let o = &mut self.outputs;
+        o.tx.reserve(n_out);
+        o.vout.reserve(n_out);
+        o.value.reserve(n_out);
+        o.script_type.reserve(n_out);
+        let spk_bytes = sp.outs.iter().map(|x| span_bytes(x.script)).sum();
+        o.script_pubkey.reserve(n_out, spk_bytes);
+        // Addresses are at most 90 characters; most outputs have a 34 to 62 character one.
+        o.address.offsets.reserve(n_out + 1);
+        o.address.valid.reserve(n_out);
+        o.address.data.reserve(n_out * 64);
+    }
+}
+
 pub struct BodyDecoder {
     network: Network,
     spans: Spans,
-    addr: String,
     pub cols: BodyColumns,
 }
 
@@ -288,6 +360,22 @@ fn parse_tx_spans(c: &mut Cursor, data: &[u8], sp: &mut Spans) -> Result<TxSpan,
     })
 }
 
+/// Whether two inputs spend the same outpoint: pairwise for the usual few inputs, by sorting
+/// (no hashing, no allocation once `scratch` has grown) for many.
+fn has_duplicate_prevout<'a>(data: &'a [u8], ins: &[InSpan], scratch: &mut Vec<&'a [u8]>) -> bool {
+    let prevout = |inp: &InSpan| &data[inp.prev..inp.prev + 36];
+    if ins.len() <= 8 {
+        return ins
+            .iter()
+            .enumerate()
+            .any(|(k, a)| ins[k + 1..].iter().any(|b| prevout(a) == prevout(b)));
+    }
+    scratch.clear();
+    scratch.extend(ins.iter().map(prevout));
+    scratch.sort_unstable();
+    scratch.windows(2).any(|w| w[0] == w[1])
+}
+
 fn is_null_prevout(p: &[u8]) -> bool {
     p[..32].iter().all(|&b| b == 0) && p[32..36] == [0xff; 4]
 }
@@ -321,7 +409,6 @@ impl BodyDecoder {
         BodyDecoder {
             network,
             spans: Spans::default(),
-            addr: String::new(),
             cols: BodyColumns::default(),
         }
     }
@@ -441,7 +528,7 @@ impl BodyDecoder {
         if sp.txs[1..].iter().any(is_coinbase) {
             return Some("bad-cb-multiple");
         }
-        let mut seen: HashSet<&[u8]> = HashSet::new();
+        let mut prevouts: Vec<&[u8]> = Vec::new();
         for (i, t) in sp.txs.iter().enumerate() {
             if t.ins.1 == t.ins.0 {
                 return Some("bad-txns-vin-empty");
@@ -467,13 +554,8 @@ impl BodyDecoder {
                 }
             }
             let ins = &sp.ins[t.ins.0..t.ins.1];
-            if ins.len() > 1 {
-                seen.clear();
-                for inp in ins {
-                    if !seen.insert(&data[inp.prev..inp.prev + 36]) {
-                        return Some("bad-txns-inputs-duplicate");
-                    }
-                }
+            if has_duplicate_prevout(data, ins, &mut prevouts) {
+                return Some("bad-txns-inputs-duplicate");
             }
             if i == 0 {
                 let len = ins[0].script.1 - ins[0].script.0;
@@ -483,6 +565,20 @@ impl BodyDecoder {
             } else if ins.iter().any(|inp| is_null_prevout(&data[inp.prev..])) {
                 return Some("bad-txns-prevout-null");
             }
+        }
+        // CheckBlock's last context-free rule: legacy sigops of every scriptSig and output.
+        let span = |(s, e): (usize, usize)| &data[s..e];
+        let sigops: u64 = sp
+            .ins
+            .iter()
+            .map(|i| legacy_sigops(span(i.script)) as u64)
+            .sum::<u64>()
+            + sp.outs
+                .iter()
+                .map(|o| legacy_sigops(span(o.script)) as u64)
+                .sum::<u64>();
+        if sigops * WITNESS_SCALE_FACTOR > MAX_BLOCK_SIGOPS_COST {
+            return Some("bad-blk-sigops");
         }
         check_witness_and_weight(&infos, weight)
     }
@@ -497,6 +593,7 @@ impl BodyDecoder {
         if let (true, Some(data)) = (valid, data) {
             let sp = &self.spans;
             let c = &mut self.cols;
+            c.reserve_block(sp);
             for (pos, t) in sp.txs.iter().enumerate() {
                 let tx_row = c.txs.txid.len() as u32;
                 let size = (t.end - t.start) as u32;
@@ -539,11 +636,11 @@ impl BodyDecoder {
                     c.inputs
                         .prev_vout
                         .push(u32::from_le_bytes(prev[32..36].try_into().unwrap()));
-                    c.inputs.script_sig.push_hex(script);
+                    c.inputs.script_sig.push(script);
                     c.inputs.sequence.push(inp.sequence);
                     c.inputs.witness_items.push(inp.wit_n as u32);
                     for &(s, e) in &sp.wit[inp.wit_start..inp.wit_start + inp.wit_n] {
-                        c.inputs.witness.push_hex(&data[s..e]);
+                        c.inputs.witness.push(&data[s..e]);
                     }
                     c.inputs.witness_offsets.push(c.inputs.witness.len() as i32);
                 }
@@ -554,13 +651,11 @@ impl BodyDecoder {
                     c.outputs.vout.push(vout as u32);
                     c.outputs.value.push(o.value);
                     c.outputs.script_type.push(kind);
-                    self.addr.clear();
-                    if address_into(script, kind, self.network, &mut self.addr) {
-                        c.outputs.address.push_str(&self.addr);
-                    } else {
-                        c.outputs.address.push_null();
-                    }
-                    c.outputs.script_pubkey.push_hex(script);
+                    let network = self.network;
+                    c.outputs
+                        .address
+                        .push_with(|out| address_into(script, kind, network, out));
+                    c.outputs.script_pubkey.push(script);
                 }
             }
         }
