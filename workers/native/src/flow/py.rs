@@ -100,6 +100,24 @@ fn flow_decode_segment<'py>(
             return Err(flow_err(py, e));
         }
     }
+    let info = segment_info(
+        py, segment_no, file_len, end, &error, updates, deletes, paths,
+    )?;
+    Ok((PyRecordBatch::new(batch).into_pyarrow(py)?, info))
+}
+
+/// The `info` dict of a decoded or replayed segment (the same keys either way).
+#[allow(clippy::too_many_arguments)]
+fn segment_info<'py>(
+    py: Python<'py>,
+    segment_no: u64,
+    file_len: u64,
+    end: u64,
+    error: &Option<FlowError>,
+    updates: u64,
+    deletes: u64,
+    paths: u64,
+) -> PyResult<Bound<'py, PyDict>> {
     let info = PyDict::new(py);
     info.set_item("segment", segment_no)?;
     info.set_item("file_len", file_len)?;
@@ -110,13 +128,13 @@ fn flow_decode_segment<'py>(
     info.set_item("end_offset", end)?;
     info.set_item(
         "torn",
-        matches!(&error, Some(e) if e.kind == ErrorKind::TornRecord),
+        matches!(error, Some(e) if e.kind == ErrorKind::TornRecord),
     )?;
-    match &error {
+    match error {
         Some(e) => info.set_item("error", error_dict(py, e)?)?,
         None => info.set_item("error", py.None())?,
     }
-    Ok((PyRecordBatch::new(batch).into_pyarrow(py)?, info))
+    Ok(info)
 }
 
 /// WAL segments of a directory as onflow/wal lists them; raises `FlowWalError`
@@ -291,22 +309,9 @@ impl FlowForest {
         });
         let (batch, file_len, end, error, updates, deletes, paths) =
             result.map_err(|e| flow_err(py, &e))?;
-        let info = PyDict::new(py);
-        info.set_item("segment", segment_no)?;
-        info.set_item("file_len", file_len)?;
-        info.set_item("records", updates + deletes)?;
-        info.set_item("updates", updates)?;
-        info.set_item("deletes", deletes)?;
-        info.set_item("paths", paths)?;
-        info.set_item("end_offset", end)?;
-        info.set_item(
-            "torn",
-            matches!(&error, Some(e) if e.kind == ErrorKind::TornRecord),
+        let info = segment_info(
+            py, segment_no, file_len, end, &error, updates, deletes, paths,
         )?;
-        match &error {
-            Some(e) => info.set_item("error", error_dict(py, e)?)?,
-            None => info.set_item("error", py.None())?,
-        }
         Ok((PyRecordBatch::new(batch).into_pyarrow(py)?, info))
     }
 
