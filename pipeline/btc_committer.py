@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +23,7 @@ import pyarrow.compute as pc
 from rechain.pipeline import metrics
 from rechain.pipeline.btc_bodies import apply_verdicts
 from rechain.pipeline.btc_plan import FINGERPRINT_BYTES, BlkFile
+from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
@@ -31,22 +34,58 @@ log = logging.getLogger(__name__)
 STAGE = "btc_headers"
 
 
-def ipc_bytes(data: pa.Table | pa.RecordBatch) -> bytes:
-    """A versioned Arrow IPC stream of one batch (chunking never changes the bytes)."""
-    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
-    sink = pa.BufferOutputStream()
-    # The version byte goes first into the same buffer: one copy out, not two.
-    sink.write(bytes([layout.SCAN_SEGMENT_VERSION]))
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        for batch in table.combine_chunks().to_batches():
-            writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+def segment_dir(data: DataDir) -> Path:
+    return data.path / layout.SCAN_SEGMENT_DIR
 
 
-def read_ipc(value: bytes) -> pa.Table:
+def segment_name(value: bytes) -> str:
+    """The file a scan-log value points at (see ``rechain.schemas.rocksdb.CF_BTC_SCAN``)."""
     if value[:1] != bytes([layout.SCAN_SEGMENT_VERSION]):
         raise ValueError(f"unknown scan segment version {value[:1]!r}")
-    return pa.ipc.open_stream(pa.py_buffer(value[1:])).read_all()
+    return value[1:].decode()
+
+
+def write_segment(data: DataDir, key: bytes, table: pa.Table) -> bytes:
+    """Writes a scan-log segment as an Arrow IPC file, durable before any RocksDB write names
+    it, and returns the value that names it. Equal content gets an equal name (key and row
+    count), so resumed runs leave the same log as uninterrupted ones."""
+    folder = segment_dir(data)
+    folder.mkdir(exist_ok=True)
+    name = f"{key.hex()}-{table.num_rows}.arrow"
+    tmp = folder / f".{name}.tmp"
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, folder / name)
+    return bytes([layout.SCAN_SEGMENT_VERSION]) + name.encode()
+
+
+def read_segment(data: DataDir, value: bytes) -> pa.Table:
+    """A scan-log segment, memory-mapped (no copy of its columns)."""
+    path = segment_dir(data) / segment_name(value)
+    try:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowInvalid) as e:
+        raise RechainError(
+            f"{path}: scan log segment unreadable ({e}); reindex into a new --data folder"
+        ) from e
+
+
+def remove_unreferenced_segments(data: DataDir) -> None:
+    """Deletes segment files no scan-log entry names: written by a run killed before its
+    RocksDB commit, or replaced or forgotten after it."""
+    folder = segment_dir(data)
+    if not folder.exists():
+        return
+    named = {segment_name(v) for _, v in data.items(layout.CF_BTC_SCAN)}
+    for path in folder.iterdir():
+        if path.name not in named:
+            path.unlink(missing_ok=True)
 
 
 @dataclass
@@ -185,6 +224,16 @@ class BtcCommitter:
         self.root_hash = root_hash
         self.files: dict[int, FileState] = {}
         self.stats = CommitStats()
+        #: This run's committed records, kept when the run started from an empty scan log:
+        #: then they are the whole log, and linking need not read it back from RocksDB.
+        self.run_records: list[pa.RecordBatch] | None = None
+
+    def keep_records_if_fresh(self) -> None:
+        """Keeps this run's records in memory if nothing was committed before it (call once
+        planning is done). The tree holds the same batches when it links, so this moves the
+        memory peak earlier but does not raise it."""
+        fresh = next(self.data.items(layout.CF_BTC_SCAN), None) is None
+        self.run_records = [] if fresh else None
 
     # -- planning helpers --
     def file_entry(self, file_no: int) -> dict[str, Any] | None:
@@ -230,7 +279,8 @@ class BtcCommitter:
         from rechain.pipeline.btc_bodies import forget_file_parts
 
         prefix = layout.file_key(file_no)
-        keys = [k for k, _ in self.data.items(layout.CF_BTC_SCAN, prefix)]
+        segments = list(self.data.items(layout.CF_BTC_SCAN, prefix))
+        keys = [k for k, _ in segments]
         self.data.write(
             {layout.CF_META: [(layout.META_BTC_DIRTY, True)]},
             {
@@ -239,6 +289,8 @@ class BtcCommitter:
                 layout.CF_BTC_BODIES: forget_file_parts(self.data, file_no),
             },
         )
+        for _, value in segments:
+            (segment_dir(self.data) / segment_name(value)).unlink(missing_ok=True)
 
     def begin_file(self, f: BlkFile, start: int, head: bytes) -> None:
         import hashlib
@@ -290,13 +342,18 @@ class BtcCommitter:
         }
         if changed:
             puts[layout.CF_META] = [(layout.META_BTC_DIRTY, True)]
+        replaced: list[str] = []
         scan_puts = self._cell_segments(
-            file_no, result.records, "magic_offset", layout.SEGMENT_RECORDS
+            file_no, result.records, "magic_offset", layout.SEGMENT_RECORDS, replaced
         )
-        scan_puts += self._cell_segments(file_no, events, "offset", layout.SEGMENT_EVENTS)
+        scan_puts += self._cell_segments(file_no, events, "offset", layout.SEGMENT_EVENTS, replaced)
         if scan_puts:
             puts[layout.CF_BTC_SCAN] = scan_puts
         self.data.write(puts)
+        for name in replaced:
+            (segment_dir(self.data) / name).unlink(missing_ok=True)
+        if self.run_records is not None and result.records.num_rows:
+            self.run_records.append(result.records)
         # The segments are in RocksDB now: hand the shard's copies back to the OS (Arrow's
         # allocator keeps freed pages, and shards are tens of MiB each).
         del scan_puts, puts
@@ -316,10 +373,16 @@ class BtcCommitter:
                     metrics.SKIPS.labels(STAGE, kind).inc(count)
 
     def _cell_segments(
-        self, file_no: int, batch: pa.RecordBatch, offset_column: str, kind: bytes
+        self,
+        file_no: int,
+        batch: pa.RecordBatch,
+        offset_column: str,
+        kind: bytes,
+        replaced: list[str],
     ) -> list[tuple[bytes, bytes]]:
         """Scan-log puts for a batch: rows go to the segment of the cell holding their offset,
-        after any rows that cell already has (committed in order, so offsets stay sorted)."""
+        after any rows that cell already has (committed in order, so offsets stay sorted).
+        Segment files the puts supersede are added to ``replaced``, to delete after commit."""
         if not batch.num_rows:
             return []
         cells = pc.divide(batch.column(offset_column), layout.SCAN_CELL_BYTES)
@@ -329,14 +392,17 @@ class BtcCommitter:
             key = layout.segment_key(file_no, cell * layout.SCAN_CELL_BYTES, kind)
             existing = self.data.get(layout.CF_BTC_SCAN, key)
             if existing is not None:
-                part = pa.concat_tables([read_ipc(existing), part])
-            puts.append((key, ipc_bytes(part)))
+                part = pa.concat_tables([read_segment(self.data, existing), part])
+            value = write_segment(self.data, key, part)
+            if existing is not None and existing != value:
+                replaced.append(segment_name(existing))
+            puts.append((key, value))
         return puts
 
     # -- after scanning --
     def scan_log(self, kind: bytes, dataset: str) -> pa.Table:
         tables = [
-            read_ipc(v)
+            read_segment(self.data, v)
             for k, v in self.data.items(layout.CF_BTC_SCAN)
             if layout.parse_segment_key(k)[2] == kind
         ]
@@ -352,10 +418,13 @@ class BtcCommitter:
         the block index to RocksDB, and no complete copy of either output is ever held."""
         timings: dict[str, float] = {}
         t = time.perf_counter()
-        # The scan log's memtables are only read once more: flushing them frees their memory
-        # (up to two write buffers) before the tree is built.
-        self.data.cf(layout.CF_BTC_SCAN).flush()
-        log_table = apply_verdicts(self.data, self.scan_log(layout.SEGMENT_RECORDS, ds.RECORDS))
+        if self.run_records is not None:
+            log = pa.Table.from_batches(self.run_records, schema=ds.schema(ds.RECORDS))
+            # Later links (the full decode relinks with its verdicts) read the log back.
+            self.run_records = None
+        else:
+            log = self.scan_log(layout.SEGMENT_RECORDS, ds.RECORDS)
+        log_table = apply_verdicts(self.data, log)
         timings["load_s"] = time.perf_counter() - t
         t = time.perf_counter()
         tree = _native.HeaderTree(log_table.to_batches(), self.network, self.root_hash)
@@ -368,13 +437,20 @@ class BtcCommitter:
             self.data.reset_column_family(cf)
         generation = int(self.data.meta_get(layout.META_BTC_GENERATION) or 0) + 1
         rows = ds.ROW_GROUP_ROWS
+        # Two parts, cut at a row group, written on two threads while this one writes the index.
+        n = len(tree)
+        cut = min(n, -(-n // 2 // rows) * rows)
+
+        def part(lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+            return (tree.headers(a, min(a + rows, hi)) for a in range(lo, hi, rows))
+
         with ThreadPoolExecutor(1, thread_name_prefix="headers-parquet") as pool:
             parquet = pool.submit(
-                self.data.stage_parquet_batches,
+                self.data.stage_parquet_parts,
                 ds.HEADERS,
                 generation,
                 ds.schema(ds.HEADERS),
-                (tree.headers(lo, lo + rows) for lo in range(0, len(tree), rows)),
+                [part(0, cut), part(cut, n)] if 0 < cut < n else [part(0, n)],
                 rows,
                 ds.HEADERS_DICTIONARY_COLUMNS,
             )
@@ -382,7 +458,7 @@ class BtcCommitter:
                 layout.CF_BTC_INDEX, len(tree), tree.index_entries, compress=False
             )
             self.data.ingest_sorted_slices(
-                layout.CF_BTC_BEST, tree.best_len(), tree.best_entries, compress=False
+                layout.CF_BTC_BEST, tree.best_buckets(), tree.best_entries, compress=False
             )
             timings["index_s"] = time.perf_counter() - t
             t = time.perf_counter()
@@ -441,7 +517,7 @@ def skipped_from(data: DataDir) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for key, value in data.items(layout.CF_BTC_SCAN):
         _, _, kind = layout.parse_segment_key(key)
-        table = read_ipc(value)
+        table = read_segment(data, value)
         if kind == layout.SEGMENT_EVENTS:
             rows.extend(table.to_pylist())
         else:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rechain.pipeline import metrics
-from rechain.pipeline.btc_committer import STAGE, BtcCommitter
+from rechain.pipeline.btc_committer import STAGE, BtcCommitter, remove_unreferenced_segments
 from rechain.pipeline.btc_core_index import CoreIndexGuide, guided_units
 from rechain.pipeline.btc_faults import failed_shard, failure_reason, local_failure_reason
 from rechain.pipeline.btc_plan import (
@@ -76,6 +76,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         data.write({layout.CF_META: [(layout.META_BTC_NETWORK, opts.network)]})
         committer = BtcCommitter(data, opts.network, root_hash=opts.root_hash)
         committer.forget_missing_files({f.file_no for f in files})
+        remove_unreferenced_segments(data)
         guide = CoreIndexGuide.load(opts.core_index, files, workers) if opts.core_index else None
         units: list[WorkUnit] = []
         for f in files:
@@ -110,6 +111,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
                     f, start, opts.shard_bytes, opts.network, key, opts.check_bodies, len(units)
                 )
             )
+        committer.keep_records_if_fresh()
         total_bytes = sum(u.bound - u.start for u in units)
         metrics.SHARDS_TOTAL.labels(STAGE).set(len(units))
         ray_start = 0.0

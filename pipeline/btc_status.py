@@ -51,7 +51,10 @@ def block(
 ) -> dict[str, Any]:
     with DataDir(data_path, readonly=True) as data:
         if height is not None:
-            key = data.get(layout.CF_BTC_BEST, layout.best_chain_key(height))
+            key = None
+            if 0 <= height < 2**32:
+                bucket = data.get(layout.CF_BTC_BEST, layout.best_chain_key(height))
+                key = layout.best_chain_hash(bucket, height)
             if key is None:
                 raise RechainError(f"no block at height {height} on the best chain")
         else:

@@ -4,6 +4,7 @@ Layout of DATADIR::
 
     LOCK                      held (flock) by the one run using the folder
     rocksdb/                  column families from rechain.schemas.rocksdb
+    scan/                     Bitcoin scan-log segments (Arrow IPC) named by rocksdb/btc_scan
     parquet/<table>/<gen>/    Parquet parts of one published generation of a table
 """
 
@@ -15,6 +16,7 @@ import os
 import shutil
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -237,27 +239,52 @@ class DataDir:
         row_group: int,
         dictionary_columns: list[str] | None = None,
     ) -> Path:
-        """Writes a generation's part into a temp folder, fsyncs it and renames the folder.
-        Batches are streamed (bounded memory); only low-cardinality columns are dictionary-
-        encoded (trying it on a million distinct hashes costs time, then falls back)."""
+        """Publishes one generation of a table written as one part (see ``stage_parquet_parts``)."""
+        return self.stage_parquet_parts(
+            table, generation, schema, [batches], row_group, dictionary_columns
+        )
+
+    def stage_parquet_parts(
+        self,
+        table: str,
+        generation: int,
+        schema: pa.Schema,
+        parts: list[Iterator[pa.RecordBatch]],
+        row_group: int,
+        dictionary_columns: list[str] | None = None,
+    ) -> Path:
+        """Writes a generation's parts (``part-00000.parquet``, ... in the order given, each on
+        its own thread: Arrow's writer releases the GIL) into a temp folder, fsyncs them and
+        renames the folder. Batches are streamed (bounded memory); only low-cardinality
+        columns are dictionary-encoded (trying it on a million distinct hashes costs time,
+        then falls back)."""
         base = self.parquet_dir(table)
         final = base / f"{generation:06d}"
         tmp = base / f".{generation:06d}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)
         tmp.mkdir(parents=True)
-        part = tmp / "part-00000.parquet"
-        with pq.ParquetWriter(
-            part,
-            schema,
-            compression="zstd",
-            write_statistics=True,
-            use_dictionary=dictionary_columns or False,
-        ) as writer:
-            for batch in batches:
-                writer.write_batch(batch, row_group_size=row_group)
-        with open(part, "rb") as f:
-            os.fsync(f.fileno())
+
+        def write(index: int, batches: Iterator[pa.RecordBatch]) -> None:
+            part = tmp / f"part-{index:05d}.parquet"
+            with pq.ParquetWriter(
+                part,
+                schema,
+                compression="zstd",
+                write_statistics=True,
+                use_dictionary=dictionary_columns or False,
+            ) as writer:
+                for batch in batches:
+                    writer.write_batch(batch, row_group_size=row_group)
+            with open(part, "rb") as f:
+                os.fsync(f.fileno())
+
+        if len(parts) == 1:
+            write(0, parts[0])
+        else:
+            with ThreadPoolExecutor(len(parts), thread_name_prefix=f"{table}-parquet") as pool:
+                for done in [pool.submit(write, i, p) for i, p in enumerate(parts)]:
+                    done.result()
         os.rename(tmp, final)
         fsync_dir(base)
         return final

@@ -197,6 +197,13 @@ def _check_best_chain(
     bits = best.column("bits").to_pylist()
     works = best.column("chainwork").to_pylist()
     total = 0
+    # The whole stored best chain, in height order (buckets sort by height).
+    stored_chain = b"".join(v for _, v in data.items(layout.CF_BTC_BEST))
+    if len(stored_chain) != 32 * len(hashes):
+        problems.append(
+            f"RocksDB best chain has {len(stored_chain) // 32} blocks, Parquet {len(hashes)}"
+        )
+        return
     for i, (h, p, b, w) in enumerate(zip(hashes, prevs, bits, works, strict=True)):
         if i and p != hashes[i - 1]:
             problems.append(f"best chain broken at height {i}")
@@ -205,8 +212,7 @@ def _check_best_chain(
         if int(w, 16) != total:
             problems.append(f"chainwork at height {i} is {w}, recomputed {total:064x}")
             return
-        stored = data.get(layout.CF_BTC_BEST, layout.best_chain_key(i))
-        if stored is None or _native.display_hash(stored) != h:
+        if _native.display_hash(stored_chain[32 * i : 32 * i + 32]) != h:
             problems.append(f"RocksDB best chain disagrees with Parquet at height {i}")
             return
     if hashes and (hashes[-1] != summary["tip_hash"] or works[-1] != summary["chainwork"]):

@@ -14,12 +14,16 @@ from rechain.workers import _native
 CF_META = "meta"
 #: Per blk file: scan progress and fingerprint (JSON, versioned).
 CF_BTC_FILES = "btc_files"
-#: Scan log: Arrow IPC segments keyed by (file, cell start, kind), one per SCAN_CELL_BYTES
-#: of a file, so its content is the same however a run was sharded or interrupted.
+#: Scan log: segments keyed by (file, cell start, kind), one per SCAN_CELL_BYTES of a file, so
+#: its content is the same however a run was sharded or interrupted. A value is
+#: SCAN_SEGMENT_VERSION then the name of an Arrow IPC file in DATADIR/SCAN_SEGMENT_DIR (written
+#: and synced before the value): tens of MiB per shard that a write-ahead log, memtables and
+#: compactions would copy three more times.
 CF_BTC_SCAN = "btc_scan"
 #: Block index: hash (internal order) -> index value v1.
 CF_BTC_INDEX = "btc_index"
-#: Best chain: height (u32 big-endian) -> hash (internal order).
+#: Best chain: bucket of heights (u32 big-endian) -> their hashes (internal order), see
+#: ``best_chain_hash``.
 CF_BTC_BEST = "btc_best"
 
 #: Full decode: staged body parts (part name -> JSON {file, records}), see pipeline/btc_bodies.
@@ -65,9 +69,10 @@ META_BTC_FULL_GENERATION = b"btc/full_generation"
 META_BTC_GENERATION = b"btc/generation"
 
 #: Version of this layout; a data folder written by another version is refused.
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 FILE_ENTRY_VERSION = 1
-SCAN_SEGMENT_VERSION = 1
+SCAN_SEGMENT_VERSION = 2
+SCAN_SEGMENT_DIR = "scan"
 
 SCAN_CELL_BYTES = 16 << 20
 SEGMENT_RECORDS = b"r"
@@ -88,7 +93,14 @@ def parse_segment_key(key: bytes) -> tuple[int, int, bytes]:
 
 
 def best_chain_key(height: int) -> bytes:
+    """Key of the ``btc_best`` bucket that holds ``height``."""
     return bytes(_native.best_chain_key(height))
+
+
+def best_chain_hash(bucket: bytes | None, height: int) -> bytes | None:
+    """``height``'s hash (internal order) from its ``btc_best`` bucket value, if on the chain."""
+    start, end = _native.best_chain_slot(height)
+    return bucket[start:end] if bucket is not None and len(bucket) >= end else None
 
 
 def index_key(display_hash: str) -> bytes:

@@ -13,8 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client import REGISTRY
 from rechain.pipeline import metrics
+from rechain.pipeline.btc_committer import segment_name
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import verify
+from rechain.schemas import rocksdb as layout
 
 from tests.conftest import cli, cli_json, gen_chain, reindex
 
@@ -227,10 +229,36 @@ def test_append_then_rerun_reads_only_new_bytes(chain: Any, tmp_path: Path) -> N
         assert digest(a) == digest(b)
     # Nothing new: only the preallocated zero tail is looked at again (the node may write
     # there next), no record is scanned and the tree is not relinked.
+    named, present = scan_files_named_and_present(data)
+    assert named == present
     third = reindex(partial, data)
     assert third["run"]["records_scanned"] == 0
     assert third["run"]["bytes_planned"] <= 65536
     assert "link_s" not in third["run"]
+
+
+def scan_files_named_and_present(data: Path) -> tuple[set[str], set[str]]:
+    with DataDir(data, readonly=True) as d:
+        named = {segment_name(v) for _, v in d.items(layout.CF_BTC_SCAN)}
+    return named, {p.name for p in (data / layout.SCAN_SEGMENT_DIR).iterdir()}
+
+
+def test_scan_log_files_are_exactly_those_the_index_names(chain: Any, tmp_path: Path) -> None:
+    """Segments replaced by later shards are deleted; files a killed run wrote but never
+    committed (a finished one and a temp one) are removed by the next run."""
+    data = tmp_path / "data"
+    first = reindex(chain[0] / "blocks", data, "--shard-size", "40K")
+    named, present = scan_files_named_and_present(data)
+    assert named and named == present
+    scan = data / layout.SCAN_SEGMENT_DIR
+    (scan / "0000000000000000000000000072-5.arrow").write_bytes(b"uncommitted")
+    (scan / ".0000000000000000000000000072-5.arrow.tmp").write_bytes(b"half written")
+    second = reindex(chain[0] / "blocks", data)
+    assert second["run"]["records_scanned"] == 0
+    assert scan_files_named_and_present(data) == (named, named)
+    assert {k: v for k, v in second.items() if k != "run"} == {
+        k: v for k, v in first.items() if k != "run"
+    }
 
 
 def test_second_run_on_the_same_data_folder_is_refused(chain: Any, tmp_path: Path) -> None:

@@ -48,9 +48,14 @@ impl HeaderTree {
         self.inner.len()
     }
 
-    /// Blocks on the best chain (entries of the best-chain column family).
+    /// Blocks on the best chain.
     fn best_len(&self) -> usize {
         self.inner.best_len()
+    }
+
+    /// Entries of the best-chain column family (buckets of heights, see `store.rs`).
+    fn best_buckets(&self) -> usize {
+        self.inner.best_buckets()
     }
 
     /// Tip, its height and chainwork, counts, orphans and invalid headers (table order).
@@ -111,7 +116,7 @@ impl HeaderTree {
         Ok((binary(py, k)?, binary(py, v)?))
     }
 
-    /// Best-chain entries `lo..hi` by height: (keys, values) binary arrays.
+    /// Best-chain buckets `lo..hi`: (keys, values) binary arrays.
     fn best_entries<'py>(
         &self,
         py: Python<'py>,

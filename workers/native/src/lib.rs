@@ -316,9 +316,17 @@ fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py,
     Ok(d)
 }
 
+/// The `btc_best` key of the bucket holding `height`.
 #[pyfunction]
 fn best_chain_key<'py>(py: Python<'py>, height: u32) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &store::best_chain_key(height))
+}
+
+/// (start, end) of `height`'s hash inside its `btc_best` bucket value.
+#[pyfunction]
+fn best_chain_slot(height: u32) -> (usize, usize) {
+    let r = store::best_chain_slot(height);
+    (r.start, r.end)
 }
 
 #[pyfunction]
@@ -429,6 +437,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<UtxoHasher>()?;
     m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_key, m)?)?;
+    m.add_function(wrap_pyfunction!(best_chain_slot, m)?)?;
     m.add_function(wrap_pyfunction!(parse_hash, m)?)?;
     m.add_function(wrap_pyfunction!(display_hash, m)?)?;
     m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;

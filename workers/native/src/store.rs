@@ -7,8 +7,13 @@
 //!            value v1: version u8 | state u8 | height u32 (u32::MAX = none) | file u32 |
 //!                      magic_offset u64 | declared_size u32 | n_tx u32 (u32::MAX = none) |
 //!                      copies u32 | in_best_chain u8 | chainwork (32, big-endian) | header (80)
-//! btc_best   key: height u32 big-endian (sorts numerically)   value: block hash, internal (32)
+//! btc_best   key: bucket u32 big-endian = height / BEST_CHAIN_BUCKET (sorts numerically)
+//!            value: the hashes (internal order, 32 bytes each) of heights bucket * BEST_CHAIN_BUCKET
+//!                   onwards, at most BEST_CHAIN_BUCKET of them (only the last bucket is short)
 //! ```
+//!
+//! The best chain is bucketed because one key per height made a million tiny SST entries (and a
+//! million Python calls) for what every reader wants as a contiguous run of hashes.
 
 pub const INDEX_VALUE_VERSION: u8 = 1;
 pub const INDEX_VALUE_LEN: usize = 1 + 1 + 4 + 4 + 8 + 4 + 4 + 4 + 1 + 32 + 80;
@@ -70,8 +75,18 @@ impl IndexValue {
     }
 }
 
+/// Heights per `btc_best` value.
+pub const BEST_CHAIN_BUCKET: u32 = 1024;
+
+/// The `btc_best` key of the bucket holding `height`.
 pub fn best_chain_key(height: u32) -> [u8; 4] {
-    height.to_be_bytes()
+    (height / BEST_CHAIN_BUCKET).to_be_bytes()
+}
+
+/// Where `height`'s hash sits inside its bucket's value.
+pub fn best_chain_slot(height: u32) -> std::ops::Range<usize> {
+    let i = (height % BEST_CHAIN_BUCKET) as usize * 32;
+    i..i + 32
 }
 
 #[cfg(test)]
@@ -99,5 +114,14 @@ mod tests {
         assert!(IndexValue::decode(&b[..10]).is_err());
         b[0] = 99;
         assert!(IndexValue::decode(&b).is_err());
+    }
+
+    #[test]
+    fn best_chain_buckets_sort_by_height() {
+        assert_eq!(best_chain_key(0), [0, 0, 0, 0]);
+        assert_eq!(best_chain_key(BEST_CHAIN_BUCKET - 1), [0, 0, 0, 0]);
+        assert_eq!(best_chain_key(BEST_CHAIN_BUCKET), [0, 0, 0, 1]);
+        assert!(best_chain_key(300 * BEST_CHAIN_BUCKET) > best_chain_key(255 * BEST_CHAIN_BUCKET));
+        assert_eq!(best_chain_slot(BEST_CHAIN_BUCKET + 2), 64..96);
     }
 }

@@ -8,7 +8,7 @@
 use super::hex::{display_hex_into, forward_hex_into};
 use crate::btc::link::{link, EntryState, LinkInput, LinkOutput};
 use crate::btc::scan::RecordStatus;
-use crate::store::{best_chain_key, IndexValue};
+use crate::store::{best_chain_key, IndexValue, BEST_CHAIN_BUCKET};
 use arrow_array::builder::{
     BinaryBuilder, BooleanBuilder, Int32Builder, StringBuilder, UInt32Builder, UInt64Builder,
 };
@@ -266,6 +266,11 @@ impl LinkedTree {
         self.best.len()
     }
 
+    /// Values of the `btc_best` column family (buckets of heights).
+    pub fn best_buckets(&self) -> usize {
+        self.best.len().div_ceil(BEST_CHAIN_BUCKET as usize)
+    }
+
     fn views(&self) -> Result<Vec<ChunkView<'_>>, ArrowError> {
         self.chunks.iter().map(ChunkView::new).collect()
     }
@@ -430,23 +435,27 @@ impl LinkedTree {
         Ok((keys.finish(), values.finish()))
     }
 
-    /// Best-chain entries `lo..hi` (by height): (height keys, hashes).
+    /// Best-chain buckets `lo..hi` (see `store.rs`): (bucket keys, concatenated hashes).
     pub fn best_entries(
         &self,
         lo: usize,
         hi: usize,
     ) -> Result<(BinaryArray, BinaryArray), ArrowError> {
         let views = self.views()?;
-        let entries = &self.best[lo.min(self.best.len())..hi.min(self.best.len())];
-        let mut keys = BinaryBuilder::with_capacity(entries.len(), entries.len() * 4);
-        let mut values = BinaryBuilder::with_capacity(entries.len(), entries.len() * 32);
-        for &e in entries {
-            let e = e as usize;
-            keys.append_value(best_chain_key(
-                self.link.height[e].expect("best chain is linked"),
-            ));
-            let (c, i) = self.locate(e);
-            values.append_value(views[c].hashes[i]);
+        let per = BEST_CHAIN_BUCKET as usize;
+        let (lo, hi) = (lo.min(self.best_buckets()), hi.min(self.best_buckets()));
+        let heights = (lo * per).min(self.best.len())..(hi * per).min(self.best.len());
+        let mut keys = BinaryBuilder::with_capacity(hi - lo, (hi - lo) * 4);
+        let mut values = BinaryBuilder::with_capacity(hi - lo, heights.len() * 32);
+        let mut bucket = Vec::with_capacity(per * 32);
+        for (k, chunk) in self.best[heights].chunks(per).enumerate() {
+            bucket.clear();
+            for &e in chunk {
+                let (c, i) = self.locate(e as usize);
+                bucket.extend_from_slice(&views[c].hashes[i]);
+            }
+            keys.append_value(best_chain_key(((lo + k) * per) as u32));
+            values.append_value(&bucket);
         }
         Ok((keys.finish(), values.finish()))
     }
