@@ -177,6 +177,8 @@ pub fn link(input: &LinkInput) -> LinkOutput {
             stack.push(root);
         }
     }
+    // nBits changes once per retarget period: one 256-bit division per change, not per block.
+    let mut work_of = (u32::MAX, U256::zero());
     while let Some(p) = stack.pop() {
         let p = p as usize;
         for &c in kids(p) {
@@ -184,8 +186,12 @@ pub fn link(input: &LinkInput) -> LinkOutput {
             if out.invalid_reason[c].is_some() || out.height[c].is_some() {
                 continue;
             }
+            let bits = input.bits[rec(c)];
+            if work_of.0 != bits {
+                work_of = (bits, block_work(bits));
+            }
             out.height[c] = Some(out.height[p].unwrap() + 1);
-            out.chainwork[c] = out.chainwork[p].saturating_add(block_work(input.bits[rec(c)]));
+            out.chainwork[c] = out.chainwork[p].saturating_add(work_of.1);
             complete[c] = complete[p] && has_data[c];
             link_ordinal[c] = link_ordinal[p].max(out.record[c]);
             stack.push(c as u32);

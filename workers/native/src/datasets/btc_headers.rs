@@ -158,6 +158,33 @@ fn primitive<'a, T: arrow_array::ArrowPrimitiveType>(
         .ok_or_else(|| ArrowError::SchemaError(format!("column {name} has the wrong type")))
 }
 
+/// Sorts distinct hashes into key order. Hashes are uniformly random, so ordering by their first
+/// eight bytes as an integer settles almost every comparison without a 32-byte compare; runs
+/// sharing a prefix are then put in full order.
+fn sort_by_hash(entries: &mut Vec<([u8; 32], u32)>) {
+    let prefix = |h: &[u8; 32]| u64::from_be_bytes(h[..8].try_into().unwrap());
+    let mut keyed: Vec<(u64, u32)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, (h, _))| (prefix(h), i as u32))
+        .collect();
+    keyed.sort_unstable();
+    let mut sorted: Vec<([u8; 32], u32)> =
+        keyed.iter().map(|&(_, i)| entries[i as usize]).collect();
+    let mut lo = 0;
+    while lo < keyed.len() {
+        let mut hi = lo + 1;
+        while hi < keyed.len() && keyed[hi].0 == keyed[lo].0 {
+            hi += 1;
+        }
+        if hi - lo > 1 {
+            sorted[lo..hi].sort_unstable();
+        }
+        lo = hi;
+    }
+    *entries = sorted;
+}
+
 /// The scan log (every record copy, in scan order, as one or more chunks) linked into the tree.
 pub struct LinkedTree {
     chunks: Vec<RecordBatch>,
@@ -209,7 +236,7 @@ impl LinkedTree {
         let mut by_hash: Vec<([u8; 32], u32)> = (0..m)
             .map(|e| (hashes[link.record[e] as usize], e as u32))
             .collect();
-        by_hash.sort_unstable();
+        sort_by_hash(&mut by_hash);
         drop(hashes);
         let best = order
             .iter()
@@ -458,5 +485,28 @@ impl LinkedTree {
             values.append_value(&bucket);
         }
         Ok((keys.finish(), values.finish()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sort_by_hash;
+
+    #[test]
+    fn sort_by_hash_equals_a_full_sort_with_shared_prefixes() {
+        let mut entries: Vec<([u8; 32], u32)> = (0..500u32)
+            .map(|i| {
+                let mut h = [0u8; 32];
+                // Few distinct eight-byte prefixes, so runs must be ordered by the rest.
+                h[..8].copy_from_slice(&((i * 7919) % 5).to_be_bytes().repeat(2));
+                h[8..12].copy_from_slice(&(i.wrapping_mul(2_654_435_761)).to_be_bytes());
+                h[31] = (i % 3) as u8;
+                (h, i)
+            })
+            .collect();
+        let mut expected = entries.clone();
+        expected.sort_unstable();
+        sort_by_hash(&mut entries);
+        assert_eq!(entries, expected);
     }
 }
