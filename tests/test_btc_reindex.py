@@ -336,3 +336,25 @@ def test_a_replaced_file_is_noticed_and_rescanned(tmp_path: Path) -> None:
 
         dx, dy = digest(x), digest(y)
     assert dx["btc_index"] == dy["btc_index"] and dx["parquet/headers"] == dy["parquet/headers"]
+
+
+def test_a_chain_past_one_row_group_publishes_two_parts(tmp_path: Path) -> None:
+    """Above one Parquet row group the headers table is written as two parts on two threads,
+    and the best chain spans many RocksDB buckets: both must still agree with the generator."""
+    facts = gen_chain(tmp_path, "--blocks", "140000", "--tx-per-block", "1:1", "--seed", "3")
+    data = tmp_path / "data"
+    st = reindex(tmp_path / "blocks", data)
+    for key in ("tip_hash", "tip_height", "chainwork", "blocks_indexed"):
+        assert st[key] == facts[key], key
+    parts = sorted((data / "parquet" / "headers").glob("*/part-*.parquet"))
+    assert [p.name for p in parts] == ["part-00000.parquet", "part-00001.parquet"]
+    rows = [pq.ParquetFile(p).metadata.num_rows for p in parts]
+    assert rows[0] == 131_072 and sum(rows) == facts["blocks_indexed"] + len(facts["orphans"])
+    best = (tmp_path / "best_chain.txt").read_text().split()
+    for height in (0, 1023, 1024, 131_071, 131_072, len(best) - 1):
+        got = cli_json("btc", "block", "--data", data, "--height", str(height), "--json")
+        assert got["hash"] == best[height] and got["height"] == height
+    code, _, err = cli("btc", "block", "--data", data, "--height", str(len(best)))
+    assert code == 2 and "no block at height" in err
+    result = verify(data)
+    assert result["ok"], result["problems"]
