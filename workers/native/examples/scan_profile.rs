@@ -1,4 +1,5 @@
-//! Times the scanner and the Arrow build separately on one blk file:
+//! Times the scanner and the Arrow build separately on one blk file, next to the sha256d limit
+//! (`hash_headers_seconds`, the benchmark's reference) measured in the same run:
 //! `cargo run --release --example scan_profile -- FILE NETWORK [XORHEX]`.
 
 use rechain_native::btc::network::Network;
@@ -31,9 +32,12 @@ fn main() {
     let batch = rechain_native::datasets::btc_records::build(0, shard.records);
     let build_s = t.elapsed().as_secs_f64();
     let n = batch.num_rows() as f64;
+    let limit_ns = rechain_native::btc::header::hash_headers_seconds(1_000_000) * 1e3;
     println!(
-        "records {n} scan {scan_s:.3}s ({:.0}/s) arrow {build_s:.3}s ({:.0}/s)",
-        n / scan_s,
-        n / build_s
+        "records {n} scan {scan_s:.3}s ({:.0} ns/rec) arrow {build_s:.3}s ({:.0} ns/rec) \
+         sha256d limit {limit_ns:.0} ns/header, ratio {:.3}",
+        scan_s / n * 1e9,
+        build_s / n * 1e9,
+        limit_ns / ((scan_s + build_s) / n * 1e9)
     );
 }

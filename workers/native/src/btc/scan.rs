@@ -17,7 +17,7 @@
 
 use super::block::{parse_block, BodyMode};
 use super::encode::read_compact_size;
-use super::header::{sha256d, PowChecker, HEADER_LEN};
+use super::header::{sha256d, Header, PowChecker, HEADER_LEN};
 use super::network::Network;
 use std::fs::File;
 use std::io;
@@ -30,7 +30,7 @@ pub const MAX_RECORD_SIZE: u32 = 4_000_000;
 const PREFIX_LEN: u64 = 8;
 /// Reads further apart than this are served by small positioned reads instead of streaming.
 const SEQUENTIAL_GAP: u64 = 1024;
-const STREAM_CHUNK: usize = 1 << 20;
+const STREAM_CHUNK: usize = 256 << 10;
 const STREAM_START: usize = 8 << 10;
 const SMALL_READ: usize = 128;
 /// Raw zero bytes that confirm a record's end: more than any header's run of zeros (a header
@@ -75,51 +75,93 @@ pub struct Record {
     pub body_checked: bool,
 }
 
-/// Accepted records, column by column, so they become Arrow arrays without a second pass.
+/// Accepted records, column by column in the layout of their Arrow arrays, so the batch takes
+/// the buffers over without a second pass or copy. Absent values (a consumed size or tx count
+/// the scanner could not learn) and reasons are rare: they are kept as row lists, not per row.
 #[derive(Clone, Debug, Default)]
 pub struct RecordColumns {
     pub magic_offset: Vec<u64>,
     pub declared_size: Vec<u32>,
-    pub consumed: Vec<Option<u32>>,
+    /// 0 in the rows listed in `consumed_absent`.
+    pub consumed: Vec<u32>,
+    pub consumed_absent: Vec<usize>,
     pub status: Vec<RecordStatus>,
-    pub reason: Vec<Option<String>>,
-    pub hash: Vec<[u8; 32]>,
-    pub header: Vec<[u8; HEADER_LEN]>,
-    pub n_tx: Vec<Option<u64>>,
+    /// (row, reason) for every row that carries one, ascending.
+    pub reasons: Vec<(usize, String)>,
+    /// 32 bytes per row, internal order.
+    pub hash: Vec<u8>,
+    pub prev_hash: Vec<u8>,
+    pub merkle_root: Vec<u8>,
+    pub version: Vec<i32>,
+    pub time: Vec<u32>,
+    pub bits: Vec<u32>,
+    pub nonce: Vec<u32>,
+    /// 0 in the rows listed in `n_tx_absent`.
+    pub n_tx: Vec<u64>,
+    pub n_tx_absent: Vec<usize>,
     pub body_checked: Vec<bool>,
 }
 
 impl RecordColumns {
     pub fn push(&mut self, r: Record) {
+        let row = self.len();
         self.magic_offset.push(r.magic_offset);
         self.declared_size.push(r.declared_size);
-        self.consumed.push(r.consumed);
+        self.consumed.push(r.consumed.unwrap_or(0));
+        if r.consumed.is_none() {
+            self.consumed_absent.push(row);
+        }
         self.status.push(r.status);
-        self.reason.push(r.reason);
-        self.hash.push(r.hash);
-        self.header.push(r.header);
-        self.n_tx.push(r.n_tx);
+        if let Some(reason) = r.reason {
+            self.reasons.push((row, reason));
+        }
+        self.hash.extend_from_slice(&r.hash);
+        let h = Header::parse(&r.header);
+        self.prev_hash.extend_from_slice(&h.prev_hash);
+        self.merkle_root.extend_from_slice(&h.merkle_root);
+        self.version.push(h.version);
+        self.time.push(h.time);
+        self.bits.push(h.bits);
+        self.nonce.push(h.nonce);
+        self.n_tx.push(r.n_tx.unwrap_or(0));
+        if r.n_tx.is_none() {
+            self.n_tx_absent.push(row);
+        }
         self.body_checked.push(r.body_checked);
     }
 
     pub fn len(&self) -> usize {
-        self.hash.len()
+        self.magic_offset.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.hash.is_empty()
+        self.magic_offset.is_empty()
     }
 
     pub fn get(&self, i: usize) -> Record {
+        let at32 = |v: &Vec<u8>| -> [u8; 32] { v[32 * i..32 * i + 32].try_into().unwrap() };
+        let header = Header {
+            version: self.version[i],
+            prev_hash: at32(&self.prev_hash),
+            merkle_root: at32(&self.merkle_root),
+            time: self.time[i],
+            bits: self.bits[i],
+            nonce: self.nonce[i],
+        };
+        let absent = |rows: &Vec<usize>| rows.binary_search(&i).is_ok();
         Record {
             magic_offset: self.magic_offset[i],
             declared_size: self.declared_size[i],
-            consumed: self.consumed[i],
+            consumed: (!absent(&self.consumed_absent)).then_some(self.consumed[i]),
             status: self.status[i],
-            reason: self.reason[i].clone(),
-            hash: self.hash[i],
-            header: self.header[i],
-            n_tx: self.n_tx[i],
+            reason: self
+                .reasons
+                .binary_search_by_key(&i, |(row, _)| *row)
+                .ok()
+                .map(|k| self.reasons[k].1.clone()),
+            hash: at32(&self.hash),
+            header: header.serialize(),
+            n_tx: (!absent(&self.n_tx_absent)).then_some(self.n_tx[i]),
             body_checked: self.body_checked[i],
         }
     }
