@@ -25,7 +25,7 @@ fn record(i: u64) -> Record {
         hash: [i as u8 ^ 0x5a; 32],
         header,
         n_tx: (i % 7 != 3 && i % 7 != 5).then_some(i % 4),
-        body_checked: i % 2 == 0,
+        body_checked: i.is_multiple_of(2),
     }
 }
 

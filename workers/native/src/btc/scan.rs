@@ -598,7 +598,7 @@ impl<'a> Scanner<'a> {
                     events,
                     resume,
                 } => {
-                    if out.records.len() == out.records.capacity() && out.records.len() > 0 {
+                    if out.records.len() == out.records.capacity() && !out.records.is_empty() {
                         // Size the columns for the rest of the shard from the record density
                         // so far, so they are not copied by doubling reallocs.
                         let rows = out.records.len() as u64 + 1;
