@@ -415,11 +415,18 @@ impl BlkReader {
     }
 
     /// Makes `[pos, min(pos + n, len))` available; streams when the access is near sequential.
+    /// Called several times per record: the buffer hit is inlined, the refill is not.
+    #[inline]
     fn ensure(&mut self, pos: u64, n: usize) -> io::Result<()> {
         let want_end = (pos + n as u64).min(self.len);
         if pos >= self.buf_pos && want_end <= self.buf_end() {
             return Ok(());
         }
+        self.refill(pos, n)
+    }
+
+    #[inline(never)]
+    fn refill(&mut self, pos: u64, n: usize) -> io::Result<()> {
         let sequential = pos >= self.buf_pos && pos <= self.buf_end() + SEQUENTIAL_GAP;
         // Streaming reads start small and double while access stays sequential, so a search
         // for the next record near a shard start does not pull in a whole chunk.
@@ -541,7 +548,13 @@ impl<'a> Scanner<'a> {
                 h += 1;
             }
             let search_end = hints.get(h).map_or(bound, |x| x.magic_offset.min(bound));
-            let (found, zero) = self.find_magic(pos, search_end)?;
+            // Records usually follow one another: the magic is right here, which is what the
+            // search below would find first (an empty, all-zero gap).
+            let (found, zero) = if pos < search_end && self.is_magic_at(pos)? {
+                (Some(pos), true)
+            } else {
+                self.find_magic(pos, search_end)?
+            };
             report.searched_bytes += found.unwrap_or(search_end) - pos;
             gap_zero &= zero;
             let c = match found {
@@ -608,7 +621,9 @@ impl<'a> Scanner<'a> {
                         out.records.reserve_rows(want as usize);
                     }
                     out.records.push(record);
-                    out.events.extend(events);
+                    if !events.is_empty() {
+                        out.events.extend(events);
+                    }
                     resume
                 }
                 Candidate::NoRecord => unreachable!(),
