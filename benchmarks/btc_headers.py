@@ -1,7 +1,8 @@
 """Bitcoin header reindex benchmark, side by side with this machine's own limits in one run.
 
 Reports: end-to-end headers/s (Ray start-up excluded, and reported on its own line), scanner
-headers/s per core against the double-SHA-256 limit per core measured now, bytes read as a
+headers/s per core against the double-SHA-256 limit per core (measured just before and just
+after the scan; the faster counts), in wall and in CPU seconds, bytes read as a
 fraction of file bytes (on a chain of ~8 KiB blocks), the committer's apply rate against the
 scanners' combined rate, and peak RSS of the rechain process and of the whole Ray tree.
 
@@ -51,6 +52,13 @@ def scanner_rate(blocks: Path) -> tuple[float, int, float, float]:
     return n / wall, n, first_call_s, n / cpu
 
 
+def hash_limit(n: int = 2_000_000) -> tuple[float, float]:
+    """Double-SHA-256 of 80-byte headers on one core: per wall second, per CPU second."""
+    cpu0 = time.thread_time()
+    wall = _native.hash_headers_seconds(n)
+    return n / wall, n / (time.thread_time() - cpu0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=1_000_000)
@@ -64,12 +72,14 @@ def main() -> None:
             str(work / "dense"), args.blocks, "regtest", 42, 134_217_728, True, 1024, 20, 10, 1, 1
         )
         gen_s = time.perf_counter() - gen_t
-        cpu0 = time.thread_time()
-        hash_rate = 2_000_000 / _native.hash_headers_seconds(2_000_000)
-        hash_cpu_rate = 2_000_000 / (time.thread_time() - cpu0)
+        hash_rate, hash_cpu_rate = hash_limit()
         scan_rate, scanned, scan_first_call_s, scan_cpu_rate = scanner_rate(
             work / "dense" / "blocks"
         )
+        # The limit again after the scan: the faster of the two is the reference, so a burst of
+        # load from other work on the machine during one measurement cannot flatter the ratio.
+        after, after_cpu = hash_limit()
+        hash_rate, hash_cpu_rate = max(hash_rate, after), max(hash_cpu_rate, after_cpu)
         result, elapsed, rss_root, rss_tree = reindex(
             work / "dense" / "blocks", work / "dense-data", args.workers
         )
