@@ -415,17 +415,7 @@ fn generate_bitcoin<'py>(
 /// This machine's double-SHA-256 rate on 80-byte headers, single thread: `n` hashes, in seconds.
 #[pyfunction]
 fn hash_headers_seconds(py: Python<'_>, n: u64) -> f64 {
-    py.detach(|| {
-        let mut header = [7u8; 80];
-        let t = std::time::Instant::now();
-        let mut acc = 0u8;
-        for i in 0..n {
-            header[76..80].copy_from_slice(&(i as u32).to_le_bytes());
-            acc ^= btc::header::sha256d(&header)[0];
-        }
-        std::hint::black_box(acc);
-        t.elapsed().as_secs_f64()
-    })
+    py.detach(|| btc::header::hash_headers_seconds(n))
 }
 
 #[pymodule]

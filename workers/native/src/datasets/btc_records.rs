@@ -1,12 +1,13 @@
 //! Dataset `btc_records`: one row per record candidate the scanner accepted (every copy, in file
 //! and offset order). Shards return it to the committer, which keeps it as the scan log.
 
-use crate::btc::scan::RecordColumns;
+use crate::btc::scan::{RecordColumns, RecordStatus};
+use arrow_array::builder::StringBuilder;
 use arrow_array::{
     ArrayRef, BooleanArray, FixedSizeBinaryArray, Int32Array, RecordBatch, StringArray,
     UInt32Array, UInt64Array,
 };
-use arrow_buffer::Buffer;
+use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
@@ -31,24 +32,10 @@ pub fn schema() -> SchemaRef {
     ]))
 }
 
-/// Turns scanned columns into a batch; the big columns move into Arrow buffers without copies.
+/// Turns scanned columns into a batch: every column but `data_pos`, `file` and `status` moves
+/// into its Arrow buffer without a copy.
 pub fn build(file_no: u32, records: RecordColumns) -> RecordBatch {
     let n = records.len();
-    let mut prev = Vec::with_capacity(n * 32);
-    let mut merkle = Vec::with_capacity(n * 32);
-    let mut version = Vec::with_capacity(n);
-    let mut time = Vec::with_capacity(n);
-    let mut bits = Vec::with_capacity(n);
-    let mut nonce = Vec::with_capacity(n);
-    for h in &records.header {
-        let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
-        prev.extend_from_slice(&h[4..36]);
-        merkle.extend_from_slice(&h[36..68]);
-        version.push(u32_at(0) as i32);
-        time.push(u32_at(68));
-        bits.push(u32_at(72));
-        nonce.push(u32_at(76));
-    }
     let data_pos: Vec<u64> = records.magic_offset.iter().map(|o| o + 8).collect();
     let fixed = |bytes: Vec<u8>| -> ArrayRef {
         Arc::new(FixedSizeBinaryArray::try_new(32, Buffer::from_vec(bytes), None).unwrap())
@@ -58,20 +45,69 @@ pub fn build(file_no: u32, records: RecordColumns) -> RecordBatch {
         Arc::new(UInt64Array::from(records.magic_offset)),
         Arc::new(UInt64Array::from(data_pos)),
         Arc::new(UInt32Array::from(records.declared_size)),
-        Arc::new(UInt32Array::from(records.consumed)),
-        Arc::new(StringArray::from_iter_values(
-            records.status.iter().map(|s| s.name()),
+        Arc::new(UInt32Array::new(
+            records.consumed.into(),
+            nulls_at(n, &records.consumed_absent),
         )),
-        Arc::new(StringArray::from(records.reason)),
-        fixed(records.hash.into_flattened()),
-        fixed(prev),
-        fixed(merkle),
-        Arc::new(Int32Array::from(version)),
-        Arc::new(UInt32Array::from(time)),
-        Arc::new(UInt32Array::from(bits)),
-        Arc::new(UInt32Array::from(nonce)),
-        Arc::new(UInt64Array::from(records.n_tx)),
+        Arc::new(status_array(&records.status)),
+        Arc::new(reason_array(n, &records.reasons)),
+        fixed(records.hash),
+        fixed(records.prev_hash),
+        fixed(records.merkle_root),
+        Arc::new(Int32Array::from(records.version)),
+        Arc::new(UInt32Array::from(records.time)),
+        Arc::new(UInt32Array::from(records.bits)),
+        Arc::new(UInt32Array::from(records.nonce)),
+        Arc::new(UInt64Array::new(
+            records.n_tx.into(),
+            nulls_at(n, &records.n_tx_absent),
+        )),
         Arc::new(BooleanArray::from(records.body_checked)),
     ];
     RecordBatch::try_new(schema(), cols).expect("btc_records columns match the schema")
+}
+
+/// A validity buffer with `rows` (ascending) null, or none when every row is valid.
+fn nulls_at(n: usize, rows: &[usize]) -> Option<NullBuffer> {
+    if rows.is_empty() {
+        return None;
+    }
+    let mut valid = BooleanBufferBuilder::new(n);
+    valid.append_n(n, true);
+    for &r in rows {
+        valid.set_bit(r, false);
+    }
+    Some(NullBuffer::new(valid.finish()))
+}
+
+/// Status names written straight into one offsets and one values buffer.
+fn status_array(status: &[RecordStatus]) -> StringArray {
+    let mut offsets = Vec::with_capacity(status.len() + 1);
+    let mut values = Vec::with_capacity(status.len() * 2);
+    offsets.push(0i32);
+    for s in status {
+        values.extend_from_slice(s.name().as_bytes());
+        offsets.push(values.len() as i32);
+    }
+    StringArray::new(
+        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+        Buffer::from_vec(values),
+        None,
+    )
+}
+
+/// Reasons of the listed rows (ascending); every other row is null.
+fn reason_array(n: usize, reasons: &[(usize, String)]) -> StringArray {
+    if reasons.is_empty() {
+        return StringArray::new_null(n);
+    }
+    let mut b = StringBuilder::with_capacity(n, reasons.iter().map(|(_, r)| r.len()).sum());
+    let mut row = 0;
+    for (r, reason) in reasons {
+        b.append_nulls(r - row);
+        b.append_value(reason);
+        row = r + 1;
+    }
+    b.append_nulls(n - row);
+    b.finish()
 }
