@@ -26,8 +26,8 @@
 //! Versions 1, 3, 4 and 5 (which flow-go still reads) are refused with an error naming them.
 
 use super::hash::{
-    compact_value, compact_values, default_hash, empty_root, hash_inter, Hash, LeafJob, Path,
-    MAX_HEIGHT,
+    compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
+    hash_inter, Hash, LeafJob, Path, MAX_HEIGHT,
 };
 use super::mtrie::{Node, Trie};
 use super::record::Payload;
@@ -623,6 +623,8 @@ pub struct PartInfo {
     pub nodes: u64,
     pub leaves: u64,
     pub bytes: u64,
+    /// Keccak-f[1600] permutations the hash checks of this part ran (0 when trusted).
+    pub permutations: u64,
 }
 
 /// Decodes subtrie part `index` into its nodes (local indices), checking magic, version, the
@@ -651,9 +653,11 @@ fn read_subtrie_part(
         verify
     };
     let mut queued: Vec<(u64, usize)> = Vec::new();
+    let mut permutations = 0u64;
     let mut read_all = |nodes: &mut Vec<Arc<Node>>,
                         leaves: &mut u64,
-                        queued: &mut Vec<(u64, usize)>|
+                        queued: &mut Vec<(u64, usize)>,
+                        permutations: &mut u64|
      -> CpResult<()> {
         for i in 1..=count {
             let (at, raw) = read_node(&mut r)?;
@@ -665,6 +669,17 @@ fn read_subtrie_part(
                 }
             };
             let is_leaf = matches!(raw, RawNode::Leaf { .. });
+            *permutations += match (&raw, verify) {
+                (_, Verify::None) => 0,
+                (RawNode::Interior { .. }, _) => 1,
+                (
+                    RawNode::Leaf {
+                        height, payload, ..
+                    },
+                    Verify::Full,
+                ) => compact_value_permutations(payload.value.len(), *height),
+                (RawNode::Leaf { .. }, Verify::Interior) => 0,
+            };
             let child = |c: u64| -> CpResult<Option<Arc<Node>>> {
                 if c >= i {
                     return Err(CheckpointError::new(
@@ -689,7 +704,7 @@ fn read_subtrie_part(
         }
         Ok(())
     };
-    let read = read_all(&mut nodes, &mut leaves, &mut queued);
+    let read = read_all(&mut nodes, &mut leaves, &mut queued, &mut permutations);
     check_leaf_hashes(&file, &nodes, &mut queued)?;
     read?;
     finish_part(&r, &footer, expected_crc)?;
@@ -701,6 +716,7 @@ fn read_subtrie_part(
             nodes: count,
             leaves,
             bytes,
+            permutations,
         },
     ))
 }

@@ -7,13 +7,14 @@
 //! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
 //! * `FlowCheckpointBuilder(dir, name, threads=None)`: `push(registers batch)`, `finish()`
 //! * `flow_register_values(batch) -> array`: RocksDB values of a `registers` batch
+//! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> dict`: the keccak floor
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
 use super::checkpoint::{
     count_registers, load, verify_part, write_tries, CheckpointError, PartInfo,
     RegisterCheckpointBuilder, Verify, WriteInfo,
 };
-use super::hash::Path;
+use super::hash::{chain_throughput, Path};
 use super::py::FlowForest;
 use super::record::Payload;
 use arrow_array::cast::AsArray;
@@ -55,6 +56,7 @@ fn part_dict<'py>(py: Python<'py>, p: &PartInfo) -> PyResult<Bound<'py, PyDict>>
     d.set_item("nodes", p.nodes)?;
     d.set_item("leaves", p.leaves)?;
     d.set_item("bytes", p.bytes)?;
+    d.set_item("permutations", p.permutations)?;
     Ok(d)
 }
 
@@ -368,7 +370,30 @@ fn flow_register_split(
     Ok((out(keys)?, out(vals)?))
 }
 
+/// This machine's multi-lane keccak rate: height-256 compact-leaf chains on `threads` threads
+/// (default: all cores), `permutations_per_thread` each. Returns `backend`, `lanes`,
+/// `threads`, `permutations`, `seconds`, `permutations_per_s`.
+#[pyfunction]
+#[pyo3(signature = (threads=None, permutations_per_thread=8_000_000))]
+fn flow_keccak_throughput<'py>(
+    py: Python<'py>,
+    threads: Option<usize>,
+    permutations_per_thread: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let n = threads_or_cores(threads);
+    let t = py.detach(|| chain_throughput(n, permutations_per_thread));
+    let d = PyDict::new(py);
+    d.set_item("backend", format!("{:?}", t.backend).to_lowercase())?;
+    d.set_item("lanes", t.backend.lanes())?;
+    d.set_item("threads", t.threads)?;
+    d.set_item("permutations", t.permutations)?;
+    d.set_item("seconds", t.seconds)?;
+    d.set_item("permutations_per_s", t.per_second())?;
+    Ok(d)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(flow_keccak_throughput, m)?)?;
     m.add_function(wrap_pyfunction!(flow_register_split, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_verify_part, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_load, m)?)?;

@@ -253,6 +253,91 @@ pub fn compact_values_on(backend: Backend, jobs: &[LeafJob<'_>]) -> Vec<Hash> {
     out
 }
 
+/// Keccak-f[1600] permutations `compact_value(path, value, height)` costs: the sponge blocks of
+/// `HashLeaf` (32-byte path + value + padding, 136-byte rate) and one per level; none for an
+/// empty value (a default hash, from the table).
+pub fn compact_value_permutations(value_len: usize, height: u16) -> u64 {
+    if value_len == 0 {
+        return 0;
+    }
+    ((32 + value_len) / RATE + 1) as u64 + u64::from(height.min(MAX_HEIGHT))
+}
+
+/// What [`chain_throughput`] measured: the multi-lane compact-leaf chains, one stream per
+/// thread, all threads at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Throughput {
+    pub backend: Backend,
+    pub threads: usize,
+    pub permutations: u64,
+    pub seconds: f64,
+}
+
+impl Throughput {
+    pub fn per_second(&self) -> f64 {
+        self.permutations as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Runs height-256 compact-leaf chains (the checkpoint verifier's hot loop, same code) on
+/// `threads` threads, `permutations_per_thread` each, and times the whole: this machine's
+/// multi-lane keccak rate, the floor under any reader that recomputes every hash.
+pub fn chain_throughput(threads: usize, permutations_per_thread: u64) -> Throughput {
+    let backend = Backend::detect();
+    let lanes = backend.lanes();
+    let threads = threads.max(1);
+    let groups = permutations_per_thread.div_ceil(256 * lanes as u64).max(1);
+    let t0 = std::time::Instant::now();
+    let done: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let defaults = default_words();
+                    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+                    let mut start: Vec<[u64; 4]> = vec![[0; 4]; lanes];
+                    let mut paths: Vec<[u8; 32]> = vec![[0; 32]; lanes];
+                    let heights = vec![MAX_HEIGHT; lanes];
+                    let mut out = vec![[0u64; 4]; lanes];
+                    for (k, p) in paths.iter_mut().enumerate() {
+                        for (i, b) in p.iter_mut().enumerate() {
+                            seed = seed.rotate_left(9) ^ (k * 31 + i) as u64;
+                            *b = seed as u8;
+                        }
+                    }
+                    let mut n = 0u64;
+                    for g in 0..groups {
+                        // Each group starts from the last one's output (no work to skip).
+                        for (k, s) in start.iter_mut().enumerate() {
+                            s[0] ^= g ^ k as u64;
+                        }
+                        if !chains(backend, &start, &heights, &paths, defaults, &mut out) {
+                            let mut h = from_words(&start[0]);
+                            for level in 1..=MAX_HEIGHT as usize {
+                                h = hash_inter(&h, &default_hash(level as u16 - 1));
+                            }
+                            out[0] = words(&h);
+                        }
+                        start.copy_from_slice(&out);
+                        n += 256 * lanes as u64;
+                    }
+                    std::hint::black_box(&start);
+                    n
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("hash thread"))
+            .sum()
+    });
+    Throughput {
+        backend,
+        threads,
+        permutations: done,
+        seconds: t0.elapsed().as_secs_f64(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
