@@ -299,6 +299,16 @@ REGISTERS_SCHEMA = pa.schema(
 )
 
 
+REGISTER_HASHES_SCHEMA = pa.schema(
+    [
+        ("path", pa.binary(32)),
+        ("height", pa.uint16()),
+        ("leaf_hash", pa.binary(32)),
+        ("node_hash", pa.binary(32)),
+    ]
+)
+
+
 def _register_rows(batches: Any) -> Iterator[pa.RecordBatch]:
     for b in batches:
         yield pa.RecordBatch.from_arrays(
@@ -341,6 +351,16 @@ def _publish(
         _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
         ROW_GROUP,
     )
+    data.stage_parquet_batches(
+        fs.REGISTER_HASHES,
+        generation,
+        REGISTER_HASHES_SCHEMA,
+        (
+            pa.RecordBatch.from_arrays(b.columns, schema=REGISTER_HASHES_SCHEMA)
+            for b in forest.leaf_hashes(batch_rows=PUBLISH_BATCH)
+        ),
+        ROW_GROUP,
+    )
     # RocksDB: current payloads (path order = key order) and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
@@ -369,7 +389,7 @@ def _publish(
         # The checkpoint's tries are where the replayed updates start from (`rechain verify`).
         summary["resumed_from"] = resumed_from
     data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
-    for t in (fs.TRIE_UPDATES, fs.REGISTERS):
+    for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
         data.remove_other_generations(t, generation)
     return summary
 

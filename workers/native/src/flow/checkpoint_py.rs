@@ -11,10 +11,10 @@
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
 use super::checkpoint::{
-    count_registers, load, verify_part, write_tries, CheckpointError, PartInfo,
+    count_registers, load, verify_part, write_tries, CachedLeaf, CheckpointError, PartInfo,
     RegisterCheckpointBuilder, Verify, WriteInfo,
 };
-use super::hash::{chain_throughput, Path};
+use super::hash::{chain_throughput, Hash, Path};
 use super::py::FlowForest;
 use super::record::Payload;
 use arrow_array::cast::AsArray;
@@ -77,6 +77,8 @@ fn write_dict<'py>(py: Python<'py>, w: &WriteInfo) -> PyResult<Bound<'py, PyDict
     d.set_item("part_nodes", w.part_nodes.clone())?;
     d.set_item("top_nodes", w.top_nodes)?;
     d.set_item("bytes", w.bytes)?;
+    d.set_item("cached_leaves", w.cached_leaves)?;
+    d.set_item("hashed_leaves", w.hashed_leaves)?;
     Ok(d)
 }
 
@@ -213,13 +215,48 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, String
         .ok_or_else(|| format!("registers batch has no column {name}"))
 }
 
-/// `(path, payload)` rows of a registers batch (`path`, `encoded_key`, `value`).
-fn register_rows(batch: &RecordBatch) -> Result<Vec<(Path, Arc<Payload>)>, String> {
+fn hash32(v: Option<&Vec<u8>>) -> Option<[u8; 32]> {
+    v.and_then(|b| b.as_slice().try_into().ok())
+}
+
+/// `(path, payload, cached hashes)` rows of a registers batch (`path`, `encoded_key`,
+/// `value`) and, when given, the matching `register_hashes` batch (`path`, `height`,
+/// `leaf_hash`, `node_hash`; a row whose path differs, or a batch of another length, is no
+/// cache: those leaves are hashed).
+type Row = (Path, Arc<Payload>, Option<CachedLeaf>);
+fn register_rows(batch: &RecordBatch, hashes: Option<&RecordBatch>) -> Result<Vec<Row>, String> {
     let paths = binary_values(column(batch, "path")?, "path")?;
     let keys = binary_values(column(batch, "encoded_key")?, "encoded_key")?;
     let values = binary_values(column(batch, "value")?, "value")?;
+    let mut cache: Vec<Option<CachedLeaf>> = vec![None; paths.len()];
+    if let Some(h) = hashes.filter(|h| h.num_rows() == paths.len()) {
+        let hp = binary_values(column(h, "path")?, "path")?;
+        let leaf = binary_values(column(h, "leaf_hash")?, "leaf_hash")?;
+        let node = binary_values(column(h, "node_hash")?, "node_hash")?;
+        let height = column(h, "height")?;
+        let height = height
+            .as_primitive_opt::<arrow_array::types::UInt16Type>()
+            .ok_or("register_hashes column height: expected uint16")?;
+        for (i, c) in cache.iter_mut().enumerate() {
+            if hp[i].is_some() && hp[i] == paths[i] && height.is_valid(i) {
+                if let (Some(l), Some(n)) = (hash32(leaf[i].as_ref()), hash32(node[i].as_ref())) {
+                    *c = Some(CachedLeaf {
+                        height: height.value(i),
+                        leaf_hash: Hash(l),
+                        node_hash: Hash(n),
+                    });
+                }
+            }
+        }
+    }
     let mut out = Vec::with_capacity(paths.len());
-    for (i, ((p, k), v)) in paths.into_iter().zip(keys).zip(values).enumerate() {
+    for (i, (((p, k), v), c)) in paths
+        .into_iter()
+        .zip(keys)
+        .zip(values)
+        .zip(cache)
+        .enumerate()
+    {
         let p = p.ok_or_else(|| format!("row {i}: null path"))?;
         let path: [u8; 32] = p
             .as_slice()
@@ -228,6 +265,7 @@ fn register_rows(batch: &RecordBatch) -> Result<Vec<(Path, Arc<Payload>)>, Strin
         out.push((
             Path(path),
             Arc::new(Payload::new(k.unwrap_or_default(), v.unwrap_or_default())),
+            c,
         ));
     }
     Ok(out)
@@ -261,16 +299,24 @@ impl FlowCheckpointBuilder {
     }
 
     /// Adds a batch with columns `path`, `encoded_key`, `value` (paths strictly increasing
-    /// across all batches).
-    fn push(&mut self, py: Python<'_>, batch: PyRecordBatch) -> PyResult<()> {
+    /// across all batches), with the same rows of `register_hashes` when the data folder has
+    /// them (leaves whose `HashLeaf` and height match take the stored compact hash).
+    #[pyo3(signature = (batch, hashes=None))]
+    fn push(
+        &mut self,
+        py: Python<'_>,
+        batch: PyRecordBatch,
+        hashes: Option<PyRecordBatch>,
+    ) -> PyResult<()> {
         let b = self
             .inner
             .as_mut()
             .ok_or_else(|| PyValueError::new_err("builder already finished"))?;
         let batch = batch.into_inner();
+        let hashes = hashes.map(PyRecordBatch::into_inner);
         let r = py.detach(|| -> Result<Result<(), CheckpointError>, String> {
-            let rows = register_rows(&batch)?;
-            Ok(b.push(rows))
+            let rows = register_rows(&batch, hashes.as_ref())?;
+            Ok(b.push_cached(rows))
         });
         match r {
             Err(msg) => Err(PyValueError::new_err(msg)),
