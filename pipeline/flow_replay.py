@@ -14,6 +14,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -343,33 +344,48 @@ def _publish(
             }
         )
     )
-    data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
-    data.stage_parquet_batches(
-        fs.REGISTERS,
-        generation,
-        REGISTERS_SCHEMA,
-        _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
-        ROW_GROUP,
-    )
-    data.stage_parquet_batches(
-        fs.REGISTER_HASHES,
-        generation,
-        REGISTER_HASHES_SCHEMA,
-        (
-            pa.RecordBatch.from_arrays(b.columns, schema=REGISTER_HASHES_SCHEMA)
-            for b in forest.leaf_hashes(batch_rows=PUBLISH_BATCH)
-        ),
-        ROW_GROUP,
-    )
-    # RocksDB: current payloads (path order = key order) and the root history.
+    register_rows = 0
+
+    def register_values() -> Iterator[tuple[pa.Array, pa.Array]]:
+        nonlocal register_rows
+        for b in forest.payloads(batch_rows=PUBLISH_BATCH):
+            register_rows += b.num_rows
+            keys = b.column("path").cast(pa.binary())
+            yield keys, _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
+
+    # The Parquet tables and the registers' SST file (current payloads, path order = key
+    # order) are built at once on threads (pyarrow and the Rust iterators release the GIL);
+    # the database changes only once all of them are complete.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        jobs = [
+            pool.submit(data.write_sst, layout.CF_FLOW_REGISTERS, register_values()),
+            pool.submit(
+                data.stage_parquet_batches,
+                fs.REGISTERS,
+                generation,
+                REGISTERS_SCHEMA,
+                _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
+                ROW_GROUP,
+            ),
+            pool.submit(
+                data.stage_parquet_batches,
+                fs.REGISTER_HASHES,
+                generation,
+                REGISTER_HASHES_SCHEMA,
+                (
+                    pa.RecordBatch.from_arrays(b.columns, schema=REGISTER_HASHES_SCHEMA)
+                    for b in forest.leaf_hashes(batch_rows=PUBLISH_BATCH)
+                ),
+                ROW_GROUP,
+            ),
+        ]
+        data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
+        sst = [j.result() for j in jobs][0]
+    # RocksDB: current payloads and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
-    register_rows = 0
-    for b in forest.payloads(batch_rows=PUBLISH_BATCH):
-        keys = b.column("path").cast(pa.binary())
-        values = _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
-        data.ingest_sorted(layout.CF_FLOW_REGISTERS, keys, values)
-        register_rows += b.num_rows
+    if sst is not None:
+        data.ingest_sst(layout.CF_FLOW_REGISTERS, sst)
     roots = table.filter(pc.is_valid(table.column("root")))
     if roots.num_rows:
         keys = pa.array([struct.pack(">Q", s) for s in roots.column("seq").to_pylist()])
