@@ -14,7 +14,6 @@ import struct
 import time
 from collections import deque
 from collections.abc import Generator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -353,34 +352,29 @@ def _publish(
             keys = b.column("path").cast(pa.binary())
             yield keys, _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
 
-    # The Parquet tables and the registers' SST file (current payloads, path order = key
-    # order) are built at once on threads (pyarrow and the Rust iterators release the GIL);
-    # the database changes only once all of them are complete.
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        jobs = [
-            pool.submit(data.write_sst, layout.CF_FLOW_REGISTERS, register_values()),
-            pool.submit(
-                data.stage_parquet_batches,
-                fs.REGISTERS,
-                generation,
-                REGISTERS_SCHEMA,
-                _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
-                ROW_GROUP,
-            ),
-            pool.submit(
-                data.stage_parquet_batches,
-                fs.REGISTER_HASHES,
-                generation,
-                REGISTER_HASHES_SCHEMA,
-                (
-                    pa.RecordBatch.from_arrays(b.columns, schema=REGISTER_HASHES_SCHEMA)
-                    for b in forest.leaf_hashes(batch_rows=PUBLISH_BATCH)
-                ),
-                ROW_GROUP,
-            ),
-        ]
-        data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
-        sst = [j.result() for j in jobs][0]
+    # One after another: building them at once on threads saved ~0.1 s of 1.7 s on 2 busy
+    # cores but cost ~45 MiB more peak RSS (a batch in flight per thread, per-thread arenas).
+    data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
+    data.stage_parquet_batches(
+        fs.REGISTERS,
+        generation,
+        REGISTERS_SCHEMA,
+        _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
+        ROW_GROUP,
+    )
+    data.stage_parquet_batches(
+        fs.REGISTER_HASHES,
+        generation,
+        REGISTER_HASHES_SCHEMA,
+        (
+            pa.RecordBatch.from_arrays(b.columns, schema=REGISTER_HASHES_SCHEMA)
+            for b in forest.leaf_hashes(batch_rows=PUBLISH_BATCH)
+        ),
+        ROW_GROUP,
+    )
+    # The registers' SST file (current payloads, path order = key order) is complete before
+    # the database changes.
+    sst = data.write_sst(layout.CF_FLOW_REGISTERS, register_values())
     # RocksDB: current payloads and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)

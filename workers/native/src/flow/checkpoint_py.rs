@@ -215,10 +215,6 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, String
         .ok_or_else(|| format!("registers batch has no column {name}"))
 }
 
-fn hash32(v: Option<&Vec<u8>>) -> Option<[u8; 32]> {
-    v.and_then(|b| b.as_slice().try_into().ok())
-}
-
 /// `(path, payload, cached hashes)` rows of a registers batch (`path`, `encoded_key`,
 /// `value`) and, when given, the matching `register_hashes` batch (`path`, `height`,
 /// `leaf_hash`, `node_hash`; a row whose path differs, or a batch of another length, is no
@@ -230,22 +226,33 @@ fn register_rows(batch: &RecordBatch, hashes: Option<&RecordBatch>) -> Result<Ve
     let values = binary_values(column(batch, "value")?, "value")?;
     let mut cache: Vec<Option<CachedLeaf>> = vec![None; paths.len()];
     if let Some(h) = hashes.filter(|h| h.num_rows() == paths.len()) {
-        let hp = binary_values(column(h, "path")?, "path")?;
-        let leaf = binary_values(column(h, "leaf_hash")?, "leaf_hash")?;
-        let node = binary_values(column(h, "node_hash")?, "node_hash")?;
-        let height = column(h, "height")?;
-        let height = height
+        // Read in place (fixed-size columns): no copy per row.
+        let fixed = |name: &str| {
+            column(h, name)?
+                .as_fixed_size_binary_opt()
+                .filter(|a| a.value_length() == 32)
+                .ok_or_else(|| format!("register_hashes column {name}: expected 32-byte binary"))
+        };
+        let (hp, leaf, node) = (fixed("path")?, fixed("leaf_hash")?, fixed("node_hash")?);
+        let height = column(h, "height")?
             .as_primitive_opt::<arrow_array::types::UInt16Type>()
             .ok_or("register_hashes column height: expected uint16")?;
         for (i, c) in cache.iter_mut().enumerate() {
-            if hp[i].is_some() && hp[i] == paths[i] && height.is_valid(i) {
-                if let (Some(l), Some(n)) = (hash32(leaf[i].as_ref()), hash32(node[i].as_ref())) {
-                    *c = Some(CachedLeaf {
-                        height: height.value(i),
-                        leaf_hash: Hash(l),
-                        node_hash: Hash(n),
-                    });
-                }
+            let valid = [
+                hp.is_valid(i),
+                leaf.is_valid(i),
+                node.is_valid(i),
+                height.is_valid(i),
+            ];
+            if valid.iter().all(|v| *v) && paths[i].as_deref() == Some(hp.value(i)) {
+                let word = |a: &arrow_array::FixedSizeBinaryArray| {
+                    Hash(a.value(i).try_into().expect("32 bytes"))
+                };
+                *c = Some(CachedLeaf {
+                    height: height.value(i),
+                    leaf_hash: word(leaf),
+                    node_hash: word(node),
+                });
             }
         }
     }
