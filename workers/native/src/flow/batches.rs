@@ -25,7 +25,7 @@
 //! fixed_size_binary[32] (`HashLeaf(path, value)`), `node_hash` fixed_size_binary[32] (the
 //! compact leaf hash at that height, the chain a checkpoint writer would otherwise recompute).
 
-use super::hash::{Hash, Path};
+use super::hash::{hash_leaves, Hash, Path};
 use super::mtrie::Node;
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
 use arrow_array::builder::{
@@ -397,25 +397,47 @@ pub fn leaf_hashes_schema() -> SchemaRef {
     ]))
 }
 
-/// A `register_hashes` batch from leaf nodes (one `HashLeaf` each: a sponge or two).
+/// A `register_hashes` batch from leaf nodes (one `HashLeaf` each, a sponge or two, on SIMD
+/// lanes and all cores).
 pub fn leaf_hashes_batch(leaves: &[Arc<Node>]) -> RecordBatch {
     let n = leaves.len();
+    let pairs: Vec<(&Path, &[u8])> = leaves
+        .iter()
+        .filter_map(|l| match &**l {
+            Node::Leaf { path, payload, .. } => Some((path, &payload.value[..])),
+            Node::Interior { .. } => None,
+        })
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let hashes: Vec<Hash> = if threads > 1 && n >= 1024 {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = pairs
+                .chunks(n.div_ceil(threads))
+                .map(|c| s.spawn(move || hash_leaves(c)))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("HashLeaf thread"))
+                .collect()
+        })
+    } else {
+        hash_leaves(&pairs)
+    };
     let mut path = FixedSizeBinaryBuilder::with_capacity(n, 32);
     let mut height = UInt16Builder::with_capacity(n);
     let mut leaf = FixedSizeBinaryBuilder::with_capacity(n, 32);
     let mut node = FixedSizeBinaryBuilder::with_capacity(n, 32);
-    for l in leaves {
+    for (l, lh) in leaves.iter().zip(&hashes) {
         if let Node::Leaf {
             height: h,
             path: p,
-            payload,
             hash,
+            ..
         } = &**l
         {
             path.append_value(p.0).expect("paths are 32 bytes");
             height.append_value(*h);
-            leaf.append_value(super::hash::hash_leaf(p, &payload.value).0)
-                .expect("hashes are 32 bytes");
+            leaf.append_value(lh.0).expect("hashes are 32 bytes");
             node.append_value(hash.0).expect("hashes are 32 bytes");
         }
     }

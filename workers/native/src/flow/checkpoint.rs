@@ -27,7 +27,7 @@
 
 use super::hash::{
     compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
-    hash_inter, hash_leaf, Hash, LeafJob, Path, MAX_HEIGHT,
+    hash_inter, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
 };
 use super::mtrie::{Node, Trie};
 use super::record::Payload;
@@ -1825,13 +1825,23 @@ fn leaf_hashes(ready: &[ReadyLeaf], threads: usize) -> (Vec<Hash>, u64) {
     fn run(chunk: &[ReadyLeaf]) -> (Vec<Hash>, u64) {
         let mut out = vec![Hash::default(); chunk.len()];
         let mut misses: Vec<usize> = Vec::new();
-        for (i, (path, payload, depth, cached)) in chunk.iter().enumerate() {
-            let height = (256 - depth) as u16;
+        // Entries at the leaf's height, whose HashLeaf is then checked (on SIMD lanes).
+        let mut candidates: Vec<(usize, CachedLeaf)> = Vec::new();
+        for (i, (_, _, depth, cached)) in chunk.iter().enumerate() {
             match cached {
-                Some(c) if c.height == height && hash_leaf(path, &payload.value) == c.leaf_hash => {
-                    out[i] = c.node_hash;
-                }
+                Some(c) if c.height == (256 - depth) as u16 => candidates.push((i, *c)),
                 _ => misses.push(i),
+            }
+        }
+        let pairs: Vec<(&Path, &[u8])> = candidates
+            .iter()
+            .map(|&(i, _)| (&chunk[i].0, &chunk[i].1.value[..]))
+            .collect();
+        for (&(i, c), leaf) in candidates.iter().zip(hash_leaves(&pairs)) {
+            if leaf == c.leaf_hash {
+                out[i] = c.node_hash;
+            } else {
+                misses.push(i);
             }
         }
         let jobs: Vec<LeafJob> = misses
@@ -2214,7 +2224,7 @@ mod tests {
                     hash,
                 } => Some(CachedLeaf {
                     height: *height,
-                    leaf_hash: hash_leaf(path, &payload.value),
+                    leaf_hash: crate::flow::hash::hash_leaf(path, &payload.value),
                     node_hash: *hash,
                 }),
                 Node::Interior { .. } => None,
