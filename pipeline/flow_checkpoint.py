@@ -259,7 +259,8 @@ def write(
             for batch, hashes in _register_groups(files):
                 builder.push(batch, hashes)
                 rows += batch.num_rows
-            result = dict(builder.finish())
+            reg_size = summary.get("reg_size")
+            result = dict(builder.finish(None if reg_size is None else int(reg_size)))
         except _native.FlowCheckpointError as e:
             builder.abort()
             _raise(e)

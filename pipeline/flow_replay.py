@@ -389,6 +389,8 @@ def _publish(
         "root": forest.root_hex,
         "updates_applied": int(forest.updates_applied),
         "registers": int(forest.register_count()),
+        # flow-go's AllocatedRegSize (accumulated per update), for the checkpoint writer.
+        "reg_size": int(forest.reg_size()),
         "register_rows": register_rows,
         "segments": len(segments),
         "last_segment": segments[-1][0] if segments else last_segment,

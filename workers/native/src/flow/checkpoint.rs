@@ -1721,12 +1721,22 @@ impl RegisterCheckpointBuilder {
 
     /// Writes the remaining nodes, the top part and the header, and renames the files into
     /// place. Returns what was written.
-    pub fn finish(mut self) -> CpResult<WriteInfo> {
+    pub fn finish(self) -> CpResult<WriteInfo> {
+        self.finish_with(None)
+    }
+
+    /// [`Self::finish`] with the trie record's register size given: flow-go's
+    /// `AllocatedRegSize` is accumulated update by update, and a trie that went through many
+    /// can differ from the sum over its registers, which is the default.
+    pub fn finish_with(mut self, reg_size: Option<u64>) -> CpResult<WriteInfo> {
         if let Some((p, pl, lcp_left, cached)) = self.last.take() {
             let depth = lcp_left.map_or(0, |l| l + 1);
             self.fold_ready(vec![(p, pl, depth, cached)])?;
         }
         self.reduce(-1)?;
+        if let Some(s) = reg_size {
+            self.reg_size = s;
+        }
         if !self.write {
             let root = self.stack.pop().map_or_else(empty_root, |p| p.hash);
             return Ok(WriteInfo {

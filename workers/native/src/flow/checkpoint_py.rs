@@ -335,13 +335,21 @@ impl FlowCheckpointBuilder {
         }
     }
 
-    /// Completes the checkpoint and renames its files into place.
-    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// Completes the checkpoint and renames its files into place. `reg_size`: the trie
+    /// record's register size as flow-go accounted it (default: summed over the registers).
+    #[pyo3(signature = (reg_size=None))]
+    fn finish<'py>(
+        &mut self,
+        py: Python<'py>,
+        reg_size: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let b = self
             .inner
             .take()
             .ok_or_else(|| PyValueError::new_err("builder already finished"))?;
-        let info = py.detach(|| b.finish()).map_err(|e| cp_err(py, &e))?;
+        let info = py
+            .detach(|| b.finish_with(reg_size))
+            .map_err(|e| cp_err(py, &e))?;
         write_dict(py, &info)
     }
 
