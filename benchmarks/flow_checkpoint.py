@@ -7,9 +7,16 @@ flow-go replays it and writes checkpoint C with its own writer. On C:
   hash recomputed, tries assembled, registers published to RocksDB + Parquet) vs flow-go's
   `LoadCheckpoint` (which trusts the stored hashes and publishes nothing);
 * read again with `--trust-leaf-hashes` (interior hashes and roots still recomputed);
-* write: `rechain flow checkpoint write` (streams the data folder's registers, computes every
-  hash) vs flow-go's `StoreCheckpointV6Concurrently` of the tries it loaded (its load is
-  timed separately and not counted), and rechain's forest writer on tries it loaded (same);
+* write: `rechain flow checkpoint write` (streams the data folder's registers with the leaf
+  hashes the read published in `register_hashes`, checks each by `HashLeaf`, recomputes the
+  interior hashes and the root) vs flow-go's `StoreCheckpointV6Concurrently` of the tries it
+  loaded (its load is timed separately and not counted), the same write without
+  `register_hashes` (every leaf's hash chain run), and rechain's forest writer on tries it
+  loaded (load not counted);
+* the keccak floor: the multi-lane keccak's best rate on `--workers` threads (measured before
+  and after the reads, same code as the verifier's leaf chains) times the permutations the
+  read's hash recomputation ran: the least time any reader that recomputes every hash needs
+  on this machine now, next to flow-go's read (which recomputes none);
 
 reporting seconds and peak RSS of each, and checking both sides agree on the root and register
 count (and that flow-go loads rechain's checkpoint).
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +39,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine, run_measured, write_result  # noqa: E402
 from flow_replay import BIN, flowgo_binary  # noqa: E402
+
+KECCAK_RATE = """
+import json, sys
+from rechain.workers import _native
+print(json.dumps(_native.flow_keccak_throughput(int(sys.argv[1]), int(sys.argv[2]))))
+"""
+
+
+def keccak_rate(threads: int) -> dict[str, float]:
+    """The multi-lane keccak's rate on `threads` threads (best of three short runs)."""
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", KECCAK_RATE, str(threads), "4000000"],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            ).stdout
+        )  # fmt: skip
+        for _ in range(3)
+    ]
+    return max(runs, key=lambda r: r["permutations_per_s"])
+
 
 NAME = "checkpoint.00000000"
 FOREST_WRITE = """
@@ -69,6 +101,7 @@ def main() -> None:
             ).stdout
         )  # fmt: skip
         cp_bytes = sum(p.stat().st_size for p in cp.iterdir())
+        rate_before = keccak_rate(args.workers)
 
         # Read.
         ours_r, ours_r_rss, ours_r_wall = run_measured(
@@ -88,6 +121,12 @@ def main() -> None:
         go_read = json.loads(go_r.stdout)
         ours_read_s = mine["total_excluding_ray_start_s"]
         go_read_s = float(go_read["elapsed_seconds"])
+        rate_after = keccak_rate(args.workers)
+        best_rate = max(rate_before, rate_after, key=lambda r: r["permutations_per_s"])
+        # Every permutation the read's recomputation ran: subtrie parts (leaf chains and
+        # interior nodes) and one per top-level node.
+        permutations = sum(int(p["permutations"]) for p in mine["parts"]) + int(mine["top_nodes"])
+        floor_s = permutations / best_rate["permutations_per_s"]
 
         # Write.
         ours_w, ours_w_rss, ours_w_wall = run_measured(
@@ -95,6 +134,15 @@ def main() -> None:
              "--out", str(work / "out_rechain"), "--number", "0", "--json"]
         )  # fmt: skip
         wrote = json.loads(ours_w.stdout)
+        # The same write without the leaf hashes the read published: every chain is run.
+        hashes_dir = work / "data" / "parquet" / "register_hashes"
+        os.rename(hashes_dir, work / "register_hashes.away")
+        ours_n, ours_n_rss, _ = run_measured(
+            [str(BIN), "flow", "checkpoint", "write", "--data", str(work / "data"),
+             "--out", str(work / "out_nocache"), "--number", "0", "--json"]
+        )  # fmt: skip
+        os.rename(work / "register_hashes.away", hashes_dir)
+        wrote_nocache = json.loads(ours_n.stdout)
         go_w, go_w_rss, go_w_wall = run_measured(
             [str(flowgo), "rewrite-checkpoint", "--dir", str(cp), "--file", NAME,
              "--out", str(work / "out_flowgo")]
@@ -133,6 +181,8 @@ def main() -> None:
             "same_root_and_registers": {
                 "rechain_read": mine["root"] == root and mine["reg_count"] == regs,
                 "rechain_write": wrote["root"] == root and wrote["reg_count"] == regs,
+                "rechain_write_without_register_hashes": wrote_nocache["root"] == root
+                and wrote_nocache["reg_count"] == regs,
                 "flowgo_loads_rechain_checkpoint": check["tries"][-1]["root"] == root
                 and check["tries"][-1]["reg_count"] == regs,
             },
@@ -158,8 +208,25 @@ def main() -> None:
                     "flowgo": round(go_r_rss.peak_root / 2**20),
                 },
             },
+            "keccak_floor": {
+                "backend": best_rate["backend"],
+                "lanes": best_rate["lanes"],
+                "threads": best_rate["threads"],
+                "permutations_per_s_before_reads": round(rate_before["permutations_per_s"]),
+                "permutations_per_s_after_reads": round(rate_after["permutations_per_s"]),
+                "read_permutations": permutations,
+                "floor_seconds": round(floor_s, 3),
+                "floor_vs_flowgo_read": round(floor_s / go_read_s, 3),
+                "rechain_read_vs_floor": round(ours_read_s / floor_s, 3),
+                "rechain_verify_vs_floor": round(mine["verify_s"] / floor_s, 3),
+                "read_2x_flowgo_reachable_while_hashing": floor_s <= go_read_s / 2,
+            },
             "write": {
                 "rechain_seconds": round(ours_write_s, 3),
+                "rechain_cached_leaves": wrote["cached_leaves"],
+                "rechain_hashed_leaves": wrote["hashed_leaves"],
+                "rechain_without_register_hashes_s": round(float(wrote_nocache["total_s"]), 3),
+                "rechain_without_register_hashes_hashed_leaves": wrote_nocache["hashed_leaves"],
                 "rechain_wall_s": round(ours_w_wall, 3),
                 "flowgo_store_seconds": round(go_write_s, 3),
                 "flowgo_load_seconds_not_counted": round(float(go_write["load_seconds"]), 3),
@@ -170,6 +237,7 @@ def main() -> None:
                 "forest_store_speedup_vs_flowgo": round(go_write_s / forest_write["store_s"], 3),
                 "peak_rss_mib": {
                     "rechain_process": round(ours_w_rss.peak_root / 2**20),
+                    "rechain_process_without_register_hashes": round(ours_n_rss.peak_root / 2**20),
                     "rechain_forest_load_and_store": round(ours_f_rss.peak_root / 2**20),
                     "flowgo_load_and_store": round(go_w_rss.peak_root / 2**20),
                 },

@@ -299,6 +299,16 @@ REGISTERS_SCHEMA = pa.schema(
 )
 
 
+REGISTER_HASHES_SCHEMA = pa.schema(
+    [
+        ("path", pa.binary(32)),
+        ("height", pa.uint16()),
+        ("leaf_hash", pa.binary(32)),
+        ("node_hash", pa.binary(32)),
+    ]
+)
+
+
 def _register_rows(batches: Any) -> Iterator[pa.RecordBatch]:
     for b in batches:
         yield pa.RecordBatch.from_arrays(
@@ -333,6 +343,17 @@ def _publish(
             }
         )
     )
+    register_rows = 0
+
+    def register_values() -> Iterator[tuple[pa.Array, pa.Array]]:
+        nonlocal register_rows
+        for b in forest.payloads(batch_rows=PUBLISH_BATCH):
+            register_rows += b.num_rows
+            keys = b.column("path").cast(pa.binary())
+            yield keys, _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
+
+    # One after another: building them at once on threads saved ~0.1 s of 1.7 s on 2 busy
+    # cores but cost ~45 MiB more peak RSS (a batch in flight per thread, per-thread arenas).
     data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
     data.stage_parquet_batches(
         fs.REGISTERS,
@@ -341,15 +362,24 @@ def _publish(
         _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
         ROW_GROUP,
     )
-    # RocksDB: current payloads (path order = key order) and the root history.
+    data.stage_parquet_batches(
+        fs.REGISTER_HASHES,
+        generation,
+        REGISTER_HASHES_SCHEMA,
+        (
+            pa.RecordBatch.from_arrays(b.columns, schema=REGISTER_HASHES_SCHEMA)
+            for b in forest.leaf_hashes(batch_rows=PUBLISH_BATCH)
+        ),
+        ROW_GROUP,
+    )
+    # The registers' SST file (current payloads, path order = key order) is complete before
+    # the database changes.
+    sst = data.write_sst(layout.CF_FLOW_REGISTERS, register_values())
+    # RocksDB: current payloads and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
-    register_rows = 0
-    for b in forest.payloads(batch_rows=PUBLISH_BATCH):
-        keys = b.column("path").cast(pa.binary())
-        values = _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
-        data.ingest_sorted(layout.CF_FLOW_REGISTERS, keys, values)
-        register_rows += b.num_rows
+    if sst is not None:
+        data.ingest_sst(layout.CF_FLOW_REGISTERS, sst)
     roots = table.filter(pc.is_valid(table.column("root")))
     if roots.num_rows:
         keys = pa.array([struct.pack(">Q", s) for s in roots.column("seq").to_pylist()])
@@ -359,6 +389,8 @@ def _publish(
         "root": forest.root_hex,
         "updates_applied": int(forest.updates_applied),
         "registers": int(forest.register_count()),
+        # flow-go's AllocatedRegSize (accumulated per update), for the checkpoint writer.
+        "reg_size": int(forest.reg_size()),
         "register_rows": register_rows,
         "segments": len(segments),
         "last_segment": segments[-1][0] if segments else last_segment,
@@ -369,7 +401,7 @@ def _publish(
         # The checkpoint's tries are where the replayed updates start from (`rechain verify`).
         summary["resumed_from"] = resumed_from
     data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
-    for t in (fs.TRIE_UPDATES, fs.REGISTERS):
+    for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
         data.remove_other_generations(t, generation)
     return summary
 

@@ -182,6 +182,20 @@ class DataDir:
         chunks, each chunk of a bounded size) streamed into one SST file, then ingested.
         ``compress=False`` for values that are mostly hashes, where block compression costs
         time and saves nothing."""
+        sst = self.write_sst(cf, batches, compress=compress)
+        if sst is not None:
+            self.ingest_sst(cf, sst)
+
+    def write_sst(
+        self,
+        cf: str,
+        batches: Iterator[tuple[pa.Array, pa.Array]],
+        *,
+        compress: bool = True,
+    ) -> Path | None:
+        """The SST file of ``ingest_sorted_batches`` (``DATADIR/tmp/<cf>.sst``), without
+        touching the database: a stage can build it while other work runs and ingest it with
+        ``ingest_sst`` once everything is ready. None when there were no rows."""
         tmp = self.path / "tmp"
         tmp.mkdir(exist_ok=True)
         sst = tmp / f"{cf}.sst"
@@ -202,8 +216,12 @@ class DataDir:
         if rows == 0:
             del writer
             sst.unlink(missing_ok=True)
-            return
+            return None
         writer.finish()
+        return sst
+
+    def ingest_sst(self, cf: str, sst: Path) -> None:
+        """Moves an SST file from ``write_sst`` into column family ``cf`` (atomic)."""
         ingest = IngestExternalFileOptions()
         ingest.set_move_files(True)
         self._cfs[cf].ingest_external_file([str(sst)], ingest)

@@ -9,6 +9,9 @@ from __future__ import annotations
 TRIE_UPDATES = "trie_updates"
 #: The state after the replay: path, owner, key, value_size, value (+ encoded_key).
 REGISTERS = "registers"
+#: Same rows as `registers`: path, height, leaf_hash (HashLeaf), node_hash (the compact leaf
+#: hash at that height), so a checkpoint write need not rerun every leaf's hash chain.
+REGISTER_HASHES = "register_hashes"
 
 
 META_FLOW_SUMMARY = b"flow/summary"

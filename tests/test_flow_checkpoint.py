@@ -128,6 +128,16 @@ def test_rechain_checkpoints_load_in_flow_go(
                  "--root", facts["final_root"], "--json")  # fmt: skip
     last = int(facts["segments"][-1])
     assert w["checkpoint"].endswith(f"checkpoint.{last:08d}")
+    # Byte for byte flow-go's own checkpoint of that trie (register size as flow-go accounts
+    # it, leaf hashes from the replay's register_hashes).
+    assert w["cached_leaves"] == facts["registers"] and w["hashed_leaves"] == 0
+    streamed = {
+        p.name.removeprefix(f"checkpoint.{last:08d}"): p.read_bytes() for p in out.iterdir()
+    }
+    flowgo_own = {
+        p.name.removeprefix("checkpoint.00000000"): p.read_bytes() for p in theirs.iterdir()
+    }
+    assert streamed == flowgo_own
     oracle = run(flowgo, "read-checkpoint", "--dir", out, "--file", f"checkpoint.{last:08d}",
                  "--verify")  # fmt: skip
     [t] = oracle["tries"]

@@ -19,12 +19,18 @@
 //! Delete records have empty lists. `registers` (current payloads of a trie, path order, from
 //! [`registers_batch`]): `path` fixed_size_binary[32], `owner` binary?, `key` binary?,
 //! `encoded_key` binary, `value_size` uint64, `value` binary.
+//!
+//! `register_hashes` (same rows and order as `registers`, from [`leaf_hashes_batch`]): `path`
+//! fixed_size_binary[32], `height` uint16 (the leaf node's height in the trie), `leaf_hash`
+//! fixed_size_binary[32] (`HashLeaf(path, value)`), `node_hash` fixed_size_binary[32] (the
+//! compact leaf hash at that height, the chain a checkpoint writer would otherwise recompute).
 
-use super::hash::{Hash, Path};
+use super::hash::{hash_leaves, Hash, Path};
+use super::mtrie::Node;
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
 use arrow_array::builder::{
-    ArrayBuilder, BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt32Builder,
-    UInt64Builder,
+    ArrayBuilder, BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt16Builder,
+    UInt32Builder, UInt64Builder,
 };
 use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
@@ -380,6 +386,68 @@ pub fn registers_batch(regs: &[(Path, Arc<Payload>)]) -> RecordBatch {
         Arc::new(value.finish()),
     ];
     RecordBatch::try_new(registers_schema(), cols).expect("registers columns match the schema")
+}
+
+pub fn leaf_hashes_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("path", DataType::FixedSizeBinary(32), false),
+        Field::new("height", DataType::UInt16, false),
+        Field::new("leaf_hash", DataType::FixedSizeBinary(32), false),
+        Field::new("node_hash", DataType::FixedSizeBinary(32), false),
+    ]))
+}
+
+/// A `register_hashes` batch from leaf nodes (one `HashLeaf` each, a sponge or two, on SIMD
+/// lanes and all cores).
+pub fn leaf_hashes_batch(leaves: &[Arc<Node>]) -> RecordBatch {
+    let n = leaves.len();
+    let pairs: Vec<(&Path, &[u8])> = leaves
+        .iter()
+        .filter_map(|l| match &**l {
+            Node::Leaf { path, payload, .. } => Some((path, &payload.value[..])),
+            Node::Interior { .. } => None,
+        })
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let hashes: Vec<Hash> = if threads > 1 && n >= 1024 {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = pairs
+                .chunks(n.div_ceil(threads))
+                .map(|c| s.spawn(move || hash_leaves(c)))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("HashLeaf thread"))
+                .collect()
+        })
+    } else {
+        hash_leaves(&pairs)
+    };
+    let mut path = FixedSizeBinaryBuilder::with_capacity(n, 32);
+    let mut height = UInt16Builder::with_capacity(n);
+    let mut leaf = FixedSizeBinaryBuilder::with_capacity(n, 32);
+    let mut node = FixedSizeBinaryBuilder::with_capacity(n, 32);
+    for (l, lh) in leaves.iter().zip(&hashes) {
+        if let Node::Leaf {
+            height: h,
+            path: p,
+            hash,
+            ..
+        } = &**l
+        {
+            path.append_value(p.0).expect("paths are 32 bytes");
+            height.append_value(*h);
+            leaf.append_value(lh.0).expect("hashes are 32 bytes");
+            node.append_value(hash.0).expect("hashes are 32 bytes");
+        }
+    }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(path.finish()),
+        Arc::new(height.finish()),
+        Arc::new(leaf.finish()),
+        Arc::new(node.finish()),
+    ];
+    RecordBatch::try_new(leaf_hashes_schema(), cols).expect("register_hashes columns match")
 }
 
 /// `n_paths` of a `wal_records` batch (handy for summaries).

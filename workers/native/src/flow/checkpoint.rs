@@ -26,8 +26,8 @@
 //! Versions 1, 3, 4 and 5 (which flow-go still reads) are refused with an error naming them.
 
 use super::hash::{
-    compact_value, compact_values, default_hash, empty_root, hash_inter, Hash, LeafJob, Path,
-    MAX_HEIGHT,
+    compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
+    hash_inter, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
 };
 use super::mtrie::{Node, Trie};
 use super::record::Payload;
@@ -623,6 +623,8 @@ pub struct PartInfo {
     pub nodes: u64,
     pub leaves: u64,
     pub bytes: u64,
+    /// Keccak-f[1600] permutations the hash checks of this part ran (0 when trusted).
+    pub permutations: u64,
 }
 
 /// Decodes subtrie part `index` into its nodes (local indices), checking magic, version, the
@@ -651,9 +653,11 @@ fn read_subtrie_part(
         verify
     };
     let mut queued: Vec<(u64, usize)> = Vec::new();
+    let mut permutations = 0u64;
     let mut read_all = |nodes: &mut Vec<Arc<Node>>,
                         leaves: &mut u64,
-                        queued: &mut Vec<(u64, usize)>|
+                        queued: &mut Vec<(u64, usize)>,
+                        permutations: &mut u64|
      -> CpResult<()> {
         for i in 1..=count {
             let (at, raw) = read_node(&mut r)?;
@@ -665,6 +669,17 @@ fn read_subtrie_part(
                 }
             };
             let is_leaf = matches!(raw, RawNode::Leaf { .. });
+            *permutations += match (&raw, verify) {
+                (_, Verify::None) => 0,
+                (RawNode::Interior { .. }, _) => 1,
+                (
+                    RawNode::Leaf {
+                        height, payload, ..
+                    },
+                    Verify::Full,
+                ) => compact_value_permutations(payload.value.len(), *height),
+                (RawNode::Leaf { .. }, Verify::Interior) => 0,
+            };
             let child = |c: u64| -> CpResult<Option<Arc<Node>>> {
                 if c >= i {
                     return Err(CheckpointError::new(
@@ -689,7 +704,7 @@ fn read_subtrie_part(
         }
         Ok(())
     };
-    let read = read_all(&mut nodes, &mut leaves, &mut queued);
+    let read = read_all(&mut nodes, &mut leaves, &mut queued, &mut permutations);
     check_leaf_hashes(&file, &nodes, &mut queued)?;
     read?;
     finish_part(&r, &footer, expected_crc)?;
@@ -701,6 +716,7 @@ fn read_subtrie_part(
             nodes: count,
             leaves,
             bytes,
+            permutations,
         },
     ))
 }
@@ -1251,6 +1267,10 @@ pub struct WriteInfo {
     pub part_nodes: Vec<u64>,
     pub top_nodes: u64,
     pub bytes: u64,
+    /// Builder only: leaves whose compact hash came from the data folder's `register_hashes`
+    /// (checked by `HashLeaf` and height) and leaves whose hash chain was run.
+    pub cached_leaves: u64,
+    pub hashed_leaves: u64,
 }
 
 /// Writes `tries` as checkpoint `name` in `dir`, byte-identical to flow-go's
@@ -1372,6 +1392,8 @@ pub fn write_tries(
         part_nodes,
         top_nodes,
         bytes,
+        cached_leaves: 0,
+        hashed_leaves: 0,
     })
 }
 
@@ -1406,6 +1428,21 @@ enum TopNode {
     },
 }
 
+/// A register's hashes as the data folder keeps them (`register_hashes`): the builder takes
+/// `node_hash` instead of running the leaf's hash chain when the leaf lands at `height` and
+/// `HashLeaf(path, value)` equals `leaf_hash` (so the value it writes is the one hashed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachedLeaf {
+    pub height: u16,
+    pub leaf_hash: Hash,
+    pub node_hash: Hash,
+}
+
+/// A register whose leaf depth is known: path, payload, depth, cached hashes.
+type ReadyLeaf = (Path, Arc<Payload>, usize, Option<CachedLeaf>);
+/// The last register pushed: path, payload, prefix shared with its left neighbour, cache.
+type LastLeaf = (Path, Arc<Payload>, Option<usize>, Option<CachedLeaf>);
+
 fn common_prefix_bits(a: &Path, b: &Path) -> usize {
     for i in 0..32 {
         let x = a.0[i] ^ b.0[i];
@@ -1433,8 +1470,10 @@ pub struct RegisterCheckpointBuilder {
     stack: Vec<Pending>,
     /// The last register pushed, waiting for its right neighbour; with the prefix it shares
     /// with its left neighbour.
-    last: Option<(Path, Arc<Payload>, Option<usize>)>,
+    last: Option<LastLeaf>,
     reg_count: u64,
+    cached_leaves: u64,
+    hashed_leaves: u64,
     reg_size: u64,
     scratch: Vec<u8>,
     row: u64,
@@ -1464,6 +1503,8 @@ impl RegisterCheckpointBuilder {
             stack: Vec::new(),
             last: None,
             reg_count: 0,
+            cached_leaves: 0,
+            hashed_leaves: 0,
             reg_size: 0,
             scratch: Vec::with_capacity(4096),
             row: 0,
@@ -1479,14 +1520,22 @@ impl RegisterCheckpointBuilder {
     /// Adds registers; paths must be strictly increasing across all calls. Empty values
     /// (unallocated registers) are skipped.
     pub fn push(&mut self, regs: Vec<(Path, Arc<Payload>)>) -> CpResult<()> {
-        // (path, payload, depth) of every leaf whose depth is now known.
-        let mut ready: Vec<(Path, Arc<Payload>, usize)> = Vec::with_capacity(regs.len());
-        for (path, payload) in regs {
+        self.push_cached(regs.into_iter().map(|(p, pl)| (p, pl, None)).collect())
+    }
+
+    /// [`Self::push`] with each register's cached hashes, where the data folder has them.
+    pub fn push_cached(
+        &mut self,
+        regs: Vec<(Path, Arc<Payload>, Option<CachedLeaf>)>,
+    ) -> CpResult<()> {
+        // Every leaf whose depth is now known.
+        let mut ready: Vec<ReadyLeaf> = Vec::with_capacity(regs.len());
+        for (path, payload, cached) in regs {
             self.row += 1;
             if payload.value.is_empty() {
                 continue;
             }
-            if let Some((lp, lpay, lcp_left)) = self.last.take() {
+            if let Some((lp, lpay, lcp_left, lcached)) = self.last.take() {
                 if path <= lp {
                     return Err(CheckpointError::new(
                         &self.file(),
@@ -1502,20 +1551,22 @@ impl RegisterCheckpointBuilder {
                 }
                 let cp = common_prefix_bits(&lp, &path);
                 let depth = lcp_left.map_or(cp, |l| l.max(cp)) + 1;
-                ready.push((lp, lpay, depth));
-                self.last = Some((path, payload, Some(cp)));
+                ready.push((lp, lpay, depth, lcached));
+                self.last = Some((path, payload, Some(cp), cached));
             } else {
-                self.last = Some((path, payload, None));
+                self.last = Some((path, payload, None, cached));
             }
         }
         self.fold_ready(ready)
     }
 
-    fn fold_ready(&mut self, ready: Vec<(Path, Arc<Payload>, usize)>) -> CpResult<()> {
-        let hashes = leaf_hashes(&ready, self.threads);
+    fn fold_ready(&mut self, ready: Vec<ReadyLeaf>) -> CpResult<()> {
+        let (hashes, cached) = leaf_hashes(&ready, self.threads);
+        self.cached_leaves += cached;
+        self.hashed_leaves += ready.len() as u64 - cached;
         // The boundary after leaf k is the prefix it shares with leaf k+1 (depth_{k+1} may be
         // larger, so recompute from the paths: the next leaf is ready[k+1] or self.last).
-        for (k, ((path, payload, depth), hash)) in ready.iter().zip(hashes).enumerate() {
+        for (k, ((path, payload, depth, _), hash)) in ready.iter().zip(hashes).enumerate() {
             let next = ready
                 .get(k + 1)
                 .map(|r| r.0)
@@ -1670,12 +1721,22 @@ impl RegisterCheckpointBuilder {
 
     /// Writes the remaining nodes, the top part and the header, and renames the files into
     /// place. Returns what was written.
-    pub fn finish(mut self) -> CpResult<WriteInfo> {
-        if let Some((p, pl, lcp_left)) = self.last.take() {
+    pub fn finish(self) -> CpResult<WriteInfo> {
+        self.finish_with(None)
+    }
+
+    /// [`Self::finish`] with the trie record's register size given: flow-go's
+    /// `AllocatedRegSize` is accumulated update by update, and a trie that went through many
+    /// can differ from the sum over its registers, which is the default.
+    pub fn finish_with(mut self, reg_size: Option<u64>) -> CpResult<WriteInfo> {
+        if let Some((p, pl, lcp_left, cached)) = self.last.take() {
             let depth = lcp_left.map_or(0, |l| l + 1);
-            self.fold_ready(vec![(p, pl, depth)])?;
+            self.fold_ready(vec![(p, pl, depth, cached)])?;
         }
         self.reduce(-1)?;
+        if let Some(s) = reg_size {
+            self.reg_size = s;
+        }
         if !self.write {
             let root = self.stack.pop().map_or_else(empty_root, |p| p.hash);
             return Ok(WriteInfo {
@@ -1683,6 +1744,8 @@ impl RegisterCheckpointBuilder {
                 part_nodes: self.part_counts.to_vec(),
                 top_nodes: self.top.len() as u64,
                 bytes: 0,
+                cached_leaves: self.cached_leaves,
+                hashed_leaves: self.hashed_leaves,
             });
         }
         for part in self.current_part..SUBTRIE_COUNT {
@@ -1751,6 +1814,8 @@ impl RegisterCheckpointBuilder {
             part_nodes: self.part_counts.to_vec(),
             top_nodes: self.top.len() as u64,
             bytes,
+            cached_leaves: self.cached_leaves,
+            hashed_leaves: self.hashed_leaves,
         })
     }
 }
@@ -1764,34 +1829,66 @@ fn trailing_crc(file: &FsPath) -> CpResult<u32> {
     Ok(u32::from_be_bytes(b))
 }
 
-/// Compact leaf hashes of `(path, payload, depth)`, split over `threads` threads.
-fn leaf_hashes(ready: &[(Path, Arc<Payload>, usize)], threads: usize) -> Vec<Hash> {
-    let jobs: Vec<LeafJob> = ready
-        .iter()
-        .map(|(p, pl, d)| LeafJob {
-            path: p,
-            value: &pl.value,
-            height: (256 - d) as u16,
-        })
-        .collect();
-    if threads <= 1 || jobs.len() < 64 {
-        return compact_values(&jobs);
-    }
-    // Chunks in multiples of four (one SIMD group).
-    let chunk = jobs.len().div_ceil(threads).div_ceil(4) * 4;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .chunks(chunk)
-            .map(|c| s.spawn(move || compact_values(c)))
+/// Compact leaf hashes of ready leaves, split over `threads` threads; with how many came from
+/// the cache (one `HashLeaf` each) instead of a hash chain.
+fn leaf_hashes(ready: &[ReadyLeaf], threads: usize) -> (Vec<Hash>, u64) {
+    fn run(chunk: &[ReadyLeaf]) -> (Vec<Hash>, u64) {
+        let mut out = vec![Hash::default(); chunk.len()];
+        let mut misses: Vec<usize> = Vec::new();
+        // Entries at the leaf's height, whose HashLeaf is then checked (on SIMD lanes).
+        let mut candidates: Vec<(usize, CachedLeaf)> = Vec::new();
+        for (i, (_, _, depth, cached)) in chunk.iter().enumerate() {
+            match cached {
+                Some(c) if c.height == (256 - depth) as u16 => candidates.push((i, *c)),
+                _ => misses.push(i),
+            }
+        }
+        let pairs: Vec<(&Path, &[u8])> = candidates
+            .iter()
+            .map(|&(i, _)| (&chunk[i].0, &chunk[i].1.value[..]))
             .collect();
-        let mut out = Vec::with_capacity(jobs.len());
+        for (&(i, c), leaf) in candidates.iter().zip(hash_leaves(&pairs)) {
+            if leaf == c.leaf_hash {
+                out[i] = c.node_hash;
+            } else {
+                misses.push(i);
+            }
+        }
+        let jobs: Vec<LeafJob> = misses
+            .iter()
+            .map(|&i| LeafJob {
+                path: &chunk[i].0,
+                value: &chunk[i].1.value,
+                height: (256 - chunk[i].2) as u16,
+            })
+            .collect();
+        for (&i, h) in misses.iter().zip(compact_values(&jobs)) {
+            out[i] = h;
+        }
+        (out, (chunk.len() - misses.len()) as u64)
+    }
+    if threads <= 1 || ready.len() < 64 {
+        return run(ready);
+    }
+    // Chunks in multiples of eight (one SIMD group).
+    let chunk = ready.len().div_ceil(threads).div_ceil(8) * 8;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = ready
+            .chunks(chunk)
+            .map(|c| s.spawn(move || run(c)))
+            .collect();
+        let mut out = Vec::with_capacity(ready.len());
+        let mut cached = 0;
         for h in handles {
             match h.join() {
-                Ok(v) => out.extend(v),
+                Ok((v, c)) => {
+                    out.extend(v);
+                    cached += c;
+                }
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         }
-        out
+        (out, cached)
     })
 }
 
@@ -2115,6 +2212,70 @@ mod tests {
             std::fs::remove_dir_all(&da).unwrap();
             std::fs::remove_dir_all(&db).unwrap();
         }
+    }
+
+    /// Cached leaf hashes (as `register_hashes` keeps them) give the same bytes without the
+    /// hash chains; a cache entry whose `HashLeaf` or height does not match is not used.
+    #[test]
+    fn builder_takes_matching_cached_leaf_hashes_only() {
+        let regs = random_registers(700, 11);
+        let mut f = Forest::new(4, 1);
+        let root = f.update(&upd(empty_root(), regs.clone())).unwrap().root;
+        let trie = f.get(&root).unwrap().clone();
+        let leaves = trie.leaves().next_leaf_nodes(usize::MAX);
+        assert_eq!(leaves.len(), regs.len());
+        let mut cache: Vec<Option<CachedLeaf>> = leaves
+            .iter()
+            .map(|n| match &**n {
+                Node::Leaf {
+                    height,
+                    path,
+                    payload,
+                    hash,
+                } => Some(CachedLeaf {
+                    height: *height,
+                    leaf_hash: crate::flow::hash::hash_leaf(path, &payload.value),
+                    node_hash: *hash,
+                }),
+                Node::Interior { .. } => None,
+            })
+            .collect();
+        let name = checkpoint_name(2);
+        let want = tmp("cache-want");
+        write_tries(std::slice::from_ref(&trie), &want, &name, 1).unwrap();
+        let build = |cache: &[Option<CachedLeaf>], tag: &str| {
+            let dir = tmp(tag);
+            let mut b = RegisterCheckpointBuilder::new(&dir, &name, 2).unwrap();
+            let rows: Vec<_> = regs
+                .iter()
+                .zip(cache)
+                .map(|((p, pl), c)| (*p, pl.clone(), *c))
+                .collect();
+            for chunk in rows.chunks(97) {
+                b.push_cached(chunk.to_vec()).unwrap();
+            }
+            (dir, b.finish().unwrap())
+        };
+        let (dir, info) = build(&cache, "cache-all");
+        assert_eq!((info.cached_leaves, info.hashed_leaves), (700, 0));
+        assert_eq!(read_all(&dir), read_all(&want));
+        std::fs::remove_dir_all(&dir).unwrap();
+        // Wrong height, wrong HashLeaf (a changed value), no entry: those three are hashed.
+        let bad = cache[5].unwrap().node_hash;
+        cache[3].as_mut().unwrap().height += 1;
+        cache[4].as_mut().unwrap().leaf_hash = Hash([7; 32]);
+        cache[4].as_mut().unwrap().node_hash = bad;
+        cache[6] = None;
+        let (dir, info) = build(&cache, "cache-some");
+        assert_eq!((info.cached_leaves, info.hashed_leaves), (697, 3));
+        assert_eq!(read_all(&dir), read_all(&want));
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A wrong node hash behind a right HashLeaf changes the root (the caller compares it).
+        cache[7].as_mut().unwrap().node_hash = bad;
+        let (dir, info) = build(&cache, "cache-wrong");
+        assert_ne!(info.tries[0].0, root);
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&want).unwrap();
     }
 
     /// A killed writer's temporary files are removed by the next writer of that checkpoint;

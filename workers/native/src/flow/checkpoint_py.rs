@@ -7,13 +7,14 @@
 //! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
 //! * `FlowCheckpointBuilder(dir, name, threads=None)`: `push(registers batch)`, `finish()`
 //! * `flow_register_values(batch) -> array`: RocksDB values of a `registers` batch
+//! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> dict`: the keccak floor
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
 use super::checkpoint::{
-    count_registers, load, verify_part, write_tries, CheckpointError, PartInfo,
+    count_registers, load, verify_part, write_tries, CachedLeaf, CheckpointError, PartInfo,
     RegisterCheckpointBuilder, Verify, WriteInfo,
 };
-use super::hash::Path;
+use super::hash::{chain_throughput, Hash, Path};
 use super::py::FlowForest;
 use super::record::Payload;
 use arrow_array::cast::AsArray;
@@ -55,6 +56,7 @@ fn part_dict<'py>(py: Python<'py>, p: &PartInfo) -> PyResult<Bound<'py, PyDict>>
     d.set_item("nodes", p.nodes)?;
     d.set_item("leaves", p.leaves)?;
     d.set_item("bytes", p.bytes)?;
+    d.set_item("permutations", p.permutations)?;
     Ok(d)
 }
 
@@ -75,6 +77,8 @@ fn write_dict<'py>(py: Python<'py>, w: &WriteInfo) -> PyResult<Bound<'py, PyDict
     d.set_item("part_nodes", w.part_nodes.clone())?;
     d.set_item("top_nodes", w.top_nodes)?;
     d.set_item("bytes", w.bytes)?;
+    d.set_item("cached_leaves", w.cached_leaves)?;
+    d.set_item("hashed_leaves", w.hashed_leaves)?;
     Ok(d)
 }
 
@@ -211,13 +215,55 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, String
         .ok_or_else(|| format!("registers batch has no column {name}"))
 }
 
-/// `(path, payload)` rows of a registers batch (`path`, `encoded_key`, `value`).
-fn register_rows(batch: &RecordBatch) -> Result<Vec<(Path, Arc<Payload>)>, String> {
+/// `(path, payload, cached hashes)` rows of a registers batch (`path`, `encoded_key`,
+/// `value`) and, when given, the matching `register_hashes` batch (`path`, `height`,
+/// `leaf_hash`, `node_hash`; a row whose path differs, or a batch of another length, is no
+/// cache: those leaves are hashed).
+type Row = (Path, Arc<Payload>, Option<CachedLeaf>);
+fn register_rows(batch: &RecordBatch, hashes: Option<&RecordBatch>) -> Result<Vec<Row>, String> {
     let paths = binary_values(column(batch, "path")?, "path")?;
     let keys = binary_values(column(batch, "encoded_key")?, "encoded_key")?;
     let values = binary_values(column(batch, "value")?, "value")?;
+    let mut cache: Vec<Option<CachedLeaf>> = vec![None; paths.len()];
+    if let Some(h) = hashes.filter(|h| h.num_rows() == paths.len()) {
+        // Read in place (fixed-size columns): no copy per row.
+        let fixed = |name: &str| {
+            column(h, name)?
+                .as_fixed_size_binary_opt()
+                .filter(|a| a.value_length() == 32)
+                .ok_or_else(|| format!("register_hashes column {name}: expected 32-byte binary"))
+        };
+        let (hp, leaf, node) = (fixed("path")?, fixed("leaf_hash")?, fixed("node_hash")?);
+        let height = column(h, "height")?
+            .as_primitive_opt::<arrow_array::types::UInt16Type>()
+            .ok_or("register_hashes column height: expected uint16")?;
+        for (i, c) in cache.iter_mut().enumerate() {
+            let valid = [
+                hp.is_valid(i),
+                leaf.is_valid(i),
+                node.is_valid(i),
+                height.is_valid(i),
+            ];
+            if valid.iter().all(|v| *v) && paths[i].as_deref() == Some(hp.value(i)) {
+                let word = |a: &arrow_array::FixedSizeBinaryArray| {
+                    Hash(a.value(i).try_into().expect("32 bytes"))
+                };
+                *c = Some(CachedLeaf {
+                    height: height.value(i),
+                    leaf_hash: word(leaf),
+                    node_hash: word(node),
+                });
+            }
+        }
+    }
     let mut out = Vec::with_capacity(paths.len());
-    for (i, ((p, k), v)) in paths.into_iter().zip(keys).zip(values).enumerate() {
+    for (i, (((p, k), v), c)) in paths
+        .into_iter()
+        .zip(keys)
+        .zip(values)
+        .zip(cache)
+        .enumerate()
+    {
         let p = p.ok_or_else(|| format!("row {i}: null path"))?;
         let path: [u8; 32] = p
             .as_slice()
@@ -226,6 +272,7 @@ fn register_rows(batch: &RecordBatch) -> Result<Vec<(Path, Arc<Payload>)>, Strin
         out.push((
             Path(path),
             Arc::new(Payload::new(k.unwrap_or_default(), v.unwrap_or_default())),
+            c,
         ));
     }
     Ok(out)
@@ -259,16 +306,24 @@ impl FlowCheckpointBuilder {
     }
 
     /// Adds a batch with columns `path`, `encoded_key`, `value` (paths strictly increasing
-    /// across all batches).
-    fn push(&mut self, py: Python<'_>, batch: PyRecordBatch) -> PyResult<()> {
+    /// across all batches), with the same rows of `register_hashes` when the data folder has
+    /// them (leaves whose `HashLeaf` and height match take the stored compact hash).
+    #[pyo3(signature = (batch, hashes=None))]
+    fn push(
+        &mut self,
+        py: Python<'_>,
+        batch: PyRecordBatch,
+        hashes: Option<PyRecordBatch>,
+    ) -> PyResult<()> {
         let b = self
             .inner
             .as_mut()
             .ok_or_else(|| PyValueError::new_err("builder already finished"))?;
         let batch = batch.into_inner();
+        let hashes = hashes.map(PyRecordBatch::into_inner);
         let r = py.detach(|| -> Result<Result<(), CheckpointError>, String> {
-            let rows = register_rows(&batch)?;
-            Ok(b.push(rows))
+            let rows = register_rows(&batch, hashes.as_ref())?;
+            Ok(b.push_cached(rows))
         });
         match r {
             Err(msg) => Err(PyValueError::new_err(msg)),
@@ -280,13 +335,21 @@ impl FlowCheckpointBuilder {
         }
     }
 
-    /// Completes the checkpoint and renames its files into place.
-    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// Completes the checkpoint and renames its files into place. `reg_size`: the trie
+    /// record's register size as flow-go accounted it (default: summed over the registers).
+    #[pyo3(signature = (reg_size=None))]
+    fn finish<'py>(
+        &mut self,
+        py: Python<'py>,
+        reg_size: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let b = self
             .inner
             .take()
             .ok_or_else(|| PyValueError::new_err("builder already finished"))?;
-        let info = py.detach(|| b.finish()).map_err(|e| cp_err(py, &e))?;
+        let info = py
+            .detach(|| b.finish_with(reg_size))
+            .map_err(|e| cp_err(py, &e))?;
         write_dict(py, &info)
     }
 
@@ -368,7 +431,30 @@ fn flow_register_split(
     Ok((out(keys)?, out(vals)?))
 }
 
+/// This machine's multi-lane keccak rate: height-256 compact-leaf chains on `threads` threads
+/// (default: all cores), `permutations_per_thread` each. Returns `backend`, `lanes`,
+/// `threads`, `permutations`, `seconds`, `permutations_per_s`.
+#[pyfunction]
+#[pyo3(signature = (threads=None, permutations_per_thread=8_000_000))]
+fn flow_keccak_throughput<'py>(
+    py: Python<'py>,
+    threads: Option<usize>,
+    permutations_per_thread: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let n = threads_or_cores(threads);
+    let t = py.detach(|| chain_throughput(n, permutations_per_thread));
+    let d = PyDict::new(py);
+    d.set_item("backend", format!("{:?}", t.backend).to_lowercase())?;
+    d.set_item("lanes", t.backend.lanes())?;
+    d.set_item("threads", t.threads)?;
+    d.set_item("permutations", t.permutations)?;
+    d.set_item("seconds", t.seconds)?;
+    d.set_item("permutations_per_s", t.per_second())?;
+    Ok(d)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(flow_keccak_throughput, m)?)?;
     m.add_function(wrap_pyfunction!(flow_register_split, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_verify_part, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_load, m)?)?;

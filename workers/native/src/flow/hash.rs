@@ -13,7 +13,7 @@
 //! SHA3-256 is FIPS 202 (domain byte 0x06, rate 136) over the Keccak-f[1600] permutation from
 //! the `keccak` crate; the 64-byte interior hash, the hot path, is one permutation.
 
-use super::keccak::{chains, Backend};
+use super::keccak::{chains, sponges, Backend};
 use std::sync::OnceLock;
 
 /// Rate of SHA3-256 in bytes.
@@ -208,6 +208,72 @@ fn from_words(w: &[u64; 4]) -> Hash {
     Hash(out)
 }
 
+/// `HashLeaf(path, value)` of every pair, in order: messages of the same length in blocks go
+/// through the sponge four (AVX2) or eight (AVX-512) at a time.
+pub fn hash_leaves(leaves: &[(&Path, &[u8])]) -> Vec<Hash> {
+    hash_leaves_on(Backend::detect(), leaves)
+}
+
+/// [`hash_leaves`] on a given back end (the tests compare them).
+pub fn hash_leaves_on(backend: Backend, leaves: &[(&Path, &[u8])]) -> Vec<Hash> {
+    let lanes = backend.lanes();
+    let blocks = |v: &[u8]| (32 + v.len()) / RATE + 1;
+    let mut out = vec![Hash::default(); leaves.len()];
+    if lanes == 1 {
+        for (o, (p, v)) in out.iter_mut().zip(leaves) {
+            *o = hash_leaf(p, v);
+        }
+        return out;
+    }
+    let mut order: Vec<(usize, usize)> = leaves
+        .iter()
+        .enumerate()
+        .map(|(i, (_, v))| (blocks(v), i))
+        .collect();
+    order.sort_unstable();
+    let mut padded: Vec<Vec<u64>> = vec![Vec::new(); lanes];
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut result = vec![[0u64; 4]; lanes];
+    for group in order.chunk_by(|a, b| a.0 == b.0) {
+        let nblocks = group[0].0;
+        for g in group.chunks(lanes) {
+            if g.len() < lanes {
+                for &(_, i) in g {
+                    out[i] = hash_leaf(leaves[i].0, leaves[i].1);
+                }
+                continue;
+            }
+            for (k, &(_, i)) in g.iter().enumerate() {
+                let (p, v) = leaves[i];
+                bytes.clear();
+                bytes.extend_from_slice(&p.0);
+                bytes.extend_from_slice(v);
+                bytes.resize(nblocks * RATE, 0);
+                let at = 32 + v.len();
+                bytes[at] ^= 0x06;
+                bytes[nblocks * RATE - 1] ^= 0x80;
+                padded[k].clear();
+                padded[k].extend(
+                    bytes
+                        .chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+                );
+            }
+            let msgs: Vec<&[u64]> = padded.iter().map(Vec::as_slice).collect();
+            if sponges(backend, &msgs, nblocks, &mut result) {
+                for (k, &(_, i)) in g.iter().enumerate() {
+                    out[i] = from_words(&result[k]);
+                }
+            } else {
+                for &(_, i) in g {
+                    out[i] = hash_leaf(leaves[i].0, leaves[i].1);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// `compact_value` of every job, in order. The chains (up to 256 permutations each) are
 /// independent, so they run four (AVX2) or eight (AVX-512) at a time on SIMD lanes.
 pub fn compact_values(jobs: &[LeafJob<'_>]) -> Vec<Hash> {
@@ -220,11 +286,20 @@ pub fn compact_values_on(backend: Backend, jobs: &[LeafJob<'_>]) -> Vec<Hash> {
     // Chains still to run: (height, job index), longest first so that a group of four
     // wastes few steps on lanes that are already done.
     let mut pending: Vec<(u16, usize)> = Vec::new();
+    let starts = hash_leaves_on(
+        backend,
+        &jobs
+            .iter()
+            .filter(|j| !j.value.is_empty())
+            .map(|j| (j.path, j.value))
+            .collect::<Vec<_>>(),
+    );
+    let mut starts = starts.into_iter();
     for (i, j) in jobs.iter().enumerate() {
         if j.value.is_empty() {
             out.push(default_hash(j.height));
         } else {
-            out.push(hash_leaf(j.path, j.value));
+            out.push(starts.next().expect("one HashLeaf per non-empty value"));
             if j.height > 0 {
                 pending.push((j.height.min(MAX_HEIGHT), i));
             }
@@ -251,6 +326,91 @@ pub fn compact_values_on(backend: Backend, jobs: &[LeafJob<'_>]) -> Vec<Hash> {
         }
     }
     out
+}
+
+/// Keccak-f[1600] permutations `compact_value(path, value, height)` costs: the sponge blocks of
+/// `HashLeaf` (32-byte path + value + padding, 136-byte rate) and one per level; none for an
+/// empty value (a default hash, from the table).
+pub fn compact_value_permutations(value_len: usize, height: u16) -> u64 {
+    if value_len == 0 {
+        return 0;
+    }
+    ((32 + value_len) / RATE + 1) as u64 + u64::from(height.min(MAX_HEIGHT))
+}
+
+/// What [`chain_throughput`] measured: the multi-lane compact-leaf chains, one stream per
+/// thread, all threads at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Throughput {
+    pub backend: Backend,
+    pub threads: usize,
+    pub permutations: u64,
+    pub seconds: f64,
+}
+
+impl Throughput {
+    pub fn per_second(&self) -> f64 {
+        self.permutations as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Runs height-256 compact-leaf chains (the checkpoint verifier's hot loop, same code) on
+/// `threads` threads, `permutations_per_thread` each, and times the whole: this machine's
+/// multi-lane keccak rate, the floor under any reader that recomputes every hash.
+pub fn chain_throughput(threads: usize, permutations_per_thread: u64) -> Throughput {
+    let backend = Backend::detect();
+    let lanes = backend.lanes();
+    let threads = threads.max(1);
+    let groups = permutations_per_thread.div_ceil(256 * lanes as u64).max(1);
+    let t0 = std::time::Instant::now();
+    let done: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let defaults = default_words();
+                    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+                    let mut start: Vec<[u64; 4]> = vec![[0; 4]; lanes];
+                    let mut paths: Vec<[u8; 32]> = vec![[0; 32]; lanes];
+                    let heights = vec![MAX_HEIGHT; lanes];
+                    let mut out = vec![[0u64; 4]; lanes];
+                    for (k, p) in paths.iter_mut().enumerate() {
+                        for (i, b) in p.iter_mut().enumerate() {
+                            seed = seed.rotate_left(9) ^ (k * 31 + i) as u64;
+                            *b = seed as u8;
+                        }
+                    }
+                    let mut n = 0u64;
+                    for g in 0..groups {
+                        // Each group starts from the last one's output (no work to skip).
+                        for (k, s) in start.iter_mut().enumerate() {
+                            s[0] ^= g ^ k as u64;
+                        }
+                        if !chains(backend, &start, &heights, &paths, defaults, &mut out) {
+                            let mut h = from_words(&start[0]);
+                            for level in 1..=MAX_HEIGHT as usize {
+                                h = hash_inter(&h, &default_hash(level as u16 - 1));
+                            }
+                            out[0] = words(&h);
+                        }
+                        start.copy_from_slice(&out);
+                        n += 256 * lanes as u64;
+                    }
+                    std::hint::black_box(&start);
+                    n
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("hash thread"))
+            .sum()
+    });
+    Throughput {
+        backend,
+        threads,
+        permutations: done,
+        seconds: t0.elapsed().as_secs_f64(),
+    }
 }
 
 #[cfg(test)]
@@ -399,6 +559,53 @@ mod tests {
         assert!(compact_values(&four)
             .iter()
             .all(|x| *x == h("e31b266ccd2d953edd950c40e5548de9d9b34e1d9589ff37920a212a908a0c0e")));
+    }
+
+    #[test]
+    fn batched_leaf_hashes_match_one_by_one() {
+        let mut x = 5u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Lengths around the block boundaries (103/104 bytes of value fill one block's 135/136
+        // bytes with the path), several of each so that full SIMD groups form.
+        let mut leaves = Vec::new();
+        for i in 0..90usize {
+            let mut p = [0u8; 32];
+            p.iter_mut().for_each(|b| *b = next() as u8);
+            let len = [0, 1, 103, 104, 105, 239, 240, 300][i % 8] + (i / 40);
+            leaves.push((Path(p), vec![(i * 13) as u8; len]));
+        }
+        let pairs: Vec<(&Path, &[u8])> = leaves.iter().map(|(p, v)| (p, v.as_slice())).collect();
+        let want: Vec<Hash> = pairs.iter().map(|(p, v)| hash_leaf(p, v)).collect();
+        let mut backends = vec![Backend::Scalar, Backend::detect()];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") {
+                backends.push(Backend::Avx2);
+            }
+            if is_x86_feature_detected!("avx512f") {
+                backends.push(Backend::Avx512);
+            }
+        }
+        for b in backends {
+            for n in [0, 1, 7, 8, 9, 33, pairs.len()] {
+                assert_eq!(
+                    hash_leaves_on(b, &pairs[..n]),
+                    want[..n],
+                    "{b:?}, {n} leaves"
+                );
+            }
+        }
+        // The spec vector through the batch path.
+        let p1 = p("0000000000000000000000000000000000000000000000000000000000000001");
+        let eight = [(&p1, &[1u8, 2, 3][..]); 8];
+        assert!(hash_leaves(&eight)
+            .iter()
+            .all(|x| *x == h("16ebcf9c8205130a002f80685e1da1bde2bc036823c15b3a07161095462565cc")));
     }
 
     #[test]

@@ -394,6 +394,95 @@ pub(crate) fn chains(
     }
 }
 
+/// SHA3-256 of `L` messages with the same number of blocks at once, one per lane: `msgs[j]`
+/// is lane `j`'s padded message as little-endian words (`nblocks` x 17, rate 136 bytes).
+/// Returns each lane's digest words.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sponge_body<L: Lane, const N: usize>(
+    msgs: &[&[u64]; N],
+    nblocks: usize,
+    load: impl Fn([u64; N]) -> L,
+    store: impl Fn(L) -> [u64; N],
+) -> [[u64; 4]; N] {
+    let mut s = [L::splat(0); 25];
+    for b in 0..nblocks {
+        for (i, lane) in s.iter_mut().take(17).enumerate() {
+            let words: [u64; N] = std::array::from_fn(|j| msgs[j][17 * b + i]);
+            *lane = lane.xor(load(words));
+        }
+        permute(&mut s);
+    }
+    let mut out = [[0u64; 4]; N];
+    for i in 0..4 {
+        let w = store(s[i]);
+        for (j, o) in out.iter_mut().enumerate() {
+            o[i] = w[j];
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn sponge8_avx512(msgs: &[&[u64]; 8], nblocks: usize) -> [[u64; 4]; 8] {
+    use std::arch::x86_64::*;
+    sponge_body(
+        msgs,
+        nblocks,
+        |w: [u64; 8]| x86::V8(_mm512_loadu_si512(w.as_ptr().cast())),
+        |v: x86::V8| {
+            let mut w = [0u64; 8];
+            _mm512_storeu_si512(w.as_mut_ptr().cast(), v.0);
+            w
+        },
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sponge4_avx2(msgs: &[&[u64]; 4], nblocks: usize) -> [[u64; 4]; 4] {
+    use std::arch::x86_64::*;
+    sponge_body(
+        msgs,
+        nblocks,
+        |w: [u64; 4]| x86::V(_mm256_loadu_si256(w.as_ptr().cast())),
+        |v: x86::V| {
+            let mut w = [0u64; 4];
+            _mm256_storeu_si256(w.as_mut_ptr().cast(), v.0);
+            w
+        },
+    )
+}
+
+/// SHA3-256 sponges of `backend.lanes()` padded messages of `nblocks` blocks each at once
+/// (see `sponge_body`); `false` for [`Backend::Scalar`] (the caller hashes one by one).
+pub(crate) fn sponges(
+    backend: Backend,
+    msgs: &[&[u64]],
+    nblocks: usize,
+    out: &mut [[u64; 4]],
+) -> bool {
+    debug_assert!(msgs.iter().all(|m| m.len() >= 17 * nblocks));
+    match backend {
+        Backend::Scalar => false,
+        // Safety: `Backend::detect` only returns these when the CPU has the features, and
+        // every message holds `nblocks` blocks (checked by the slices' bounds).
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => {
+            let r = unsafe { sponge4_avx2(arr(msgs), nblocks) };
+            out.copy_from_slice(&r);
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512 => {
+            let r = unsafe { sponge8_avx512(arr(msgs), nblocks) };
+            out.copy_from_slice(&r);
+            true
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 fn arr<T, const N: usize>(s: &[T]) -> &[T; N] {
     s.try_into().expect("one entry per SIMD lane")

@@ -518,6 +518,27 @@ impl LeafCursor {
         }
         out
     }
+
+    /// Up to `max` leaf nodes with a non-empty value (the same leaves as [`Self::next_chunk`],
+    /// with their height and stored hash).
+    pub fn next_leaf_nodes(&mut self, max: usize) -> Vec<Arc<Node>> {
+        let mut out = Vec::with_capacity(max.min(1 << 16));
+        while out.len() < max {
+            let Some(n) = self.stack.pop() else { break };
+            match &*n {
+                Node::Leaf { payload, .. } => {
+                    if !payload.is_empty() {
+                        out.push(n.clone());
+                    }
+                }
+                Node::Interior { left, right, .. } => {
+                    self.stack.extend(right.iter().cloned());
+                    self.stack.extend(left.iter().cloned());
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Outcome of applying one update to the forest.

@@ -9,7 +9,9 @@
 //! * `flow_empty_root() -> str`
 //! * exception `FlowWalError` with `.segment`, `.offset`, `.kind`, `.retryable`
 
-use super::batches::{registers_batch, rows_from_batch, AppliedBuilder, RecordsBuilder};
+use super::batches::{
+    leaf_hashes_batch, registers_batch, rows_from_batch, AppliedBuilder, RecordsBuilder,
+};
 use super::gen::{generate, GenConfig};
 use super::hash::{empty_root, Hash};
 use super::mtrie::{Forest, LeafCursor, DEFAULT_CAPACITY};
@@ -361,6 +363,17 @@ impl FlowForest {
             batch_rows: batch_rows.max(1),
         })
     }
+
+    /// `register_hashes` batches of a trie (same rows and order as `payloads`): each register's
+    /// leaf height, `HashLeaf` and compact node hash, which let a checkpoint writer skip the
+    /// per-leaf hash chains.
+    #[pyo3(signature = (root=None, batch_rows=65_536))]
+    fn leaf_hashes(&self, root: Option<&str>, batch_rows: usize) -> PyResult<FlowLeafHashes> {
+        Ok(FlowLeafHashes {
+            cursor: self.trie(root)?.leaves(),
+            batch_rows: batch_rows.max(1),
+        })
+    }
 }
 
 impl FlowForest {
@@ -424,6 +437,32 @@ impl FlowPayloads {
     }
 }
 
+/// Iterator over `register_hashes` batches of one trie (holds the trie's nodes alive).
+#[pyclass(module = "rechain.workers._native")]
+pub struct FlowLeafHashes {
+    cursor: LeafCursor,
+    batch_rows: usize,
+}
+
+#[pymethods]
+impl FlowLeafHashes {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let n = self.batch_rows;
+        let cursor = &mut self.cursor;
+        let batch = py.detach(|| {
+            let chunk = cursor.next_leaf_nodes(n);
+            (!chunk.is_empty()).then(|| leaf_hashes_batch(&chunk))
+        });
+        batch
+            .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
+            .transpose()
+    }
+}
+
 /// Adds the Flow functions, classes and exception to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_decode_segment, m)?)?;
@@ -432,6 +471,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_generate, m)?)?;
     m.add_class::<FlowForest>()?;
     m.add_class::<FlowPayloads>()?;
+    m.add_class::<FlowLeafHashes>()?;
     m.add("FlowWalError", m.py().get_type::<FlowWalError>())?;
     super::checkpoint_py::register(m)
 }
