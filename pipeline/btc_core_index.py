@@ -14,7 +14,6 @@ import os
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,21 +169,15 @@ def read(path: Path) -> RawIndex:
         try:
             db = plyvel.DB(str(copy), create_if_missing=False, paranoid_checks=True)
             try:
-                # Two passes over one unchanged database beat splitting (key, value) pairs, and
-                # run side by side: LevelDB reads and checks blocks without holding the GIL.
-                def column(keys: bool) -> pa.Array:
-                    rows = db.iterator(
-                        prefix=KEY_BLOCK,
-                        include_key=keys,
-                        include_value=not keys,
-                        verify_checksums=True,
-                    )
-                    return pa.array(list(rows), pa.binary())
-
-                with ThreadPoolExecutor(2, thread_name_prefix="core-index-read") as pool:
-                    key_column = pool.submit(column, True)
-                    values = column(False)
-                    keys = key_column.result()
+                # Two passes over one unchanged database beat splitting (key, value) pairs.
+                keys = pa.array(
+                    list(db.iterator(prefix=KEY_BLOCK, include_value=False, verify_checksums=True)),
+                    pa.binary(),
+                )
+                values = pa.array(
+                    list(db.iterator(prefix=KEY_BLOCK, include_key=False, verify_checksums=True)),
+                    pa.binary(),
+                )
                 reindexing = db.get(KEY_REINDEXING) is not None
             finally:
                 db.close()
