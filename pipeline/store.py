@@ -35,8 +35,10 @@ from rocksdict import (
     WriteOptions,
 )
 
-#: Rows turned into Python objects at a time while writing an SST file.
-INGEST_SLICE_ROWS = 65_536
+#: Rows turned into Python objects at a time while writing an SST file. The writer holds the GIL
+#: for a whole slice (its loop runs in C), so slices stay a few milliseconds long: threads
+#: writing Parquet beside it get the GIL back between slices.
+INGEST_SLICE_ROWS = 8_192
 
 
 class DataDir:
