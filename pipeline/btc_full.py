@@ -33,11 +33,13 @@ from rechain.pipeline.btc_committer import BtcCommitter
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.query import current_generation
+from rechain.pipeline.ray_runtime import release_ray
 from rechain.pipeline.store import DataDir, fsync_dir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 from rechain.workers.btc_decode import BodyUnit, decode_and_stage_unit
+from rechain.workers.memory import release_unused_memory
 
 log = logging.getLogger(__name__)
 STAGE = "btc_full"
@@ -45,20 +47,39 @@ STAGE = "btc_full"
 UNIT_BYTES = 32 << 20
 #: The smallest unit a small memory budget cuts units down to (see ``unit_bytes``).
 MIN_UNIT_BYTES = 4 << 20
-#: DuckDB's memory limit never goes below this, whatever the budget.
+#: DuckDB's memory limit never goes below this, whatever the budget: on 29,000 blocks of
+#: 100-400 transactions, resolving spends (a hash join on every best-chain output) ran out of
+#: memory at 128 MiB, the tx index (a window and sort over every txid) at 192 MiB.
 MIN_DUCKDB_BYTES = 256 << 20
+#: What the stages after the body pass hold outside DuckDB's buffer pool: DuckDB's own
+#: allocations beyond it (Parquet writers, query results), Arrow batches streamed into the SST
+#: writer, RocksDB's and the interpreter's growth (measured at 8,000 blocks and a 256 MiB
+#: budget: ~70 MiB beyond DuckDB's limit, over the heap left after the body pass).
+DUCKDB_RESERVE_BYTES = 64 << 20
 #: A chain whose every block is invalid cannot loop forever: each round settles one block.
 MAX_ROUNDS = 10_000
 COINBASE_MATURITY = 100
 PARTITION_FLUSH_ROWS = 16_384
+#: Rows per batch streamed from DuckDB into an SST file: each batch is also held as Python
+#: objects while the writer takes it, so it is kept small (a few MiB).
+STREAM_BATCH_ROWS = 16_384
 #: Scripts longer than this (bytes) are unspendable (Core's MAX_SCRIPT_SIZE).
 MAX_SCRIPT_SIZE = 10_000
 
 
 def unit_bytes(budget: int) -> int:
-    """Block bytes per unit for a memory budget: a unit's decoded columns and staged Parquet
-    take a few times its bytes in a worker, and a couple of units are in flight per worker."""
-    return int(min(UNIT_BYTES, max(MIN_UNIT_BYTES, budget // 16)))
+    """Block bytes per unit for a memory budget. A unit in flight is resident several times
+    over: decoded columns and staged Parquet in its worker, the result in Ray's object store
+    (counted in the worker, the store and the coordinator that maps it), the coordinator's copy
+    (measured: the decode stage's tree grew ~15x a unit's bytes per unit in flight), and two
+    units are in flight per worker."""
+    return int(min(UNIT_BYTES, max(MIN_UNIT_BYTES, budget // 64)))
+
+
+def duckdb_bytes(budget: int) -> int:
+    """DuckDB's memory_limit: the budget less ``DUCKDB_RESERVE_BYTES`` for what runs next to
+    DuckDB in the stages after the body pass."""
+    return int(max(budget - DUCKDB_RESERVE_BYTES, MIN_DUCKDB_BYTES))
 
 
 def plan_units(
@@ -153,7 +174,7 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     for stale in (db_file, db_file.with_name(db_file.name + ".wal")):
         stale.unlink(missing_ok=True)
     con = duckdb.connect(str(db_file))
-    con.execute(f"SET memory_limit='{max(budget, MIN_DUCKDB_BYTES) // (1 << 20)}MB'")
+    con.execute(f"SET memory_limit='{duckdb_bytes(budget) // (1 << 20)}MB'")
     con.execute(f"SET temp_directory='{spill}'")
     con.execute(f"SET threads={max(workers, 1)}")
     con.execute("SET preserve_insertion_order=false")
@@ -353,6 +374,7 @@ def publish_tables(
         shutil.rmtree(final, ignore_errors=True)
         base.mkdir(parents=True, exist_ok=True)
         sql = _publish_sql(table)
+        log.info("publish: %s", table)
         con.execute(
             f"COPY ({sql}) TO '{tmp}' (FORMAT PARQUET, PARTITION_BY (height_range), "
             f"COMPRESSION ZSTD, ROW_GROUP_SIZE {ds.ROW_GROUP_ROWS}, "
@@ -386,7 +408,7 @@ def write_utxo_set(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, A
         WHERE d.latest IS NULL OR bo.height = d.latest
         ORDER BY regexp_replace(reverse(bo.txid), '(.)(.)', '\2\1', 'g'), bo.vout
         """
-    ).to_arrow_reader(1 << 16)
+    ).to_arrow_reader(STREAM_BATCH_ROWS)
     hasher = _native.UtxoHasher()
     done: dict[str, Any] = {}
 
@@ -415,7 +437,7 @@ def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, generation: int
             PARTITION BY txid ORDER BY in_best_chain DESC, height NULLS LAST, block_hash) = 1
         ORDER BY k
         """
-    ).to_arrow_reader(1 << 16)
+    ).to_arrow_reader(STREAM_BATCH_ROWS)
     rows = 0
 
     def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
@@ -499,16 +521,25 @@ def run_full(
 
             ensure_ray(ray_address, workers)
             t_decode = time.perf_counter()
+            log.info("decode: %d unit(s), round %d", len(units), rounds)
             got = decode_units(units, data, workers, budget, progress)
             got["decode_s"] = time.perf_counter() - t_decode
             for k, v in got.items():
                 stats[k] = stats.get(k, 0.0) + v
             # Copies that failed their checks change which copy the linker picks.
+            log.info("decode: relink")
             committer.link_and_publish()
             continue
+        # The body pass is done: its Ray cluster and freed buffers go before DuckDB takes its
+        # share of the budget (a consensus failure that needs another decode restarts Ray).
+        if release_ray():
+            log.info("decode: stopped the embedded Ray cluster")
+        release_unused_memory()
         con = connect(data, budget, workers)
         try:
+            log.info("consensus: chain state, round %d", rounds)
             build_chain_state(con)
+            log.info("consensus: rules")
             failure = first_consensus_failure(con, network)
             if failure is not None:
                 block_hash, height, reason = failure
@@ -523,10 +554,15 @@ def run_full(
             rows = publish_tables(con, data, generation, budget)
             publish_s = time.perf_counter() - t
             t = time.perf_counter()
+            log.info("publish: utxo set")
             utxo = write_utxo_set(con, data)
+            log.info("publish: tx index")
             write_txindex(con, data, generation)
             utxo_s = time.perf_counter() - t
-        except duckdb.OutOfMemoryException as e:
+        except (duckdb.OutOfMemoryException, OSError) as e:
+            # A query streamed through Arrow (UTXO set, tx index) reports it as an OSError.
+            if not isinstance(e, duckdb.OutOfMemoryException) and "Out of Memory" not in str(e):
+                raise
             raise RechainError(
                 f"the full decode needs more memory than --memory-budget {budget >> 20}M gives "
                 f"DuckDB (it spills to {data.path / 'tmp' / 'duckdb'} where it can): {e}"

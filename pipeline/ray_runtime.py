@@ -13,6 +13,17 @@ import ray
 
 U = TypeVar("U")
 
+#: Whether ``ensure_ray`` started the embedded cluster this process is connected to.
+_started_here = False
+#: Set by a process that runs many pipelines over one runtime (the test session).
+_shared = False
+
+
+def share_runtime() -> None:
+    """Keeps the embedded cluster up across runs: ``release_ray`` becomes a no-op."""
+    global _shared
+    _shared = True
+
 
 def ensure_ray(address: str | None, workers: int) -> float:
     """Initialises Ray once per process; returns the seconds start-up took (0 if already up)."""
@@ -20,7 +31,9 @@ def ensure_ray(address: str | None, workers: int) -> float:
         return 0.0
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    global _started_here
     t0 = time.perf_counter()
+    _started_here = not address
     if address:
         ray.init(
             address=address,
@@ -40,6 +53,19 @@ def ensure_ray(address: str | None, workers: int) -> float:
         )
     _ray_notices_to_stderr()
     return time.perf_counter() - t0
+
+
+def release_ray() -> bool:
+    """Stops the embedded cluster this process started, once a stage is done with Ray: its
+    raylet, object store and idle workers, and this process's mapping of the store's shared
+    memory, would otherwise stay resident through the stages after it (issue #7). A joined
+    cluster (``--ray-address``) or a shared runtime stays up. Returns whether it stopped."""
+    global _started_here
+    if _shared or not _started_here or not ray.is_initialized():
+        return False
+    ray.shutdown()
+    _started_here = False
+    return True
 
 
 def _ray_notices_to_stderr() -> None:

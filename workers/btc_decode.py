@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rechain.workers import _native
+from rechain.workers.memory import release_unused_memory
 
 #: Staged parts are scratch data read back once. Uncompressed (Parquet's dictionary encoding
 #: still folds the repeated hashes): encoding took ~40% less time than lz4 for ~5% more bytes.
@@ -83,7 +84,7 @@ def decode_and_stage_unit(unit: BodyUnit) -> StagedBody:
         "inputs": r.inputs,
         "outputs": r.outputs,
     }
-    return StagedBody(
+    staged = StagedBody(
         unit=unit,
         parquet={name: _parquet_bytes(batch) for name, batch in tables.items()},
         blocks=r.blocks.num_rows,
@@ -91,3 +92,8 @@ def decode_and_stage_unit(unit: BodyUnit) -> StagedBody:
         bytes_decoded=r.bytes_decoded,
         seconds=time.perf_counter() - t0,
     )
+    del r, tables
+    # The decoded columns are garbage now: a worker that keeps their pages holds several times
+    # a unit's bytes between tasks, on top of the budget's units in flight (issue #7).
+    release_unused_memory()
+    return staged
