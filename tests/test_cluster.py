@@ -102,10 +102,22 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, int]]:
             except OSError:
                 assert time.monotonic() < deadline, "Prometheus did not start"
                 time.sleep(0.2)
+        # Ready is not scraping: Prometheus hands new targets to its scrape loops in batches
+        # (up to ~5 s after start). Wait for a first attempt, or a short run is never seen.
+        while not _scrape_attempted(base):
+            assert time.monotonic() < deadline, "Prometheus never tried its scrape target"
+            time.sleep(0.2)
         yield base, target_port
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _scrape_attempted(base: str) -> bool:
+    body = json.loads(urllib.request.urlopen(f"{base}/api/v1/targets", timeout=5).read())
+    return any(
+        not t.get("lastScrape", "").startswith("0001-") for t in body["data"]["activeTargets"]
+    )
 
 
 def prom_query(base: str, expr: str) -> list[dict]:
