@@ -425,6 +425,20 @@ mod tests {
         Path::from_hex(s).unwrap()
     }
 
+    /// Every keccak back end this CPU can run (the scalar one always).
+    fn backends_here() -> Vec<Backend> {
+        let mut backends = vec![Backend::Scalar, Backend::detect()];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") {
+                backends.push(Backend::Avx2);
+            }
+            if is_x86_feature_detected!("avx512f") {
+                backends.push(Backend::Avx512);
+            }
+        }
+        backends
+    }
     #[test]
     fn sha3_known_answers() {
         assert_eq!(
@@ -529,17 +543,7 @@ mod tests {
             .iter()
             .map(|j| compact_value(j.path, j.value, j.height))
             .collect();
-        let mut backends = vec![Backend::Scalar, Backend::detect()];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") {
-                backends.push(Backend::Avx2);
-            }
-            if is_x86_feature_detected!("avx512f") {
-                backends.push(Backend::Avx512);
-            }
-        }
-        for b in backends {
+        for b in backends_here() {
             for n in 0..jobs.len() {
                 assert_eq!(
                     compact_values_on(b, &jobs[..n]),
@@ -581,17 +585,7 @@ mod tests {
         }
         let pairs: Vec<(&Path, &[u8])> = leaves.iter().map(|(p, v)| (p, v.as_slice())).collect();
         let want: Vec<Hash> = pairs.iter().map(|(p, v)| hash_leaf(p, v)).collect();
-        let mut backends = vec![Backend::Scalar, Backend::detect()];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") {
-                backends.push(Backend::Avx2);
-            }
-            if is_x86_feature_detected!("avx512f") {
-                backends.push(Backend::Avx512);
-            }
-        }
-        for b in backends {
+        for b in backends_here() {
             for n in [0, 1, 7, 8, 9, 33, pairs.len()] {
                 assert_eq!(
                     hash_leaves_on(b, &pairs[..n]),
