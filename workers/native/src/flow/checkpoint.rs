@@ -76,6 +76,21 @@ impl CheckpointError {
         }
     }
 
+    /// A node whose stored hash is not what its contents hash to (`at`: the node's start; the
+    /// hash follows its 3-byte header).
+    fn hash_mismatch(file: &FsPath, at: u64, stored: Hash, computed: Hash) -> Self {
+        CheckpointError::new(
+            file,
+            at + 3,
+            "hash_mismatch",
+            format!(
+                "stored node hash {} but its contents hash to {}",
+                stored.to_hex(),
+                computed.to_hex()
+            ),
+        )
+    }
+
     fn io(file: &FsPath, offset: u64, e: &std::io::Error) -> Self {
         let kind = if e.kind() == std::io::ErrorKind::NotFound {
             "missing_file"
@@ -571,16 +586,7 @@ fn build_node(
             right.as_ref().map(|n| n.hash()),
         );
         if computed != stored {
-            return Err(CheckpointError::new(
-                file,
-                at + 3,
-                "hash_mismatch",
-                format!(
-                    "stored node hash {} but its contents hash to {}",
-                    stored.to_hex(),
-                    computed.to_hex()
-                ),
-            ));
+            return Err(CheckpointError::hash_mismatch(file, at, stored, computed));
         }
     }
     Ok(Arc::new(match raw {
@@ -751,16 +757,7 @@ fn check_leaf_hashes(
     for (&(at, i), computed) in queued.iter().zip(computed) {
         let stored = nodes[i].hash();
         if computed != stored {
-            return Err(CheckpointError::new(
-                file,
-                at + 3,
-                "hash_mismatch",
-                format!(
-                    "stored node hash {} but its contents hash to {}",
-                    stored.to_hex(),
-                    computed.to_hex()
-                ),
-            ));
+            return Err(CheckpointError::hash_mismatch(file, at, stored, computed));
         }
     }
     queued.clear();
