@@ -265,7 +265,7 @@ mod tests {
         let mut roots = Vec::new();
         let (mut deletes, mut dups) = (0, 0);
         for (n, p) in list_segments(&dir).unwrap() {
-            let seg = Segment::read(&p, n).unwrap();
+            let seg = Segment::open(&p, n).unwrap();
             let mut r = seg.reader();
             while let Some(rec) = r.next_record().unwrap() {
                 let WalRecord::Update(u) = decode(&rec.data).unwrap() else {

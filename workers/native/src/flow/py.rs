@@ -71,7 +71,7 @@ fn flow_decode_segment<'py>(
     strict: bool,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
     let result = py.detach(|| -> Result<_, FlowError> {
-        let seg = Segment::read(&path, segment_no)?;
+        let seg = Segment::open(&path, segment_no)?;
         let dec = decode_segment(&seg);
         let mut b = RecordsBuilder::new();
         let (mut updates, mut deletes, mut paths) = (0u64, 0u64, 0u64);
@@ -278,7 +278,7 @@ impl FlowForest {
         let current = &mut self.current;
         let applied = &mut self.applied;
         let result = py.detach(|| -> Result<_, FlowError> {
-            let seg = Segment::read(&path, segment_no)?;
+            let seg = Segment::open(&path, segment_no)?;
             let mut b = AppliedBuilder::default();
             let (mut updates, mut deletes, mut paths) = (0u64, 0u64, 0u64);
             let (end, error) = visit_segment(&seg, |index, offset, rec| {

@@ -52,13 +52,23 @@ pub fn crc32c(data: &[u8]) -> u32 {
     crc32c::crc32c(data)
 }
 
-/// One segment's bytes, zero-padded to a whole number of pages.
+/// One segment: its bytes in memory (zero-padded to a whole number of pages), or its file,
+/// read through a bounded window as records are taken (a replay then holds about a megabyte of
+/// the segment, not all 32 MiB of it).
 pub struct Segment {
     pub number: u64,
     /// Size of the file on disk (before padding).
     pub file_len: u64,
-    bytes: Vec<u8>,
+    body: Body,
 }
+
+enum Body {
+    Bytes(Vec<u8>),
+    File { path: PathBuf, window: usize },
+}
+
+/// Bytes a streamed reader holds ahead of its position (whole pages).
+const STREAM_WINDOW: usize = 32 * PAGE_SIZE;
 
 impl Segment {
     /// Takes a segment's raw bytes (any length) and pads them.
@@ -69,25 +79,110 @@ impl Segment {
         Segment {
             number,
             file_len,
-            bytes,
+            body: Body::Bytes(bytes),
         }
     }
 
+    /// Reads a whole segment file into memory.
     pub fn read(path: &FsPath, number: u64) -> Result<Segment, FlowError> {
         let bytes = std::fs::read(path).map_err(|e| FlowError::io(number, "read segment", &e))?;
         Ok(Segment::from_bytes(number, bytes))
     }
 
+    /// A segment file to be streamed by its reader; only its size is read here.
+    pub fn open(path: &FsPath, number: u64) -> Result<Segment, FlowError> {
+        Segment::open_with_window(path, number, STREAM_WINDOW)
+    }
+
+    /// As [`Segment::open`], holding `window` bytes (at least a page) ahead while reading.
+    pub fn open_with_window(
+        path: &FsPath,
+        number: u64,
+        window: usize,
+    ) -> Result<Segment, FlowError> {
+        let meta =
+            std::fs::metadata(path).map_err(|e| FlowError::io(number, "read segment", &e))?;
+        Ok(Segment {
+            number,
+            file_len: meta.len(),
+            body: Body::File {
+                path: path.to_path_buf(),
+                window: window.max(PAGE_SIZE),
+            },
+        })
+    }
+
     pub fn reader(&self) -> SegmentReader<'_> {
+        let (data, stream) = match &self.body {
+            Body::Bytes(b) => (b.as_slice(), None),
+            Body::File { path, window } => {
+                let stream = Stream::new(path, self.file_len as usize, *window);
+                (&[][..], Some(stream))
+            }
+        };
         SegmentReader {
             segment: self.number,
-            data: &self.bytes,
+            data,
+            stream,
             pos: 0,
             done: false,
         }
     }
 }
 
+/// The window of a streamed segment: bytes `[start, start + window.len())` of the segment as
+/// if zero-padded to whole pages (a file that shrank while being read reads as zeros).
+struct Stream {
+    file: Result<std::fs::File, std::io::Error>,
+    padded_len: usize,
+    window_len: usize,
+    window: Vec<u8>,
+    start: usize,
+    file_end: bool,
+}
+
+impl Stream {
+    fn new(path: &FsPath, file_len: usize, window_len: usize) -> Stream {
+        Stream {
+            file: std::fs::File::open(path),
+            padded_len: file_len.div_ceil(PAGE_SIZE) * PAGE_SIZE,
+            window_len,
+            window: Vec::new(),
+            start: 0,
+            file_end: false,
+        }
+    }
+
+    /// Makes the window cover `[at, at + PAGE_SIZE)` (clamped to the padded length): one
+    /// fragment with its header, or the rest of a page, never needs more.
+    fn fill(&mut self, at: usize) -> std::io::Result<()> {
+        use std::io::Read;
+        let need = (at + PAGE_SIZE).min(self.padded_len);
+        let end = self.start + self.window.len();
+        if need <= end {
+            return Ok(());
+        }
+        self.window.drain(..at.min(end) - self.start);
+        self.start = at.min(end);
+        let target = (at + self.window_len).min(self.padded_len);
+        let mut have = self.start + self.window.len();
+        self.window.resize(target - self.start, 0);
+        let file = self
+            .file
+            .as_mut()
+            .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))?;
+        while have < target && !self.file_end {
+            match file.read(&mut self.window[have - self.start..]) {
+                Ok(0) => self.file_end = true,
+                Ok(n) => have += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // Past the file's end the window keeps the zeros `resize` wrote.
+        Ok(())
+    }
+}
 /// A record reassembled from its fragments.
 #[derive(Debug)]
 pub struct RawRecord<'a> {
@@ -100,9 +195,17 @@ pub struct RawRecord<'a> {
 /// Iterates over the records of one segment. After an error it yields nothing more.
 pub struct SegmentReader<'a> {
     segment: u64,
+    /// The whole padded segment when it is in memory (empty when streamed).
     data: &'a [u8],
+    stream: Option<Stream>,
     pos: usize,
     done: bool,
+}
+
+/// Ends reading with an error at `offset`.
+fn fail(done: &mut bool, segment: u64, offset: usize, kind: ErrorKind) -> FlowError {
+    *done = true;
+    FlowError::new(segment, offset as u64, kind)
 }
 
 impl<'a> SegmentReader<'a> {
@@ -111,17 +214,15 @@ impl<'a> SegmentReader<'a> {
         self.pos as u64
     }
 
-    fn err(&mut self, offset: usize, kind: ErrorKind) -> FlowError {
-        self.done = true;
-        FlowError::new(self.segment, offset as u64, kind)
-    }
-
     /// The next record, `Ok(None)` at the end of the segment.
     pub fn next_record(&mut self) -> Result<Option<RawRecord<'a>>, FlowError> {
         if self.done {
             return Ok(None);
         }
+        let segment = self.segment;
         let data = self.data;
+        let streamed = self.stream.is_some();
+        let total = self.stream.as_ref().map_or(data.len(), |s| s.padded_len);
         let mut start: Option<usize> = None;
         let mut fragments = 0u32;
         let mut plain: Vec<u8> = Vec::new();
@@ -129,57 +230,78 @@ impl<'a> SegmentReader<'a> {
         let mut single: Option<&'a [u8]> = None;
         loop {
             let at = self.pos;
-            if at >= data.len() {
+            if at >= total {
                 if let Some(s) = start {
-                    return Err(self.err(s, ErrorKind::TornRecord));
+                    return Err(fail(&mut self.done, segment, s, ErrorKind::TornRecord));
                 }
                 self.done = true;
                 return Ok(None);
             }
-            let head = data[at];
+            // `view[i - base]` is byte `i` of the padded segment, for i in [at, at + PAGE_SIZE).
+            let (view, base): (&[u8], usize) = match &mut self.stream {
+                None => (data, 0),
+                Some(s) => {
+                    if let Err(e) = s.fill(at) {
+                        self.done = true;
+                        return Err(FlowError::io(segment, "read segment", &e));
+                    }
+                    (&s.window, s.start)
+                }
+            };
+            let head = view[at - base];
             let typ = head & TYPE_MASK;
             if typ == FragmentType::PageTerm as u8 {
                 // The rest of the page must be zeros.
                 let page_end = (at / PAGE_SIZE + 1) * PAGE_SIZE;
-                if let Some(i) = data[at + 1..page_end].iter().position(|&c| c != 0) {
-                    return Err(self.err(at + 1 + i, ErrorKind::NonZeroPadding));
+                let rest = &view[at + 1 - base..page_end - base];
+                if let Some(i) = rest.iter().position(|&c| c != 0) {
+                    let kind = ErrorKind::NonZeroPadding;
+                    return Err(fail(&mut self.done, segment, at + 1 + i, kind));
                 }
                 self.pos = page_end;
                 continue;
             }
-            if at + HEADER_SIZE > data.len() {
-                return Err(self.err(at, ErrorKind::FragmentPastSegmentEnd));
+            if at + HEADER_SIZE > total {
+                let kind = ErrorKind::FragmentPastSegmentEnd;
+                return Err(fail(&mut self.done, segment, at, kind));
             }
-            let len = u16::from_be_bytes([data[at + 1], data[at + 2]]);
-            let stored =
-                u32::from_be_bytes([data[at + 3], data[at + 4], data[at + 5], data[at + 6]]);
+            let h = &view[at - base..at - base + HEADER_SIZE];
+            let len = u16::from_be_bytes([h[1], h[2]]);
+            let stored = u32::from_be_bytes([h[3], h[4], h[5], h[6]]);
             if len as usize > MAX_FRAGMENT {
-                return Err(self.err(at, ErrorKind::FragmentTooLong { len }));
+                let kind = ErrorKind::FragmentTooLong { len };
+                return Err(fail(&mut self.done, segment, at, kind));
             }
             let body_start = at + HEADER_SIZE;
             let body_end = body_start + len as usize;
-            if body_end > data.len() {
-                return Err(self.err(at, ErrorKind::FragmentPastSegmentEnd));
+            if body_end > total {
+                let kind = ErrorKind::FragmentPastSegmentEnd;
+                return Err(fail(&mut self.done, segment, at, kind));
             }
-            let body = &data[body_start..body_end];
+            let body = &view[body_start - base..body_end - base];
             let computed = crc32c(body);
             if computed != stored {
-                return Err(self.err(at, ErrorKind::Checksum { stored, computed }));
+                let kind = ErrorKind::Checksum { stored, computed };
+                return Err(fail(&mut self.done, segment, at, kind));
             }
             let pending = start.is_some();
             let in_sequence = match typ {
                 1 | 2 => !pending,
                 3 | 4 => pending,
-                _ => return Err(self.err(at, ErrorKind::UnknownFragmentType { typ })),
+                _ => {
+                    let kind = ErrorKind::UnknownFragmentType { typ };
+                    return Err(fail(&mut self.done, segment, at, kind));
+                }
             };
             if !in_sequence {
-                return Err(self.err(at, ErrorKind::UnexpectedFragment { typ, pending }));
+                let kind = ErrorKind::UnexpectedFragment { typ, pending };
+                return Err(fail(&mut self.done, segment, at, kind));
             }
             let compressed = head & SNAPPY_MASK != 0;
             self.pos = body_end;
             fragments += 1;
-            if typ == FragmentType::Full as u8 && !compressed {
-                single = Some(body);
+            if typ == FragmentType::Full as u8 && !compressed && !streamed {
+                single = Some(&data[body_start..body_end]);
             } else if compressed {
                 snappy.extend_from_slice(body);
             } else {
@@ -195,7 +317,10 @@ impl<'a> SegmentReader<'a> {
                 let data = if compressed && !snappy.is_empty() {
                     match snappy_decode(&snappy) {
                         Ok(d) => Cow::Owned(d),
-                        Err(reason) => return Err(self.err(offset, ErrorKind::Snappy { reason })),
+                        Err(reason) => {
+                            let kind = ErrorKind::Snappy { reason };
+                            return Err(fail(&mut self.done, segment, offset, kind));
+                        }
                     }
                 } else if let Some(b) = single {
                     Cow::Borrowed(b)
@@ -367,16 +492,45 @@ mod tests {
         v
     }
 
-    fn records(seg: &Segment) -> (Vec<(u64, Vec<u8>)>, Option<FlowError>) {
+    /// (offset, bytes) of each record read.
+    type Records = Vec<(u64, Vec<u8>)>;
+
+    fn read_all(seg: &Segment) -> (Records, Option<FlowError>, u64) {
         let mut r = seg.reader();
         let mut out = Vec::new();
         loop {
             match r.next_record() {
                 Ok(Some(rec)) => out.push((rec.offset, rec.data.into_owned())),
-                Ok(None) => return (out, None),
-                Err(e) => return (out, Some(e)),
+                Ok(None) => return (out, None, r.position()),
+                Err(e) => return (out, Some(e), r.position()),
             }
         }
+    }
+
+    /// Reads an in-memory segment, and checks that streaming its file (with the smallest and
+    /// the default window) reads exactly the same records, error and end position.
+    fn records(seg: &Segment) -> (Records, Option<FlowError>) {
+        let (recs, err, end) = read_all(seg);
+        let Body::Bytes(bytes) = &seg.body else {
+            panic!("records() takes an in-memory segment")
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "rechain-wal-stream-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(segment_name(seg.number));
+        std::fs::write(&path, &bytes[..seg.file_len as usize]).unwrap();
+        for window in [PAGE_SIZE, STREAM_WINDOW] {
+            let streamed = Segment::open_with_window(&path, seg.number, window).unwrap();
+            let (s_recs, s_err, s_end) = read_all(&streamed);
+            assert_eq!(s_recs, recs, "window {window}");
+            assert_eq!(format!("{s_err:?}"), format!("{err:?}"), "window {window}");
+            assert_eq!(s_end, end, "window {window}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        (recs, err)
     }
 
     #[test]
