@@ -24,15 +24,16 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+
+if TYPE_CHECKING:  # loaded by the functions that read Parquet: a replay never does
+    import pyarrow as pa
 
 _NAME = re.compile(r"^checkpoint\.(\d+)$")
 
@@ -168,7 +169,7 @@ def read(
             f"trie holds {info['last_trie_registers']}"
         )
     with DataDir(data_path) as data:
-        summary = flow_replay._publish(data, forest, [], [], [], last_segment=number)
+        summary = flow_replay._publish(data, forest, [], [], last_segment=number)
         tries = [dict(t) for t in info["tries"]]
         record = {
             "checkpoint": str(cpdir / name),
@@ -211,6 +212,8 @@ def _registers_files(data: DataDir) -> list[Path]:
 def _register_groups(files: list[Path]) -> Iterator[tuple[pa.RecordBatch, pa.RecordBatch | None]]:
     """Row groups of the `registers` files with the same row groups of `register_hashes`
     (same generation, written alongside in the same row groups) where those exist."""
+    import pyarrow.parquet as pq
+
     for f in files:
         hashes_file = f.parent.parent.parent / fs.REGISTER_HASHES / f.parent.name / f.name
         regs = pq.ParquetFile(f)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 from collections import deque
 from collections.abc import Generator, Iterator
@@ -18,12 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from rechain.pipeline import metrics
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store import INGEST_SLICE_ROWS, DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
@@ -32,9 +29,10 @@ from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
 log = logging.getLogger(__name__)
 STAGE = "flow_wal"
 ROW_GROUP = 65_536
-#: Registers per batch when publishing: RocksDB ingestion goes through Python bytes per row,
-#: so this bounds that peak (a quarter of a row group: ~4 MB of values at Flow's sizes).
-PUBLISH_BATCH = 16_384
+#: A row group is also closed once its encoded columns, which the writer holds until then,
+#: reach this size: register values are mostly incompressible, so 65,536 of them could hold
+#: tens of MiB.
+ROW_GROUP_BYTES = 1 << 20
 #: Up to this many WAL bytes, and without --ray-address, each segment is decoded and applied
 #: record by record in this process (Rust, GIL released), holding only the segment's bytes and
 #: the forest. Applying updates, not decoding, bounds a replay (decoding is ~1% of it), so for
@@ -83,8 +81,6 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
     last_checkpoint = resumed["number"] if resumed is not None else -1
     with DataDir(opts.data) as data:
         skipped: list[dict[str, Any]] = []
-        updates: list[pa.Table] = []
-        seq = 0
         ray_start = 0.0
         total = sum(Path(p).stat().st_size for _, p in segments)
         progress = Progress(total, enabled=opts.progress, label="replay")
@@ -98,12 +94,9 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
         for unit, applied, info in steps:
             ray_start = info.pop("ray_start_s", ray_start)
             name = Path(unit.path).name
-            if applied.num_rows:
-                updates.append(_trie_updates(applied, seq))
-                seq += applied.num_rows
-            metrics.RECORDS.labels(STAGE).inc(applied.num_rows)
+            metrics.RECORDS.labels(STAGE).inc(applied)
             metrics.BYTES_READ.labels(STAGE).inc(int(info.get("file_len", 0)))
-            progress.update(int(info.get("file_len", 0)), applied.num_rows)
+            progress.update(int(info.get("file_len", 0)), applied)
             error = info.get("error")
             if error:
                 skipped.append(
@@ -139,7 +132,6 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
         summary = _publish(
             data,
             forest,
-            updates,
             segments,
             skipped,
             last_segment=resumed["number"] if resumed is not None else None,
@@ -201,13 +193,15 @@ def _write_checkpoint(forest: Any, directory: Path, segment: int) -> str:
     return str(directory / name)
 
 
-Step = tuple[SegmentUnit, pa.RecordBatch, dict[str, Any]]
+#: A segment applied: its unit, the records applied (all in the forest's update log) and the
+#: decode info.
+Step = tuple[SegmentUnit, int, dict[str, Any]]
 
 
 def _apply_streamed(forest: Any, segments: list[tuple[int, str]]) -> Generator[Step, None, None]:
-    """Each segment decoded and applied record by record in Rust (GIL released): per segment,
-    its applied records (`root` column included) and the decode info, whose `error` also
-    covers an unknown parent root."""
+    """Each segment decoded and applied record by record in Rust (GIL released), streamed from
+    its file: per segment, the records applied and the decode info, whose `error` also covers
+    an unknown parent root."""
     for i, (n, p) in enumerate(segments):
         t0 = time.perf_counter()
         try:
@@ -225,20 +219,18 @@ def _apply_ray_decoded(
     `_apply_streamed`."""
     for result in _decode_in_order(segments, opts, workers):
         metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
-        batch, info = result.records, result.info
+        info = result.info
         try:
-            roots = forest.apply(batch)
+            roots = forest.apply(result.records)
         except _native.FlowWalError as e:  # unknown parent root: nothing after it is applied
             roots = list(getattr(e, "roots", []))
-            batch = batch.slice(0, len(roots))
             info["error"] = {
                 "offset": getattr(e, "offset", None),
                 "kind": getattr(e, "kind", "error"),
                 "message": str(e),
             }
             info["torn"] = False
-        applied = batch.select(["segment", "index", "offset", "op", "parent_root", "n_paths"])
-        yield result.unit, applied.append_column("root", pa.array(roots, pa.string())), info
+        yield result.unit, len(roots), info
 
 
 def _decode_in_order(
@@ -273,118 +265,47 @@ def _decode_in_order(
     metrics.QUEUE_DEPTH.labels(STAGE).set(0)
 
 
-def _trie_updates(batch: pa.RecordBatch, seq0: int) -> pa.Table:
-    return pa.table(
-        {
-            "seq": pa.array(range(seq0, seq0 + batch.num_rows), pa.uint64()),
-            "segment": batch.column("segment"),
-            "offset": batch.column("offset"),
-            "parent_root": batch.column("parent_root"),
-            "root": batch.column("root"),
-            "n_paths": batch.column("n_paths"),
-            "op": batch.column("op"),
-        }
-    )
-
-
-REGISTERS_SCHEMA = pa.schema(
-    [
-        ("path", pa.binary(32)),
-        ("owner", pa.binary()),
-        ("key", pa.binary()),
-        ("value_size", pa.uint64()),
-        ("value", pa.binary()),
-        ("encoded_key", pa.binary()),
-    ]
-)
-
-
-REGISTER_HASHES_SCHEMA = pa.schema(
-    [
-        ("path", pa.binary(32)),
-        ("height", pa.uint16()),
-        ("leaf_hash", pa.binary(32)),
-        ("node_hash", pa.binary(32)),
-    ]
-)
-
-
-def _register_rows(batches: Any) -> Iterator[pa.RecordBatch]:
-    for b in batches:
-        yield pa.RecordBatch.from_arrays(
-            [b.column(f.name).cast(f.type) for f in REGISTERS_SCHEMA], schema=REGISTERS_SCHEMA
-        )
-
-
 def _publish(
     data: DataDir,
     forest: Any,
-    updates: list[pa.Table],
     segments: list[tuple[int, str]],
     skipped: list[dict[str, Any]],
     last_segment: int | None = None,
     resumed_from: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """Publishes the forest's current trie and update log: the Parquet tables (written by the
+    Rust core, so this process never loads pyarrow), then RocksDB's registers and roots."""
     t0 = time.perf_counter()
     gen_key = fs.META_FLOW_GENERATION
     generation = int(data.meta_get(gen_key) or 0) + 1
-    table = (
-        pa.concat_tables(updates)
-        if updates
-        else pa.table(
-            {
-                "seq": pa.array([], pa.uint64()),
-                "segment": pa.array([], pa.uint64()),
-                "offset": pa.array([], pa.uint64()),
-                "parent_root": pa.array([], pa.string()),
-                "root": pa.array([], pa.string()),
-                "n_paths": pa.array([], pa.uint32()),
-                "op": pa.array([], pa.string()),
-            }
-        )
-    )
     register_rows = 0
 
-    def register_values() -> Iterator[tuple[pa.Array, pa.Array]]:
+    def registers(parts: list[Path]) -> None:
         nonlocal register_rows
-        for b in forest.payloads(batch_rows=PUBLISH_BATCH):
-            register_rows += b.num_rows
-            keys = b.column("path").cast(pa.binary())
-            yield keys, _native.flow_register_values(b, fs.REGISTER_VALUE_VERSION)
+        register_rows = forest.write_registers(
+            str(parts[0]), str(parts[1]), ROW_GROUP, ROW_GROUP_BYTES
+        )
 
-    # One after another: building them at once on threads saved ~0.1 s of 1.7 s on 2 busy
-    # cores but cost ~45 MiB more peak RSS (a batch in flight per thread, per-thread arenas).
-    data.stage_parquet(fs.TRIE_UPDATES, generation, table, ROW_GROUP, fs.DICTIONARY_COLUMNS)
-    data.stage_parquet_batches(
-        fs.REGISTERS,
+    data.stage_parquet_files(
+        [fs.TRIE_UPDATES],
         generation,
-        REGISTERS_SCHEMA,
-        _register_rows(forest.payloads(batch_rows=PUBLISH_BATCH)),
-        ROW_GROUP,
-    )
-    data.stage_parquet_batches(
-        fs.REGISTER_HASHES,
-        generation,
-        REGISTER_HASHES_SCHEMA,
-        (
-            pa.RecordBatch.from_arrays(b.columns, schema=REGISTER_HASHES_SCHEMA)
-            for b in forest.leaf_hashes(batch_rows=PUBLISH_BATCH)
+        lambda parts: forest.write_trie_updates(
+            str(parts[0]), ROW_GROUP, ROW_GROUP_BYTES, fs.DICTIONARY_COLUMNS
         ),
-        ROW_GROUP,
     )
+    data.stage_parquet_files([fs.REGISTERS, fs.REGISTER_HASHES], generation, registers)
     # The registers' SST file (current payloads, path order = key order) is complete before
     # the database changes.
-    sst = data.write_sst(layout.CF_FLOW_REGISTERS, register_values())
+    sst = data.write_sst(
+        layout.CF_FLOW_REGISTERS,
+        forest.register_entries(fs.REGISTER_VALUE_VERSION, INGEST_SLICE_ROWS),
+    )
     # RocksDB: current payloads and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
     if sst is not None:
         data.ingest_sst(layout.CF_FLOW_REGISTERS, sst)
-    roots = table.filter(pc.is_valid(table.column("root")))
-    if roots.num_rows:
-        keys = pa.array([struct.pack(">Q", s) for s in roots.column("seq").to_pylist()])
-        vals = pa.array([bytes.fromhex(r) for r in roots.column("root").to_pylist()])
-        data.ingest_sorted(layout.CF_FLOW_ROOTS, keys, vals)
+    data.ingest_sorted_slices(layout.CF_FLOW_ROOTS, forest.log_len, forest.root_entries)
     summary = {
         "root": forest.root_hex,
         "updates_applied": int(forest.updates_applied),

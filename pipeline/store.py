@@ -18,10 +18,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from rechain.pipeline.errors import DataFolderBusy, RechainError
 from rechain.schemas import rocksdb as layout
 from rocksdict import (
@@ -34,6 +32,12 @@ from rocksdict import (
     WriteBatch,
     WriteOptions,
 )
+
+if TYPE_CHECKING:  # pyarrow is loaded only by the stages that use it (a Flow replay never does)
+    import pyarrow as pa
+
+#: Keys or values for an SST file: an Arrow binary array, or a list of bytes.
+KeyColumn: TypeAlias = "pa.Array | list[bytes]"
 
 #: Rows turned into Python objects at a time while writing an SST file. The writer holds the GIL
 #: for a whole slice (its loop runs in C), so slices stay a few milliseconds long: threads
@@ -160,7 +164,7 @@ class DataDir:
         self,
         cf: str,
         count: int,
-        entries: Callable[[int, int], tuple[pa.Array, pa.Array]],
+        entries: Callable[[int, int], tuple[KeyColumn, KeyColumn]],
         *,
         compress: bool = True,
     ) -> None:
@@ -176,7 +180,7 @@ class DataDir:
     def ingest_sorted_batches(
         self,
         cf: str,
-        batches: Iterator[tuple[pa.Array, pa.Array]],
+        batches: Iterator[tuple[KeyColumn, KeyColumn]],
         *,
         compress: bool = True,
     ) -> None:
@@ -191,13 +195,14 @@ class DataDir:
     def write_sst(
         self,
         cf: str,
-        batches: Iterator[tuple[pa.Array, pa.Array]],
+        batches: Iterator[tuple[KeyColumn, KeyColumn]],
         *,
         compress: bool = True,
     ) -> Path | None:
         """The SST file of ``ingest_sorted_batches`` (``DATADIR/tmp/<cf>.sst``), without
         touching the database: a stage can build it while other work runs and ingest it with
-        ``ingest_sst`` once everything is ready. None when there were no rows."""
+        ``ingest_sst`` once everything is ready. Chunks are Arrow binary arrays or lists of
+        bytes. None when there were no rows."""
         tmp = self.path / "tmp"
         tmp.mkdir(exist_ok=True)
         sst = tmp / f"{cf}.sst"
@@ -213,7 +218,7 @@ class DataDir:
             if len(keys) != len(values):
                 raise ValueError(f"{cf}: {len(keys)} keys but {len(values)} values")
             # map() drives the writer from C: no interpreter loop per key.
-            deque(map(put, keys.to_pylist(), values.to_pylist()), maxlen=0)
+            deque(map(put, _as_list(keys), _as_list(values)), maxlen=0)
             rows += len(keys)
         if rows == 0:
             del writer
@@ -278,33 +283,63 @@ class DataDir:
         renames the folder. Batches are streamed (bounded memory); only low-cardinality
         columns are dictionary-encoded (trying it on a million distinct hashes costs time,
         then falls back)."""
-        base = self.parquet_dir(table)
-        final = base / f"{generation:06d}"
-        tmp = base / f".{generation:06d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        import pyarrow.parquet as pq
 
-        def write(index: int, batches: Iterator[pa.RecordBatch]) -> None:
-            part = tmp / f"part-{index:05d}.parquet"
-            with pq.ParquetWriter(
-                part,
-                schema,
-                compression="zstd",
-                write_statistics=True,
-                use_dictionary=dictionary_columns or False,
-            ) as writer:
-                for batch in batches:
-                    writer.write_batch(batch, row_group_size=row_group)
-            with open(part, "rb") as f:
-                os.fsync(f.fileno())
+        def part_writer(batches: Iterator[pa.RecordBatch]) -> Callable[[Path], None]:
+            def write(part: Path) -> None:
+                with pq.ParquetWriter(
+                    part,
+                    schema,
+                    compression="zstd",
+                    write_statistics=True,
+                    use_dictionary=dictionary_columns or False,
+                ) as writer:
+                    for batch in batches:
+                        writer.write_batch(batch, row_group_size=row_group)
+                _fsync_file(part)  # here, on the part's thread
 
+            return write
+
+        tmp = self._begin_generation(table, generation)
+        paths = [tmp / _part_name(i) for i in range(len(parts))]
         if len(parts) == 1:
-            write(0, parts[0])
+            part_writer(parts[0])(paths[0])
         else:
             with ThreadPoolExecutor(len(parts), thread_name_prefix=f"{table}-parquet") as pool:
-                for done in [pool.submit(write, i, p) for i, p in enumerate(parts)]:
+                for done in [
+                    pool.submit(part_writer(p), path) for p, path in zip(parts, paths, strict=True)
+                ]:
                     done.result()
+        return self._publish_generation(table, generation, tmp)
+
+    def stage_parquet_files(
+        self, tables: list[str], generation: int, write: Callable[[list[Path]], object]
+    ) -> list[Path]:
+        """Publishes one generation of tables written together by ``write``, which gets the
+        path of one part per table (in the order of ``tables``; the Rust core's writers)."""
+        tmps = [self._begin_generation(t, generation) for t in tables]
+        parts = [tmp / _part_name(0) for tmp in tmps]
+        write(parts)
+        for part in parts:
+            _fsync_file(part)
+        return [
+            self._publish_generation(t, generation, tmp)
+            for t, tmp in zip(tables, tmps, strict=True)
+        ]
+
+    def _begin_generation(self, table: str, generation: int) -> Path:
+        """The empty temp folder a generation's parts are written into."""
+        base = self.parquet_dir(table)
+        tmp = base / f".{generation:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(base / f"{generation:06d}", ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def _publish_generation(self, table: str, generation: int, tmp: Path) -> Path:
+        """Renames a generation's temp folder (its parts written and fsynced) into place."""
+        base = self.parquet_dir(table)
+        final = base / f"{generation:06d}"
         os.rename(tmp, final)
         fsync_dir(base)
         return final
@@ -343,6 +378,19 @@ class DataDir:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def _as_list(values: KeyColumn) -> list[bytes]:
+    return values if isinstance(values, list) else values.to_pylist()
 
 
 def fsync_dir(path: Path) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from prometheus_client import REGISTRY
-from rechain.pipeline import metrics
 from rechain.pipeline.btc_committer import segment_name
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import verify
@@ -278,19 +277,18 @@ def test_second_run_on_the_same_data_folder_is_refused(chain: Any, tmp_path: Pat
 
 
 def test_metrics_are_counted_and_served(chain: Any, tmp_path: Path) -> None:
-    before = REGISTRY.get_sample_value("rechain_stage_records_total", {"stage": "btc_headers"}) or 0
-    reindex(chain[0] / "blocks", tmp_path / "d")
-    after = REGISTRY.get_sample_value("rechain_stage_records_total", {"stage": "btc_headers"})
-    assert after is not None and after - before == chain[1]["records"]
-    assert (
-        REGISTRY.get_sample_value("rechain_stage_bytes_read_total", {"stage": "btc_headers"}) or 0
-    ) > 0
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    metrics.serve(port)
+    before = REGISTRY.get_sample_value("rechain_stage_records_total", {"stage": "btc_headers"}) or 0
+    reindex(chain[0] / "blocks", tmp_path / "d", "--metrics-port", str(port))
+    after = REGISTRY.get_sample_value("rechain_stage_records_total", {"stage": "btc_headers"})
+    assert after is not None and after - before == chain[1]["records"]
+    assert (
+        REGISTRY.get_sample_value("rechain_stage_bytes_read_total", {"stage": "btc_headers"}) or 0
+    ) > 0
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'rechain_stage_records_total{stage="btc_headers"}' in body
     assert "rechain_commit_seconds_bucket" in body

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,51 @@ def test_in_process_and_ray_decoding_give_the_same_state(
         states[mode] = (result["root"], result["registers"], rows, regs)
     assert states["in_process"] == states["ray"]
     assert len(states["ray"][2]) == 400
+
+
+def test_a_replay_never_loads_pyarrow_numpy_or_the_metrics_client(tmp_path: Path) -> None:
+    """The replay publishes through the Rust core's Parquet writer, so its process stays
+    within flow-go's memory (pyarrow and numpy alone are ~45 MiB, prometheus_client ~12)."""
+    gen(tmp_path / "wal", updates=50, per=4)
+    script = (
+        "import json, sys\n"
+        "from rechain.pipeline.cli import main\n"
+        f"code = main(['flow', 'replay', '--wal', {str(tmp_path / 'wal')!r}, '--data', "
+        f"{str(tmp_path / 'd')!r}, '--no-progress'])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'pyarrow', 'numpy', 'prometheus_client', 'ray', 'duckdb'})\n"
+        "print(json.dumps({'code': code, 'heavy': heavy}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == {"code": 0, "heavy": []}
+
+
+def test_registers_and_register_hashes_share_their_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row groups close on a byte limit too; the checkpoint writer pairs the two tables' groups,
+    so they must close together."""
+    import pyarrow.parquet as pq
+
+    facts = gen(tmp_path / "wal", updates=2000, per=12)  # > 2 steps of 4,096 registers
+    monkeypatch.setattr(flow_replay, "ROW_GROUP_BYTES", 64 << 10)
+    cli_json("flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "d", "--json")
+    files = {
+        t: pq.ParquetFile(next((tmp_path / "d" / "parquet" / t).glob("*/part-00000.parquet")))
+        for t in ("registers", "register_hashes")
+    }
+    groups = {
+        t: [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)]
+        for t, f in files.items()
+    }
+    assert len(groups["registers"]) > 1
+    assert groups["registers"] == groups["register_hashes"]
+    assert sum(groups["registers"]) == facts["registers"]
+    regs = files["registers"].read()
+    assert regs.schema.names == ["path", "owner", "key", "value_size", "value", "encoded_key"]
+    assert (
+        regs.column("path").to_pylist()
+        == files["register_hashes"].read().column("path").to_pylist()
+    )

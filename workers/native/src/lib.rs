@@ -8,6 +8,7 @@ mod btc_headers_py;
 mod core_index_py;
 pub mod datasets;
 pub mod flow;
+pub mod parquet_out;
 pub mod store;
 
 use btc::network::Network;

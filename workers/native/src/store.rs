@@ -1,4 +1,5 @@
-//! RocksDB key and value layouts for the Bitcoin block index: the one definition of these bytes.
+//! RocksDB key and value layouts (the Bitcoin block index, Flow registers): the one definition
+//! of these bytes.
 //! Column-family names live in `rechain.schemas.rocksdb`; these functions make and read what
 //! goes in them. Every value starts with a version byte.
 //!
@@ -10,10 +11,22 @@
 //! btc_best   key: bucket u32 big-endian = height / BEST_CHAIN_BUCKET (sorts numerically)
 //!            value: the hashes (internal order, 32 bytes each) of heights bucket * BEST_CHAIN_BUCKET
 //!                   onwards, at most BEST_CHAIN_BUCKET of them (only the last bucket is short)
+//! flow_registers  key: register path (32)
+//!            value: version u8 (`schemas/flow.py` REGISTER_VALUE_VERSION) | key length u32 BE |
+//!                   encoded key | value
 //! ```
 //!
 //! The best chain is bucketed because one key per height made a million tiny SST entries (and a
 //! million Python calls) for what every reader wants as a contiguous run of hashes.
+
+/// Appends a `flow_registers` value to `out`.
+pub fn encode_register_value(version: u8, encoded_key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.reserve(5 + encoded_key.len() + value.len());
+    out.push(version);
+    out.extend_from_slice(&(encoded_key.len() as u32).to_be_bytes());
+    out.extend_from_slice(encoded_key);
+    out.extend_from_slice(value);
+}
 
 pub const INDEX_VALUE_VERSION: u8 = 1;
 pub const INDEX_VALUE_LEN: usize = 1 + 1 + 4 + 4 + 8 + 4 + 4 + 4 + 1 + 32 + 80;

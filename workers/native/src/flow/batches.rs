@@ -16,14 +16,21 @@
 //! | `keys`        | list<binary> (null items)   | key part of type 2; null if absent or malformed  |
 //! | `values`      | list<binary>                | register values; empty = delete                  |
 //!
-//! Delete records have empty lists. `registers` (current payloads of a trie, path order, from
-//! [`registers_batch`]): `path` fixed_size_binary[32], `owner` binary?, `key` binary?,
-//! `encoded_key` binary, `value_size` uint64, `value` binary.
+//! Delete records have empty lists. The published tables' schemas are defined here and only
+//! here (Python asks `flow_table_schema`); every column is nullable, as pyarrow writes them.
+//!
+//! `registers` (current payloads of a trie, path order, from [`registers_batch`]): `path`
+//! fixed_size_binary[32], `owner` binary (null if absent), `key` binary (null if absent),
+//! `value_size` uint64, `value` binary, `encoded_key` binary.
 //!
 //! `register_hashes` (same rows and order as `registers`, from [`leaf_hashes_batch`]): `path`
 //! fixed_size_binary[32], `height` uint16 (the leaf node's height in the trie), `leaf_hash`
 //! fixed_size_binary[32] (`HashLeaf(path, value)`), `node_hash` fixed_size_binary[32] (the
 //! compact leaf hash at that height, the chain a checkpoint writer would otherwise recompute).
+//!
+//! `trie_updates` (one row per WAL record applied, WAL order, from [`trie_updates_batch`]):
+//! `seq` uint64 (0-based), `segment` uint64, `offset` uint64, `parent_root` utf8 (hex; a
+//! delete's deleted root), `root` utf8 (hex; null for a delete), `n_paths` uint32, `op` utf8.
 
 use super::hash::{hash_leaves, Hash, Path};
 use super::mtrie::Node;
@@ -178,63 +185,76 @@ impl RecordsBuilder {
     }
 }
 
-/// Builds an `applied` batch: one row per WAL record applied to a forest by
-/// `FlowForest.replay_segment`: `segment`, `index`, `offset`, `op`, `parent_root`, `n_paths` as
-/// in `wal_records`, and `root` (utf8, null for a delete): the update's new root.
-#[derive(Default)]
-pub struct AppliedBuilder {
-    segment: UInt64Builder,
-    index: UInt32Builder,
-    offset: UInt64Builder,
-    op: StringBuilder,
-    parent_root: StringBuilder,
-    root: StringBuilder,
-    n_paths: UInt32Builder,
+/// One WAL record applied to the forest, as the `trie_updates` table keeps it (88 bytes; the
+/// hex columns are made only when the table is written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggedUpdate {
+    pub segment: u64,
+    pub offset: u64,
+    pub n_paths: u32,
+    /// An update's parent root, or the root a delete record names.
+    pub parent: Hash,
+    /// The new root of an update; None for a delete.
+    pub root: Option<Hash>,
 }
 
-impl AppliedBuilder {
-    pub fn push(
-        &mut self,
-        segment: u64,
-        index: u32,
-        offset: u64,
-        rec: &WalRecord,
-        root: Option<Hash>,
-    ) {
-        self.segment.append_value(segment);
-        self.index.append_value(index);
-        self.offset.append_value(offset);
-        let (op, parent, n) = match rec {
-            WalRecord::Update(u) => ("update", &u.root, u.paths.len() as u32),
-            WalRecord::Delete(h) => ("delete", h, 0),
+impl LoggedUpdate {
+    pub fn new(segment: u64, offset: u64, rec: &WalRecord, root: Option<Hash>) -> LoggedUpdate {
+        let (parent, n_paths) = match rec {
+            WalRecord::Update(u) => (u.root, u.paths.len() as u32),
+            WalRecord::Delete(h) => (*h, 0),
         };
-        self.op.append_value(op);
-        self.parent_root.append_value(parent.to_hex());
-        self.root.append_option(root.map(|r| r.to_hex()));
-        self.n_paths.append_value(n);
+        LoggedUpdate {
+            segment,
+            offset,
+            n_paths,
+            parent,
+            root,
+        }
     }
+}
 
-    pub fn finish(mut self) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("segment", DataType::UInt64, false),
-            Field::new("index", DataType::UInt32, false),
-            Field::new("offset", DataType::UInt64, false),
-            Field::new("op", DataType::Utf8, false),
-            Field::new("parent_root", DataType::Utf8, false),
-            Field::new("root", DataType::Utf8, true),
-            Field::new("n_paths", DataType::UInt32, false),
-        ]));
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(self.segment.finish()),
-            Arc::new(self.index.finish()),
-            Arc::new(self.offset.finish()),
-            Arc::new(self.op.finish()),
-            Arc::new(self.parent_root.finish()),
-            Arc::new(self.root.finish()),
-            Arc::new(self.n_paths.finish()),
-        ];
-        RecordBatch::try_new(schema, cols).expect("applied columns match the schema")
+pub fn trie_updates_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("seq", DataType::UInt64, true),
+        Field::new("segment", DataType::UInt64, true),
+        Field::new("offset", DataType::UInt64, true),
+        Field::new("parent_root", DataType::Utf8, true),
+        Field::new("root", DataType::Utf8, true),
+        Field::new("n_paths", DataType::UInt32, true),
+        Field::new("op", DataType::Utf8, true),
+    ]))
+}
+
+/// A `trie_updates` batch of logged rows, the first numbered `seq0`.
+pub fn trie_updates_batch(rows: &[LoggedUpdate], seq0: u64) -> RecordBatch {
+    let n = rows.len();
+    let mut seq = UInt64Builder::with_capacity(n);
+    let mut segment = UInt64Builder::with_capacity(n);
+    let mut offset = UInt64Builder::with_capacity(n);
+    let mut parent = StringBuilder::with_capacity(n, n * 64);
+    let mut root = StringBuilder::with_capacity(n, n * 64);
+    let mut n_paths = UInt32Builder::with_capacity(n);
+    let mut op = StringBuilder::with_capacity(n, n * 6);
+    for (i, r) in rows.iter().enumerate() {
+        seq.append_value(seq0 + i as u64);
+        segment.append_value(r.segment);
+        offset.append_value(r.offset);
+        parent.append_value(r.parent.to_hex());
+        root.append_option(r.root.map(|h| h.to_hex()));
+        n_paths.append_value(r.n_paths);
+        op.append_value(if r.root.is_some() { "update" } else { "delete" });
     }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(seq.finish()),
+        Arc::new(segment.finish()),
+        Arc::new(offset.finish()),
+        Arc::new(parent.finish()),
+        Arc::new(root.finish()),
+        Arc::new(n_paths.finish()),
+        Arc::new(op.finish()),
+    ];
+    RecordBatch::try_new(trie_updates_schema(), cols).expect("trie_updates columns match")
 }
 
 /// One row of a `wal_records` batch read back for the forest.
@@ -346,12 +366,12 @@ pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, String> {
 
 pub fn registers_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
-        Field::new("path", DataType::FixedSizeBinary(32), false),
+        Field::new("path", DataType::FixedSizeBinary(32), true),
         Field::new("owner", DataType::Binary, true),
         Field::new("key", DataType::Binary, true),
-        Field::new("encoded_key", DataType::Binary, false),
-        Field::new("value_size", DataType::UInt64, false),
-        Field::new("value", DataType::Binary, false),
+        Field::new("value_size", DataType::UInt64, true),
+        Field::new("value", DataType::Binary, true),
+        Field::new("encoded_key", DataType::Binary, true),
     ]))
 }
 
@@ -381,19 +401,19 @@ pub fn registers_batch(regs: &[(Path, Arc<Payload>)]) -> RecordBatch {
         Arc::new(path.finish()),
         Arc::new(owner.finish()),
         Arc::new(key.finish()),
-        Arc::new(enc.finish()),
         Arc::new(size.finish()),
         Arc::new(value.finish()),
+        Arc::new(enc.finish()),
     ];
     RecordBatch::try_new(registers_schema(), cols).expect("registers columns match the schema")
 }
 
 pub fn leaf_hashes_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
-        Field::new("path", DataType::FixedSizeBinary(32), false),
-        Field::new("height", DataType::UInt16, false),
-        Field::new("leaf_hash", DataType::FixedSizeBinary(32), false),
-        Field::new("node_hash", DataType::FixedSizeBinary(32), false),
+        Field::new("path", DataType::FixedSizeBinary(32), true),
+        Field::new("height", DataType::UInt16, true),
+        Field::new("leaf_hash", DataType::FixedSizeBinary(32), true),
+        Field::new("node_hash", DataType::FixedSizeBinary(32), true),
     ]))
 }
 

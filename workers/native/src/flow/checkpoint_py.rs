@@ -17,6 +17,7 @@ use super::checkpoint::{
 use super::hash::{chain_throughput, Hash, Path};
 use super::py::FlowForest;
 use super::record::Payload;
+use crate::store::encode_register_value;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch};
 use arrow_schema::DataType;
@@ -377,12 +378,13 @@ fn flow_register_values(py: Python<'_>, batch: PyRecordBatch, version: u8) -> Py
             let mut b = arrow_array::builder::BinaryBuilder::with_capacity(keys.len(), cap);
             let mut buf = Vec::new();
             for (k, v) in keys.iter().zip(&values) {
-                let k = k.as_deref().unwrap_or_default();
                 buf.clear();
-                buf.push(version);
-                buf.extend_from_slice(&(k.len() as u32).to_be_bytes());
-                buf.extend_from_slice(k);
-                buf.extend_from_slice(v.as_deref().unwrap_or_default());
+                encode_register_value(
+                    version,
+                    k.as_deref().unwrap_or_default(),
+                    v.as_deref().unwrap_or_default(),
+                    &mut buf,
+                );
                 b.append_value(&buf);
             }
             Ok(b.finish())

@@ -54,6 +54,14 @@ impl Node {
         }
     }
 
+    /// A leaf's path and payload; None for an interior node.
+    pub fn register(&self) -> Option<(Path, Arc<Payload>)> {
+        match self {
+            Node::Leaf { path, payload, .. } => Some((*path, payload.clone())),
+            Node::Interior { .. } => None,
+        }
+    }
+
     fn interior(height: u16, left: Option<Arc<Node>>, right: Option<Arc<Node>>) -> Arc<Node> {
         let d = default_hash(height.saturating_sub(1));
         let hl = left.as_ref().map_or(d, |n| n.hash());
@@ -501,22 +509,8 @@ pub struct LeafCursor {
 impl LeafCursor {
     /// Up to `max` leaves with a non-empty value (allocated registers).
     pub fn next_chunk(&mut self, max: usize) -> Vec<(Path, Arc<Payload>)> {
-        let mut out = Vec::with_capacity(max.min(1 << 16));
-        while out.len() < max {
-            let Some(n) = self.stack.pop() else { break };
-            match &*n {
-                Node::Leaf { path, payload, .. } => {
-                    if !payload.is_empty() {
-                        out.push((*path, payload.clone()));
-                    }
-                }
-                Node::Interior { left, right, .. } => {
-                    self.stack.extend(right.iter().cloned());
-                    self.stack.extend(left.iter().cloned());
-                }
-            }
-        }
-        out
+        let leaves = self.next_leaf_nodes(max);
+        leaves.iter().filter_map(|n| n.register()).collect()
     }
 
     /// Up to `max` leaf nodes with a non-empty value (the same leaves as [`Self::next_chunk`],

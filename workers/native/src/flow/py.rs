@@ -4,13 +4,18 @@
 //! * `flow_decode_segment(path, segment_no, strict=False) -> (wal_records batch, info)`
 //! * `flow_list_segments(dir) -> [(number, path)]`
 //! * `FlowForest(capacity=500, threads=None)`: `apply(batch)`, `replay_segment(path, no)`,
-//!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`
+//!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`,
+//!   `leaf_hashes()`; publication without pyarrow: `write_trie_updates()`, `write_registers()`,
+//!   `write_register_hashes()` (Parquet files), `register_entries()`, `root_entries()` (RocksDB
+//!   key/value slices as Python bytes)
+//! * `flow_table_schema(name) -> pyarrow.Schema` of a published Flow table
 //! * `flow_generate(outdir, updates, registers_per_update, seed=1, segment_size=32 MiB) -> dict`
 //! * `flow_empty_root() -> str`
 //! * exception `FlowWalError` with `.segment`, `.offset`, `.kind`, `.retryable`
 
 use super::batches::{
-    leaf_hashes_batch, registers_batch, rows_from_batch, AppliedBuilder, RecordsBuilder,
+    leaf_hashes_batch, leaf_hashes_schema, registers_batch, registers_schema, rows_from_batch,
+    trie_updates_batch, trie_updates_schema, LoggedUpdate, RecordsBuilder,
 };
 use super::gen::{generate, GenConfig};
 use super::hash::{empty_root, Hash};
@@ -18,11 +23,14 @@ use super::mtrie::{Forest, LeafCursor, DEFAULT_CAPACITY};
 use super::record::WalRecord;
 use super::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
 use super::{decode_segment, visit_segment, ErrorKind, FlowError};
+use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
+use crate::store::encode_register_value;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use pyo3::types::{PyDict, PyList};
-use pyo3_arrow::PyRecordBatch;
+use pyo3_arrow::{PyRecordBatch, PySchema};
 use std::path::PathBuf;
 
 create_exception!(
@@ -196,6 +204,8 @@ pub struct FlowForest {
     forest: Forest,
     current: Hash,
     applied: u64,
+    /// Every record applied (updates and deletes), in WAL order: the `trie_updates` table.
+    log: Vec<LoggedUpdate>,
 }
 
 #[pymethods]
@@ -209,6 +219,7 @@ impl FlowForest {
             forest: Forest::new(capacity, threads),
             current: empty_root(),
             applied: 0,
+            log: Vec::new(),
         }
     }
 
@@ -226,17 +237,18 @@ impl FlowForest {
         let forest = &mut self.forest;
         let current = &mut self.current;
         let applied = &mut self.applied;
+        let log = &mut self.log;
         let (roots, failure) = py
             .detach(|| -> Result<_, String> {
                 let rows = rows_from_batch(&batch)?;
                 let mut roots: Vec<Option<String>> = Vec::with_capacity(rows.len());
                 for row in rows {
-                    match &row.record {
+                    let root = match &row.record {
                         WalRecord::Update(u) => match forest.update(u) {
                             Ok(a) => {
                                 *current = a.root;
                                 *applied += 1;
-                                roots.push(Some(a.root.to_hex()));
+                                Some(a.root)
                             }
                             Err(kind) => {
                                 return Ok((
@@ -245,8 +257,15 @@ impl FlowForest {
                                 ))
                             }
                         },
-                        WalRecord::Delete(_) => roots.push(None),
-                    }
+                        WalRecord::Delete(_) => None,
+                    };
+                    log.push(LoggedUpdate::new(
+                        row.segment,
+                        row.offset,
+                        &row.record,
+                        root,
+                    ));
+                    roots.push(root.map(|r| r.to_hex()));
                 }
                 Ok((roots, None))
             })
@@ -260,28 +279,27 @@ impl FlowForest {
         Ok(list)
     }
 
-    /// Reads WAL segment `path` and applies its records in order as they are decoded, without
-    /// an intermediate batch (the segment's bytes and the forest are all this holds). Returns
-    /// `(applied, info)`: `applied` has one row per record applied (see
-    /// `batches::AppliedBuilder`: the `wal_records` columns without the register lists, plus
-    /// `root`), `info` the keys of `flow_decode_segment`'s info for the records applied; its
-    /// `error` also reports an update whose parent root is not in the forest
+    /// Reads WAL segment `path` (streamed) and applies its records in order as they are
+    /// decoded, without an intermediate batch (a window of the segment and the forest are all
+    /// this holds); each record applied goes to the update log. Returns `(records, info)`:
+    /// the number of records applied and the keys of `flow_decode_segment`'s info for them;
+    /// its `error` also reports an update whose parent root is not in the forest
     /// (`unknown_parent_root`), after which nothing is applied. Raises `FlowWalError` only
-    /// when the file cannot be read.
+    /// when the file cannot be opened.
     fn replay_segment<'py>(
         &mut self,
         py: Python<'py>,
         path: PathBuf,
         segment_no: u64,
-    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+    ) -> PyResult<(u64, Bound<'py, PyDict>)> {
         let forest = &mut self.forest;
         let current = &mut self.current;
         let applied = &mut self.applied;
+        let log = &mut self.log;
         let result = py.detach(|| -> Result<_, FlowError> {
             let seg = Segment::open(&path, segment_no)?;
-            let mut b = AppliedBuilder::default();
             let (mut updates, mut deletes, mut paths) = (0u64, 0u64, 0u64);
-            let (end, error) = visit_segment(&seg, |index, offset, rec| {
+            let (end, error) = visit_segment(&seg, |_index, offset, rec| {
                 let root = match &rec {
                     WalRecord::Update(u) => {
                         let a = forest.update(u)?;
@@ -296,25 +314,125 @@ impl FlowForest {
                         None
                     }
                 };
-                b.push(segment_no, index, offset, &rec, root);
+                log.push(LoggedUpdate::new(segment_no, offset, &rec, root));
                 Ok(())
             });
-            Ok((
-                b.finish(),
-                seg.file_len,
-                end,
-                error,
-                updates,
-                deletes,
-                paths,
-            ))
+            Ok((seg.file_len, end, error, updates, deletes, paths))
         });
-        let (batch, file_len, end, error, updates, deletes, paths) =
+        let (file_len, end, error, updates, deletes, paths) =
             result.map_err(|e| flow_err(py, &e))?;
         let info = segment_info(
             py, segment_no, file_len, end, &error, updates, deletes, paths,
         )?;
-        Ok((PyRecordBatch::new(batch).into_pyarrow(py)?, info))
+        Ok((updates + deletes, info))
+    }
+
+    /// Records applied so far (the rows of `trie_updates`).
+    #[getter]
+    fn log_len(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Writes the update log as a `trie_updates` Parquet file; returns its rows.
+    #[pyo3(signature = (path, row_group_rows, row_group_bytes, dictionary_columns=vec![]))]
+    fn write_trie_updates(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        row_group_rows: usize,
+        row_group_bytes: usize,
+        dictionary_columns: Vec<String>,
+    ) -> PyResult<u64> {
+        let groups = RowGroups {
+            rows: row_group_rows,
+            bytes: row_group_bytes,
+        };
+        let log = &self.log;
+        py.detach(|| {
+            let dict: Vec<&str> = dictionary_columns.iter().map(String::as_str).collect();
+            let table = TableWriter::create(&path, trie_updates_schema(), &dict)?;
+            let mut out = AlignedTables::new(vec![table], groups);
+            let mut done = 0;
+            while done < log.len() {
+                let n = out.step_rows(PUBLISH_CHUNK).min(log.len() - done);
+                out.write(&[trie_updates_batch(&log[done..done + n], done as u64)])?;
+                done += n;
+            }
+            out.finish()
+        })
+        .map_err(PyValueError::new_err)
+    }
+
+    /// Writes a trie's registers (default: the current trie) as a `registers` Parquet file and
+    /// their `register_hashes` file beside it, with the same row groups (a checkpoint writer
+    /// reads them group by group); returns the rows of each.
+    #[pyo3(signature = (registers_path, hashes_path, row_group_rows, row_group_bytes, root=None))]
+    fn write_registers(
+        &self,
+        py: Python<'_>,
+        registers_path: PathBuf,
+        hashes_path: PathBuf,
+        row_group_rows: usize,
+        row_group_bytes: usize,
+        root: Option<&str>,
+    ) -> PyResult<u64> {
+        let mut cursor = self.trie(root)?.leaves();
+        let groups = RowGroups {
+            rows: row_group_rows,
+            bytes: row_group_bytes,
+        };
+        py.detach(|| {
+            let tables = vec![
+                TableWriter::create(&registers_path, registers_schema(), &[])?,
+                TableWriter::create(&hashes_path, leaf_hashes_schema(), &[])?,
+            ];
+            let mut out = AlignedTables::new(tables, groups);
+            loop {
+                let leaves = cursor.next_leaf_nodes(out.step_rows(PUBLISH_CHUNK));
+                if leaves.is_empty() {
+                    return out.finish();
+                }
+                let regs: Vec<_> = leaves.iter().filter_map(|l| l.register()).collect();
+                out.write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])?;
+            }
+        })
+        .map_err(PyValueError::new_err)
+    }
+
+    /// `flow_registers` entries of a trie (default: the current one) in key order, as an
+    /// iterator of `(keys, values)` lists of bytes of at most `batch_rows` entries: the
+    /// input of an SST writer, without Arrow.
+    #[pyo3(signature = (version, batch_rows, root=None))]
+    fn register_entries(
+        &self,
+        version: u8,
+        batch_rows: usize,
+        root: Option<&str>,
+    ) -> PyResult<FlowRegisterEntries> {
+        Ok(FlowRegisterEntries {
+            cursor: self.trie(root)?.leaves(),
+            batch_rows: batch_rows.max(1),
+            version,
+        })
+    }
+
+    /// `flow_roots` entries for log rows `lo..hi`: `(keys, values)` lists of bytes, one per
+    /// update (key: its `seq` as u64 big-endian; value: its 32-byte root); deletes have none.
+    fn root_entries<'py>(
+        &self,
+        py: Python<'py>,
+        lo: usize,
+        hi: usize,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let (keys, values) = (PyList::empty(py), PyList::empty(py));
+        let hi = hi.min(self.log.len());
+        for (seq, row) in self.log.iter().enumerate().take(hi).skip(lo) {
+            if let Some(root) = row.root {
+                keys.append(PyBytes::new(py, &(seq as u64).to_be_bytes()))?;
+                values.append(PyBytes::new(py, &root.0))?;
+            }
+        }
+        Ok((keys, values))
     }
 
     /// Root of the last update applied (the empty root before any).
@@ -463,6 +581,56 @@ impl FlowLeafHashes {
     }
 }
 
+/// Rows built at a time by the Parquet writers and entry iterators (bounded memory).
+const PUBLISH_CHUNK: usize = 4096;
+
+/// Iterator over `flow_registers` `(keys, values)` slices of one trie (holds its nodes alive).
+#[pyclass(module = "rechain.workers._native")]
+pub struct FlowRegisterEntries {
+    cursor: LeafCursor,
+    batch_rows: usize,
+    version: u8,
+}
+
+#[pymethods]
+impl FlowRegisterEntries {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>)>> {
+        let chunk = self.cursor.next_chunk(self.batch_rows);
+        if chunk.is_empty() {
+            return Ok(None);
+        }
+        let (keys, values) = (PyList::empty(py), PyList::empty(py));
+        let mut buf = Vec::new();
+        for (path, payload) in &chunk {
+            buf.clear();
+            encode_register_value(self.version, &payload.key, &payload.value, &mut buf);
+            keys.append(PyBytes::new(py, &path.0))?;
+            values.append(PyBytes::new(py, &buf))?;
+        }
+        Ok(Some((keys, values)))
+    }
+}
+
+/// The Arrow schema (pyarrow) of a published Flow table: `trie_updates`, `registers` or
+/// `register_hashes` (see `flow::batches`).
+#[pyfunction]
+fn flow_table_schema<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let schema = match name {
+        "trie_updates" => trie_updates_schema(),
+        "registers" => registers_schema(),
+        "register_hashes" => leaf_hashes_schema(),
+        _ => return Err(PyValueError::new_err(format!("no Flow table named {name}"))),
+    };
+    PySchema::new(schema).into_pyarrow(py)
+}
+
 /// Adds the Flow functions, classes and exception to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_decode_segment, m)?)?;
@@ -472,6 +640,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FlowForest>()?;
     m.add_class::<FlowPayloads>()?;
     m.add_class::<FlowLeafHashes>()?;
+    m.add_class::<FlowRegisterEntries>()?;
+    m.add_function(wrap_pyfunction!(flow_table_schema, m)?)?;
     m.add("FlowWalError", m.py().get_type::<FlowWalError>())?;
     super::checkpoint_py::register(m)
 }
