@@ -6,12 +6,18 @@
    copy of the same hash is decoded next.
 2. Consensus over the best chain, set-based in DuckDB (spilling to disk under the memory
    budget): BIP34 coinbase heights, every spend resolved against earlier best-chain outputs
-   (missing, double spends, immature coinbase, inputs below outputs), coinbase amount. The
+   (missing, double spends, immature coinbase, inputs below outputs), coinbase amount. Spends
+   are resolved in slices by txid (``Slices``) sized to DuckDB's share of the budget, so no
+   join spans the whole chain. The
    lowest failing block is marked invalid (descendants follow it) and the tree relinked, as
    Core would switch to the best valid chain.
 3. Publish: ``blocks``, ``transactions``, ``inputs``, ``outputs`` with heights, ``in_best_chain``
    and fees, Hive-partitioned by height range; the UTXO set into RocksDB in chainstate order
-   with Core's ``hash_serialized_3``.
+   with Core's ``hash_serialized_3``, and the tx index, both slice by slice in key order.
+
+Memory budget after the body pass (Ray stopped): DuckDB's buffer pool gets
+``DUCKDB_BUDGET_SHARE`` of it (it spills to DATADIR/tmp/duckdb beyond that); the other half is
+for what the coordinator holds beside the pool (see ``DUCKDB_BUDGET_SHARE``).
 """
 
 from __future__ import annotations

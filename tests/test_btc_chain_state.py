@@ -8,10 +8,9 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pytest
 from rechain.pipeline import btc_full
 from rechain.pipeline.store import DataDir
-
-import pytest
 
 X = bytes.fromhex("aa" * 32)  # a coinbase txid at heights 1 and 2 (as mainnet's d5d2...8599)
 T = bytes.fromhex("bb" * 32)  # a transaction at height 3 spending (X, 0) and a missing output
