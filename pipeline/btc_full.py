@@ -6,12 +6,18 @@
    copy of the same hash is decoded next.
 2. Consensus over the best chain, set-based in DuckDB (spilling to disk under the memory
    budget): BIP34 coinbase heights, every spend resolved against earlier best-chain outputs
-   (missing, double spends, immature coinbase, inputs below outputs), coinbase amount. The
+   (missing, double spends, immature coinbase, inputs below outputs), coinbase amount. Spends
+   are resolved in slices by txid (``Slices``) sized to DuckDB's share of the budget, so no
+   join spans the whole chain. The
    lowest failing block is marked invalid (descendants follow it) and the tree relinked, as
    Core would switch to the best valid chain.
 3. Publish: ``blocks``, ``transactions``, ``inputs``, ``outputs`` with heights, ``in_best_chain``
    and fees, Hive-partitioned by height range; the UTXO set into RocksDB in chainstate order
-   with Core's ``hash_serialized_3``.
+   with Core's ``hash_serialized_3``, and the tx index, both slice by slice in key order.
+
+Memory budget after the body pass (Ray stopped): DuckDB's buffer pool gets
+``DUCKDB_BUDGET_SHARE`` of it (it spills to DATADIR/tmp/duckdb beyond that); the other half is
+for what the coordinator holds beside the pool (see ``DUCKDB_BUDGET_SHARE``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +54,22 @@ STAGE = "btc_full"
 UNIT_BYTES = 32 << 20
 #: The smallest unit a small memory budget cuts units down to (see ``unit_bytes``).
 MIN_UNIT_BYTES = 4 << 20
-#: DuckDB's memory limit never goes below this, whatever the budget: on 29,000 blocks of
-#: 100-400 transactions, resolving spends (a hash join on every best-chain output) ran out of
-#: memory at 128 MiB, the tx index (a window and sort over every txid) at 192 MiB.
-MIN_DUCKDB_BYTES = 256 << 20
-#: What the stages after the body pass hold outside DuckDB's buffer pool: DuckDB's own
-#: allocations beyond it (Parquet writers, query results), Arrow batches streamed into the SST
-#: writer, RocksDB's and the interpreter's growth (measured at 8,000 blocks and a 256 MiB
-#: budget: ~70 MiB beyond DuckDB's limit, over the heap left after the body pass).
-DUCKDB_RESERVE_BYTES = 64 << 20
+#: DuckDB's memory limit never goes below this, whatever the budget (its fixed working set:
+#: a query's operators, Parquet readers and writers, the small per-slice hash tables).
+MIN_DUCKDB_BYTES = 48 << 20
+#: How the budget is split in the stages after the body pass. DuckDB's buffer pool takes this
+#: share; the rest is what the coordinator holds beside it: DuckDB's allocations outside its
+#: pool (measured ~90 MiB at 8,000 blocks, whatever the limit), Arrow batches streamed into
+#: the SST writer, RocksDB's and the interpreter's growth over the heap left by the body pass.
+DUCKDB_BUDGET_SHARE = 0.5
+#: Bytes one best-chain output takes in a slice's join hash table (its 32-byte txid out of
+#: line with the string header, vout, value, height, position, hash and row pointer).
+JOIN_ROW_BYTES = 96
+#: Spends are resolved in at most 2**this slices by txid (each slice's partitioned write keeps
+#: a buffer and an open file).
+MAX_SLICE_BITS = 6
+#: Rows all slices' partition buffers hold together before flushing to their files.
+SLICE_FLUSH_ROWS = 65_536
 #: A chain whose every block is invalid cannot loop forever: each round settles one block.
 MAX_ROUNDS = 10_000
 COINBASE_MATURITY = 100
@@ -77,9 +91,18 @@ def unit_bytes(budget: int) -> int:
 
 
 def duckdb_bytes(budget: int) -> int:
-    """DuckDB's memory_limit: the budget less ``DUCKDB_RESERVE_BYTES`` for what runs next to
-    DuckDB in the stages after the body pass."""
-    return int(max(budget - DUCKDB_RESERVE_BYTES, MIN_DUCKDB_BYTES))
+    """DuckDB's memory_limit: its share of the budget (``DUCKDB_BUDGET_SHARE``)."""
+    return int(max(budget * DUCKDB_BUDGET_SHARE, MIN_DUCKDB_BYTES))
+
+
+def slice_bits(outputs: int, memory_limit: int) -> int:
+    """log2 of the slice count that keeps one slice's join hash table within a quarter of
+    DuckDB's memory limit (the rest holds the probe side, the window over duplicates and the
+    result being written)."""
+    bits = 0
+    while bits < MAX_SLICE_BITS and (outputs >> bits) * JOIN_ROW_BYTES > memory_limit // 4:
+        bits += 1
+    return bits
 
 
 def plan_units(
@@ -198,54 +221,147 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
             empty = pa.Table.from_batches([ds.empty(ds.BODY_STAGED[table])])
             con.register(f"{alias}_empty", empty)
             source = f"{alias}_empty"
-        # Staged hashes are raw bytes; every query here sees them as display hex, as published.
+        # Staged hashes are raw bytes: the chain state joins them as such (``{alias}_raw``),
+        # the published tables see them as display hex.
+        con.execute(f"CREATE VIEW {alias}_raw AS SELECT * FROM {source}")
         hashes = ", ".join(
             f"{_hex(c)} AS {c}" for c in ds.staged_hash_columns(ds.BODY_STAGED[table])
         )
-        con.execute(f"CREATE VIEW {alias} AS SELECT * REPLACE ({hashes}) FROM {source}")
+        con.execute(f"CREATE VIEW {alias} AS SELECT * REPLACE ({hashes}) FROM {alias}_raw")
     return con
 
 
-def build_chain_state(con: duckdb.DuckDBPyConnection) -> None:
-    """Best-chain outputs (``bo``) and every best-chain spend resolved to its output (``res``)."""
+@dataclass(frozen=True)
+class Slices:
+    """Best-chain outputs and spends (and, for the tx index, every transaction) partitioned
+    by txid into ``2**bits`` Parquet slices under ``dir``. Slice k holds the txids whose
+    internal first byte has k as its top ``bits`` bits, so a spend and the output it spends
+    share a slice, and slices in order are txids in chainstate (internal byte) order: each
+    slice is joined or sorted on its own, within a bounded memory, and the results appended
+    in slice order are those of one query over everything."""
+
+    dir: Path
+    bits: int
+
+    @property
+    def count(self) -> int:
+        return 1 << self.bits
+
+    def bucket(self, txid: str) -> str:
+        """SQL for the slice of a staged (display-order) txid: its last byte leads internally."""
+        return f"(('0x' || hex({txid}[32:32]))::INTEGER >> {8 - self.bits})"
+
+    def partition(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> None:
+        """Writes ``sql`` (with a ``bucket`` column) as slices of ``name``, and an empty
+        table ``{name}_none`` of its columns for slices that got no rows."""
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {name}_none AS SELECT * EXCLUDE (bucket) "
+            f"FROM ({sql}) WHERE false"
+        )
+        flush = max(1024, SLICE_FLUSH_ROWS >> self.bits)
+        con.execute(f"SET partitioned_write_flush_threshold={flush}")
+        try:
+            con.execute(
+                f"COPY ({sql}) TO '{self.dir / name}' (FORMAT PARQUET, "
+                "PARTITION_BY (bucket), COMPRESSION SNAPPY, OVERWRITE_OR_IGNORE)"
+            )
+        finally:
+            con.execute(f"SET partitioned_write_flush_threshold={PARTITION_FLUSH_ROWS}")
+
+    def source(self, name: str, k: int) -> str:
+        """SQL for slice k of ``name``."""
+        files = sorted(str(f) for f in (self.dir / name / f"bucket={k}").glob("*.parquet"))
+        return f"read_parquet({_sql_list(files)})" if files else f"{name}_none"
+
+
+def _spend_sql(slices: Slices, k: int) -> str:
+    """Slice k's spends, each with the output it spends: the latest copy of its output id
+    before it (``dup``: the slice's output ids created more than once, BIP30)."""
+    return f"""
+        SELECT {k}::UTINYINT AS bucket, i.height, i.pos, i.vin, i.prev_vout, bo.value,
+               bo.height AS prev_height, bo.pos AS prev_pos
+        FROM {slices.source("spends", k)} i
+        LEFT JOIN dup d ON d.txid = i.prev_txid AND d.vout = i.prev_vout
+        LEFT JOIN {slices.source("outputs", k)} bo
+             ON bo.txid = i.prev_txid AND bo.vout = i.prev_vout
+             AND (bo.height < i.height OR (bo.height = i.height AND bo.pos < i.pos))"""
+
+
+def build_chain_state(
+    con: duckdb.DuckDBPyConnection, work: Path, memory_limit: int, bits: int | None = None
+) -> Slices:
+    """Every best-chain spend resolved to its output (``res``, keyed by the spend's height,
+    position and vin; ``bucket`` is its slice), the outputs spent twice (``spent_twice``) and
+    each transaction's inputs (``tx_in``). Resolved slice by slice (``Slices``) so that no
+    hash table spans the whole chain; ``bits`` overrides the slice count."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     con.execute(
-        "CREATE OR REPLACE TABLE best AS SELECT hash, height FROM headers WHERE in_best_chain"
+        """CREATE OR REPLACE TABLE best AS
+        SELECT hash, from_hex(hash) AS raw, height FROM headers WHERE in_best_chain"""
     )
-    con.execute(
-        f"""CREATE OR REPLACE TABLE bo AS
-        SELECT o.txid, o.vout, o.value, o.script_pubkey, b.height, o.tx_position AS pos
-        FROM so o JOIN best b ON o.block_hash = b.hash
+    if bits is None:
+        outputs = con.execute("SELECT count(*) FROM so_raw").fetchall()[0][0]
+        bits = slice_bits(int(outputs), memory_limit)
+    slices = Slices(work, bits)
+    slices.partition(
+        con,
+        "outputs",
+        f"""SELECT {slices.bucket("o.txid")} AS bucket, o.txid, o.vout, o.value,
+               o.script_pubkey, b.height, o.tx_position AS pos
+        FROM so_raw o JOIN best b ON o.block_hash = b.raw
         WHERE b.height > 0 AND octet_length(o.script_pubkey) <= {MAX_SCRIPT_SIZE}
           -- Core's IsUnspendable: scripts starting with OP_RETURN (byte order compare).
-          AND NOT (o.script_pubkey >= '\\x6A'::BLOB AND o.script_pubkey < '\\x6B'::BLOB)"""
+          AND NOT (o.script_pubkey >= '\\x6A'::BLOB AND o.script_pubkey < '\\x6B'::BLOB)""",
     )
-    # An output id (txid, vout) twice in the best chain (BIP30's duplicate coinbases) makes a
-    # spend ambiguous: it takes the latest copy before it. Only those few spends go through a
-    # window; a window over every input would not stay within a small memory budget.
-    con.execute(
-        """CREATE OR REPLACE TEMP TABLE dup AS
-        SELECT txid, vout FROM bo GROUP BY ALL HAVING count(*) > 1"""
+    slices.partition(
+        con,
+        "spends",
+        f"""SELECT {slices.bucket("i.prev_txid")} AS bucket, i.prev_txid, i.prev_vout,
+               b.height, i.tx_position AS pos, i.vin
+        FROM si_raw i JOIN best b ON i.block_hash = b.raw
+        WHERE i.tx_position > 0""",
     )
-    spend = """
-        SELECT i.txid, i.vin, i.prev_txid, i.prev_vout, b.height, i.tx_position AS pos,
-               i.block_hash, bo.value, bo.height AS prev_height, bo.pos AS prev_pos
-        FROM si i JOIN best b ON i.block_hash = b.hash
-        LEFT JOIN dup d ON d.txid = i.prev_txid AND d.vout = i.prev_vout
-        LEFT JOIN bo ON bo.txid = i.prev_txid AND bo.vout = i.prev_vout
-             AND (bo.height < b.height OR (bo.height = b.height AND bo.pos < i.tx_position))
-        WHERE i.tx_position > 0"""
-    con.execute(f"CREATE OR REPLACE TABLE res AS {spend} AND d.txid IS NULL")
-    con.execute(
-        f"""INSERT INTO res {spend} AND d.txid IS NOT NULL
-        QUALIFY row_number() OVER (
-            PARTITION BY b.height, i.tx_position, i.vin ORDER BY bo.height DESC NULLS LAST) = 1"""
-    )
+    con.execute("CREATE OR REPLACE TEMP TABLE dup AS SELECT txid, vout FROM outputs_none")
+    con.execute(f"CREATE OR REPLACE TABLE res AS {_spend_sql(slices, 0)} WHERE false")
+    con.execute("CREATE OR REPLACE TABLE spent_twice AS SELECT height FROM res WHERE false")
+    for k in range(slices.count):
+        # An output id twice in the best chain (BIP30's duplicate coinbases) makes a spend
+        # ambiguous: it takes the latest copy before it. Only those few spends go through a
+        # window.
+        con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE dup AS SELECT txid, vout
+            FROM {slices.source("outputs", k)} GROUP BY ALL HAVING count(*) > 1"""
+        )
+        spend = _spend_sql(slices, k)
+        con.execute(f"INSERT INTO res {spend} WHERE d.txid IS NULL")
+        con.execute(
+            f"""INSERT INTO res {spend} WHERE d.txid IS NOT NULL
+            QUALIFY row_number() OVER (
+                PARTITION BY i.height, i.pos, i.vin ORDER BY bo.height DESC NULLS LAST) = 1"""
+        )
+        # Outputs spent twice: every later spend of one marks its block. The window runs only
+        # over those few spends.
+        con.execute(
+            f"""INSERT INTO spent_twice SELECT height FROM (
+              SELECT r.height, row_number() OVER (
+                PARTITION BY r.prev_height, r.prev_pos, r.prev_vout
+                ORDER BY r.height, r.pos, r.vin) AS n
+              FROM res r JOIN (
+                SELECT prev_height, prev_pos, prev_vout FROM res
+                WHERE bucket = {k} AND value IS NOT NULL GROUP BY ALL HAVING count(*) > 1
+              ) twice USING (prev_height, prev_pos, prev_vout)
+              WHERE r.bucket = {k}) WHERE n > 1"""
+        )
     con.execute(
         """CREATE OR REPLACE TABLE tx_in AS
-        SELECT block_hash, pos AS position, sum(value)::UBIGINT AS input_value,
-               count(value) = count(*) AS resolved
-        FROM res GROUP BY ALL"""
+        SELECT b.hash AS block_hash, f.position, f.input_value, f.resolved
+        FROM (SELECT height, pos AS position, sum(value)::UBIGINT AS input_value,
+                     count(value) = count(*) AS resolved
+              FROM res GROUP BY ALL) f
+        JOIN best b ON b.height = f.height"""
     )
+    return slices
 
 
 def first_consensus_failure(
@@ -261,21 +377,15 @@ def first_consensus_failure(
           FROM best b JOIN sb ON sb.hash = b.hash AND sb.valid
           WHERE b.height >= {bip34} AND sb.coinbase_height IS DISTINCT FROM b.height
           UNION ALL
-          SELECT block_hash, height, 'bad-txns-inputs-missingorspent', 1 FROM res
-          WHERE value IS NULL
+          SELECT b.hash, r.height, 'bad-txns-inputs-missingorspent', 1
+          FROM res r JOIN best b ON b.height = r.height WHERE r.value IS NULL
           UNION ALL
-          SELECT block_hash, height, 'bad-txns-inputs-missingorspent', 1 FROM (
-            -- Outputs spent twice: the window runs only over those few spends.
-            SELECT r.block_hash, r.height, row_number() OVER (
-              PARTITION BY r.prev_height, r.prev_pos, r.prev_vout
-              ORDER BY r.height, r.pos, r.vin) AS k
-            FROM res r JOIN (
-              SELECT prev_height, prev_pos, prev_vout FROM res WHERE value IS NOT NULL
-              GROUP BY ALL HAVING count(*) > 1
-            ) twice USING (prev_height, prev_pos, prev_vout)) WHERE k > 1
+          SELECT b.hash, s.height, 'bad-txns-inputs-missingorspent', 1
+          FROM spent_twice s JOIN best b ON b.height = s.height
           UNION ALL
-          SELECT block_hash, height, 'bad-txns-premature-spend-of-coinbase', 2 FROM res
-          WHERE prev_pos = 0 AND height - prev_height < {COINBASE_MATURITY}
+          SELECT b.hash, r.height, 'bad-txns-premature-spend-of-coinbase', 2
+          FROM res r JOIN best b ON b.height = r.height
+          WHERE r.prev_pos = 0 AND r.height - r.prev_height < {COINBASE_MATURITY}
           UNION ALL
           SELECT t.block_hash, b.height, 'bad-txns-in-belowout', 3
           FROM tx_in f JOIN st t ON t.block_hash = f.block_hash AND t.position = f.position
@@ -393,28 +503,42 @@ def publish_tables(
     return rows
 
 
-def write_utxo_set(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, Any]:
+def _internal_order(txid: str) -> str:
+    """SQL for a staged (display-order) txid's bytes in internal order, as a sort key."""
+    return f"regexp_replace(reverse(lower(hex({txid}))), '(.)(.)', '\\2\\1', 'g')"
+
+
+def _stream(con: duckdb.DuckDBPyConnection, queries: Iterator[str]) -> Iterator[pa.RecordBatch]:
+    """The batches of several queries, one query after the other (each slice's result is
+    streamed before the next slice runs, so only one slice's sort is ever live)."""
+    for sql in queries:
+        yield from con.sql(sql).to_arrow_reader(STREAM_BATCH_ROWS)
+
+
+def write_utxo_set(con: duckdb.DuckDBPyConnection, data: DataDir, slices: Slices) -> dict[str, Any]:
     """The unspent best-chain outputs into ``btc_utxo`` (chainstate order) and their digest."""
-    reader = con.sql(
-        r"""
-        SELECT bo.txid, bo.vout::UINTEGER AS vout, bo.height::UINTEGER AS height,
-               bo.pos = 0 AS coinbase, bo.value::UBIGINT AS value, bo.script_pubkey
-        FROM bo ANTI JOIN (SELECT prev_height, prev_pos, prev_vout FROM res
-                           WHERE value IS NOT NULL) s
+
+    def unspent(k: int) -> str:
+        outputs = slices.source("outputs", k)
+        return f"""
+        SELECT lower(hex(bo.txid)) AS txid, bo.vout::UINTEGER AS vout,
+               bo.height::UINTEGER AS height, bo.pos = 0 AS coinbase,
+               bo.value::UBIGINT AS value, bo.script_pubkey
+        FROM {outputs} bo ANTI JOIN (SELECT prev_height, prev_pos, prev_vout FROM res
+                                     WHERE bucket = {k} AND value IS NOT NULL) s
           ON s.prev_height = bo.height AND s.prev_pos = bo.pos AND s.prev_vout = bo.vout
         -- Of an output id created twice (BIP30), only the latest copy is in the set.
-        LEFT JOIN (SELECT txid, vout, max(height) AS latest FROM bo SEMI JOIN dup
-                   USING (txid, vout) GROUP BY ALL) d ON d.txid = bo.txid AND d.vout = bo.vout
+        LEFT JOIN (SELECT txid, vout, max(height) AS latest FROM {outputs}
+                   GROUP BY ALL HAVING count(*) > 1) d ON d.txid = bo.txid AND d.vout = bo.vout
         WHERE d.latest IS NULL OR bo.height = d.latest
-        ORDER BY regexp_replace(reverse(bo.txid), '(.)(.)', '\2\1', 'g'), bo.vout
-        """
-    ).to_arrow_reader(STREAM_BATCH_ROWS)
+        ORDER BY {_internal_order("bo.txid")}, bo.vout"""
+
     hasher = _native.UtxoHasher()
     done: dict[str, Any] = {}
 
     def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
         # Streamed into the SST file: the UTXO set is never held whole in memory.
-        for batch in reader:
+        for batch in _stream(con, (unspent(k) for k in range(slices.count))):
             yield hasher.update(batch)
         last, done["hash_serialized_3"], done["utxo_count"], done["total_amount"] = hasher.finish()
         yield last
@@ -424,25 +548,35 @@ def write_utxo_set(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, A
     return {k: done[k] for k in ("utxo_count", "total_amount", "hash_serialized_3")}
 
 
-def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, generation: int) -> int:
+def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, slices: Slices) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
     side branches) points at its best-chain copy, else its lowest one."""
-    tx_glob = data.parquet_dir(ds.TRANSACTIONS) / f"{generation:06d}" / "**" / "*.parquet"
-    reader = con.sql(
-        rf"""
-        SELECT from_hex(regexp_replace(reverse(txid), '(.)(.)', '\2\1', 'g')) AS k,
-               encode(height_range::VARCHAR || ' ' || block_hash || ' ' || position::VARCHAR) AS v
-        FROM read_parquet('{tx_glob}', hive_partitioning = true)
+    rng = ds.HEIGHT_RANGE_BLOCKS
+    # Every staged transaction with its block's place, as ``transactions`` publishes it.
+    slices.partition(
+        con,
+        "transactions",
+        f"""SELECT {slices.bucket("t.txid")} AS bucket, t.txid, t.block_hash, t.position,
+               h.height, h.in_best_chain,
+               coalesce(h.height // {rng} * {rng}, -1)::BIGINT AS height_range
+        FROM st_raw t JOIN headers h ON from_hex(h.hash) = t.block_hash""",
+    )
+
+    def index(k: int) -> str:
+        return f"""
+        SELECT from_hex({_internal_order("txid")}) AS k,
+               encode(height_range::VARCHAR || ' ' || lower(hex(block_hash)) || ' '
+                      || position::VARCHAR) AS v
+        FROM {slices.source("transactions", k)}
         QUALIFY row_number() OVER (
             PARTITION BY txid ORDER BY in_best_chain DESC, height NULLS LAST, block_hash) = 1
-        ORDER BY k
-        """
-    ).to_arrow_reader(STREAM_BATCH_ROWS)
+        ORDER BY k"""
+
     rows = 0
 
     def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
         nonlocal rows
-        for batch in reader:
+        for batch in _stream(con, (index(k) for k in range(slices.count))):
             rows += batch.num_rows
             yield batch.column("k"), batch.column("v")
 
@@ -536,9 +670,11 @@ def run_full(
             log.info("decode: stopped the embedded Ray cluster")
         release_unused_memory()
         con = connect(data, budget, workers)
+        work = data.path / "tmp" / "duckdb" / "slices"
         try:
             log.info("consensus: chain state, round %d", rounds)
-            build_chain_state(con)
+            slices = build_chain_state(con, work, duckdb_bytes(budget))
+            log.info("consensus: %d slice(s) by txid", slices.count)
             log.info("consensus: rules")
             failure = first_consensus_failure(con, network)
             if failure is not None:
@@ -555,9 +691,9 @@ def run_full(
             publish_s = time.perf_counter() - t
             t = time.perf_counter()
             log.info("publish: utxo set")
-            utxo = write_utxo_set(con, data)
+            utxo = write_utxo_set(con, data, slices)
             log.info("publish: tx index")
-            write_txindex(con, data, generation)
+            write_txindex(con, data, slices)
             utxo_s = time.perf_counter() - t
         except (duckdb.OutOfMemoryException, OSError) as e:
             # A query streamed through Arrow (UTXO set, tx index) reports it as an OSError.
@@ -569,6 +705,7 @@ def run_full(
             ) from e
         finally:
             con.close()
+            shutil.rmtree(work, ignore_errors=True)
         break
     summary = {
         **utxo,
