@@ -20,11 +20,12 @@ from typing import Any
 from rechain.pipeline import metrics
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
-from rechain.pipeline.store import INGEST_SLICE_ROWS, DataDir
+from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
+from rechain.workers.memory import release_unused_memory
 
 log = logging.getLogger(__name__)
 STAGE = "flow_wal"
@@ -33,6 +34,8 @@ ROW_GROUP = 65_536
 #: reach this size: register values are mostly incompressible, so 65,536 of them could hold
 #: tens of MiB.
 ROW_GROUP_BYTES = 1 << 20
+#: Registers handed to the SST writer at a time, as Python bytes (~300 B each at Flow's sizes).
+REGISTER_SLICE_ROWS = 2048
 #: Up to this many WAL bytes, and without --ray-address, each segment is decoded and applied
 #: record by record in this process (Rust, GIL released), holding only the segment's bytes and
 #: the forest. Applying updates, not decoding, bounds a replay (decoding is ~1% of it), so for
@@ -276,6 +279,7 @@ def _publish(
     """Publishes the forest's current trie and update log: the Parquet tables (written by the
     Rust core, so this process never loads pyarrow), then RocksDB's registers and roots."""
     t0 = time.perf_counter()
+    release_unused_memory()
     gen_key = fs.META_FLOW_GENERATION
     generation = int(data.meta_get(gen_key) or 0) + 1
     register_rows = 0
@@ -293,13 +297,18 @@ def _publish(
             str(parts[0]), ROW_GROUP, ROW_GROUP_BYTES, fs.DICTIONARY_COLUMNS
         ),
     )
+    # Each step's buffers go back to the OS before the next: freed heap pages are otherwise
+    # kept, and the steps' transients would add up on top of the forest.
+    release_unused_memory()
     data.stage_parquet_files([fs.REGISTERS, fs.REGISTER_HASHES], generation, registers)
+    release_unused_memory()
     # The registers' SST file (current payloads, path order = key order) is complete before
     # the database changes.
     sst = data.write_sst(
         layout.CF_FLOW_REGISTERS,
-        forest.register_entries(fs.REGISTER_VALUE_VERSION, INGEST_SLICE_ROWS),
+        forest.register_entries(fs.REGISTER_VALUE_VERSION, REGISTER_SLICE_ROWS),
     )
+    release_unused_memory()
     # RocksDB: current payloads and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)

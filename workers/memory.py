@@ -7,9 +7,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import sys
 from functools import cache
-
-import pyarrow as pa
 
 
 @cache
@@ -24,9 +23,12 @@ def _libc() -> ctypes.CDLL | None:
 
 
 def release_unused_memory() -> None:
-    """Collects garbage, then returns free pages of Arrow's pool and of the C heap."""
+    """Collects garbage, then returns free pages of Arrow's pool (if this process loaded
+    pyarrow: a Flow replay does not) and of the C heap."""
     gc.collect()
-    pa.default_memory_pool().release_unused()
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        pa.default_memory_pool().release_unused()
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)

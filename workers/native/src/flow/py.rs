@@ -582,7 +582,7 @@ impl FlowLeafHashes {
 }
 
 /// Rows built at a time by the Parquet writers and entry iterators (bounded memory).
-const PUBLISH_CHUNK: usize = 4096;
+const PUBLISH_CHUNK: usize = 1024;
 
 /// Iterator over `flow_registers` `(keys, values)` slices of one trie (holds its nodes alive).
 #[pyclass(module = "rechain.workers._native")]
