@@ -33,7 +33,7 @@
 //! delete's deleted root), `root` utf8 (hex; null for a delete), `n_paths` uint32, `op` utf8.
 
 use super::hash::{hash_leaves, Hash, Path};
-use super::mtrie::Node;
+use super::mtrie::{Node, Register};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt16Builder,
@@ -375,15 +375,16 @@ pub fn registers_schema() -> SchemaRef {
     ]))
 }
 
-/// A `registers` batch from `(path, payload)` pairs.
-pub fn registers_batch(regs: &[(Path, Arc<Payload>)]) -> RecordBatch {
+/// A `registers` batch from registers (path and payload).
+pub fn registers_batch<R: AsRef<Register>>(regs: &[R]) -> RecordBatch {
     let mut path = FixedSizeBinaryBuilder::with_capacity(regs.len(), 32);
     let mut owner = BinaryBuilder::new();
     let mut key = BinaryBuilder::new();
     let mut enc = BinaryBuilder::new();
     let mut size = UInt64Builder::with_capacity(regs.len());
     let mut value = BinaryBuilder::new();
-    for (p, pl) in regs {
+    for r in regs {
+        let (p, pl) = (&r.as_ref().path, &r.as_ref().payload);
         path.append_value(p.0).expect("paths are 32 bytes");
         let parts = pl.key_parts();
         let part = |t: u16| {
@@ -424,7 +425,7 @@ pub fn leaf_hashes_batch(leaves: &[Arc<Node>]) -> RecordBatch {
     let pairs: Vec<(&Path, &[u8])> = leaves
         .iter()
         .filter_map(|l| match &**l {
-            Node::Leaf { path, payload, .. } => Some((path, &payload.value[..])),
+            Node::Leaf { reg, .. } => Some((&reg.path, &reg.payload.value[..])),
             Node::Interior { .. } => None,
         })
         .collect();
@@ -450,12 +451,11 @@ pub fn leaf_hashes_batch(leaves: &[Arc<Node>]) -> RecordBatch {
     for (l, lh) in leaves.iter().zip(&hashes) {
         if let Node::Leaf {
             height: h,
-            path: p,
+            reg,
             hash,
-            ..
         } = &**l
         {
-            path.append_value(p.0).expect("paths are 32 bytes");
+            path.append_value(reg.path.0).expect("paths are 32 bytes");
             height.append_value(*h);
             leaf.append_value(lh.0).expect("hashes are 32 bytes");
             node.append_value(hash.0).expect("hashes are 32 bytes");
@@ -525,7 +525,8 @@ mod tests {
 
     #[test]
     fn registers_columns() {
-        let regs = vec![(p1(), payload("owner1", "key1", &[1, 2, 3]))];
+        let pl = payload("owner1", "key1", &[1, 2, 3]);
+        let regs = vec![Register::new(p1(), Payload::clone(&pl))];
         let b = registers_batch(&regs);
         assert_eq!(b.num_rows(), 1);
         assert_eq!(b.schema(), registers_schema());

@@ -29,7 +29,7 @@ use super::hash::{
     compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
     hash_inter, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
 };
-use super::mtrie::{Node, Trie};
+use super::mtrie::{Node, Register, Trie};
 use super::record::Payload;
 use std::collections::HashMap;
 use std::fmt;
@@ -324,7 +324,7 @@ enum RawNode {
         height: u16,
         hash: Hash,
         path: Path,
-        payload: Arc<Payload>,
+        payload: Payload,
     },
     Interior {
         height: u16,
@@ -350,7 +350,7 @@ fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
                         height,
                         hash,
                         path,
-                        payload: Arc::new(Payload::default()),
+                        payload: Payload::default(),
                     },
                 ));
             }
@@ -376,7 +376,7 @@ fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
                     height,
                     hash,
                     path,
-                    payload: Arc::new(Payload::new(key, value)),
+                    payload: Payload::new(key, value),
                 },
             ))
         }
@@ -597,8 +597,7 @@ fn build_node(
             payload,
         } => Node::Leaf {
             height,
-            path,
-            payload,
+            reg: Register::new(path, payload),
             hash,
         },
         RawNode::Interior { height, hash, .. } => Node::Interior {
@@ -740,14 +739,9 @@ fn check_leaf_hashes(
     let jobs: Vec<LeafJob> = queued
         .iter()
         .filter_map(|&(_, i)| match &*nodes[i] {
-            Node::Leaf {
-                height,
-                path,
-                payload,
-                ..
-            } => Some(LeafJob {
-                path,
-                value: &payload.value,
+            Node::Leaf { height, reg, .. } => Some(LeafJob {
+                path: &reg.path,
+                value: &reg.payload.value,
                 height: *height,
             }),
             Node::Interior { .. } => None,
@@ -785,7 +779,7 @@ pub fn count_registers(trie: &Trie) -> u64 {
     let mut stack: Vec<&Node> = trie.root.as_deref().into_iter().collect();
     while let Some(node) = stack.pop() {
         match node {
-            Node::Leaf { payload, .. } => n += u64::from(!payload.value.is_empty()),
+            Node::Leaf { reg, .. } => n += u64::from(!reg.payload.value.is_empty()),
             Node::Interior { left, right, .. } => {
                 stack.extend(left.as_deref());
                 stack.extend(right.as_deref());
@@ -1237,16 +1231,11 @@ fn store_unique_nodes(
                 visited.insert(ptr_key(n), *counter);
                 *counter += 1;
             }
-            Node::Leaf {
-                height,
-                path,
-                payload,
-                hash,
-            } => {
+            Node::Leaf { height, reg, hash } => {
                 if visited.contains_key(&ptr_key(n)) {
                     continue;
                 }
-                encode_leaf(scratch, *height, hash, path, payload);
+                encode_leaf(scratch, *height, hash, &reg.path, &reg.payload);
                 out.put(scratch)?;
                 visited.insert(ptr_key(n), *counter);
                 *counter += 1;
@@ -2224,14 +2213,9 @@ mod tests {
         let mut cache: Vec<Option<CachedLeaf>> = leaves
             .iter()
             .map(|n| match &**n {
-                Node::Leaf {
-                    height,
-                    path,
-                    payload,
-                    hash,
-                } => Some(CachedLeaf {
+                Node::Leaf { height, reg, hash } => Some(CachedLeaf {
                     height: *height,
-                    leaf_hash: crate::flow::hash::hash_leaf(path, &payload.value),
+                    leaf_hash: crate::flow::hash::hash_leaf(&reg.path, &reg.payload.value),
                     node_hash: *hash,
                 }),
                 Node::Interior { .. } => None,

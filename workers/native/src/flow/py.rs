@@ -608,10 +608,11 @@ impl FlowRegisterEntries {
         }
         let (keys, values) = (PyList::empty(py), PyList::empty(py));
         let mut buf = Vec::new();
-        for (path, payload) in &chunk {
+        for reg in &chunk {
             buf.clear();
+            let payload = &reg.payload;
             encode_register_value(self.version, &payload.key, &payload.value, &mut buf);
-            keys.append(PyBytes::new(py, &path.0))?;
+            keys.append(PyBytes::new(py, &reg.path.0))?;
             values.append(PyBytes::new(py, &buf))?;
         }
         Ok(Some((keys, values)))
