@@ -252,6 +252,20 @@ fn scan_blk_guided<'py>(
     Ok((records, events, info, rep))
 }
 
+/// Numbers as one bytes object of their little-endian forms, written in place.
+fn le_bytes<'py, T: Copy, const W: usize>(
+    py: Python<'py>,
+    items: &[T],
+    le: impl Fn(T) -> [u8; W],
+) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, items.len() * W, |buf| {
+        for (out, &x) in buf.chunks_exact_mut(W).zip(items) {
+            out.copy_from_slice(&le(x));
+        }
+        Ok(())
+    })
+}
+
 type PlanOutput<'py> = (
     Bound<'py, PyAny>,
     Problems,
@@ -327,18 +341,16 @@ impl CoreIndexPlanner {
         let hints = plan
             .files
             .iter()
-            .map(|f| {
-                let offsets: Vec<u8> = f.offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
-                let heights: Vec<u8> = f.heights.iter().flat_map(|h| h.to_le_bytes()).collect();
-                (
+            .map(|f| -> PyResult<_> {
+                Ok((
                     f.file,
-                    PyBytes::new(py, &offsets),
+                    le_bytes(py, &f.offsets, |o| o.to_le_bytes())?,
                     PyBytes::new(py, f.hashes.as_flattened()),
-                    PyBytes::new(py, &heights),
+                    le_bytes(py, &f.heights, |h| h.to_le_bytes())?,
                     f.offsets.len(),
-                )
+                ))
             })
-            .collect();
+            .collect::<PyResult<_>>()?;
         Ok((
             PyRecordBatch::new(entries).into_pyarrow(py)?,
             plan.problems,

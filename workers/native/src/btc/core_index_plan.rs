@@ -7,6 +7,8 @@
 
 use super::core_index::{DiskBlockIndex, HAVE_DATA};
 use crate::datasets::hex::{display_hex, parse_display_hex};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -122,7 +124,8 @@ where
     out
 }
 
-/// The plan from parts given in key order.
+/// The plan from parts given in key order. The parts' sorted starts are merged straight into
+/// per-file lists of their exact size (no concatenated copy to sort).
 fn assemble(parts: Vec<Part>) -> IndexPlan {
     let n = parts.iter().map(|p| p.hashes.len()).sum();
     let mut out = IndexPlan {
@@ -131,29 +134,49 @@ fn assemble(parts: Vec<Part>) -> IndexPlan {
         hinted: Vec::with_capacity(n),
         ..Default::default()
     };
-    let mut starts = Vec::with_capacity(parts.iter().map(|p| p.starts.len()).sum());
-    for part in parts {
+    let mut per_file: BTreeMap<u32, usize> = BTreeMap::new();
+    for part in &parts {
         out.hashes.extend_from_slice(&part.hashes);
         out.heights.extend_from_slice(&part.heights);
         out.hinted.extend_from_slice(&part.hinted);
+        for s in &part.starts {
+            *per_file.entry((s.0 >> 32) as u32).or_default() += 1;
+        }
+    }
+    out.files = per_file
+        .iter()
+        .map(|(&file, &count)| FileHints {
+            file,
+            offsets: Vec::with_capacity(count),
+            hashes: Vec::with_capacity(count),
+            heights: Vec::with_capacity(count),
+        })
+        .collect();
+    // Smallest position first; equal positions by part, so key order is kept among them.
+    let mut next: BinaryHeap<Reverse<(u64, usize)>> = parts
+        .iter()
+        .enumerate()
+        .filter_map(|(p, part)| part.starts.first().map(|s| Reverse((s.0, p))))
+        .collect();
+    let mut taken = vec![0usize; parts.len()];
+    let mut f = 0;
+    while let Some(Reverse((at, p))) = next.pop() {
+        let (_, hash, height) = parts[p].starts[taken[p]];
+        while out.files[f].file != (at >> 32) as u32 {
+            f += 1;
+        }
+        let hints = &mut out.files[f];
+        hints.offsets.push(at & u32::MAX as u64);
+        hints.hashes.push(hash);
+        hints.heights.push(height);
+        taken[p] += 1;
+        if let Some(s) = parts[p].starts.get(taken[p]) {
+            next.push(Reverse((s.0, p)));
+        }
+    }
+    for part in parts {
         out.problems.extend(part.problems);
         out.unplaceable.extend(part.unplaceable);
-        starts.extend_from_slice(&part.starts);
-    }
-    // Sorted runs in key order: a stable merge keeps key order among equal positions.
-    starts.sort_by_key(|s| s.0);
-    for (at, hash, height) in starts {
-        let file = (at >> 32) as u32;
-        if out.files.last().is_none_or(|f| f.file != file) {
-            out.files.push(FileHints {
-                file,
-                ..Default::default()
-            });
-        }
-        let f = out.files.last_mut().expect("pushed above");
-        f.offsets.push(at & u32::MAX as u64);
-        f.hashes.push(hash);
-        f.heights.push(height);
     }
     out
 }
