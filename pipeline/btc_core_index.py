@@ -445,11 +445,16 @@ class CoreIndexGuide:
                 }
             )
 
-    def report(self, data: DataDir) -> dict[str, Any]:
-        """The guide's findings once the tree is linked (``data`` holds the new headers)."""
+    def report(self, data: DataDir, linked: pa.RecordBatch | None = None) -> dict[str, Any]:
+        """The guide's findings once the tree is linked (``data`` holds the new headers;
+        ``linked``, when given, their file, offset and height columns in table order)."""
         t0 = time.perf_counter()
         disagreements = list(self.problems)
-        positions = _linked_headers(data, ["file", "offset", "height"])
+        positions = (
+            pa.Table.from_batches([linked])
+            if linked is not None
+            else _linked_headers(data, ["file", "offset", "height"])
+        )
         if positions is not None and self.heights is not None:
             # Confirmed starts are compared by position (integers only); the hash lookup is
             # left for the few entries the scan could not confirm where the index said.

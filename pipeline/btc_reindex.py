@@ -172,7 +172,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         if full is not None:
             report.update({f"full_{k}" if k in report else k: v for k, v in full["run"].items()})
         if guide is not None:
-            report["core_index"] = guide.report(data)
+            report["core_index"] = guide.report(data, committer.linked_positions)
         data.write({layout.CF_META: [(layout.META_BTC_RUN, report)]})
         data.write_report(
             "btc_reindex",

@@ -223,6 +223,9 @@ fn encode_index_values(
     Ok(values)
 }
 
+/// Per table row: file, record offset, height (None when not linked to the root).
+pub type Positions = (Vec<u32>, Vec<u64>, Vec<Option<u32>>);
+
 /// The scan log (every record copy, in scan order, as one or more chunks) linked into the tree.
 pub struct LinkedTree {
     chunks: Vec<RecordBatch>,
@@ -374,6 +377,25 @@ impl LinkedTree {
             }
         }
         Ok((orphans, invalid))
+    }
+
+    /// The `file`, `offset` and `height` columns of the whole `headers` table (the guided
+    /// reindex compares them with the index without reading the table back).
+    pub fn positions(&self) -> Result<Positions, ArrowError> {
+        let views = self.views()?;
+        let n = self.len();
+        let (mut file, mut offset, mut height) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for &e in &self.order {
+            let (c, i) = self.locate(e as usize);
+            file.push(views[c].file.value(i));
+            offset.push(views[c].magic_offset.value(i));
+            height.push(self.link.height[e as usize]);
+        }
+        Ok((file, offset, height))
     }
 
     /// Rows `lo..hi` of the `headers` table.
