@@ -178,6 +178,33 @@ def test_tree_positions_are_the_published_table_columns(forked: dict[str, Path])
         assert positions.column(name).to_pylist() == table.column(name).to_pylist(), name
 
 
+def test_position_check_reports_table_rows_from_either_half() -> None:
+    """The check splits the linked rows between threads; rows keep their table numbers."""
+    import pyarrow as pa
+
+    n = 10
+    offsets = [100 * i for i in range(n)]
+    hints = [
+        (
+            3,
+            b"".join(o.to_bytes(8, "little") for o in offsets),
+            b"".join(bytes([i]) * 32 for i in range(n)),
+            b"".join(i.to_bytes(4, "little") for i in range(n)),
+        )
+    ]
+    heights = list(range(n))
+    heights[1], heights[8] = 50, None  # row 1 disagrees; row 8 is not linked
+    rows = _native.core_index_position_check(
+        hints,
+        [(3, 500)],  # the scan missed this start: no verdict for row 5
+        pa.array([3] * n, pa.uint32()),
+        pa.array(offsets, pa.uint64()),
+        pa.array([h if i != 5 else 99 for i, h in enumerate(heights)], pa.uint32()),
+    )
+    assert [(r, h) for r, h, _ in rows] == [(1, 1), (8, 8)]
+    assert rows[1][2] == (bytes([8]) * 32).hex()
+
+
 def test_guided_units_cut_at_indexed_starts_equal_a_full_scan(
     forked: dict[str, Path], tmp_path: Path
 ) -> None:

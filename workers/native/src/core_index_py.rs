@@ -454,15 +454,36 @@ fn core_index_position_check(
             "linked file and height must be uint32, offset uint64",
         ));
     };
+    if offset.len() != file.len() || height.len() != file.len() {
+        return Err(PyValueError::new_err(
+            "linked file, offset and height differ in length",
+        ));
+    }
+    // Rows are independent: the two halves are checked on two threads.
+    let check = |lo: usize, hi: usize| -> Vec<(u32, u32, [u8; 32])> {
+        let (f, o, h) = (
+            file.slice(lo, hi - lo),
+            offset.slice(lo, hi - lo),
+            height.slice(lo, hi - lo),
+        );
+        let linked = f
+            .iter()
+            .zip(o.iter())
+            .zip(h.iter())
+            .map(|((f, o), h)| (f, o, h));
+        plan::position_disagreements(&files, &missed, linked)
+            .into_iter()
+            .map(|(row, h, hash)| (row + lo as u32, h, hash))
+            .collect()
+    };
+    let n = file.len();
     let rows = py.detach(|| {
-        plan::position_disagreements(
-            &files,
-            &missed,
-            file.iter()
-                .zip(offset.iter())
-                .zip(height.iter())
-                .map(|((f, o), h)| (f, o, h)),
-        )
+        std::thread::scope(|s| {
+            let second = s.spawn(|| check(n / 2, n));
+            let mut rows = check(0, n / 2);
+            rows.extend(second.join().expect("position check thread"));
+            rows
+        })
     });
     Ok(rows
         .into_iter()
