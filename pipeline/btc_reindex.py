@@ -78,6 +78,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         committer.forget_missing_files({f.file_no for f in files})
         remove_unreferenced_segments(data)
         guide = CoreIndexGuide.load(opts.core_index, files, workers) if opts.core_index else None
+        committer.keep_positions = guide is not None
         units: list[WorkUnit] = []
         for f in files:
             try:
