@@ -227,6 +227,10 @@ class BtcCommitter:
         #: This run's committed records, kept when the run started from an empty scan log:
         #: then they are the whole log, and linking need not read it back from RocksDB.
         self.run_records: list[pa.RecordBatch] | None = None
+        #: Set to keep the last linked table's file, offset and height columns (table order)
+        #: in ``linked_positions``, for checks that would otherwise read the table back.
+        self.keep_positions = False
+        self.linked_positions: pa.RecordBatch | None = None
 
     def keep_records_if_fresh(self) -> None:
         """Keeps this run's records in memory if nothing was committed before it (call once
@@ -429,6 +433,8 @@ class BtcCommitter:
         t = time.perf_counter()
         tree = _native.HeaderTree(log_table.to_batches(), self.network, self.root_hash)
         linked = dict(tree.summary())
+        if self.keep_positions:
+            self.linked_positions = tree.positions()
         timings["link_s"] = time.perf_counter() - t
         t = time.perf_counter()
         # Until the new index is complete, a killed run must relink when it resumes.

@@ -8,6 +8,7 @@ VARINT, ``CDiskBlockIndex``, ``CBlockFileInfo``, ``nStatus``) live in the Rust c
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -141,25 +142,43 @@ def export(data_path: Path, out: Path) -> dict[str, Any]:
     }
 
 
+#: Records per chunk handed to the planner: the reader's Python objects for one chunk are
+#: freed and their memory reused for the next (a million at once cost more in page faults).
+READ_CHUNK_RECORDS = 65_536
+
+
 @dataclass
-class RawIndex:
-    """The ``'b'`` records of a node's index as read, keys and values as binary arrays."""
+class ReadPlan:
+    """What :func:`read_and_plan` returns: the decoded index and the guided scan's plan."""
 
-    keys: pa.Array
-    values: pa.Array
-    reindexing: bool = False
-    read_s: float = 0.0
+    #: Decoded entries: hash (internal), height, hinted (became a record start to check).
+    entries: pa.RecordBatch
+    #: Records that do not decode: (shown key, reason).
+    problems: list[tuple[str, str]]
+    #: Entries with data the files cannot hold: (file, offset, hash, reason).
+    unplaceable: list[tuple[int, int, str, str]]
+    #: Per present file: (file, offsets u64 LE, hashes, heights u32 LE, count).
+    hints: list[tuple[int, bytes, bytes, bytes, int]]
+    reindexing: bool
+    #: Reading, with the decoding running alongside it.
+    read_s: float
+    #: Waiting for the last chunks' decode, and planning.
+    plan_s: float
 
 
-def read(path: Path) -> RawIndex:
-    """Reads the ``'b'`` records of a Core block index in one LevelDB session. Opens a private
-    copy: LevelDB writes on open (log recovery, a new manifest) and a node's files are never
-    modified."""
+def read_and_plan(path: Path, present: list[int], threads: int) -> ReadPlan:
+    """Reads the ``'b'`` records of a Core block index in one LevelDB session and plans the
+    guided scan of the blk files numbered ``present``. Chunks of records go to the Rust
+    planner as they are read, which decodes them on ``threads`` other threads meanwhile.
+    Opens a private copy: LevelDB writes on open (log recovery, a new manifest) and a node's
+    files are never modified."""
     import plyvel
 
     t0 = time.perf_counter()
     if not (path / "CURRENT").is_file():
         raise CoreIndexError(f"{path}: not a LevelDB folder (no CURRENT file)")
+    # As many decode threads as cores: they share one with the reader until it is done.
+    planner = _native.CoreIndexPlanner(present, threads)
     with tempfile.TemporaryDirectory(prefix="rechain-core-index-") as tmp:
         copy = Path(tmp) / "index"
         try:
@@ -168,24 +187,34 @@ def read(path: Path) -> RawIndex:
             raise CoreIndexError(f"{path}: cannot copy the index: {e}") from e
         try:
             db = plyvel.DB(str(copy), create_if_missing=False, paranoid_checks=True)
+            # A million (key, value) tuples would set off the cyclic collector again and
+            # again, and none of them can be in a cycle.
+            gc_was_on = gc.isenabled()
+            gc.disable()
             try:
-                # Two passes over one unchanged database beat splitting (key, value) pairs.
-                keys = pa.array(
-                    list(db.iterator(prefix=KEY_BLOCK, include_value=False, verify_checksums=True)),
-                    pa.binary(),
-                )
-                values = pa.array(
-                    list(db.iterator(prefix=KEY_BLOCK, include_key=False, verify_checksums=True)),
-                    pa.binary(),
-                )
+                records = db.iterator(prefix=KEY_BLOCK, verify_checksums=True)
+                while chunk := list(itertools.islice(records, READ_CHUNK_RECORDS)):
+                    planner.feed(chunk)
                 reindexing = db.get(KEY_REINDEXING) is not None
             finally:
                 db.close()
+                if gc_was_on:
+                    gc.enable()
         except plyvel.Error as e:
             detail = e.args[0].decode() if e.args and isinstance(e.args[0], bytes) else str(e)
             detail = detail.replace(str(copy), str(path))
             raise CoreIndexError(f"{path}: damaged LevelDB: {detail}") from e
-    return RawIndex(keys, values, reindexing, time.perf_counter() - t0)
+    t_read = time.perf_counter()
+    entries, problems, unplaceable, hints = planner.finish()
+    return ReadPlan(
+        entries,
+        problems,
+        unplaceable,
+        hints,
+        reindexing,
+        t_read - t0,
+        time.perf_counter() - t_read,
+    )
 
 
 def _private_copy(src: Path, dest: Path) -> None:
@@ -364,19 +393,16 @@ class CoreIndexGuide:
     @classmethod
     def load(cls, path: Path, files: list[BlkFile], threads: int = 0) -> CoreIndexGuide:
         guide = cls(path)
+        present = sorted({f.file_no for f in files})
         try:
-            raw = read(path)
+            plan = read_and_plan(path, present, threads or os.cpu_count() or 1)
         except CoreIndexError as e:
             guide.fallback = str(e)
             log.warning("%s; falling back to scanning every blk file", e)
             return guide
-        t0 = time.perf_counter()
-        present = sorted({f.file_no for f in files})
-        entries, problems, unplaceable, hints = _native.core_index_plan(
-            raw.keys, raw.values, present, threads or os.cpu_count() or 1
-        )
-        guide.read_s = raw.read_s
-        guide.plan_s = time.perf_counter() - t0
+        entries, problems, unplaceable = plan.entries, plan.problems, plan.unplaceable
+        guide.read_s = plan.read_s
+        guide.plan_s = plan.plan_s
         guide.entries = entries.num_rows
         guide.heights = entries
         guide.problems = [{"key": k, "reason": r} for k, r in problems]
@@ -387,13 +413,13 @@ class CoreIndexGuide:
                 path,
                 len(problems),
             )
-        if raw.reindexing:
+        if plan.reindexing:
             log.warning("%s: the node was mid-reindex when it wrote this index", path)
         guide.problems.extend(
             {"file": f"blk{f:05d}.dat", "offset": o, "hash": h, "reason": r}
             for f, o, h, r in unplaceable
         )
-        guide.hints = {f: FileHints(o, h, ht, n) for f, o, h, ht, n in hints}
+        guide.hints = {f: FileHints(o, h, ht, n) for f, o, h, ht, n in plan.hints}
         guide.with_data = sum(h.count for h in guide.hints.values()) + len(unplaceable)
         if not guide.hints:
             guide.fallback = f"{path}: the index names no block in these blk files"
@@ -419,11 +445,16 @@ class CoreIndexGuide:
                 }
             )
 
-    def report(self, data: DataDir) -> dict[str, Any]:
-        """The guide's findings once the tree is linked (``data`` holds the new headers)."""
+    def report(self, data: DataDir, linked: pa.RecordBatch | None = None) -> dict[str, Any]:
+        """The guide's findings once the tree is linked (``data`` holds the new headers;
+        ``linked``, when given, their file, offset and height columns in table order)."""
         t0 = time.perf_counter()
         disagreements = list(self.problems)
-        positions = _linked_headers(data, ["file", "offset", "height"])
+        positions = (
+            pa.Table.from_batches([linked])
+            if linked is not None
+            else _linked_headers(data, ["file", "offset", "height"])
+        )
         if positions is not None and self.heights is not None:
             # Confirmed starts are compared by position (integers only); the hash lookup is
             # left for the few entries the scan could not confirm where the index said.

@@ -78,6 +78,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         committer.forget_missing_files({f.file_no for f in files})
         remove_unreferenced_segments(data)
         guide = CoreIndexGuide.load(opts.core_index, files, workers) if opts.core_index else None
+        committer.keep_positions = guide is not None
         units: list[WorkUnit] = []
         for f in files:
             try:
@@ -172,7 +173,7 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
         if full is not None:
             report.update({f"full_{k}" if k in report else k: v for k, v in full["run"].items()})
         if guide is not None:
-            report["core_index"] = guide.report(data)
+            report["core_index"] = guide.report(data, committer.linked_positions)
         data.write({layout.CF_META: [(layout.META_BTC_RUN, report)]})
         data.write_report(
             "btc_reindex",

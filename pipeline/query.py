@@ -7,10 +7,12 @@ import io
 import json
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from rechain.pipeline.errors import RechainError
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def current_generation(table_dir: Path) -> Path | None:
@@ -22,6 +24,9 @@ def connect(data: Path) -> duckdb.DuckDBPyConnection:
     root = data / "parquet"
     if not root.is_dir():
         raise RechainError(f"{data}: no Parquet tables yet (run a reindex first)")
+    # Imported here: reindexes use this module's helpers and never need DuckDB's start-up.
+    import duckdb
+
     con = duckdb.connect(":memory:")
     for table_dir in sorted(root.iterdir()):
         gen = current_generation(table_dir) if table_dir.is_dir() else None
@@ -37,6 +42,8 @@ def connect(data: Path) -> duckdb.DuckDBPyConnection:
 
 
 def run_query(data: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    import duckdb
+
     con = connect(data)
     try:
         cur = con.execute(sql)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import plyvel
+import pyarrow.parquet as pq
 import pytest
 from blockchain_parser.blockchain import Blockchain
 from blockchain_parser.index import DBBlockIndex, _read_varint
@@ -154,6 +155,54 @@ def test_guided_reindex_equals_full_scan(forked: dict[str, Path], tmp_path: Path
     export(tmp_path / "data", tmp_path / "again")
     first, second = core_records(forked["index"]), core_records(tmp_path / "again")
     assert {h: vars(r) for h, r in first.items()} == {h: vars(r) for h, r in second.items()}
+
+
+def test_tree_positions_are_the_published_table_columns(forked: dict[str, Path]) -> None:
+    """The guided check takes file, offset and height from the linked tree instead of reading
+    the headers table back: both must be the same columns, row for row."""
+    from rechain.pipeline.btc_committer import BtcCommitter
+    from rechain.pipeline.query import current_generation
+    from rechain.pipeline.store import DataDir
+    from rechain.schemas import bitcoin as ds
+    from rechain.schemas import rocksdb as layout
+
+    with DataDir(forked["data"], readonly=True) as data:
+        log = BtcCommitter(data, "regtest").scan_log(layout.SEGMENT_RECORDS, ds.RECORDS)
+        generation = current_generation(data.parquet_dir(ds.HEADERS))
+    assert generation is not None
+    table = pq.read_table(generation, columns=["file", "offset", "height"])
+    positions = _native.HeaderTree(log.to_batches(), "regtest").positions()
+    assert positions.num_rows == table.num_rows > 1200
+    assert positions.column("height").null_count > 0  # orphans are rows without a height
+    for name in ("file", "offset", "height"):
+        assert positions.column(name).to_pylist() == table.column(name).to_pylist(), name
+
+
+def test_position_check_reports_table_rows_from_either_half() -> None:
+    """The check splits the linked rows between threads; rows keep their table numbers."""
+    import pyarrow as pa
+
+    n = 10
+    offsets = [100 * i for i in range(n)]
+    hints = [
+        (
+            3,
+            b"".join(o.to_bytes(8, "little") for o in offsets),
+            b"".join(bytes([i]) * 32 for i in range(n)),
+            b"".join(i.to_bytes(4, "little") for i in range(n)),
+        )
+    ]
+    heights = list(range(n))
+    heights[1], heights[8] = 50, None  # row 1 disagrees; row 8 is not linked
+    rows = _native.core_index_position_check(
+        hints,
+        [(3, 500)],  # the scan missed this start: no verdict for row 5
+        pa.array([3] * n, pa.uint32()),
+        pa.array(offsets, pa.uint64()),
+        pa.array([h if i != 5 else 99 for i, h in enumerate(heights)], pa.uint32()),
+    )
+    assert [(r, h) for r, h, _ in rows] == [(1, 1), (8, 8)]
+    assert rows[1][2] == (bytes([8]) * 32).hex()
 
 
 def test_guided_units_cut_at_indexed_starts_equal_a_full_scan(

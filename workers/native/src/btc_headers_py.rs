@@ -5,10 +5,13 @@
 use crate::datasets::btc_headers::LinkedTree;
 use crate::datasets::hex::{display_hex, parse_display_hex};
 use crate::{binary, network};
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use pyo3_arrow::PyRecordBatch;
+use std::sync::Arc;
 
 fn arrow_err(e: arrow_schema::ArrowError) -> PyErr {
     PyValueError::new_err(e.to_string())
@@ -100,6 +103,23 @@ impl HeaderTree {
         let batch = py
             .detach(|| self.inner.headers(lo, hi))
             .map_err(arrow_err)?;
+        PyRecordBatch::new(batch).into_pyarrow(py)
+    }
+
+    /// The table's `file`, `offset` and `height` columns as one record batch.
+    fn positions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (file, offset, height) = py.detach(|| self.inner.positions()).map_err(arrow_err)?;
+        let schema = Schema::new(vec![
+            Field::new("file", DataType::UInt32, false),
+            Field::new("offset", DataType::UInt64, false),
+            Field::new("height", DataType::UInt32, true),
+        ]);
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from(file)),
+            Arc::new(UInt64Array::from(offset)),
+            Arc::new(UInt32Array::from(height)),
+        ];
+        let batch = RecordBatch::try_new(Arc::new(schema), cols).map_err(arrow_err)?;
         PyRecordBatch::new(batch).into_pyarrow(py)
     }
 

@@ -10,10 +10,11 @@ use crate::btc::core_index_plan as plan;
 use crate::btc::scan::{RecordHint, ScanConfig, Scanner};
 use crate::datasets::hex::{display_hex, parse_display_hex};
 use crate::{binary, key8, network, shard_result};
-use arrow_array::builder::{BinaryBuilder, FixedSizeBinaryBuilder};
+use arrow_array::builder::BinaryBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, FixedSizeBinaryArray, RecordBatch};
+use arrow_buffer::Buffer;
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -21,7 +22,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> PyResult<&'a ArrayRef> {
     batch
@@ -251,21 +252,21 @@ fn scan_blk_guided<'py>(
     Ok((records, events, info, rep))
 }
 
-/// Decodes Core's `'b'` records (binary arrays of keys and values, on `threads` threads) and
-/// plans the guided scan of the blk files numbered `present`. Returns (entries, problems,
-/// unplaceable, hints): entries {hash (internal), height} in key order; problems
-/// [(key, reason)] for records that do not decode; unplaceable [(file, offset, hash, reason)]
-/// for data the files cannot hold; hints [(file, offsets u64 LE, hashes, heights u32 LE,
-/// count)] per present file, sorted by offset. Entries also have `hinted` (became a hint).
-#[pyfunction]
-#[allow(clippy::type_complexity)]
-fn core_index_plan<'py>(
+/// Numbers as one bytes object of their little-endian forms, written in place.
+fn le_bytes<'py, T: Copy, const W: usize>(
     py: Python<'py>,
-    keys: PyArray,
-    values: PyArray,
-    present: Vec<u32>,
-    threads: usize,
-) -> PyResult<(
+    items: &[T],
+    le: impl Fn(T) -> [u8; W],
+) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, items.len() * W, |buf| {
+        for (out, &x) in buf.chunks_exact_mut(W).zip(items) {
+            out.copy_from_slice(&le(x));
+        }
+        Ok(())
+    })
+}
+
+type PlanOutput<'py> = (
     Bound<'py, PyAny>,
     Problems,
     Vec<(u32, i64, String, String)>,
@@ -276,63 +277,87 @@ fn core_index_plan<'py>(
         Bound<'py, PyBytes>,
         usize,
     )>,
-)> {
-    let keys = keys.into_inner().0;
-    let values = values.into_inner().0;
-    let (Some(keys), Some(values)) = (keys.as_binary_opt::<i32>(), values.as_binary_opt::<i32>())
-    else {
-        return Err(PyValueError::new_err(
-            "keys and values must be binary arrays",
-        ));
-    };
-    if keys.len() != values.len() {
-        return Err(PyValueError::new_err("keys and values differ in length"));
+);
+
+/// Decodes Core's `'b'` records while they are read: `feed` takes the next (key, value) bytes
+/// pairs in key order (copied, so the reader can free them), background threads decode, and
+/// `finish` plans the guided scan of the blk files numbered `present`. It returns (entries,
+/// problems, unplaceable, hints): entries {hash (internal), height, hinted (became a hint)} in
+/// key order; problems [(key, reason)] for records that do not decode; unplaceable [(file,
+/// offset, hash, reason)] for data the files cannot hold; hints [(file, offsets u64 LE,
+/// hashes, heights u32 LE, count)] per present file, sorted by offset.
+#[pyclass(module = "rechain.workers._native", frozen)]
+struct CoreIndexPlanner {
+    planner: Mutex<Option<plan::Planner>>,
+}
+
+#[pymethods]
+impl CoreIndexPlanner {
+    #[new]
+    fn new(present: Vec<u32>, threads: usize) -> CoreIndexPlanner {
+        CoreIndexPlanner {
+            planner: Mutex::new(Some(plan::Planner::new(present, threads))),
+        }
     }
-    let plan = py.detach(|| {
-        plan::plan(
-            keys.len(),
-            |i| keys.value(i),
-            |i| values.value(i),
-            &present,
-            threads,
-        )
-    });
-    let mut hash = FixedSizeBinaryBuilder::with_capacity(plan.hashes.len(), 32);
-    for h in &plan.hashes {
-        hash.append_value(h).expect("32 bytes");
+
+    /// Queues a list of (key, value) bytes pairs.
+    fn feed(&self, pairs: &Bound<'_, PyList>) -> PyResult<()> {
+        let mut chunk = plan::Chunk::with_capacity(pairs.len(), pairs.len() * 160);
+        for pair in pairs.iter() {
+            let (key, value): (Bound<'_, PyBytes>, Bound<'_, PyBytes>) = pair.extract()?;
+            chunk.push(key.as_bytes(), value.as_bytes());
+        }
+        self.planner
+            .lock()
+            .expect("planner lock")
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("the planner has finished"))?
+            .feed(chunk);
+        Ok(())
     }
-    let schema = Schema::new(vec![
-        Field::new("hash", DataType::FixedSizeBinary(32), false),
-        Field::new("height", DataType::UInt32, false),
-        Field::new("hinted", DataType::Boolean, false),
-    ]);
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(hash.finish()),
-        Arc::new(arrow_array::UInt32Array::from(plan.heights)),
-        Arc::new(arrow_array::BooleanArray::from(plan.hinted)),
-    ];
-    let entries = RecordBatch::try_new(Arc::new(schema), cols).expect("columns match");
-    let hints = plan
-        .files
-        .iter()
-        .map(|f| {
-            let offsets: Vec<u8> = f.offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
-            let heights: Vec<u8> = f.heights.iter().flat_map(|h| h.to_le_bytes()).collect();
-            (
-                f.file,
-                PyBytes::new(py, &offsets),
-                PyBytes::new(py, f.hashes.as_flattened()),
-                PyBytes::new(py, &heights),
-                f.offsets.len(),
-            )
-        })
-        .collect();
-    Ok((
-        PyRecordBatch::new(entries).into_pyarrow(py)?,
-        plan.problems,
-        plan.unplaceable,
-        hints,
-    ))
+
+    /// Waits for the decode threads and returns the plan (see the class).
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<PlanOutput<'py>> {
+        let planner = self
+            .planner
+            .lock()
+            .expect("planner lock")
+            .take()
+            .ok_or_else(|| PyValueError::new_err("the planner has finished"))?;
+        let plan = py.detach(|| planner.finish());
+        let hash =
+            FixedSizeBinaryArray::new(32, Buffer::from_vec(plan.hashes.into_flattened()), None);
+        let schema = Schema::new(vec![
+            Field::new("hash", DataType::FixedSizeBinary(32), false),
+            Field::new("height", DataType::UInt32, false),
+            Field::new("hinted", DataType::Boolean, false),
+        ]);
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(hash),
+            Arc::new(arrow_array::UInt32Array::from(plan.heights)),
+            Arc::new(arrow_array::BooleanArray::from(plan.hinted)),
+        ];
+        let entries = RecordBatch::try_new(Arc::new(schema), cols).expect("columns match");
+        let hints = plan
+            .files
+            .iter()
+            .map(|f| -> PyResult<_> {
+                Ok((
+                    f.file,
+                    le_bytes(py, &f.offsets, |o| o.to_le_bytes())?,
+                    PyBytes::new(py, f.hashes.as_flattened()),
+                    le_bytes(py, &f.heights, |h| h.to_le_bytes())?,
+                    f.offsets.len(),
+                ))
+            })
+            .collect::<PyResult<_>>()?;
+        Ok((
+            PyRecordBatch::new(entries).into_pyarrow(py)?,
+            plan.problems,
+            plan.unplaceable,
+            hints,
+        ))
+    }
 }
 
 /// Linked headers (`hash` display hex, `height` null when not linked) against the index
@@ -429,15 +454,36 @@ fn core_index_position_check(
             "linked file and height must be uint32, offset uint64",
         ));
     };
+    if offset.len() != file.len() || height.len() != file.len() {
+        return Err(PyValueError::new_err(
+            "linked file, offset and height differ in length",
+        ));
+    }
+    // Rows are independent: the two halves are checked on two threads.
+    let check = |lo: usize, hi: usize| -> Vec<(u32, u32, [u8; 32])> {
+        let (f, o, h) = (
+            file.slice(lo, hi - lo),
+            offset.slice(lo, hi - lo),
+            height.slice(lo, hi - lo),
+        );
+        let linked = f
+            .iter()
+            .zip(o.iter())
+            .zip(h.iter())
+            .map(|((f, o), h)| (f, o, h));
+        plan::position_disagreements(&files, &missed, linked)
+            .into_iter()
+            .map(|(row, h, hash)| (row + lo as u32, h, hash))
+            .collect()
+    };
+    let n = file.len();
     let rows = py.detach(|| {
-        plan::position_disagreements(
-            &files,
-            &missed,
-            file.iter()
-                .zip(offset.iter())
-                .zip(height.iter())
-                .map(|((f, o), h)| (f, o, h)),
-        )
+        std::thread::scope(|s| {
+            let second = s.spawn(|| check(n / 2, n));
+            let mut rows = check(0, n / 2);
+            rows.extend(second.join().expect("position check thread"));
+            rows
+        })
     });
     Ok(rows
         .into_iter()
@@ -447,7 +493,7 @@ fn core_index_position_check(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(core_index_position_check, m)?)?;
-    m.add_function(wrap_pyfunction!(core_index_plan, m)?)?;
+    m.add_class::<CoreIndexPlanner>()?;
     m.add_function(wrap_pyfunction!(core_index_height_check, m)?)?;
     m.add_function(wrap_pyfunction!(core_index_encode, m)?)?;
     m.add_function(wrap_pyfunction!(scan_blk_guided, m)?)?;

@@ -1,12 +1,16 @@
-//! Planning a reindex from a node's block index: decode every `'b'` record (in parallel), turn
-//! the ones with block data into per-file record starts (sorted, ready for the guided scan),
-//! and, once the files are linked, compare the index's heights with the linked tree's.
+//! Planning a reindex from a node's block index: decode every `'b'` record (on background
+//! threads, while the reader goes on), turn the ones with block data into per-file record
+//! starts (sorted, ready for the guided scan), and, once the files are linked, compare the
+//! index's heights with the linked tree's.
 //!
 //! Byte layouts stay in `core_index`; this module only decides what to check where.
 
 use super::core_index::{DiskBlockIndex, HAVE_DATA};
 use crate::datasets::hex::{display_hex, parse_display_hex};
-use std::ops::Range;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
 
 /// Bytes in front of `nDataPos` in a blk file: the record's magic and size fields.
 pub const RECORD_PREFIX: u32 = 8;
@@ -43,104 +47,279 @@ impl IndexPlan {
     }
 }
 
-type Decoded = (Vec<([u8; 32], DiskBlockIndex)>, Vec<(String, String)>);
+/// One chunk of records planned on its own (in key order): what `IndexPlan` holds, with the
+/// record starts still as one list sorted by (file, offset).
+#[derive(Debug, Default)]
+struct Part {
+    hashes: Vec<[u8; 32]>,
+    heights: Vec<u32>,
+    hinted: Vec<bool>,
+    problems: Vec<(String, String)>,
+    unplaceable: Vec<(u32, i64, String, String)>,
+    /// ((file << 32) | record offset, hash, height), sorted by position.
+    starts: Vec<(u64, [u8; 32], u32)>,
+}
 
-fn decode_range<'a, K, V>(key: &K, value: &V, r: Range<usize>) -> Decoded
+/// Where a record start sorts: file, then offset (`nDataPos` is 32 bits in Core).
+fn position(file: u32, offset: u32) -> u64 {
+    (file as u64) << 32 | offset as u64
+}
+
+/// Decodes records `key(i)`, `value(i)` for `i` in `0..n` (checking each header's hash against
+/// its key) and plans them for `present` files.
+fn plan_part<'a, K, V>(n: usize, key: K, value: V, present: &[u32]) -> Part
 where
     K: Fn(usize) -> &'a [u8],
     V: Fn(usize) -> &'a [u8],
 {
-    let mut ok = Vec::with_capacity(r.len());
-    let mut problems = Vec::new();
-    for i in r {
+    let mut out = Part {
+        hashes: Vec::with_capacity(n),
+        heights: Vec::with_capacity(n),
+        hinted: Vec::with_capacity(n),
+        starts: Vec::with_capacity(n),
+        ..Default::default()
+    };
+    for i in 0..n {
         let k = key(i);
-        match DiskBlockIndex::decode_record(k, value(i)) {
-            Ok(d) => ok.push(d),
+        let (hash, v) = match DiskBlockIndex::decode_record(k, value(i)) {
+            Ok(d) => d,
             Err(e) => {
                 let shown = if k.len() == 33 {
                     display_hex(&k[1..])
                 } else {
                     k.iter().map(|b| format!("{b:02x}")).collect()
                 };
-                problems.push((shown, e.to_string()));
+                out.problems.push((shown, e.to_string()));
+                continue;
             }
+        };
+        out.hashes.push(hash);
+        out.heights.push(v.height);
+        out.hinted.push(false);
+        let (Some(file), Some(pos)) = (v.file, v.data_pos) else {
+            continue;
+        };
+        if v.status & HAVE_DATA == 0 {
+            continue;
         }
+        let reason = if !present.contains(&file) {
+            "file does not exist".to_string()
+        } else if pos < RECORD_PREFIX {
+            format!("data position {pos} is inside the first record's header")
+        } else {
+            out.starts
+                .push((position(file, pos - RECORD_PREFIX), hash, v.height));
+            *out.hinted.last_mut().expect("pushed above") = true;
+            continue;
+        };
+        out.unplaceable.push((
+            file,
+            pos as i64 - RECORD_PREFIX as i64,
+            display_hex(&hash),
+            reason,
+        ));
     }
-    (ok, problems)
+    // Stable: two entries claiming one position stay in key order.
+    out.starts.sort_by_key(|s| s.0);
+    out
 }
 
-/// Decodes `n` records (`key(i)`, `value(i)`) on up to `threads` threads (each checks its
-/// records' header hashes), keeping their order, and plans the checks for `present` files.
-pub fn plan<'a, K, V>(n: usize, key: K, value: V, present: &[u32], threads: usize) -> IndexPlan
-where
-    K: Fn(usize) -> &'a [u8] + Sync,
-    V: Fn(usize) -> &'a [u8] + Sync,
-{
-    let threads = threads.clamp(1, 16).min(n.max(1));
-    let per = n.div_ceil(threads);
-    let parts: Vec<Decoded> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (key, value) = (&key, &value);
-                let r = (t * per).min(n)..((t + 1) * per).min(n);
-                s.spawn(move || decode_range(key, value, r))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("decode thread"))
-            .collect()
-    });
+/// The plan from parts given in key order. The parts' sorted starts are merged straight into
+/// per-file lists of their exact size (no concatenated copy to sort).
+fn assemble(parts: Vec<Part>) -> IndexPlan {
+    let n = parts.iter().map(|p| p.hashes.len()).sum();
     let mut out = IndexPlan {
         hashes: Vec::with_capacity(n),
         heights: Vec::with_capacity(n),
         hinted: Vec::with_capacity(n),
         ..Default::default()
     };
-    let mut starts: Vec<(u32, u64, [u8; 32], u32)> = Vec::with_capacity(n);
-    for (ok, problems) in parts {
-        out.problems.extend(problems);
-        for (hash, v) in ok {
-            out.hashes.push(hash);
-            out.heights.push(v.height);
-            out.hinted.push(false);
-            let (Some(file), Some(pos)) = (v.file, v.data_pos) else {
-                continue;
-            };
-            if v.status & HAVE_DATA == 0 {
-                continue;
-            }
-            let reason = if !present.contains(&file) {
-                "file does not exist".to_string()
-            } else if pos < RECORD_PREFIX {
-                format!("data position {pos} is inside the first record's header")
-            } else {
-                starts.push((file, (pos - RECORD_PREFIX) as u64, hash, v.height));
-                *out.hinted.last_mut().expect("pushed above") = true;
-                continue;
-            };
-            out.unplaceable.push((
-                file,
-                pos as i64 - RECORD_PREFIX as i64,
-                display_hex(&hash),
-                reason,
-            ));
+    let mut per_file: BTreeMap<u32, usize> = BTreeMap::new();
+    for part in &parts {
+        out.hashes.extend_from_slice(&part.hashes);
+        out.heights.extend_from_slice(&part.heights);
+        out.hinted.extend_from_slice(&part.hinted);
+        for s in &part.starts {
+            *per_file.entry((s.0 >> 32) as u32).or_default() += 1;
         }
     }
-    starts.sort_unstable();
-    for (file, offset, hash, height) in starts {
-        if out.files.last().is_none_or(|f| f.file != file) {
-            out.files.push(FileHints {
-                file,
-                ..Default::default()
-            });
+    out.files = per_file
+        .iter()
+        .map(|(&file, &count)| FileHints {
+            file,
+            offsets: Vec::with_capacity(count),
+            hashes: Vec::with_capacity(count),
+            heights: Vec::with_capacity(count),
+        })
+        .collect();
+    // Smallest position first; equal positions by part, so key order is kept among them.
+    let mut next: BinaryHeap<Reverse<(u64, usize)>> = parts
+        .iter()
+        .enumerate()
+        .filter_map(|(p, part)| part.starts.first().map(|s| Reverse((s.0, p))))
+        .collect();
+    let mut taken = vec![0usize; parts.len()];
+    let mut f = 0;
+    while let Some(Reverse((at, p))) = next.pop() {
+        let (_, hash, height) = parts[p].starts[taken[p]];
+        while out.files[f].file != (at >> 32) as u32 {
+            f += 1;
         }
-        let f = out.files.last_mut().expect("pushed above");
-        f.offsets.push(offset);
-        f.hashes.push(hash);
-        f.heights.push(height);
+        let hints = &mut out.files[f];
+        hints.offsets.push(at & u32::MAX as u64);
+        hints.hashes.push(hash);
+        hints.heights.push(height);
+        taken[p] += 1;
+        if let Some(s) = parts[p].starts.get(taken[p]) {
+            next.push(Reverse((s.0, p)));
+        }
+    }
+    for part in parts {
+        out.problems.extend(part.problems);
+        out.unplaceable.extend(part.unplaceable);
     }
     out
+}
+
+/// Records copied out of the reader, keys and values each concatenated, with end offsets.
+#[derive(Debug, Default)]
+pub struct Chunk {
+    keys: Vec<u8>,
+    key_ends: Vec<usize>,
+    values: Vec<u8>,
+    value_ends: Vec<usize>,
+}
+
+impl Chunk {
+    pub fn with_capacity(records: usize, bytes: usize) -> Chunk {
+        Chunk {
+            keys: Vec::with_capacity(records * 33),
+            key_ends: Vec::with_capacity(records),
+            values: Vec::with_capacity(bytes),
+            value_ends: Vec::with_capacity(records),
+        }
+    }
+
+    pub fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.keys.extend_from_slice(key);
+        self.key_ends.push(self.keys.len());
+        self.values.extend_from_slice(value);
+        self.value_ends.push(self.values.len());
+    }
+
+    pub fn len(&self) -> usize {
+        self.key_ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.key_ends.is_empty()
+    }
+
+    fn plan(&self, present: &[u32]) -> Part {
+        plan_part(
+            self.len(),
+            |i| item(&self.keys, &self.key_ends, i),
+            |i| item(&self.values, &self.value_ends, i),
+            present,
+        )
+    }
+}
+
+/// Item `i` of concatenated bytes with end offsets.
+fn item<'a>(data: &'a [u8], ends: &[usize], i: usize) -> &'a [u8] {
+    let lo = if i == 0 { 0 } else { ends[i - 1] };
+    &data[lo..ends[i]]
+}
+
+/// Plans while the records are still being read: chunks fed in key order are decoded and
+/// planned on background threads (the reader keeps a core busy in LevelDB and the
+/// interpreter), and `finish` merges the parts once the last chunk is in.
+pub struct Planner {
+    chunks: Option<mpsc::Sender<(usize, Chunk)>>,
+    parts: mpsc::Receiver<(usize, Part)>,
+    workers: Vec<JoinHandle<()>>,
+    fed: usize,
+}
+
+impl Planner {
+    /// A planner for the blk files numbered `present`, decoding on `threads` threads (1-16).
+    pub fn new(present: Vec<u32>, threads: usize) -> Planner {
+        let (chunk_tx, chunk_rx) = mpsc::channel::<(usize, Chunk)>();
+        let (part_tx, part_rx) = mpsc::channel();
+        let chunk_rx = Arc::new(Mutex::new(chunk_rx));
+        let present = Arc::new(present);
+        let workers = (0..threads.clamp(1, 16))
+            .map(|_| {
+                let (chunks, parts) = (Arc::clone(&chunk_rx), part_tx.clone());
+                let present = Arc::clone(&present);
+                std::thread::spawn(move || loop {
+                    // The lock is held only to take the next chunk, never while decoding.
+                    let next = chunks.lock().expect("planner queue").recv();
+                    let Ok((seq, chunk)) = next else {
+                        return; // the planner finished or was dropped
+                    };
+                    if parts.send((seq, chunk.plan(&present))).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        Planner {
+            chunks: Some(chunk_tx),
+            parts: part_rx,
+            workers,
+            fed: 0,
+        }
+    }
+
+    /// Queues the next records (in key order).
+    pub fn feed(&mut self, chunk: Chunk) {
+        if chunk.is_empty() {
+            return;
+        }
+        let queue = self.chunks.as_ref().expect("fed after finish");
+        queue
+            .send((self.fed, chunk))
+            .expect("decode threads live until finish");
+        self.fed += 1;
+    }
+
+    /// Waits for every chunk and merges the parts into the plan.
+    pub fn finish(mut self) -> IndexPlan {
+        self.chunks = None; // workers stop once the queue is drained
+        let mut parts: Vec<(usize, Part)> = self.parts.iter().take(self.fed).collect();
+        for w in self.workers.drain(..) {
+            w.join().expect("decode thread");
+        }
+        parts.sort_unstable_by_key(|p| p.0);
+        assemble(parts.into_iter().map(|p| p.1).collect())
+    }
+}
+
+/// Plans `n` records (`key(i)`, `value(i)`) fed in chunks of `chunk` records to a planner
+/// on `threads` threads (the planner without a reader).
+#[cfg(test)]
+pub fn plan<'a, K, V>(
+    n: usize,
+    key: K,
+    value: V,
+    present: &[u32],
+    threads: usize,
+    chunk: usize,
+) -> IndexPlan
+where
+    K: Fn(usize) -> &'a [u8],
+    V: Fn(usize) -> &'a [u8],
+{
+    let mut planner = Planner::new(present.to_vec(), threads);
+    for lo in (0..n).step_by(chunk.max(1)) {
+        let mut c = Chunk::default();
+        for i in lo..(lo + chunk).min(n) {
+            c.push(key(i), value(i));
+        }
+        planner.feed(c);
+    }
+    planner.finish()
 }
 
 /// Rows of the linked headers (file, record offset, height or None when not linked) that
@@ -243,8 +422,15 @@ mod tests {
         let mut values: Vec<Vec<u8>> = recs.iter().map(|r| r.1.clone()).collect();
         keys.push(vec![b'b'; 33]);
         values.push(vec![0xff; 12]); // impossible VARINT
-        for threads in [1, 3, 8] {
-            let p = plan(keys.len(), |i| &keys[i], |i| &values[i], &[0, 1], threads);
+        for (threads, chunk) in [(1, 100), (3, 1), (8, 3), (2, 5)] {
+            let p = plan(
+                keys.len(),
+                |i| &keys[i],
+                |i| &values[i],
+                &[0, 1],
+                threads,
+                chunk,
+            );
             assert_eq!(p.hashes.len(), 7);
             assert_eq!(p.heights, vec![0, 1, 2, 3, 4, 5, 6], "key order is kept");
             assert_eq!(p.problems.len(), 1);
@@ -269,6 +455,33 @@ mod tests {
                 ]
             );
             assert_eq!(p.with_data(), 6);
+        }
+    }
+
+    #[test]
+    fn entries_claiming_one_position_stay_in_key_order_across_chunks() {
+        // Six blocks, three claiming each of two positions in file 2.
+        let data_pos = |n: u32| if n.is_multiple_of(2) { 1000 } else { 40 };
+        let mut recs: Vec<_> = (10..16)
+            .map(|n| (n, record(n, n, Some((2, data_pos(n))))))
+            .collect();
+        recs.sort_by(|a, b| a.1 .0.cmp(&b.1 .0)); // LevelDB hands records out in key order
+        let keys: Vec<Vec<u8>> = recs.iter().map(|r| r.1 .0.clone()).collect();
+        let values: Vec<Vec<u8>> = recs.iter().map(|r| r.1 .1.clone()).collect();
+        let at = |pos: u32| recs.iter().filter(move |r| data_pos(r.0) == pos);
+        let want: Vec<[u8; 32]> = at(40).chain(at(1000)).map(|r| r.1 .2).collect();
+        for (threads, chunk) in [(1, 6), (4, 1), (2, 2)] {
+            let p = plan(
+                keys.len(),
+                |i| &keys[i],
+                |i| &values[i],
+                &[2],
+                threads,
+                chunk,
+            );
+            assert_eq!(p.files.len(), 1);
+            assert_eq!(p.files[0].offsets, vec![32, 32, 32, 992, 992, 992]);
+            assert_eq!(p.files[0].hashes, want);
         }
     }
 

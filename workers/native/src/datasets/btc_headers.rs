@@ -185,6 +185,47 @@ fn sort_by_hash(entries: &mut Vec<([u8; 32], u32)>) {
     *entries = sorted;
 }
 
+/// (chunk, row in chunk) of global record `r` (`starts`: where each chunk begins).
+fn locate_record(starts: &[usize], r: usize) -> (usize, usize) {
+    let c = starts.partition_point(|&s| s <= r) - 1;
+    (c, r - starts[c])
+}
+
+/// Block-index values of every entry in entry order, encoded walking the scan log in order
+/// (gathering them by hash later reads one row per key instead of every column).
+fn encode_index_values(
+    chunks: &[RecordBatch],
+    starts: &[usize],
+    out: &LinkOutput,
+) -> Result<Vec<u8>, ArrowError> {
+    let views: Vec<ChunkView<'_>> = chunks
+        .iter()
+        .map(ChunkView::new)
+        .collect::<Result<_, _>>()?;
+    let mut values = Vec::with_capacity(out.record.len() * crate::store::INDEX_VALUE_LEN);
+    for (e, &r) in out.record.iter().enumerate() {
+        let (c, i) = locate_record(starts, r as usize);
+        let v = &views[c];
+        IndexValue {
+            state: out.state[e] as u8,
+            height: out.height[e],
+            file: v.file.value(i),
+            magic_offset: v.magic_offset.value(i),
+            declared_size: v.declared.value(i),
+            n_tx: v.n_tx(i).map(|n| n.min(u32::MAX as u64 - 1) as u32),
+            copies: out.copies[e],
+            in_best_chain: out.state[e] == EntryState::Active,
+            chainwork: out.chainwork[e].to_big_endian(),
+            header: v.header(i),
+        }
+        .encode_into(&mut values);
+    }
+    Ok(values)
+}
+
+/// Per table row: file, record offset, height (None when not linked to the root).
+pub type Positions = (Vec<u32>, Vec<u64>, Vec<Option<u32>>);
+
 /// The scan log (every record copy, in scan order, as one or more chunks) linked into the tree.
 pub struct LinkedTree {
     chunks: Vec<RecordBatch>,
@@ -231,19 +272,31 @@ impl LinkedTree {
         });
         drop((prevs, bits));
         let m = link.record.len();
-        let mut order: Vec<u32> = (0..m as u32).collect();
-        order.sort_unstable_by_key(|&e| (link.height[e as usize].unwrap_or(u32::MAX), e));
-        let mut by_hash: Vec<([u8; 32], u32)> = (0..m)
-            .map(|e| (hashes[link.record[e] as usize], e as u32))
-            .collect();
-        sort_by_hash(&mut by_hash);
+        // Three independent products of the linked tree, built side by side.
+        let (order, by_hash, index_values) = std::thread::scope(|s| {
+            let by_hash = s.spawn(|| {
+                let mut by_hash: Vec<([u8; 32], u32)> = (0..m)
+                    .map(|e| (hashes[link.record[e] as usize], e as u32))
+                    .collect();
+                sort_by_hash(&mut by_hash);
+                by_hash
+            });
+            let index_values = s.spawn(|| encode_index_values(&chunks, &starts, &link));
+            let mut order: Vec<u32> = (0..m as u32).collect();
+            order.sort_unstable_by_key(|&e| (link.height[e as usize].unwrap_or(u32::MAX), e));
+            (
+                order,
+                by_hash.join().expect("hash sort thread"),
+                index_values.join().expect("index value thread"),
+            )
+        });
         drop(hashes);
         let best = order
             .iter()
             .copied()
             .filter(|&e| link.state[e as usize] == EntryState::Active)
             .collect();
-        let mut tree = LinkedTree {
+        Ok(LinkedTree {
             chunks,
             starts,
             statuses,
@@ -251,34 +304,8 @@ impl LinkedTree {
             order,
             by_hash,
             best,
-            index_values: Vec::new(),
-        };
-        tree.index_values = tree.encode_index_values()?;
-        Ok(tree)
-    }
-
-    fn encode_index_values(&self) -> Result<Vec<u8>, ArrowError> {
-        let views = self.views()?;
-        let out = &self.link;
-        let mut values = Vec::with_capacity(self.len() * crate::store::INDEX_VALUE_LEN);
-        for e in 0..self.len() {
-            let (c, i) = self.locate(e);
-            let v = &views[c];
-            IndexValue {
-                state: out.state[e] as u8,
-                height: out.height[e],
-                file: v.file.value(i),
-                magic_offset: v.magic_offset.value(i),
-                declared_size: v.declared.value(i),
-                n_tx: v.n_tx(i).map(|n| n.min(u32::MAX as u64 - 1) as u32),
-                copies: out.copies[e],
-                in_best_chain: out.state[e] == EntryState::Active,
-                chainwork: out.chainwork[e].to_big_endian(),
-                header: v.header(i),
-            }
-            .encode_into(&mut values);
-        }
-        Ok(values)
+            index_values: index_values?,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -304,9 +331,7 @@ impl LinkedTree {
 
     /// (chunk, row in chunk) of an entry's chosen record.
     fn locate(&self, e: usize) -> (usize, usize) {
-        let r = self.link.record[e] as usize;
-        let c = self.starts.partition_point(|&s| s <= r) - 1;
-        (c, r - self.starts[c])
+        locate_record(&self.starts, self.link.record[e] as usize)
     }
 
     fn status(&self, e: usize) -> RecordStatus {
@@ -352,6 +377,25 @@ impl LinkedTree {
             }
         }
         Ok((orphans, invalid))
+    }
+
+    /// The `file`, `offset` and `height` columns of the whole `headers` table (the guided
+    /// reindex compares them with the index without reading the table back).
+    pub fn positions(&self) -> Result<Positions, ArrowError> {
+        let views = self.views()?;
+        let n = self.len();
+        let (mut file, mut offset, mut height) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for &e in &self.order {
+            let (c, i) = self.locate(e as usize);
+            file.push(views[c].file.value(i));
+            offset.push(views[c].magic_offset.value(i));
+            height.push(self.link.height[e as usize]);
+        }
+        Ok((file, offset, height))
     }
 
     /// Rows `lo..hi` of the `headers` table.
