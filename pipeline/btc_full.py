@@ -160,10 +160,13 @@ def decode_units(
 
     remote = ray.remote(num_cpus=1, max_retries=3)(decode_and_stage_unit)
     window = max(1, min(2 * workers, budget // 2 // (4 * unit_bytes(budget))))
+    # Workers write each unit's staged files here under temporary names (see StagedBody).
+    folder = btc_bodies.stage_dir(data)
+    folder.mkdir(parents=True, exist_ok=True)
     bar = Progress(len(units), enabled=progress)
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
     try:
-        for unit, result in ordered_results(remote, units, window, STAGE):
+        for unit, result in ordered_results(remote, units, window, STAGE, str(folder)):
             if isinstance(result, ray.exceptions.RayError):
                 raise RechainError(f"{Path(unit.path).name} at {unit.offsets[0]}: {result}")
             t0 = time.perf_counter()
