@@ -83,10 +83,9 @@ MAX_SCRIPT_SIZE = 10_000
 
 def unit_bytes(budget: int) -> int:
     """Block bytes per unit for a memory budget. A unit in flight is resident several times
-    over: decoded columns and staged Parquet in its worker, the result in Ray's object store
-    (counted in the worker, the store and the coordinator that maps it), the coordinator's copy
-    (measured: the decode stage's tree grew ~15x a unit's bytes per unit in flight), and two
-    units are in flight per worker."""
+    over in its worker (decoded columns, then Parquet pages being written to its staged files;
+    results no longer go through Ray's object store, see ``StagedBody``), and two units are in
+    flight per worker."""
     return int(min(UNIT_BYTES, max(MIN_UNIT_BYTES, budget // 64)))
 
 
