@@ -44,7 +44,7 @@ def main() -> None:
     root = psutil.Process(proc.pid)
     samples: list[tuple[float, int, int, dict[str, int]]] = []
     stop = threading.Event()
-    peak_procs: list[tuple[int, str]] = []
+    peak_procs: list[tuple[int, str, dict[str, int]]] = []
 
     def sample() -> None:
         while not stop.is_set():
@@ -55,14 +55,16 @@ def main() -> None:
                 for p in [root, *root.children(recursive=True)]:
                     try:
                         rss = p.memory_info().rss
-                        procs.append((rss, " ".join(p.cmdline())[:60]))
+                        procs.append((rss, " ".join(p.cmdline())[:60], p.pid))
                     except psutil.Error:
                         continue
                     tree += rss
                     if p.pid == root.pid:
                         own = rss
                 if tree > max((s[2] for s in samples), default=0):
-                    peak_procs[:] = sorted(procs, reverse=True)
+                    # Where each process's pages are: its heap, mapped files, or shared memory
+                    # (Ray's object store counts in every process that maps it).
+                    peak_procs[:] = [(r, n, _rss_kinds(pid)) for r, n, pid in sorted(procs)[::-1]]
                 samples.append((time.perf_counter() - t0, own, tree, _rss_kinds(proc.pid)))
             except psutil.Error:
                 pass
@@ -89,8 +91,9 @@ def main() -> None:
             f"{t_a:8.1f}s {t_b - t_a:7.1f}s  coord {own:5d} MiB ({kinds})  tree {tree:5d} MiB  "
             f"{name}"
         )
-    for rss, name in peak_procs:
-        print(f"  at the tree's peak: {rss >> 20:5d} MiB  {name}")
+    for rss, name, split in peak_procs:
+        kinds = " ".join(f"{k[3:]} {v >> 20}" for k, v in split.items())
+        print(f"  at the tree's peak: {rss >> 20:5d} MiB ({kinds})  {name}")
     print(
         f"peak coordinator {max(s[1] for s in samples) >> 20} MiB, "
         f"tree {max(s[2] for s in samples) >> 20} MiB"

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
-from rechain.workers.btc_decode import StagedBody
+from rechain.workers.btc_decode import StagedBody, tmp_name
 
 _OFFSET_BITS = 40
 
@@ -57,17 +57,22 @@ def remove_unregistered(data: DataDir) -> int:
 
 
 def commit_part(data: DataDir, staged: StagedBody) -> None:
-    """Writes a unit's staged files durably, then registers the part in one RocksDB write."""
+    """Makes the files a worker staged for a unit durable under their final names, then
+    registers the part in one RocksDB write."""
     folder = stage_dir(data)
-    folder.mkdir(parents=True, exist_ok=True)
     part = staged.unit.part
-    for table, payload in staged.parquet.items():
+    if sorted(staged.files) != sorted(ds.BODY_STAGED):
+        raise ValueError(f"unit {part} staged {sorted(staged.files)}, not {ds.BODY_STAGED}")
+    for table, written in staged.files.items():
+        tmp = Path(written)
         final = part_path(data, part, table)
-        tmp = final.with_name("." + final.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+        if tmp.parent != folder or tmp.name != tmp_name(part, table):
+            raise ValueError(f"unit {part} staged {table} at {tmp}, not in {folder}")
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.rename(tmp, final)
     fd = os.open(folder, os.O_RDONLY)
     try:

@@ -83,10 +83,9 @@ MAX_SCRIPT_SIZE = 10_000
 
 def unit_bytes(budget: int) -> int:
     """Block bytes per unit for a memory budget. A unit in flight is resident several times
-    over: decoded columns and staged Parquet in its worker, the result in Ray's object store
-    (counted in the worker, the store and the coordinator that maps it), the coordinator's copy
-    (measured: the decode stage's tree grew ~15x a unit's bytes per unit in flight), and two
-    units are in flight per worker."""
+    over in its worker (decoded columns, then Parquet pages being written to its staged files;
+    results no longer go through Ray's object store, see ``StagedBody``), and two units are in
+    flight per worker."""
     return int(min(UNIT_BYTES, max(MIN_UNIT_BYTES, budget // 64)))
 
 
@@ -160,10 +159,13 @@ def decode_units(
 
     remote = ray.remote(num_cpus=1, max_retries=3)(decode_and_stage_unit)
     window = max(1, min(2 * workers, budget // 2 // (4 * unit_bytes(budget))))
+    # Workers write each unit's staged files here under temporary names (see StagedBody).
+    folder = btc_bodies.stage_dir(data)
+    folder.mkdir(parents=True, exist_ok=True)
     bar = Progress(len(units), enabled=progress)
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
     try:
-        for unit, result in ordered_results(remote, units, window, STAGE):
+        for unit, result in ordered_results(remote, units, window, STAGE, str(folder)):
             if isinstance(result, ray.exceptions.RayError):
                 raise RechainError(f"{Path(unit.path).name} at {unit.offsets[0]}: {result}")
             t0 = time.perf_counter()

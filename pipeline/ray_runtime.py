@@ -85,19 +85,19 @@ def _ray_notices_to_stderr() -> None:
 
 
 def ordered_results(
-    remote: Any, units: Iterable[U], window: int, stage: str
+    remote: Any, units: Iterable[U], window: int, stage: str, *args: Any
 ) -> Iterator[tuple[U, Any]]:
-    """Runs ``remote`` on every unit with at most ``window`` tasks in flight (back-pressure) and
-    yields (unit, result) in submission order, so one committer can apply them in order. A task
-    that failed for good yields its ``ray.exceptions.RayError`` as the result, for the caller's
-    failure policy."""
+    """Runs ``remote`` on every unit (``args`` passed after it) with at most ``window`` tasks
+    in flight (back-pressure) and yields (unit, result) in submission order, so one committer
+    can apply them in order. A task that failed for good yields its ``ray.exceptions.RayError``
+    as the result, for the caller's failure policy."""
     from rechain.pipeline import metrics
 
     queue: deque[tuple[U, Any]] = deque()
     todo = iter(units)
     try:
         for unit in todo:
-            queue.append((unit, remote.remote(unit)))
+            queue.append((unit, remote.remote(unit, *args)))
             if len(queue) >= window:
                 break
         while queue:
@@ -111,6 +111,6 @@ def ordered_results(
             del result
             nxt = next(todo, None)
             if nxt is not None:
-                queue.append((nxt, remote.remote(nxt)))
+                queue.append((nxt, remote.remote(nxt, *args)))
     finally:
         metrics.QUEUE_DEPTH.labels(stage).set(0)

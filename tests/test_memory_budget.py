@@ -30,14 +30,6 @@ def _full(blocks: Path, data: Path) -> tuple[dict, int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (issue #7): the coordinator now stays within the budget (29,000 blocks, "
-    "2,712 MiB: peak 492 MiB against a 257 MiB baseline, +235; DuckDB's stages are sliced by "
-    "txid under a 128 MiB limit), but the Ray tree exceeds it in the body pass by ~10 MiB "
-    "(peak 1,138 MiB against 871, +267; at 8,000 blocks +256). Before the slicing the "
-    "coordinator peaked at 793 MiB against 232",
-)
 def test_full_reindex_of_ten_times_the_budget_stays_within_it(tmp_path: Path) -> None:
     tiny = gen_chain(tmp_path / "tiny", "--blocks", "30", "--tx-per-block", "100:400")
     big = gen_chain(tmp_path / "big", "--blocks", str(BLOCKS), "--tx-per-block", "100:400")

@@ -7,6 +7,7 @@ de-obfuscates, checks and decodes, and hands back Arrow batches without per-row 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -58,24 +59,28 @@ def decode_unit(unit: BodyUnit) -> BodyResult:
 
 @dataclass
 class StagedBody:
-    """A unit's four staged tables already encoded as Parquet by the worker, so the committer
-    (the only writer of the data folder) just writes bytes: encoding runs in parallel."""
+    """A unit's four staged tables, already written by the worker as Parquet files under
+    temporary names in the stage folder (``tmp_name``), not yet durable: the committer fsyncs,
+    renames and registers them, so encoding and writing run in parallel and the rows never
+    travel through Ray's object store (each unit's bytes would stay resident there, counted in
+    the worker and the coordinator that map it: issue #7)."""
 
     unit: BodyUnit
-    parquet: dict[str, bytes]
+    files: dict[str, str]
     blocks: int
     transactions: int
     bytes_decoded: int
     seconds: float
 
 
-def _parquet_bytes(batch: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_batches([batch]), sink, compression=STAGE_COMPRESSION)
-    return sink.getvalue().to_pybytes()
+def tmp_name(part: str, table: str) -> str:
+    """The file name a unit's staged table is written under before the committer renames it
+    to ``{part}.{table}.parquet``; a retried task overwrites its own. Files the next run finds
+    unregistered (a killed run's) are deleted by the committer."""
+    return f".{part}.{table}.parquet.tmp"
 
 
-def decode_and_stage_unit(unit: BodyUnit) -> StagedBody:
+def decode_and_stage_unit(unit: BodyUnit, stage_dir: str) -> StagedBody:
     t0 = time.perf_counter()
     r = decode_unit(unit)
     tables = {
@@ -84,15 +89,20 @@ def decode_and_stage_unit(unit: BodyUnit) -> StagedBody:
         "inputs": r.inputs,
         "outputs": r.outputs,
     }
+    files = {}
+    for name, batch in tables.items():
+        path = os.path.join(stage_dir, tmp_name(unit.part, name))
+        pq.write_table(pa.Table.from_batches([batch]), path, compression=STAGE_COMPRESSION)
+        files[name] = path
     staged = StagedBody(
         unit=unit,
-        parquet={name: _parquet_bytes(batch) for name, batch in tables.items()},
+        files=files,
         blocks=r.blocks.num_rows,
         transactions=r.transactions.num_rows,
         bytes_decoded=r.bytes_decoded,
         seconds=time.perf_counter() - t0,
     )
-    del r, tables
+    del r, tables, batch
     # The decoded columns are garbage now: a worker that keeps their pages holds several times
     # a unit's bytes between tasks, on top of the budget's units in flight (issue #7).
     release_unused_memory()
