@@ -57,23 +57,29 @@ def remove_unregistered(data: DataDir) -> int:
 
 
 def commit_part(data: DataDir, staged: StagedBody) -> None:
-    """Makes the files a worker staged for a unit durable under their final names, then
-    registers the part in one RocksDB write."""
+    """Makes a unit's staged tables durable under their final names (the files its worker
+    wrote, or the bytes it returned), then registers the part in one RocksDB write."""
     folder = stage_dir(data)
+    folder.mkdir(parents=True, exist_ok=True)
     part = staged.unit.part
-    if sorted(staged.files) != sorted(ds.BODY_STAGED):
-        raise ValueError(f"unit {part} staged {sorted(staged.files)}, not {ds.BODY_STAGED}")
-    for table, written in staged.files.items():
-        tmp = Path(written)
-        final = part_path(data, part, table)
-        if tmp.parent != folder or tmp.name != tmp_name(part, table):
-            raise ValueError(f"unit {part} staged {table} at {tmp}, not in {folder}")
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, final)
+    if sorted(staged.tables) != sorted(ds.BODY_STAGED):
+        raise ValueError(f"unit {part} staged {sorted(staged.tables)}, not {ds.BODY_STAGED}")
+    for table, content in staged.tables.items():
+        tmp = folder / tmp_name(part, table)
+        if isinstance(content, bytes):
+            with open(tmp, "wb") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            if Path(content) != tmp:
+                raise ValueError(f"unit {part} staged {table} at {content}, not at {tmp}")
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.rename(tmp, part_path(data, part, table))
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

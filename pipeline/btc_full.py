@@ -151,9 +151,16 @@ def plan_units(
 
 
 def decode_units(
-    units: list[BodyUnit], data: DataDir, workers: int, budget: int, progress: bool
+    units: list[BodyUnit],
+    data: DataDir,
+    workers: int,
+    budget: int,
+    progress: bool,
+    shared_folder: bool = True,
 ) -> dict[str, float]:
-    """Runs the units on Ray, committing each result (in submission order) as it arrives."""
+    """Runs the units on Ray, committing each result (in submission order) as it arrives.
+    ``shared_folder``: the workers can write into the data folder (a Ray this process
+    started); otherwise they return their staged files' bytes."""
     import ray
     from rechain.pipeline.ray_runtime import ordered_results
 
@@ -162,10 +169,11 @@ def decode_units(
     # Workers write each unit's staged files here under temporary names (see StagedBody).
     folder = btc_bodies.stage_dir(data)
     folder.mkdir(parents=True, exist_ok=True)
+    target = str(folder) if shared_folder else None
     bar = Progress(len(units), enabled=progress)
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
     try:
-        for unit, result in ordered_results(remote, units, window, STAGE, str(folder)):
+        for unit, result in ordered_results(remote, units, window, STAGE, target):
             if isinstance(result, ray.exceptions.RayError):
                 raise RechainError(f"{Path(unit.path).name} at {unit.offsets[0]}: {result}")
             t0 = time.perf_counter()
@@ -658,7 +666,9 @@ def run_full(
             ensure_ray(ray_address, workers)
             t_decode = time.perf_counter()
             log.info("decode: %d unit(s), round %d", len(units), rounds)
-            got = decode_units(units, data, workers, budget, progress)
+            # Workers of a cluster given by address may run on other machines.
+            shared = ray_address is None
+            got = decode_units(units, data, workers, budget, progress, shared)
             got["decode_s"] = time.perf_counter() - t_decode
             for k, v in got.items():
                 stats[k] = stats.get(k, 0.0) + v

@@ -139,6 +139,30 @@ def test_rerun_is_identical(chain: tuple[Path, dict, dict], tmp_path: Path) -> N
     assert again["full"] == result["full"]
 
 
+def test_workers_without_the_data_folder_return_the_same_staged_tables(
+    chain: tuple[Path, dict, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers on other machines (a cluster given by address) cannot write into the data
+    folder and hand back their staged files' bytes instead: same result, same digest."""
+    from rechain.pipeline import btc_full
+
+    root, _, result = chain
+    decode = btc_full.decode_units
+    calls: list[bool] = []
+
+    def remote_workers(*args: Any, **kwargs: Any) -> dict[str, float]:
+        calls.append(True)
+        return decode(*args[:5], shared_folder=False)
+
+    monkeypatch.setattr(btc_full, "decode_units", remote_workers)
+    again = full(root / "node" / "blocks", tmp_path / "d")
+    assert calls and again["full"] == result["full"]
+    digests = [
+        cli_json("verify", "--data", d, "--json")["digest"] for d in (root / "data", tmp_path / "d")
+    ]
+    assert digests[0] == digests[1]
+
+
 def test_real_mainnet_block_decodes_to_its_facts(tmp_path: Path) -> None:
     fact = json.loads((BTC_DATA / "facts.json").read_text())[0]
     raw = (BTC_DATA / fact["file"]).read_bytes()

@@ -59,14 +59,15 @@ def decode_unit(unit: BodyUnit) -> BodyResult:
 
 @dataclass
 class StagedBody:
-    """A unit's four staged tables, already written by the worker as Parquet files under
-    temporary names in the stage folder (``tmp_name``), not yet durable: the committer fsyncs,
-    renames and registers them, so encoding and writing run in parallel and the rows never
-    travel through Ray's object store (each unit's bytes would stay resident there, counted in
-    the worker and the coordinator that map it: issue #7)."""
+    """A unit's four staged tables, encoded as Parquet by the worker (so encoding runs in
+    parallel), per table either the path of the file the worker wrote under a temporary name
+    in the stage folder (``tmp_name``; not yet durable: the committer fsyncs, renames and
+    registers it), or, for a worker that cannot reach the data folder (a cluster's other
+    nodes), the file's bytes. Files keep the rows out of Ray's object store, where each unit
+    would stay resident, counted in the worker and in the coordinator that maps it (issue #7)."""
 
     unit: BodyUnit
-    files: dict[str, str]
+    tables: dict[str, str | bytes]
     blocks: int
     transactions: int
     bytes_decoded: int
@@ -80,7 +81,9 @@ def tmp_name(part: str, table: str) -> str:
     return f".{part}.{table}.parquet.tmp"
 
 
-def decode_and_stage_unit(unit: BodyUnit, stage_dir: str) -> StagedBody:
+def decode_and_stage_unit(unit: BodyUnit, stage_dir: str | None) -> StagedBody:
+    """Decodes a unit and encodes its staged tables: into files in ``stage_dir`` when the
+    worker shares the coordinator's file system, else as bytes returned through Ray."""
     t0 = time.perf_counter()
     r = decode_unit(unit)
     tables = {
@@ -89,20 +92,26 @@ def decode_and_stage_unit(unit: BodyUnit, stage_dir: str) -> StagedBody:
         "inputs": r.inputs,
         "outputs": r.outputs,
     }
-    files = {}
+    staged_tables: dict[str, str | bytes] = {}
     for name, batch in tables.items():
-        path = os.path.join(stage_dir, tmp_name(unit.part, name))
-        pq.write_table(pa.Table.from_batches([batch]), path, compression=STAGE_COMPRESSION)
-        files[name] = path
+        table = pa.Table.from_batches([batch])
+        if stage_dir is None:
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink, compression=STAGE_COMPRESSION)
+            staged_tables[name] = sink.getvalue().to_pybytes()
+        else:
+            path = os.path.join(stage_dir, tmp_name(unit.part, name))
+            pq.write_table(table, path, compression=STAGE_COMPRESSION)
+            staged_tables[name] = path
     staged = StagedBody(
         unit=unit,
-        files=files,
+        tables=staged_tables,
         blocks=r.blocks.num_rows,
         transactions=r.transactions.num_rows,
         bytes_decoded=r.bytes_decoded,
         seconds=time.perf_counter() - t0,
     )
-    del r, tables, batch
+    del r, tables, batch, table
     # The decoded columns are garbage now: a worker that keeps their pages holds several times
     # a unit's bytes between tasks, on top of the budget's units in flight (issue #7).
     release_unused_memory()
