@@ -1,7 +1,8 @@
 """Checks that the Grafana dashboard and the Prometheus rules use only metrics rechain exports.
 
-The exported names are read from pipeline/metrics.py (the first argument of every Counter, Gauge,
-Histogram and Summary); histograms also export NAME_bucket, NAME_sum and NAME_count. Every
+The exported names are read from pipeline/metrics.py (the name given with every Counter, Gauge,
+Histogram and Summary, made directly or, as there, declared as `_Metric("Counter", "name", ...)`
+and made on first use); histograms also export NAME_bucket, NAME_sum and NAME_count. Every
 PromQL expression of the dashboard (panels, rows, template variables) and of rules.yml is reduced
 to its metric names (label matchers, strings, ranges, grouping clauses, functions and keywords
 removed), and each must be one of those (or, in rules, a recording rule defined there). The
@@ -25,7 +26,9 @@ KEYWORDS = {
     "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
     "unless", "offset", "inf", "nan", "atan2", "le",
 }
-DECL = re.compile(r"\b(Counter|Gauge|Histogram|Summary)\(\s*[\"']([A-Za-z_:][\w:]*)[\"']")
+DECL = re.compile(
+    r"\b(Counter|Gauge|Histogram|Summary)(?:\(|[\"']\s*,)\s*[\"']([A-Za-z_:][\w:]*)[\"']"
+)
 
 
 def exported_metrics(metrics_py: Path) -> set[str]:
