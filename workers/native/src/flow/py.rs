@@ -4,8 +4,8 @@
 //! * `flow_decode_segment(path, segment_no, strict=False) -> (wal_records batch, info)`
 //! * `flow_list_segments(dir) -> [(number, path)]`
 //! * `FlowForest(capacity=500, threads=None)`: `apply(batch)`, `replay_segment(path, no)`,
-//!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`,
-//!   `leaf_hashes()`; publication without pyarrow: `write_trie_updates()`, `write_registers()`,
+//!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`;
+//!   publication without pyarrow: `write_trie_updates()`, `write_registers()`,
 //!   `write_register_hashes()` (Parquet files), `register_entries()`, `root_entries()` (RocksDB
 //!   key/value slices as Python bytes)
 //! * `flow_table_schema(name) -> pyarrow.Schema` of a published Flow table
@@ -481,17 +481,6 @@ impl FlowForest {
             batch_rows: batch_rows.max(1),
         })
     }
-
-    /// `register_hashes` batches of a trie (same rows and order as `payloads`): each register's
-    /// leaf height, `HashLeaf` and compact node hash, which let a checkpoint writer skip the
-    /// per-leaf hash chains.
-    #[pyo3(signature = (root=None, batch_rows=65_536))]
-    fn leaf_hashes(&self, root: Option<&str>, batch_rows: usize) -> PyResult<FlowLeafHashes> {
-        Ok(FlowLeafHashes {
-            cursor: self.trie(root)?.leaves(),
-            batch_rows: batch_rows.max(1),
-        })
-    }
 }
 
 impl FlowForest {
@@ -548,32 +537,6 @@ impl FlowPayloads {
         let batch = py.detach(|| {
             let chunk = cursor.next_chunk(n);
             (!chunk.is_empty()).then(|| registers_batch(&chunk))
-        });
-        batch
-            .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
-            .transpose()
-    }
-}
-
-/// Iterator over `register_hashes` batches of one trie (holds the trie's nodes alive).
-#[pyclass(module = "rechain.workers._native")]
-pub struct FlowLeafHashes {
-    cursor: LeafCursor,
-    batch_rows: usize,
-}
-
-#[pymethods]
-impl FlowLeafHashes {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let n = self.batch_rows;
-        let cursor = &mut self.cursor;
-        let batch = py.detach(|| {
-            let chunk = cursor.next_leaf_nodes(n);
-            (!chunk.is_empty()).then(|| leaf_hashes_batch(&chunk))
         });
         batch
             .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
@@ -640,7 +603,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_generate, m)?)?;
     m.add_class::<FlowForest>()?;
     m.add_class::<FlowPayloads>()?;
-    m.add_class::<FlowLeafHashes>()?;
     m.add_class::<FlowRegisterEntries>()?;
     m.add_function(wrap_pyfunction!(flow_table_schema, m)?)?;
     m.add("FlowWalError", m.py().get_type::<FlowWalError>())?;
