@@ -101,6 +101,24 @@ def forget_file_parts(data: DataDir, file_no: int) -> list[bytes]:
     return keys
 
 
+def forget_failed_parts(data: DataDir, file_no: int, start: int) -> list[bytes]:
+    """Keys of the parts staged from ``file_no`` holding a failed copy at or past ``start``
+    (a provisional tail a node may since have completed; see ``btc_committer``). Their files
+    go at once; their other blocks are decoded again, as any block without a verdict."""
+    keys = []
+    for key, value in data.items(layout.CF_BTC_BODIES):
+        if json.loads(value)["file"] != file_no:
+            continue
+        blocks = pq.read_table(part_path(data, key.decode(), "blocks"), columns=["offset", "valid"])
+        late = pc.greater_equal(blocks.column("offset"), start)
+        if pc.any(pc.and_(late, pc.invert(blocks.column("valid")))).as_py():
+            keys.append(key)
+    for key in keys:
+        for table in ds.BODY_STAGED:
+            part_path(data, key.decode(), table).unlink(missing_ok=True)
+    return keys
+
+
 def staged_blocks(data: DataDir, columns: list[str] | None = None) -> pa.Table:
     files = part_files(data, "blocks")
     schema = ds.schema(ds.BODY_STAGED["blocks"])

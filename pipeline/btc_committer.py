@@ -102,6 +102,14 @@ class FileState:
     file: BlkFile
     pending: Pending
     entry: dict[str, Any]
+    #: A resumed file's provisional tail: the rows an earlier run logged at or past the resume
+    #: position (records, events), taken out of the log when the file was resumed. The rescan
+    #: of the tail is compared with them to tell whether the index must be relinked.
+    provisional: tuple[pa.Table, pa.Table] | None = None
+    #: This run's rows of a resumed file (records, events), compared with ``provisional``.
+    rescanned: list[tuple[pa.RecordBatch, pa.RecordBatch]] = field(default_factory=list)
+    #: The last record this run logged in the file: (magic offset, declared size, status).
+    last_record: tuple[int, int, str] | None = None
 
 
 @dataclass
@@ -231,6 +239,10 @@ class BtcCommitter:
         #: in ``linked_positions``, for checks that would otherwise read the table back.
         self.keep_positions = False
         self.linked_positions: pa.RecordBatch | None = None
+        #: Whether the index needed a relink before this run, and whether this run changed
+        #: the log (a rescanned provisional tail that came out the same changes nothing).
+        self.dirty_at_start = bool(data.meta_get(layout.META_BTC_DIRTY))
+        self.run_changed = False
 
     def keep_records_if_fresh(self) -> None:
         """Keeps this run's records in memory if nothing was committed before it (call once
@@ -309,7 +321,52 @@ class BtcCommitter:
             "committed_pos": start,
             "tail": None,
         }
-        self.files[f.file_no] = FileState(f, Pending(start, start, True), entry)
+        state = FileState(f, Pending(start, start, True), entry)
+        if self.file_entry(f.file_no) is not None:
+            state.provisional = self._take_provisional(f.file_no, start)
+        self.files[f.file_no] = state
+
+    def _take_provisional(self, file_no: int, start: int) -> tuple[pa.Table, pa.Table]:
+        """Takes the rows logged at or past ``start`` out of the file's scan log, with the
+        staged body verdicts that failed there, in one write: they describe the provisional
+        tail of a file a node may still be writing (see ``provisional_start``), which is
+        scanned again now. Returns the rows taken (records, events)."""
+        from rechain.pipeline.btc_bodies import forget_failed_parts
+
+        taken: dict[bytes, list[pa.Table]] = {layout.SEGMENT_RECORDS: [], layout.SEGMENT_EVENTS: []}
+        puts: list[tuple[bytes, bytes]] = []
+        deletes: list[bytes] = []
+        replaced: list[str] = []
+        for key, value in list(self.data.items(layout.CF_BTC_SCAN, layout.file_key(file_no))):
+            _, cell, kind = layout.parse_segment_key(key)
+            if cell + layout.SCAN_CELL_BYTES <= start:
+                continue
+            table = read_segment(self.data, value)
+            column = "magic_offset" if kind == layout.SEGMENT_RECORDS else "offset"
+            late = pc.greater_equal(table.column(column), start)
+            if not pc.any(late).as_py():
+                continue
+            taken[kind].append(table.filter(late))
+            kept = table.filter(pc.invert(late))
+            replaced.append(segment_name(value))
+            if kept.num_rows:
+                puts.append((key, write_segment(self.data, key, kept)))
+            else:
+                deletes.append(key)
+        parts = forget_failed_parts(self.data, file_no, start)
+        records = pa.concat_tables(taken[layout.SEGMENT_RECORDS] or [_empty_table(ds.RECORDS)])
+        events = pa.concat_tables(taken[layout.SEGMENT_EVENTS] or [_empty_table(ds.EVENTS)])
+        if puts or deletes or parts:
+            self.data.write(
+                {layout.CF_META: [(layout.META_BTC_DIRTY, True)], layout.CF_BTC_SCAN: puts},
+                {layout.CF_BTC_SCAN: deletes, layout.CF_BTC_BODIES: parts},
+            )
+            for name in replaced:
+                if name not in {segment_name(v) for _, v in puts}:
+                    (segment_dir(self.data) / name).unlink(missing_ok=True)
+            # Failed verdicts in the tail were for bytes that may since have been completed.
+            self.run_changed = self.run_changed or bool(parts)
+        return records, events
 
     # -- ordered apply --
     def apply(self, result: ShardResult) -> None:
@@ -330,22 +387,45 @@ class BtcCommitter:
         events = with_gap(result.events, closing_gap)
         state.pending = new_pending
         at_eof = int(info["bound"]) >= state.file.size
+        records = result.records
+        if records.num_rows:
+            last = records.num_rows - 1
+            state.last_record = (
+                int(records.column("magic_offset")[last].as_py()),
+                int(records.column("declared_size")[last].as_py()),
+                str(records.column("status")[last].as_py()),
+            )
         entry = state.entry
         entry["committed_pos"] = new_pending.start
         entry["tail"] = None
-        if at_eof and new_pending.start < state.file.size:
-            entry["tail"] = gap_event(
-                state.file.file_no, new_pending.start, state.file.size, new_pending.all_zero, True
+        if at_eof:
+            entry["committed_pos"] = provisional_start(
+                state.last_record, new_pending.start, state.file.size
             )
-        changed = (
-            bool(result.records.num_rows or events.num_rows)
-            or self.file_entry(state.file.file_no) != entry
-        )
+            if new_pending.start < state.file.size:
+                entry["tail"] = gap_event(
+                    state.file.file_no,
+                    new_pending.start,
+                    state.file.size,
+                    new_pending.all_zero,
+                    True,
+                )
+        entry_changed = self.file_entry(state.file.file_no) != entry
         puts: dict[str, list[tuple[bytes, Any]]] = {
             layout.CF_BTC_FILES: [(layout.file_key(state.file.file_no), dict(entry))],
         }
+        if state.provisional is None:
+            changed = bool(records.num_rows or events.num_rows) or entry_changed
+        else:
+            # A resumed file's rows are judged together when its last shard lands.
+            state.rescanned.append((records, events))
+            changed = entry_changed or (at_eof and self._rescan_differs(state))
         if changed:
+            self.run_changed = True
             puts[layout.CF_META] = [(layout.META_BTC_DIRTY, True)]
+        elif at_eof and state.provisional is not None and not self.run_changed:
+            # The tail came out as logged before: the index is as current as it was.
+            puts[layout.CF_META] = [(layout.META_BTC_DIRTY, self.dirty_at_start)]
         replaced: list[str] = []
         scan_puts = self._cell_segments(
             file_no, result.records, "magic_offset", layout.SEGMENT_RECORDS, replaced
@@ -375,6 +455,21 @@ class BtcCommitter:
             for kind, count in zip(*_value_counts(events.column("kind")), strict=True):
                 if kind not in ds.NORMAL_EVENT_KINDS:
                     metrics.SKIPS.labels(STAGE, kind).inc(count)
+
+    def _rescan_differs(self, state: FileState) -> bool:
+        """Whether a resumed file's rows this run differ from those its tail had logged."""
+        assert state.provisional is not None
+        old_records, old_events = state.provisional
+        new_records = pa.Table.from_batches(
+            [r for r, _ in state.rescanned], schema=ds.schema(ds.RECORDS)
+        )
+        new_events = pa.Table.from_batches(
+            [e for _, e in state.rescanned], schema=ds.schema(ds.EVENTS)
+        )
+        return not (
+            new_records.combine_chunks().equals(old_records.combine_chunks())
+            and new_events.combine_chunks().equals(old_events.combine_chunks())
+        )
 
     def _cell_segments(
         self,
@@ -501,6 +596,25 @@ class BtcCommitter:
 
     def skipped(self) -> list[dict[str, Any]]:
         return skipped_from(self.data)
+
+
+def provisional_start(
+    last_record: tuple[int, int, str] | None, gap_start: int, file_size: int
+) -> int:
+    """Where a file's next run resumes once its end was scanned: the start of the trailing
+    gap, or of the file's last record when that record may still be completed by the node
+    writing the file (it failed to frame, its declared size runs past the end of the file,
+    or bytes other than its declared end follow it). Such a record is a torn write, not a
+    bad block, until more bytes prove otherwise: the next run reads it again."""
+    if last_record is None:
+        return gap_start
+    magic_offset, declared_size, status = last_record
+    complete = status == "ok" and magic_offset + 8 + declared_size == file_size
+    return min(gap_start, magic_offset) if not complete else gap_start
+
+
+def _empty_table(dataset: str) -> pa.Table:
+    return pa.Table.from_batches([ds.empty(dataset)])
 
 
 def _value_counts(column: pa.Array) -> tuple[list[str], list[int]]:
