@@ -138,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a Bitcoin Core blocks/index (LevelDB) whose block positions guide the scan",
     )
+    r.add_argument(
+        "--from-stage",
+        default=None,
+        metavar="NAME",
+        help="rerun the pipeline from this stage on (scan, link, bodies, chain_state, "
+        "publish, indexes), whatever the checkpoints say",
+    )
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     x = btc.add_parser("export-core-index", help="write the block index in Bitcoin Core's format")
     x.add_argument("--data", type=Path, required=True)
@@ -159,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     tx.add_argument("--data", type=Path, required=True)
     tx.add_argument("txid")
     tx.add_argument("--json", action="store_true")
+
+    st = sub.add_parser("stages", help="each pipeline stage's checkpoint in a data folder")
+    st.add_argument("--data", type=Path, required=True)
+    st.add_argument("--json", action="store_true")
 
     v = sub.add_parser("verify", help="check RocksDB, Parquet and manifest agree; print a digest")
     v.add_argument("--data", type=Path, required=True)
@@ -284,6 +295,7 @@ def dispatch(args: argparse.Namespace) -> int:
                 check_bodies=args.check_bodies,
                 mode=args.mode,
                 core_index=args.core_index,
+                from_stage=args.from_stage,
             )
             if args.shard_size:
                 opts.shard_bytes = args.shard_size
@@ -316,7 +328,7 @@ def dispatch(args: argparse.Namespace) -> int:
             _print_json(st) if args.json else print(btc_status.format_status(st))
             return 0
         if args.action == "tx":
-            from rechain.pipeline.btc_full import lookup_tx
+            from rechain.pipeline.btc_tx import lookup_tx
             from rechain.pipeline.store import DataDir
 
             with DataDir(args.data, readonly=True) as data:
@@ -330,6 +342,12 @@ def dispatch(args: argparse.Namespace) -> int:
             blk = btc_status.block(args.data, height=args.height, hash_=args.hash)
             _print_json(blk) if args.json else print(btc_status.format_block(blk))
             return 0
+    if args.command == "stages":
+        from rechain.pipeline.stages.report import format_stages, stage_report
+
+        report = stage_report(args.data)
+        _print_json(report) if args.json else print(format_stages(report))
+        return 0
     if args.command == "verify":
         from rechain.pipeline.verify import verify
 

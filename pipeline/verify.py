@@ -89,7 +89,9 @@ def digest(data: DataDir) -> dict[str, str]:
             continue
         h = hashlib.sha256()
         for key, value in data.items(cf):
-            if cf == layout.CF_META and key in VOLATILE_META:
+            if cf == layout.CF_META and (
+                key in VOLATILE_META or key.startswith(layout.META_STAGE_PREFIX)
+            ):
                 continue
             if cf == layout.CF_META and key in TIMED_META:
                 value = json.dumps(_without_timings(json.loads(value)), sort_keys=True).encode()

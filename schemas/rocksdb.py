@@ -68,6 +68,9 @@ META_BTC_FULL_GENERATION = b"btc/full_generation"
 #: Published generation of the headers table (a run artefact, not content).
 META_BTC_GENERATION = b"btc/generation"
 
+#: Stage checkpoints: ``stage/<pipeline>/<stage>`` -> JSON (see pipeline/stages/engine.py).
+META_STAGE_PREFIX = b"stage/"
+
 #: Version of this layout; a data folder written by another version is refused.
 LAYOUT_VERSION = 2
 FILE_ENTRY_VERSION = 1

@@ -1,6 +1,6 @@
-"""The full decode's set-based chain state (``btc_full.build_chain_state``) on hand-made
-tables: spends resolve to the latest earlier copy of an output id that BIP30's duplicate
-coinbases created twice, and only that copy counts in the UTXO set."""
+"""The full decode's set-based chain state (``build_chain_state`` of the chain_state
+stage) on hand-made tables: spends resolve to the latest earlier copy of an output id that
+BIP30's duplicate coinbases created twice, and only that copy counts in the UTXO set."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
-from rechain.pipeline import btc_full
+from rechain.pipeline.stages.bitcoin.chain_state import build_chain_state
+from rechain.pipeline.stages.bitcoin.indexes import write_utxo_set
 from rechain.pipeline.store import DataDir
 
 X = bytes.fromhex("aa" * 32)  # a coinbase txid at heights 1 and 2 (as mainnet's d5d2...8599)
@@ -48,12 +49,12 @@ def _views(con: duckdb.DuckDBPyConnection) -> None:
 def test_a_duplicate_output_id_resolves_to_its_latest_copy(tmp_path: Path, bits: int) -> None:
     con = duckdb.connect(":memory:")
     _views(con)
-    slices = btc_full.build_chain_state(con, tmp_path / "slices", 1 << 30, bits)
+    slices = build_chain_state(con, tmp_path / "slices", 1 << 30, bits)
     res = con.sql("SELECT vin, value, prev_height FROM res ORDER BY vin").fetchall()
     # (X, 0) is the height-2 copy (60 sat); the unknown output does not resolve.
     assert res == [(0, 60, 2), (1, None, None)]
     with DataDir(tmp_path / "d") as data:
-        utxo = btc_full.write_utxo_set(con, data, slices)
+        utxo = write_utxo_set(con, data, slices)
     # Unspent: U:0 (70) and T:0 (55); X:0 at height 1 was overwritten by its height-2 copy,
     # which T spent.
     assert (utxo["utxo_count"], utxo["total_amount"]) == (2, 125)

@@ -144,17 +144,17 @@ def test_workers_without_the_data_folder_return_the_same_staged_tables(
 ) -> None:
     """Workers on other machines (a cluster given by address) cannot write into the data
     folder and hand back their staged files' bytes instead: same result, same digest."""
-    from rechain.pipeline import btc_full
+    from rechain.pipeline.stages.bitcoin import bodies
 
     root, _, result = chain
-    decode = btc_full.decode_units
+    decode = bodies.decode_units
     calls: list[bool] = []
 
     def remote_workers(*args: Any, **kwargs: Any) -> dict[str, float]:
         calls.append(True)
         return decode(*args[:5], shared_folder=False)
 
-    monkeypatch.setattr(btc_full, "decode_units", remote_workers)
+    monkeypatch.setattr(bodies, "decode_units", remote_workers)
     again = full(root / "node" / "blocks", tmp_path / "d")
     assert calls and again["full"] == result["full"]
     digests = [

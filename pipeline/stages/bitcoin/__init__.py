@@ -1,0 +1,73 @@
+"""The Bitcoin reindex as stages: scan → link (header mode), then bodies → chain_state →
+publish → indexes (full mode). ``BtcRun`` is what the stages of one run share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rechain.pipeline.stages.engine import Stage
+
+if TYPE_CHECKING:
+    import duckdb
+    from rechain.pipeline.btc_committer import BtcCommitter
+    from rechain.pipeline.btc_core_index import CoreIndexGuide
+    from rechain.pipeline.btc_plan import BlkFile
+    from rechain.pipeline.btc_reindex import ReindexOptions
+    from rechain.pipeline.stages.bitcoin.chain_state import Slices
+    from rechain.pipeline.store import DataDir
+
+PIPELINE = "bitcoin"
+
+
+@dataclass
+class BtcRun:
+    """One reindex: its options, data folder and blk files, and what its stages hand on."""
+
+    opts: ReindexOptions
+    data: DataDir
+    committer: BtcCommitter
+    files: list[BlkFile]
+    key: bytes
+    workers: int
+    guide: CoreIndexGuide | None = None
+    #: The scan's figures (shards, bytes, Ray start-up), for the run report.
+    scan: dict[str, Any] = field(default_factory=dict)
+    #: The full-mode stages' figures (units decoded, stage times), for the run report.
+    full: dict[str, float] = field(default_factory=dict)
+    #: The chain state stage's DuckDB session and txid slices (read by publish and indexes).
+    con: duckdb.DuckDBPyConnection | None = None
+    slices: Slices | None = None
+
+    @property
+    def paths(self) -> dict[int, str]:
+        return {f.file_no: str(f.path) for f in self.files}
+
+    def add(self, figures: dict[str, float]) -> None:
+        for k, v in figures.items():
+            self.full[k] = self.full.get(k, 0.0) + v
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+        if self.slices is not None:
+            import shutil
+
+            shutil.rmtree(self.slices.dir, ignore_errors=True)
+            self.slices = None
+
+
+def stages(mode: str) -> list[Stage[BtcRun]]:
+    """The stages of a reindex in ``mode`` ("headers" or "full"), in order."""
+    from rechain.pipeline.stages.bitcoin.bodies import BodiesStage
+    from rechain.pipeline.stages.bitcoin.chain_state import ChainStateStage
+    from rechain.pipeline.stages.bitcoin.indexes import IndexesStage
+    from rechain.pipeline.stages.bitcoin.link import LinkStage
+    from rechain.pipeline.stages.bitcoin.publish import PublishStage
+    from rechain.pipeline.stages.bitcoin.scan import ScanStage
+
+    header_stages: list[Stage[BtcRun]] = [ScanStage(), LinkStage()]
+    if mode == "headers":
+        return header_stages
+    return [*header_stages, BodiesStage(), ChainStateStage(), PublishStage(), IndexesStage()]

@@ -1,0 +1,187 @@
+"""Stage ``bodies``: decodes the block copies the link stage chose into staged parts.
+
+The copies the header pass chose (every linked, side-branch, orphan and unlinked block) that
+have no staged verdict yet are read by file and offset on Ray workers and decoded by the Rust
+core into staged parts (``pipeline/btc_bodies.py``). Already staged copies are never decoded
+again, so after the node appended blocks only the new ones are. A copy that fails its checks
+invalidates the link stage: the linker then picks another copy of the same hash, which this
+stage decodes next.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from rechain.pipeline import btc_bodies, metrics
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.progress import Progress
+from rechain.pipeline.query import current_generation
+from rechain.pipeline.stages.bitcoin import BtcRun
+from rechain.pipeline.stages.engine import Done, Invalidate, Stage
+from rechain.pipeline.store import DataDir
+from rechain.schemas import bitcoin as ds
+from rechain.schemas import rocksdb as layout
+from rechain.workers.btc_decode import BodyUnit, decode_and_stage_unit
+
+log = logging.getLogger(__name__)
+#: The metrics label of the full decode's work.
+STAGE = "btc_full"
+#: Block bytes per body unit: big enough to amortise a task, small enough to spread files.
+UNIT_BYTES = 32 << 20
+#: The smallest unit a small memory budget cuts units down to (see ``unit_bytes``).
+MIN_UNIT_BYTES = 4 << 20
+
+
+class BodiesStage(Stage[BtcRun]):
+    name = "bodies"
+
+    def output(self, ctx: BtcRun) -> Any:
+        """The staged parts and the consensus verdicts, against the headers generation."""
+        h = hashlib.sha256()
+        h.update(str(ctx.data.meta_get(layout.META_BTC_GENERATION)).encode())
+        for key, _ in ctx.data.items(layout.CF_BTC_BODIES):
+            h.update(len(key).to_bytes(4, "big") + key)
+        h.update(repr(sorted(btc_bodies.invalid_blocks(ctx.data).items())).encode())
+        return h.hexdigest()[:32]
+
+    def run(self, ctx: BtcRun) -> Done | Invalidate:
+        data = ctx.data
+        removed = btc_bodies.remove_unregistered(data)
+        if removed:
+            log.info("removed %d staged body file(s) a killed run left unregistered", removed)
+        gen = current_generation(data.parquet_dir(ds.HEADERS))
+        assert gen is not None
+        import pyarrow.parquet as pq
+
+        headers = pq.read_table(gen, columns=["file", "offset", "size", "status", "copy_status"])
+        budget = ctx.opts.memory_budget
+        units = plan_units(data, headers, ctx.paths, ctx.opts.network, ctx.key, unit_bytes(budget))
+        if not units:
+            return Done(rows=btc_bodies.staged_blocks(data, ["offset"]).num_rows)
+        from rechain.pipeline.ray_runtime import ensure_ray
+
+        failed_before = _failed_copies(data)
+        ensure_ray(ctx.opts.ray_address, ctx.workers)
+        t_decode = time.perf_counter()
+        log.info("decode: %d unit(s)", len(units))
+        # Workers of a cluster given by address may run on other machines.
+        shared = ctx.opts.ray_address is None
+        got = decode_units(units, data, ctx.workers, budget, ctx.opts.progress, shared)
+        got["decode_s"] = time.perf_counter() - t_decode
+        ctx.add(got)
+        if _failed_copies(data) != failed_before:
+            # Copies that failed their checks change which copy the linker picks.
+            return Invalidate("link", "block copies failed their body checks")
+        return Done(
+            rows=btc_bodies.staged_blocks(data, ["offset"]).num_rows,
+            detail={"units": len(units), "bytes_decoded": int(got["bytes_decoded"])},
+        )
+
+
+def _failed_copies(data: DataDir) -> int:
+    valid = btc_bodies.staged_blocks(data, ["valid"]).column("valid")
+    return int(pc.sum(pc.invert(valid)).as_py() or 0) if len(valid) else 0
+
+
+def unit_bytes(budget: int) -> int:
+    """Block bytes per unit for a memory budget. A unit in flight is resident several times
+    over in its worker (decoded columns, then Parquet pages being written to its staged files;
+    results do not go through Ray's object store, see ``StagedBody``), and two units are in
+    flight per worker."""
+    return int(min(UNIT_BYTES, max(MIN_UNIT_BYTES, budget // 64)))
+
+
+def plan_units(
+    data: DataDir,
+    headers: pa.Table,
+    paths: dict[int, str],
+    network: str,
+    key: bytes,
+    unit_size: int = UNIT_BYTES,
+) -> list[BodyUnit]:
+    """Units for the chosen copies that have no staged verdict yet, by file and offset."""
+    chosen = headers.filter(
+        pc.and_(
+            pc.equal(headers.column("copy_status"), "ok"),
+            pc.not_equal(headers.column("status"), "invalid"),
+        )
+    ).select(["file", "offset", "size"])
+    done = btc_bodies.staged_blocks(data, ["file", "offset"])
+    todo = chosen.join(done, keys=["file", "offset"], join_type="left anti")
+    todo = todo.filter(pc.is_in(todo.column("file"), pa.array(list(paths), pa.uint32())))
+    todo = todo.sort_by([("file", "ascending"), ("offset", "ascending")])
+    if not todo.num_rows:
+        return []
+    files = todo.column("file").to_numpy()
+    offsets = todo.column("offset").to_numpy()
+    sizes = todo.column("size").to_numpy().astype(np.int64)
+    # Cut where the file changes or a unit's byte budget fills up (vectorised, no row loop).
+    file_start = np.r_[True, files[1:] != files[:-1]]
+    cum = np.cumsum(sizes)
+    group_base = np.maximum.accumulate(np.where(file_start, cum - sizes, 0))
+    bucket = (cum - group_base - 1) // unit_size
+    cuts = np.flatnonzero(file_start | np.r_[True, bucket[1:] != bucket[:-1]])
+    units = []
+    for seq, (lo, hi) in enumerate(zip(cuts, list(cuts[1:]) + [len(files)], strict=True)):
+        file_no = int(files[lo])
+        units.append(
+            BodyUnit(
+                seq=seq,
+                path=paths[file_no],
+                file_no=file_no,
+                offsets=tuple(int(o) for o in offsets[lo:hi]),
+                network=network,
+                xor_key=key,
+            )
+        )
+    return units
+
+
+def decode_units(
+    units: list[BodyUnit],
+    data: DataDir,
+    workers: int,
+    budget: int,
+    progress: bool,
+    shared_folder: bool = True,
+) -> dict[str, float]:
+    """Runs the units on Ray, committing each result (in submission order) as it arrives.
+    ``shared_folder``: the workers can write into the data folder (a Ray this process
+    started); otherwise they return their staged files' bytes."""
+    import ray
+    from rechain.pipeline.ray_runtime import ordered_results
+
+    remote = ray.remote(num_cpus=1, max_retries=3)(decode_and_stage_unit)
+    window = max(1, min(2 * workers, budget // 2 // (4 * unit_bytes(budget))))
+    # Workers write each unit's staged files here under temporary names (see StagedBody).
+    folder = btc_bodies.stage_dir(data)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = str(folder) if shared_folder else None
+    bar = Progress(len(units), enabled=progress)
+    stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
+    try:
+        for unit, result in ordered_results(remote, units, window, STAGE, target):
+            if isinstance(result, ray.exceptions.RayError):
+                raise RechainError(f"{Path(unit.path).name} at {unit.offsets[0]}: {result}")
+            t0 = time.perf_counter()
+            btc_bodies.commit_part(data, result)
+            dt = time.perf_counter() - t0
+            stats["units"] += 1
+            stats["bytes_decoded"] += result.bytes_decoded
+            stats["worker_decode_s"] += result.seconds
+            stats["commit_s"] += dt
+            metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
+            metrics.COMMIT_SECONDS.labels(STAGE).observe(dt)
+            metrics.RECORDS.labels(STAGE).inc(result.transactions)
+            metrics.BYTES_READ.labels(STAGE).inc(result.bytes_decoded)
+            bar.update(1, result.blocks)
+    finally:
+        bar.close()
+    return stats

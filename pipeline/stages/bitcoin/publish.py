@@ -1,0 +1,157 @@
+"""Stage ``publish``: the ``blocks``, ``transactions``, ``inputs`` and ``outputs`` tables.
+
+Written by DuckDB from the chain state session with heights, ``in_best_chain`` and fees,
+Hive-partitioned by height range, as a new generation of each table (temp folder, fsync,
+rename), which then becomes the current one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from typing import Any
+
+import duckdb
+from rechain.pipeline.stages.bitcoin import BtcRun
+from rechain.pipeline.stages.bitcoin.chain_state import duckdb_memory_errors, hex_sql
+from rechain.pipeline.stages.engine import Done, Stage
+from rechain.pipeline.store import DataDir, fsync_dir
+from rechain.schemas import bitcoin as ds
+from rechain.schemas import rocksdb as layout
+
+log = logging.getLogger(__name__)
+
+
+class PublishStage(Stage[BtcRun]):
+    name = "publish"
+    uses = ("chain_state",)
+
+    def output(self, ctx: BtcRun) -> Any:
+        return ctx.data.meta_get(layout.META_BTC_FULL_GENERATION)
+
+    def run(self, ctx: BtcRun) -> Done:
+        data = ctx.data
+        assert ctx.con is not None
+        t = time.perf_counter()
+        generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0) + 1
+        with duckdb_memory_errors(data, ctx.opts.memory_budget):
+            rows = publish_tables(ctx.con, data, generation, ctx.opts.memory_budget)
+        data.write({layout.CF_META: [(layout.META_BTC_FULL_GENERATION, generation)]})
+        for table in FULL_TABLES:
+            data.remove_other_generations(table, generation)
+        ctx.full["publish_s"] = ctx.full.get("publish_s", 0.0) + time.perf_counter() - t
+        return Done(rows=sum(rows.values()), detail={"tables": rows, "generation": generation})
+
+
+#: The tables this stage publishes, in publication order.
+FULL_TABLES = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)
+
+
+def _publish_sql(table: str) -> str:
+    """The SELECT publishing one table. ``inputs`` and ``outputs`` keep the staged parts' order
+    (file order, close to height order): sorting their witness and script payloads would not
+    stay within a small memory budget, and partitions already bound heights."""
+    rng = ds.HEIGHT_RANGE_BLOCKS
+    height_range = f"coalesce(h.height // {rng} * {rng}, -1)::BIGINT AS height_range"
+    context = "h.height, h.in_best_chain"
+    if table == "blocks":
+        return f"""
+        SELECT h.hash, {context}, h.status,
+          sb.valid AND h.status <> 'invalid' AS valid,
+          coalesce(sb.invalid_reason, CASE WHEN h.status = 'invalid' THEN h.invalid_reason END)
+            AS invalid_reason,
+          h.version, h.time, h.bits, h.prev_hash, h.merkle_root,
+          sb.size, sb.stripped_size, sb.weight, sb.n_tx, sb.n_inputs, sb.n_outputs,
+          sb.output_value, fee.fees, sb.coinbase_height, sb.file, sb."offset", {height_range}
+        FROM sb JOIN headers h ON h.file = sb.file AND h."offset" = sb."offset"
+        LEFT JOIN (
+          SELECT f.block_hash, sum(f.input_value - t.output_value)::BIGINT AS fees
+          FROM tx_in f JOIN st t ON t.block_hash = f.block_hash AND t.position = f.position
+          WHERE f.resolved GROUP BY ALL
+        ) fee ON fee.block_hash = h.hash
+        ORDER BY h.height NULLS LAST, h.hash"""
+    if table == "transactions":
+        return f"""
+        SELECT t.txid, t.wtxid, t.block_hash, {context}, t.position, t.version, t.lock_time,
+          t.size, t.vsize, t.weight, t.n_in, t.n_out, t.is_coinbase, t.has_witness,
+          t.output_value, f.input_value,
+          CASE WHEN f.resolved THEN f.input_value::BIGINT - t.output_value::BIGINT END AS fee,
+          {height_range}
+        FROM st t JOIN headers h ON h.hash = t.block_hash
+        LEFT JOIN tx_in f ON f.block_hash = t.block_hash AND f.position = t.position"""
+    if table == "inputs":
+        return f"""
+        SELECT i.txid, i.vin, i.prev_txid, i.prev_vout,
+          {hex_sql("i.script_sig")} AS script_sig, i.sequence, i.witness_items,
+          list_transform(i.witness, lambda w: {hex_sql("w")}) AS witness,
+          r.value, i.block_hash, i.tx_position, {context},
+          {height_range}
+        FROM si i JOIN headers h ON h.hash = i.block_hash
+        LEFT JOIN (SELECT height, pos, vin, value FROM res) r
+          ON h.in_best_chain AND r.height = h.height AND r.pos = i.tx_position
+             AND r.vin = i.vin"""
+    assert table == "outputs"
+    return f"""
+        SELECT o.txid, o.vout, o.value, o.script_type::VARCHAR AS script_type, o.address,
+          {hex_sql("o.script_pubkey")} AS script_pubkey, o.block_hash, o.tx_position, {context},
+          CASE WHEN h.in_best_chain THEN s.prev_height IS NOT NULL END AS spent,
+          {height_range}
+        FROM so o JOIN headers h ON h.hash = o.block_hash
+        LEFT JOIN (SELECT DISTINCT prev_height, prev_pos, prev_vout FROM res
+                   WHERE value IS NOT NULL) s
+          ON h.in_best_chain AND s.prev_height = h.height AND s.prev_pos = o.tx_position
+             AND s.prev_vout = o.vout"""
+
+
+def publish_tables(
+    con: duckdb.DuckDBPyConnection, data: DataDir, generation: int, budget: int = 1 << 30
+) -> dict[str, int]:
+    # A row group is buffered whole before it is written: bound it in bytes as well as rows
+    # (inputs and outputs rows carry scripts and witnesses).
+    group_bytes = max(budget // 16, 1 << 20)
+    rows = {}
+    for table in FULL_TABLES:
+        base = data.parquet_dir(table)
+        final = base / f"{generation:06d}"
+        tmp = base / f".{generation:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
+        base.mkdir(parents=True, exist_ok=True)
+        sql = _publish_sql(table)
+        log.info("publish: %s", table)
+        con.execute(
+            f"COPY ({sql}) TO '{tmp}' (FORMAT PARQUET, PARTITION_BY (height_range), "
+            f"COMPRESSION ZSTD, ROW_GROUP_SIZE {ds.ROW_GROUP_ROWS}, "
+            f"ROW_GROUP_SIZE_BYTES {group_bytes})"
+        )
+        for f in tmp.rglob("*.parquet"):
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        # Row counts from the Parquet footers, not by running the query twice.
+        written = con.execute(
+            f"SELECT count(*) FROM read_parquet('{tmp}/**/*.parquet', hive_partitioning = true)"
+        ).fetchall()
+        rows[table] = int(written[0][0])
+        os.rename(tmp, final)
+        fsync_dir(base)
+    return rows
+
+
+def published_rows(data: DataDir) -> dict[str, int]:
+    """Row counts of the current generation's tables, from their Parquet footers."""
+    gen = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
+    con = duckdb.connect(":memory:")
+    try:
+        rows = {}
+        for table in FULL_TABLES:
+            folder = data.parquet_dir(table) / f"{gen:06d}"
+            n = con.execute(
+                f"SELECT count(*) FROM read_parquet('{folder}/**/*.parquet', "
+                "hive_partitioning = true)"
+            ).fetchall()
+            rows[table] = int(n[0][0])
+        return rows
+    finally:
+        con.close()
