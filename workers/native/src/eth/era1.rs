@@ -123,6 +123,12 @@ impl Era1 {
             ));
         }
         let start = u64::from_le_bytes(v[..8].try_into().unwrap());
+        if start.checked_add(count).is_none() {
+            return Err(layout(
+                format!("starting number {start} overflows"),
+                idx.offset,
+            ));
+        }
         if records.len() < 3 {
             return Err(layout(
                 "no Accumulator before the BlockIndex".into(),

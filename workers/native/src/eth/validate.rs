@@ -223,19 +223,19 @@ pub fn calc_difficulty(cfg: &ChainConfig, time: u64, parent: &Header) -> U256 {
     let dt = time.saturating_sub(parent.timestamp);
     let min = U256::from(MINIMUM_DIFFICULTY);
     let apply = |x: i64| -> U256 {
-        let delta = adjust * U256::from(x.unsigned_abs());
+        let delta = adjust.saturating_mul(U256::from(x.unsigned_abs()));
         let v = if x >= 0 {
-            d + delta
+            d.saturating_add(delta)
         } else {
             d.saturating_sub(delta)
         };
         v.max(min)
     };
     let bomb = |v: U256, period: u64| -> U256 {
-        if period > 1 {
-            v + (U256::from(1) << (period - 2) as usize)
-        } else {
-            v
+        match period {
+            0 | 1 => v,
+            p if p - 2 < 256 => v.saturating_add(U256::from(1) << (p - 2) as usize),
+            _ => U256::MAX,
         }
     };
     let delay = if at(cfg.gray_glacier, next) {
@@ -266,7 +266,11 @@ pub fn calc_difficulty(cfg: &ChainConfig, time: u64, parent: &Header) -> U256 {
         let x = (1 - (dt / 10).min(1000) as i64).max(-99);
         bomb(apply(x), next / 100_000)
     } else {
-        let v = if dt < 13 { d + adjust } else { d - adjust };
+        let v = if dt < 13 {
+            d.saturating_add(adjust)
+        } else {
+            d - adjust
+        };
         bomb(v.max(min), next / 100_000).max(min)
     }
 }
@@ -323,7 +327,8 @@ pub fn calc_excess_blob_gas(cfg: &ChainConfig, parent: &Header, time: u64) -> u6
         let reserve = U256::from(8192u64) * U256::from(parent.base_fee_per_gas.unwrap_or(0));
         let blob_price = fake_exponential(1, pe, bc.update_fraction) * U256::from(GAS_PER_BLOB);
         if reserve > blob_price {
-            return pe + pu * (bc.max - bc.target) / bc.max;
+            let scaled = pu as u128 * (bc.max - bc.target) as u128 / bc.max as u128;
+            return (pe as u128 + scaled).min(u64::MAX as u128) as u64;
         }
     }
     excess - target
@@ -592,7 +597,7 @@ pub fn check_total_difficulty(
     parent_td: U256,
     td: U256,
 ) -> Option<Violation> {
-    let want = parent_td + header.header.difficulty;
+    let want = parent_td.saturating_add(header.header.difficulty);
     (td != want).then(|| Violation {
         block: header.header.number,
         rule: Rule::TotalDifficulty,
