@@ -6,7 +6,9 @@ use rechain_native::eth::body::decode_body;
 use rechain_native::eth::freezer::{Freezer, Layout, Table};
 use rechain_native::eth::header::decode_header;
 use rechain_native::eth::receipt::decode_storage_receipts;
-use rechain_native::eth::validate::{check_hash, check_total_difficulty, Rule};
+use rechain_native::eth::validate::{
+    check_hash, check_total_difficulty, verify_freezer, ChainConfig, Rule,
+};
 use rechain_native::eth::{keccak256, ErrorKind, U256};
 use std::path::{Path, PathBuf};
 
@@ -293,5 +295,72 @@ fn eth_freezer_worked_example_and_tail() {
     let t = Table::open(&d, "t").unwrap().unwrap();
     assert_eq!((t.items(), t.ignored_index_bytes()), (5, 6));
     assert_eq!(t.retrieve(4).unwrap(), vec![0xbb; 20]);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+/// geth `--dev` (`AllDevChainProtocolChanges`) of the release that wrote the fixture: `.meta`
+/// version 1 and diffs mean v1.10.17..v1.14.x, whose dev chain has every block fork and
+/// Shanghai/Cancun at 0 and no Prague (its headers have 20 fields).
+const DEV: ChainConfig = ChainConfig {
+    homestead: Some(0),
+    dao: None,
+    byzantium: Some(0),
+    constantinople: Some(0),
+    muir_glacier: Some(0),
+    london: Some(0),
+    arrow_glacier: Some(0),
+    gray_glacier: Some(0),
+    shanghai_time: Some(0),
+    cancun_time: Some(0),
+    prague_time: None,
+    osaka_time: None,
+    bpo1_time: None,
+    bpo2_time: None,
+};
+
+#[test]
+fn eth_freezer_devchain_verifies() {
+    // geth wrote and accepted these six blocks: every header rule, hash, link, body commitment
+    // and TD passes.
+    let f = Freezer::open(fixture()).unwrap();
+    let r = verify_freezer(&f, &DEV, 0, u64::MAX);
+    assert_eq!(r.violations, vec![]);
+    assert_eq!(
+        (r.first_block, r.end_block, r.transactions, r.pruned_bodies),
+        (0, 6, 0, 0)
+    );
+    assert_eq!(r.last_hash, f.hash(5).unwrap());
+    assert_eq!(r.final_td, Some(U256::from(1)));
+}
+
+#[test]
+fn eth_freezer_damage_is_a_verdict() {
+    // Header 1's bytes altered (as above) and headers.0000.cdat cut inside item 5: blocks 1 and 2
+    // fail (hash, and 2's parent link), block 5 is a Decode verdict, the rest pass.
+    let d = scratch("verdict");
+    copy_fixture(&d);
+    let mut data = std::fs::read(d.join("headers.0000.cdat")).unwrap();
+    let idx = std::fs::read(d.join("headers.cidx")).unwrap();
+    let start1 = u32::from_be_bytes(idx[8..12].try_into().unwrap()) as usize;
+    data[start1 + 12] ^= 0x01;
+    data.truncate(1800);
+    std::fs::write(d.join("headers.0000.cdat"), &data).unwrap();
+    let f = Freezer::open(&d).unwrap();
+    let r = verify_freezer(&f, &DEV, 0, 6);
+    let rules: Vec<_> = r.violations.iter().map(|v| (v.block, v.rule)).collect();
+    assert!(rules.contains(&(1, Rule::Hash)), "{rules:?}");
+    assert!(rules.contains(&(1, Rule::ParentHash)), "{rules:?}");
+    assert!(rules.contains(&(2, Rule::ParentHash)), "{rules:?}");
+    assert!(rules.contains(&(5, Rule::Decode)), "{rules:?}");
+    assert!(
+        rules.iter().all(|(b, _)| [1, 2, 5].contains(b)),
+        "{rules:?}"
+    );
+    let five = r.violations.iter().find(|v| v.block == 5).unwrap();
+    assert!(
+        five.detail.contains("headers.cidx") && five.detail.contains("1833"),
+        "{}",
+        five.detail
+    );
     std::fs::remove_dir_all(d).unwrap();
 }
