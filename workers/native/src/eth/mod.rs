@@ -12,6 +12,7 @@
 //! * [`header`]: header RLP of every fork (15/16/17/20/21 fields) and the hash of the bytes read (§3.1).
 //! * [`body`]: block bodies — legacy and typed (1–4) transactions, uncles, withdrawals (§1.9).
 //! * [`receipt`]: receipts in consensus (era1, portal) and storage (freezer) form (§1.9, §2.2).
+//! * [`ethash`]: proof of work (hashimoto-light with one shared cache per epoch, §3.3.3).
 //! * [`validate`]: the header and block rules that need no state (§3.3–3.5).
 //! * [`accumulator`]: era1 epoch accumulator roots and the EIP-7643 list of 1,897 roots (§2.6).
 //!
@@ -23,6 +24,7 @@ pub mod body;
 pub mod e2store;
 pub mod era1;
 mod error;
+pub mod ethash;
 pub mod freezer;
 pub mod header;
 pub mod receipt;

@@ -9,10 +9,10 @@
 //!   empty ommers), DAO extra-data, blob gas.
 //! * [`check_block`]: a header against its body and receipts — ommers hash, uncle count,
 //!   transactions root, withdrawals root, receipts root, logs bloom, gas used.
-//! * [`check_total_difficulty`], [`check_hash`].
+//! * [`check_total_difficulty`], [`check_hash`], [`check_pow`] (ethash, [`super::ethash`]).
 //!
 //! Each failed rule is a [`Violation`] (block number, [`Rule`], detail); nothing panics.
-//! Not here: ethash proof of work (§3.3.3), uncle ancestry (needs the last 7 blocks' uncles),
+//! Not here: uncle ancestry (needs the last 7 blocks' uncles),
 //! state/receipt execution, `requestsHash` (needs executed requests).
 
 use super::accumulator::{epoch_root, HistoricalRoots, EPOCH_SIZE};
@@ -207,6 +207,10 @@ pub enum Rule {
     AccumulatorList,
     /// An era1 file's first block is not `8192 · epoch` of its name.
     EpochStart,
+    /// Ethash: the hashimoto digest differs from the header's mixHash.
+    PowMixHash,
+    /// Ethash: the hashimoto result exceeds `2^256 / difficulty`.
+    PowTarget,
 }
 
 /// One failed rule.
@@ -591,6 +595,44 @@ pub fn check_block(
         });
     }
     v
+}
+
+/// Ethash proof of work of a PoW header (`raw` = its bytes as read) with the cache of its epoch
+/// ([`super::ethash::Cache::new`]`(`[`super::ethash::epoch_of`]`(number))`).
+pub fn check_pow(
+    cache: &super::ethash::Cache,
+    raw: &[u8],
+    header: &DecodedHeader,
+) -> Vec<Violation> {
+    let n = header.header.number;
+    match super::ethash::verify_pow(cache, raw, header) {
+        Err(e) => vec![Violation {
+            block: n,
+            rule: Rule::Decode,
+            detail: e.to_string(),
+        }],
+        Ok(p) => {
+            let mut v = Vec::new();
+            if !p.mix_ok {
+                v.push(Violation {
+                    block: n,
+                    rule: Rule::PowMixHash,
+                    detail: format!("digest {}, mixHash {}", p.digest, header.header.mix_hash),
+                });
+            }
+            if !p.target_ok {
+                v.push(Violation {
+                    block: n,
+                    rule: Rule::PowTarget,
+                    detail: format!(
+                        "result {} above 2^256/{}",
+                        p.result, header.header.difficulty
+                    ),
+                });
+            }
+            v
+        }
+    }
 }
 
 /// `td == parent_td + difficulty`.
