@@ -290,6 +290,17 @@ fn eth_freezer_worked_example_and_tail() {
         ErrorKind::OutOfRange { .. }
     ));
     assert_eq!(t.retrieve(5).unwrap(), vec![0xaa; 20]);
+    // A v2 meta with flush offset 0 (as a fresh one before geth's first repair, spec c3028080;
+    // here with tail 4: c3020480) still keeps the tail entry.
+    std::fs::write(d.join("t.meta"), unhex("c3020480")).unwrap();
+    std::fs::write(d.join("t.ridx"), unhex("000200000004")).unwrap();
+    let t = Table::open(&d, "t").unwrap().unwrap();
+    assert_eq!((t.items(), t.ignored_index_bytes()), (4, 0));
+    std::fs::write(
+        d.join("t.ridx"),
+        unhex("000200000004 000200000014 000200000028"),
+    )
+    .unwrap();
     // Index bytes beyond a v2 flush offset (12 = two entries) are not trusted.
     std::fs::write(d.join("t.meta"), unhex("c302040c")).unwrap();
     let t = Table::open(&d, "t").unwrap().unwrap();

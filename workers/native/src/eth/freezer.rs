@@ -142,9 +142,11 @@ impl Table {
         let mut index = std::fs::read(&idx_path).map_err(|e| Error::io(&idx_path, e))?;
         let mut ignored = 0;
         if let Some(flush) = meta.and_then(|m| m.flush_offset) {
-            if (index.len() as u64) > flush {
-                ignored = index.len() as u64 - flush;
-                index.truncate(flush as usize);
+            // The tail entry is always valid (a fresh v2 meta says 0 until geth's first repair).
+            let keep = flush.max(INDEX_ENTRY_SIZE);
+            if (index.len() as u64) > keep {
+                ignored = index.len() as u64 - keep;
+                index.truncate(keep as usize);
             }
         }
         let bad = |s: String, off: u64| Error::at(ErrorKind::BadIndex(s), off).in_file(&idx_path);

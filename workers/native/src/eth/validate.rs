@@ -719,6 +719,13 @@ pub fn verify_era1(
                 detail: format!("header number {} at index position {n}", h.header.number),
             });
         }
+        if h.header.difficulty.is_zero() {
+            violations.push(Violation {
+                block: n,
+                rule: Rule::Difficulty,
+                detail: "difficulty 0: era1 files hold pre-merge blocks only".into(),
+            });
+        }
         if let Some((p, ptd)) = &prev {
             violations.extend(check_header(cfg, &h, p));
             violations.extend(check_total_difficulty(&h, *ptd, td));
