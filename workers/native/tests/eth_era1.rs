@@ -318,3 +318,63 @@ fn eth_random_damage_never_panics() {
         assert!(decode_header(&b.header[..cut]).is_err());
     }
 }
+
+#[test]
+fn eth_uncle_rules() {
+    // verify_era1 above checks every uncle of mainnet epoch 3 (none reused, parents within 7
+    // generations, headers valid). Here the rules fire one by one on a real uncle.
+    use rechain_native::eth::validate::{check_uncles, Ancestor, UNCLE_GENERATIONS};
+    let era = Era1::open(era1_dir().join("mainnet-00003-d8b8a40b.era1")).unwrap();
+    let mut ancestors: Vec<Ancestor> = Vec::new();
+    let mut found = None;
+    for b in era.blocks() {
+        let b = b.unwrap();
+        let h = decode_header(&b.header).unwrap();
+        let body = decode_body(&b.body).unwrap();
+        if !body.uncles.is_empty() && ancestors.len() == UNCLE_GENERATIONS {
+            found = Some((h, body, ancestors.clone()));
+            break;
+        }
+        ancestors.insert(
+            0,
+            Ancestor {
+                header: h,
+                uncle_hashes: body.uncles.iter().map(|u| u.hash).collect(),
+            },
+        );
+        ancestors.truncate(UNCLE_GENERATIONS);
+    }
+    let (h, body, ancestors) = found.expect("epoch 3 has uncles");
+    let rules = |body: &rechain_native::eth::body::Body, a: &[Ancestor]| {
+        check_uncles(&MAINNET, &h, body, a)
+            .into_iter()
+            .map(|v| v.rule)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rules(&body, &ancestors), vec![]);
+    let uncle = body.uncles[0].clone();
+    // Included before by an ancestor.
+    let mut a = ancestors.clone();
+    a[3].uncle_hashes.push(uncle.hash);
+    assert_eq!(rules(&body, &a)[0], Rule::UncleDuplicate);
+    // Twice in this block.
+    let mut twice = body.clone();
+    twice.uncles = vec![uncle.clone(), uncle.clone()];
+    assert_eq!(rules(&twice, &ancestors), vec![Rule::UncleDuplicate]);
+    // An ancestor as uncle.
+    let mut anc = body.clone();
+    anc.uncles = vec![ancestors[2].header.clone()];
+    assert_eq!(rules(&anc, &ancestors), vec![Rule::UncleIsAncestor]);
+    // Parent outside the 7-block window (window full, parent removed).
+    let mut a = ancestors.clone();
+    let i = a
+        .iter()
+        .position(|x| x.header.hash == uncle.header.parent_hash)
+        .unwrap();
+    a[i].header.hash = B256::repeat_byte(0xab);
+    assert_eq!(rules(&body, &a), vec![Rule::UncleDangling]);
+    // A bad uncle header (difficulty off by one).
+    let mut bad = body.clone();
+    bad.uncles[0].header.difficulty += U256::from(1);
+    assert_eq!(rules(&bad, &ancestors), vec![Rule::UncleHeader]);
+}

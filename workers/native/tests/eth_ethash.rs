@@ -1,12 +1,15 @@
 //! Ethash against go-ethereum's vectors (`consensus/ethash/algorithm_test.go`, copied in spec
 //! §4.2), mainnet block 1 (spec §4.2), and every one of the 8,192 real PoW headers of
-//! `shared/data/ethereum/era1/mainnet-00003-d8b8a40b.era1` (ethash epochs 0 and 1).
+//! `shared/data/ethereum/era1/mainnet-00003-d8b8a40b.era1` and their uncles (ethash epochs 0
+//! and 1).
 
+use rechain_native::eth::body::decode_body;
 use rechain_native::eth::era1::Era1;
 use rechain_native::eth::ethash::{epoch_of, seal_hash, verify_pow, Cache};
 use rechain_native::eth::header::decode_header;
 use rechain_native::eth::validate::{check_header, check_pow, Rule, Violation, MAINNET};
 use rechain_native::eth::{B256, U256};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 fn h(s: &str) -> B256 {
     s.parse().unwrap()
@@ -119,6 +122,8 @@ fn eth_mainnet_epoch3_every_header_has_valid_pow() {
         let hs: Vec<_> = [0, 1].map(|e| s.spawn(move || Cache::new(e))).into();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    let uncles = AtomicU64::new(0);
+    let uncles = &uncles;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let bad: Vec<Violation> = std::thread::scope(|s| {
         let era = &era;
@@ -128,7 +133,15 @@ fn eth_mainnet_epoch3_every_header_has_valid_pow() {
                 s.spawn(move || {
                     let mut bad = Vec::new();
                     for n in (era.start() + t..era.end()).step_by(threads as usize) {
-                        let raw = era.block(n).unwrap().header;
+                        let b = era.block(n).unwrap();
+                        // Uncles carried real proof of work too.
+                        let body = decode_body(&b.body).unwrap();
+                        for (u, raw_u) in body.uncles.iter().zip(&body.uncle_encodings) {
+                            let cache = &caches[epoch_of(u.header.number) as usize];
+                            bad.extend(check_pow(cache, raw_u, u));
+                            uncles.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let raw = b.header;
                         let hd = decode_header(&raw).unwrap();
                         bad.extend(check_pow(&caches[epoch_of(n) as usize], &raw, &hd));
                     }
@@ -139,4 +152,5 @@ fn eth_mainnet_epoch3_every_header_has_valid_pow() {
         hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
     });
     assert_eq!(bad, vec![]);
+    assert!(uncles.load(Ordering::Relaxed) > 0);
 }

@@ -32,6 +32,8 @@ pub struct Transaction {
 pub struct Body {
     pub transactions: Vec<Transaction>,
     pub uncles: Vec<DecodedHeader>,
+    /// RLP of each uncle header as read (for its proof of work).
+    pub uncle_encodings: Vec<Vec<u8>>,
     /// `keccak256` of the uncle list's RLP as read (the header's `ommersHash`).
     pub uncles_hash: B256,
     /// `None` before Shanghai (two-element body).
@@ -74,8 +76,10 @@ pub fn decode_body(raw: &[u8]) -> Result<Body> {
         transactions.push(decode_transaction_element(item)?);
     }
     let mut uncles = Vec::new();
+    let mut uncle_encodings = Vec::new();
     for item in list_items(parts[1]).map_err(|e| Error::rlp("body uncles", e))? {
         uncles.push(decode_header(item)?);
+        uncle_encodings.push(item.to_vec());
     }
     let (withdrawals, withdrawal_encodings) = if parts.len() == 3 {
         let mut ws = Vec::new();
@@ -96,6 +100,7 @@ pub fn decode_body(raw: &[u8]) -> Result<Body> {
     Ok(Body {
         transactions,
         uncles,
+        uncle_encodings,
         uncles_hash: keccak256(parts[1]),
         withdrawals,
         withdrawal_encodings,

@@ -9,11 +9,12 @@
 //!   empty ommers), DAO extra-data, blob gas.
 //! * [`check_block`]: a header against its body and receipts — ommers hash, uncle count,
 //!   transactions root, withdrawals root, receipts root, logs bloom, gas used.
+//! * [`check_uncles`]: uncles not reused, not ancestors, parent within 7 generations, and each
+//!   uncle header valid against its parent.
 //! * [`check_total_difficulty`], [`check_hash`], [`check_pow`] (ethash, [`super::ethash`]).
 //!
 //! Each failed rule is a [`Violation`] (block number, [`Rule`], detail); nothing panics.
-//! Not here: uncle ancestry (needs the last 7 blocks' uncles),
-//! state/receipt execution, `requestsHash` (needs executed requests).
+//! Not here: state/receipt execution, `requestsHash` (needs executed requests).
 
 use super::accumulator::{epoch_root, HistoricalRoots, EPOCH_SIZE};
 use super::body::{decode_body, Body};
@@ -207,6 +208,14 @@ pub enum Rule {
     AccumulatorList,
     /// An era1 file's first block is not `8192 · epoch` of its name.
     EpochStart,
+    /// An uncle included before (in this block or the 7 before it).
+    UncleDuplicate,
+    /// An uncle that is one of the block's own ancestors.
+    UncleIsAncestor,
+    /// An uncle whose parent is not among the 7 ancestors, or is the block's own parent.
+    UncleDangling,
+    /// An uncle header breaking a header rule against its parent (detail names the rule).
+    UncleHeader,
     /// Ethash: the hashimoto digest differs from the header's mixHash.
     PowMixHash,
     /// Ethash: the hashimoto result exceeds `2^256 / difficulty`.
@@ -635,6 +644,89 @@ pub fn check_pow(
     }
 }
 
+/// One of the 7 blocks before the one being checked, with the hashes of its uncles.
+#[derive(Debug, Clone)]
+pub struct Ancestor {
+    pub header: DecodedHeader,
+    pub uncle_hashes: Vec<B256>,
+}
+
+/// How many ancestors [`check_uncles`] looks at (geth's ethash `VerifyUncles`).
+pub const UNCLE_GENERATIONS: usize = 7;
+
+/// geth's `VerifyUncles`: at most 2 uncles; none included before within the last 7 blocks or
+/// twice here; none an ancestor; each uncle's parent among the 7 ancestors but not the block's
+/// parent; each uncle header valid against that parent ([`check_header`]).
+/// `ancestors` = the block's parent first, then older, up to [`UNCLE_GENERATIONS`]. When fewer
+/// than 7 are known (start of a file) an uncle whose parent is not among them is not judged.
+pub fn check_uncles(
+    cfg: &ChainConfig,
+    block: &DecodedHeader,
+    body: &Body,
+    ancestors: &[Ancestor],
+) -> Vec<Violation> {
+    let n = block.header.number;
+    let mut v = Vec::new();
+    if body.uncles.is_empty() {
+        return v;
+    }
+    let window = &ancestors[..ancestors.len().min(UNCLE_GENERATIONS)];
+    let mut seen: Vec<B256> = window
+        .iter()
+        .flat_map(|a| a.uncle_hashes.iter().copied())
+        .collect();
+    seen.push(block.hash);
+    let full_window = window.len() == UNCLE_GENERATIONS;
+    for u in &body.uncles {
+        let fail = |rule: Rule, detail: String| Violation {
+            block: n,
+            rule,
+            detail,
+        };
+        if seen.contains(&u.hash) {
+            v.push(fail(
+                Rule::UncleDuplicate,
+                format!("uncle {} included before", u.hash),
+            ));
+            continue;
+        }
+        seen.push(u.hash);
+        if u.hash == block.hash || window.iter().any(|a| a.header.hash == u.hash) {
+            v.push(fail(
+                Rule::UncleIsAncestor,
+                format!("uncle {} is an ancestor", u.hash),
+            ));
+            continue;
+        }
+        let parent = window
+            .iter()
+            .find(|a| a.header.hash == u.header.parent_hash);
+        match parent {
+            Some(_) if u.header.parent_hash == block.header.parent_hash => v.push(fail(
+                Rule::UncleDangling,
+                format!("uncle {} is a sibling (shares the block's parent)", u.hash),
+            )),
+            Some(p) => {
+                for x in check_header(cfg, u, &p.header) {
+                    v.push(fail(
+                        Rule::UncleHeader,
+                        format!("uncle {} ({:?}): {}", u.hash, x.rule, x.detail),
+                    ));
+                }
+            }
+            None if full_window => v.push(fail(
+                Rule::UncleDangling,
+                format!(
+                    "uncle {}: parent {} not among 7 ancestors",
+                    u.hash, u.header.parent_hash
+                ),
+            )),
+            None => {}
+        }
+    }
+    v
+}
+
 /// `td == parent_td + difficulty`.
 pub fn check_total_difficulty(
     header: &DecodedHeader,
@@ -676,11 +768,13 @@ pub struct Era1Report {
 }
 
 /// Check an era1 file completely (spec §2.7, steps 2–5): every header, body and receipt list
-/// decodes; hashes link; [`check_header`] between neighbours and [`check_block`] for each
-/// block; `TD_i = TD_{i−1} + difficulty_i` (the first block's TD is taken as given); the
+/// decodes; hashes link; [`check_header`] between neighbours, [`check_block`] for each
+/// block and [`check_uncles`] with the blocks before it in the file; `TD_i = TD_{i−1} +
+/// difficulty_i` (the first block's TD is taken as given); the
 /// accumulator recomputed and compared with the record, the file name (when `name` is given)
 /// and the EIP-7643 list (when `list` is given). A block that does not decode becomes a
-/// [`Rule::Decode`] violation and the blocks around it are still checked.
+/// [`Rule::Decode`] violation and the blocks around it are still checked. Proof of work is left
+/// to [`check_pow`], which needs one ethash cache per epoch.
 pub fn verify_era1(
     era: &Era1,
     cfg: &ChainConfig,
@@ -690,6 +784,7 @@ pub fn verify_era1(
     let mut violations = Vec::new();
     let mut records = Vec::with_capacity(era.count() as usize);
     let mut prev: Option<(DecodedHeader, U256)> = None;
+    let mut ancestors: std::collections::VecDeque<Ancestor> = Default::default();
     let (mut txs, mut uncles) = (0u64, 0u64);
     let (mut first_hash, mut last_hash, mut final_td) = (B256::ZERO, B256::ZERO, U256::ZERO);
     for n in era.start()..era.end() {
@@ -709,6 +804,7 @@ pub fn verify_era1(
                 });
                 records.push((B256::ZERO, U256::ZERO));
                 prev = None;
+                ancestors.clear();
                 continue;
             }
         };
@@ -737,6 +833,12 @@ pub fn verify_era1(
             });
         }
         violations.extend(check_block(cfg, &h, &body, Some(&rs)));
+        violations.extend(check_uncles(cfg, &h, &body, ancestors.make_contiguous()));
+        ancestors.push_front(Ancestor {
+            header: h.clone(),
+            uncle_hashes: body.uncles.iter().map(|u| u.hash).collect(),
+        });
+        ancestors.truncate(UNCLE_GENERATIONS);
         txs += body.transactions.len() as u64;
         uncles += body.uncles.len() as u64;
         if n == era.start() {
