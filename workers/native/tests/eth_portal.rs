@@ -197,3 +197,28 @@ fn eth_tx_types_and_hashes() {
         }
     }
 }
+
+#[test]
+fn eth_type1_transaction_vector() {
+    // No type-1 or type-4 transaction occurs in the real blocks above (types 0, 2, 3 do). An
+    // EIP-2930 vector from ethereum/tests TransactionTests/ttEIP2930/accessListStorage32Bytes.json
+    // (hash from its "result" section), wrapped as a body element (an RLP byte string).
+    use rechain_native::eth::body::decode_transaction_element;
+    let tx = unhex("0x01f89a018001826a4094095e7baea6a6c7c4c2dfeb977efac326af552d878080f838f794a95e7baea6a6c7c4c2dfeb977efac326af552d87e1a0ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff80a05cbd172231fc0735e0fb994dd5b1a4939170a260b36f0427a8a80866b063b948a07c230f7f578dd61785c93361b9871c0706ebfa6d06e3f4491dc9558c5202ed36");
+    let mut element = Vec::new();
+    alloy_rlp::Header {
+        list: false,
+        payload_length: tx.len(),
+    }
+    .encode(&mut element);
+    element.extend_from_slice(&tx);
+    let t = decode_transaction_element(&element).unwrap();
+    assert_eq!(t.tx_type, 1);
+    assert_eq!(t.encoded, tx);
+    assert_eq!(
+        t.hash,
+        h("b4f8b14a7aaf85ec2f76be9fbe4155deae1f87b2da95af73be3c27ed8d4c8cb7")
+    );
+    // The bare typed encoding (no string wrapper) is not a valid body element.
+    assert!(decode_transaction_element(&tx).is_err());
+}
