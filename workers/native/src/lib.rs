@@ -7,6 +7,7 @@ pub mod btc;
 mod btc_headers_py;
 mod core_index_py;
 pub mod datasets;
+pub mod eth;
 pub mod flow;
 pub mod parquet_out;
 pub mod store;

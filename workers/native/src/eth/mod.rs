@@ -1,0 +1,36 @@
+//! Ethereum execution-layer history, read straight from the files clients leave on disk
+//! (`shared/specs/ethereum-history.md`).
+//!
+//! Each module owns one format or one set of rules:
+//!
+//! * [`e2store`]: the `type | length | reserved | value` record container (§2.1).
+//! * [`snappy`]: both snappy flavours — the framed stream of e2store values (chunk CRCs checked)
+//!   and the raw blocks of geth's freezer (§1.6, §2.5).
+//! * [`era1`]: era1 archives — layout, block index, block tuples, TD and accumulator records (§2.2–2.3).
+//! * [`freezer`]: geth's "ancient" tables, read-only, both directory layouts, index entries,
+//!   tails, `.meta` versions, raw and compressed tables (§1).
+//! * [`header`]: header RLP of every fork (15/16/17/20/21 fields) and the hash of the bytes read (§3.1).
+//! * [`body`]: block bodies — legacy and typed (1–4) transactions, uncles, withdrawals (§1.9).
+//! * [`receipt`]: receipts in consensus (era1, portal) and storage (freezer) form (§1.9, §2.2).
+//! * [`ethash`]: proof of work (hashimoto-light with one shared cache per epoch, §3.3.3).
+//! * [`validate`]: the header and block rules that need no state (§3.3–3.5).
+//! * [`accumulator`]: era1 epoch accumulator roots and the EIP-7643 list of 1,897 roots (§2.6).
+//!
+//! Every reader takes bytes or paths and returns plain structs or an [`Error`] naming the file,
+//! the byte offset (or block / item number) and the rule that failed; bad input never panics.
+
+pub mod accumulator;
+pub mod body;
+pub mod e2store;
+pub mod era1;
+mod error;
+pub mod ethash;
+pub mod freezer;
+pub mod header;
+pub mod receipt;
+pub mod snappy;
+pub mod validate;
+
+pub use error::{Error, ErrorKind, Result};
+
+pub use alloy_primitives::{keccak256, Address, Bloom, B256, U256};
