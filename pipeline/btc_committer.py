@@ -27,6 +27,7 @@ from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
+from rechain.schemas import tables
 from rechain.workers import _native
 from rechain.workers.btc_scan import ShardResult, WorkUnit, scan_unit
 
@@ -537,7 +538,7 @@ class BtcCommitter:
         for cf in layout.DERIVED_COLUMN_FAMILIES:
             self.data.reset_column_family(cf)
         generation = int(self.data.meta_get(layout.META_BTC_GENERATION) or 0) + 1
-        rows = ds.ROW_GROUP_ROWS
+        rows = tables.HEADERS.row_group_rows
         # Two parts, cut at a row group, written on two threads while this one writes the index.
         n = len(tree)
         cut = min(n, -(-n // 2 // rows) * rows)
@@ -553,7 +554,7 @@ class BtcCommitter:
                 ds.schema(ds.HEADERS),
                 [part(0, cut), part(cut, n)] if 0 < cut < n else [part(0, n)],
                 rows,
-                ds.HEADERS_DICTIONARY_COLUMNS,
+                list(tables.HEADERS.dictionary_columns),
             )
             self.data.ingest_sorted_slices(
                 layout.CF_BTC_INDEX, len(tree), tree.index_entries, compress=False

@@ -300,7 +300,7 @@ class DataDir:
 
             return write
 
-        tmp = self._begin_generation(table, generation)
+        tmp = self.begin_generation(table, generation)
         paths = [tmp / _part_name(i) for i in range(len(parts))]
         if len(parts) == 1:
             part_writer(parts[0])(paths[0])
@@ -310,25 +310,25 @@ class DataDir:
                     pool.submit(part_writer(p), path) for p, path in zip(parts, paths, strict=True)
                 ]:
                     done.result()
-        return self._publish_generation(table, generation, tmp)
+        return self.publish_generation(table, generation, tmp)
 
     def stage_parquet_files(
         self, tables: list[str], generation: int, write: Callable[[list[Path]], object]
     ) -> list[Path]:
         """Publishes one generation of tables written together by ``write``, which gets the
         path of one part per table (in the order of ``tables``; the Rust core's writers)."""
-        tmps = [self._begin_generation(t, generation) for t in tables]
+        tmps = [self.begin_generation(t, generation) for t in tables]
         parts = [tmp / _part_name(0) for tmp in tmps]
         write(parts)
         for part in parts:
             _fsync_file(part)
         return [
-            self._publish_generation(t, generation, tmp)
-            for t, tmp in zip(tables, tmps, strict=True)
+            self.publish_generation(t, generation, tmp) for t, tmp in zip(tables, tmps, strict=True)
         ]
 
-    def _begin_generation(self, table: str, generation: int) -> Path:
-        """The empty temp folder a generation's parts are written into."""
+    def begin_generation(self, table: str, generation: int) -> Path:
+        """The empty temp folder a generation's parts are written into (by any writer; then
+        ``publish_generation``). The one way a table generation is published."""
         base = self.parquet_dir(table)
         tmp = base / f".{generation:06d}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -336,8 +336,14 @@ class DataDir:
         tmp.mkdir(parents=True)
         return tmp
 
-    def _publish_generation(self, table: str, generation: int, tmp: Path) -> Path:
-        """Renames a generation's temp folder (its parts written and fsynced) into place."""
+    def publish_generation(self, table: str, generation: int, tmp: Path) -> Path:
+        """Makes every file under a generation's temp folder durable, then renames the folder
+        into place."""
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                _fsync_file(path)
+        for folder in [p for p in tmp.rglob("*") if p.is_dir()]:
+            fsync_dir(folder)
         base = self.parquet_dir(table)
         final = base / f"{generation:06d}"
         os.rename(tmp, final)

@@ -1,4 +1,5 @@
-"""Bitcoin datasets: Arrow schemas (declared once in the Rust core) and their Parquet layout."""
+"""Bitcoin datasets: names, and the Arrow schemas the Rust core declares (the published
+tables' schemas and Parquet layout are in ``rechain.schemas.tables``)."""
 
 from __future__ import annotations
 
@@ -20,16 +21,9 @@ BODY_STAGED = {
     "outputs": "body_outputs",
 }
 BLOCKS, TRANSACTIONS, INPUTS, OUTPUTS = BODY_STAGED
-#: Parquet tables rechain publishes for ``rechain query``.
-PARQUET_TABLES = (HEADERS, BLOCKS, TRANSACTIONS, INPUTS, OUTPUTS)
 #: Full-decode tables are Hive-partitioned by ``height_range`` = height // this * this
 #: (-1 for blocks not connected to the root).
 HEIGHT_RANGE_BLOCKS = 10_000
-#: Rows per Parquet row group: small enough for height-range pruning by statistics.
-ROW_GROUP_ROWS = 131_072
-
-#: Low-cardinality columns of ``headers`` worth dictionary-encoding in Parquet.
-HEADERS_DICTIONARY_COLUMNS = ["status", "invalid_reason", "copy_status", "version", "bits"]
 
 #: Events that are part of a healthy node's files rather than damage.
 NORMAL_EVENT_KINDS = frozenset({"zero_tail"})

@@ -22,4 +22,3 @@ META_FLOW_GENERATION = b"flow/generation"
 #: The last checkpoint read into the data folder: path, number, tries, root, reg_count.
 META_FLOW_CHECKPOINT = b"flow/checkpoint"
 REGISTER_VALUE_VERSION = 1
-DICTIONARY_COLUMNS = ["op", "segment"]

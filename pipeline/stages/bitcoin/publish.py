@@ -8,8 +8,6 @@ rename), which then becomes the current one.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
 from typing import Any
 
@@ -17,9 +15,10 @@ import duckdb
 from rechain.pipeline.stages.bitcoin import BtcRun
 from rechain.pipeline.stages.bitcoin.chain_state import duckdb_memory_errors, hex_sql
 from rechain.pipeline.stages.engine import Done, Stage
-from rechain.pipeline.store import DataDir, fsync_dir
+from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
+from rechain.schemas import tables
 
 log = logging.getLogger(__name__)
 
@@ -112,30 +111,23 @@ def publish_tables(
     # (inputs and outputs rows carry scripts and witnesses).
     group_bytes = max(budget // 16, 1 << 20)
     rows = {}
-    for table in FULL_TABLES:
-        base = data.parquet_dir(table)
-        final = base / f"{generation:06d}"
-        tmp = base / f".{generation:06d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(final, ignore_errors=True)
-        base.mkdir(parents=True, exist_ok=True)
-        sql = _publish_sql(table)
-        log.info("publish: %s", table)
+    for name in FULL_TABLES:
+        table = tables.TABLES[name]
+        tmp = data.begin_generation(name, generation)
+        # Cast to the declared schema: the files' schema is the declaration's, whatever SQL.
+        sql = tables.duckdb_select(table, _publish_sql(name))
+        log.info("publish: %s", name)
         con.execute(
-            f"COPY ({sql}) TO '{tmp}' (FORMAT PARQUET, PARTITION_BY (height_range), "
-            f"COMPRESSION ZSTD, ROW_GROUP_SIZE {ds.ROW_GROUP_ROWS}, "
-            f"ROW_GROUP_SIZE_BYTES {group_bytes})"
+            f"COPY ({sql}) TO '{tmp}' (FORMAT PARQUET, PARTITION_BY ({table.partition_by}), "
+            f"COMPRESSION {table.compression.upper()}, ROW_GROUP_SIZE {table.row_group_rows}, "
+            f"ROW_GROUP_SIZE_BYTES {group_bytes}, OVERWRITE_OR_IGNORE)"
         )
-        for f in tmp.rglob("*.parquet"):
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
         # Row counts from the Parquet footers, not by running the query twice.
         written = con.execute(
             f"SELECT count(*) FROM read_parquet('{tmp}/**/*.parquet', hive_partitioning = true)"
         ).fetchall()
-        rows[table] = int(written[0][0])
-        os.rename(tmp, final)
-        fsync_dir(base)
+        rows[name] = int(written[0][0])
+        data.publish_generation(name, generation, tmp)
     return rows
 
 

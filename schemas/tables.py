@@ -1,0 +1,255 @@
+"""Every Parquet table rechain publishes, declared once: name, schema and Parquet layout.
+
+A closed registry (``TABLES``): the writers take a table's schema and layout from here, DuckDB
+output is cast to the declared schema (``duckdb_select``), and a test checks that every
+published file's schema equals its declaration. Schemas of tables whose rows the Rust core
+builds (``headers``, the Flow tables) are declared there and read through it; the full-mode
+Bitcoin tables, which DuckDB writes from the chain state, are declared here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from rechain.schemas import flow as fs
+
+if TYPE_CHECKING:  # pyarrow is loaded where a schema is asked for (a Flow replay never does)
+    import pyarrow as pa
+
+#: Rows per Parquet row group of the Bitcoin tables: small enough for height-range pruning
+#: by statistics.
+BTC_ROW_GROUP_ROWS = 131_072
+#: Hive partition column of the full-mode Bitcoin tables (height // HEIGHT_RANGE_BLOCKS).
+HEIGHT_RANGE = "height_range"
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    #: The declared schema (a function: Rust-declared schemas load the native module).
+    declared: Callable[[], pa.Schema]
+    #: Hive partition column (not stored in the files), or None for flat parts.
+    partition_by: str | None = None
+    #: Columns dictionary-encoded in Parquet.
+    dictionary_columns: tuple[str, ...] = ()
+    #: Rows per row group.
+    row_group_rows: int = BTC_ROW_GROUP_ROWS
+    #: A row group is also closed at this many encoded bytes where the writer can (None: the
+    #: writer's memory budget decides).
+    row_group_bytes: int | None = None
+    compression: str = "zstd"
+
+    @property
+    def schema(self) -> pa.Schema:
+        return _schema(self.name)
+
+
+def _bitcoin_native(name: str) -> Callable[[], pa.Schema]:
+    def declared() -> pa.Schema:
+        from rechain.schemas import bitcoin as ds
+
+        return ds.schema(name)
+
+    return declared
+
+
+def _flow_native(name: str) -> Callable[[], pa.Schema]:
+    def declared() -> pa.Schema:
+        from rechain.workers import _native
+
+        schema: pa.Schema = _native.flow_table_schema(name)
+        return schema
+
+    return declared
+
+
+#: Column types of the tables declared here: Arrow's name, DuckDB's name.
+_TYPES = {
+    "string": "VARCHAR",
+    "uint32": "UINTEGER",
+    "uint64": "UBIGINT",
+    "int32": "INTEGER",
+    "int64": "BIGINT",
+    "bool": "BOOLEAN",
+    "list<string>": "VARCHAR[]",
+}
+_STR, _U32, _U64, _I32, _I64, _BOOL = "string", "uint32", "uint64", "int32", "int64", "bool"
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    import pyarrow as pa
+
+    if name == "list<string>":
+        return pa.list_(pa.string())
+    return pa.bool_() if name == "bool" else pa.type_for_alias(name)
+
+
+def _fields(*cols: tuple[str, str]) -> Callable[[], pa.Schema]:
+    for _, t in cols:
+        assert t in _TYPES, t
+
+    def declared() -> pa.Schema:
+        import pyarrow as pa
+
+        return pa.schema([pa.field(n, _arrow_type(t)) for n, t in cols])
+
+    return declared
+
+
+#: Bitcoin full mode: hashes are display-order lower-case hex, amounts satoshis.
+BLOCKS = Table(
+    "blocks",
+    _fields(
+        ("hash", _STR),
+        ("height", _U32),
+        ("in_best_chain", _BOOL),
+        ("status", _STR),
+        ("valid", _BOOL),
+        ("invalid_reason", _STR),
+        ("version", _I32),
+        ("time", _U32),
+        ("bits", _U32),
+        ("prev_hash", _STR),
+        ("merkle_root", _STR),
+        ("size", _U32),
+        ("stripped_size", _U32),
+        ("weight", _U64),
+        ("n_tx", _U64),
+        ("n_inputs", _U64),
+        ("n_outputs", _U64),
+        ("output_value", _U64),
+        ("fees", _I64),
+        ("coinbase_height", _I64),
+        ("file", _U32),
+        ("offset", _U64),
+    ),  # fmt: skip
+    partition_by=HEIGHT_RANGE,
+)
+TRANSACTIONS = Table(
+    "transactions",
+    _fields(
+        ("txid", _STR),
+        ("wtxid", _STR),
+        ("block_hash", _STR),
+        ("height", _U32),
+        ("in_best_chain", _BOOL),
+        ("position", _U32),
+        ("version", _I32),
+        ("lock_time", _U32),
+        ("size", _U32),
+        ("vsize", _U32),
+        ("weight", _U32),
+        ("n_in", _U32),
+        ("n_out", _U32),
+        ("is_coinbase", _BOOL),
+        ("has_witness", _BOOL),
+        ("output_value", _U64),
+        ("input_value", _U64),
+        ("fee", _I64),
+    ),  # fmt: skip
+    partition_by=HEIGHT_RANGE,
+)
+INPUTS = Table(
+    "inputs",
+    _fields(
+        ("txid", _STR),
+        ("vin", _U32),
+        ("prev_txid", _STR),
+        ("prev_vout", _U32),
+        ("script_sig", _STR),
+        ("sequence", _U32),
+        ("witness_items", _U32),
+        ("witness", "list<string>"),
+        ("value", _U64),
+        ("block_hash", _STR),
+        ("tx_position", _U32),
+        ("height", _U32),
+        ("in_best_chain", _BOOL),
+    ),  # fmt: skip
+    partition_by=HEIGHT_RANGE,
+)
+OUTPUTS = Table(
+    "outputs",
+    _fields(
+        ("txid", _STR),
+        ("vout", _U32),
+        ("value", _U64),
+        ("script_type", _STR),
+        ("address", _STR),
+        ("script_pubkey", _STR),
+        ("block_hash", _STR),
+        ("tx_position", _U32),
+        ("height", _U32),
+        ("in_best_chain", _BOOL),
+        ("spent", _BOOL),
+    ),  # fmt: skip
+    partition_by=HEIGHT_RANGE,
+)
+HEADERS = Table(
+    "headers",
+    _bitcoin_native("headers"),
+    dictionary_columns=("status", "invalid_reason", "copy_status", "version", "bits"),
+)
+#: Flow: a row group also closes at 1 MiB of encoded columns, which the writer holds until
+#: then (register values are mostly incompressible: 65,536 of them could hold tens of MiB).
+TRIE_UPDATES = Table(
+    fs.TRIE_UPDATES,
+    _flow_native(fs.TRIE_UPDATES),
+    dictionary_columns=("op", "segment"),
+    row_group_rows=65_536,
+    row_group_bytes=1 << 20,
+)
+#: ``registers`` and ``register_hashes`` are written side by side with the same row groups.
+REGISTERS = Table(
+    fs.REGISTERS,
+    _flow_native(fs.REGISTERS),
+    row_group_rows=65_536,
+    row_group_bytes=1 << 20,
+)
+REGISTER_HASHES = Table(
+    fs.REGISTER_HASHES,
+    _flow_native(fs.REGISTER_HASHES),
+    row_group_rows=REGISTERS.row_group_rows,
+    row_group_bytes=REGISTERS.row_group_bytes,
+)
+
+#: Every published table, by name: the closed set ``rechain query`` and ``verify`` see.
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        HEADERS,
+        BLOCKS,
+        TRANSACTIONS,
+        INPUTS,
+        OUTPUTS,
+        TRIE_UPDATES,
+        REGISTERS,
+        REGISTER_HASHES,
+    )
+}
+
+
+@cache
+def _schema(name: str) -> pa.Schema:
+    return TABLES[name].declared()
+
+
+def _duckdb_type(t: pa.DataType) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_list(t):
+        return _duckdb_type(t.value_type) + "[]"
+    return _TYPES[str(t)]
+
+
+def duckdb_select(table: Table, sql: str) -> str:
+    """``sql`` with its columns cast to the table's declared schema, in declared order (and
+    the partition column after them), so a change to the query cannot change the files'
+    schema unnoticed: a missing column fails the query."""
+    cols = [f'"{f.name}"::{_duckdb_type(f.type)} AS "{f.name}"' for f in table.schema]
+    if table.partition_by:
+        cols.append(f'"{table.partition_by}"')
+    return f"SELECT {', '.join(cols)} FROM ({sql})"

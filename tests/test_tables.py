@@ -1,0 +1,65 @@
+"""Every published Parquet file has exactly the schema its table declares
+(``rechain.schemas.tables``), and nothing is published that is not declared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from rechain.pipeline.query import current_generation
+from rechain.schemas import tables
+
+from tests.conftest import cli, cli_json, gen_chain, reindex
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder holding a full Bitcoin reindex and a Flow replay."""
+    root = tmp_path_factory.mktemp("tables")
+    gen_chain(
+        root / "node",
+        "--blocks", "300", "--side-branches", "2", "--orphans", "1",
+        "--tx-per-block", "1:6", "--seed", "3",
+    )  # fmt: skip
+    data = root / "data"
+    reindex(root / "node" / "blocks", data, "--mode", "full")
+    code, _, err = cli(
+        "gen", "flow", root / "wal", "--updates", "200", "--registers-per-update", "5",
+        "--segment-size", "64K",
+    )  # fmt: skip
+    assert code == 0, err
+    cli_json("flow", "replay", "--wal", root / "wal", "--data", data, "--no-progress", "--json")
+    return data
+
+
+def test_every_published_file_has_its_declared_schema(data: Path) -> None:
+    published = sorted(p.name for p in (data / "parquet").iterdir())
+    assert published == sorted(tables.TABLES), "a published table is not declared (or missing)"
+    for name, table in tables.TABLES.items():
+        gen = current_generation(data / "parquet" / name)
+        assert gen is not None, name
+        files = sorted(gen.rglob("*.parquet"))
+        assert files, name
+        declared = [(f.name, f.type) for f in table.schema]
+        for f in files:
+            got = pq.read_schema(f)
+            assert [(c.name, c.type) for c in got] == declared, f"{f}: {got}"
+            if table.partition_by:
+                assert f.parent.name.startswith(f"{table.partition_by}="), f
+            else:
+                assert f.parent == gen, f
+
+
+def test_declared_dictionary_columns_are_dictionary_encoded(data: Path) -> None:
+    for table in (tables.HEADERS, tables.TRIE_UPDATES):
+        gen = current_generation(data / "parquet" / table.name)
+        assert gen is not None
+        meta = pq.ParquetFile(next(gen.glob("*.parquet"))).metadata
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        for col in table.dictionary_columns:
+            chunk = meta.row_group(0).column(names.index(col))
+            assert any("DICTIONARY" in e for e in chunk.encodings), (table.name, col)
+        for col in set(names) - set(table.dictionary_columns):
+            chunk = meta.row_group(0).column(names.index(col))
+            assert not any("DICTIONARY" in e for e in chunk.encodings), (table.name, col)
