@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fr.add_argument("--checkpoint-every", type=int, default=0, metavar="N")
     fr.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the WAL folder")
+    fr.add_argument(
+        "--from-stage",
+        default=None,
+        metavar="NAME",
+        help="rerun from this stage on (replay, publish), whatever the checkpoints say",
+    )
     from rechain.pipeline import flow_checkpoint
 
     flow_checkpoint.add_cli(flow)
@@ -231,6 +237,7 @@ def dispatch(args: argparse.Namespace) -> int:
                     checkpoint=args.checkpoint,
                     checkpoint_every=args.checkpoint_every,
                     checkpoint_dir=args.checkpoint_dir,
+                    from_stage=args.from_stage,
                 )
             )
             if args.json:

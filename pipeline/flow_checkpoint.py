@@ -154,7 +154,7 @@ def read(
 ) -> dict[str, Any]:
     """`rechain flow checkpoint read`: verify and load, then publish the last trie's registers
     (RocksDB `flow_registers` and the `registers` table) and the checkpoint's roots."""
-    from rechain.pipeline import flow_replay
+    from rechain.pipeline.stages.flow.publish import publish_forest
 
     t0 = time.perf_counter()
     m = _NAME.match(name)
@@ -169,7 +169,7 @@ def read(
             f"trie holds {info['last_trie_registers']}"
         )
     with DataDir(data_path) as data:
-        summary = flow_replay._publish(data, forest, [], [], last_segment=number)
+        summary = publish_forest(data, forest, [], [], last_segment=number)
         tries = [dict(t) for t in info["tries"]]
         record = {
             "checkpoint": str(cpdir / name),

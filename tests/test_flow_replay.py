@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rechain.pipeline import flow_replay
+from rechain.pipeline.stages.flow import replay
+from rechain.schemas import tables
 
 from tests.conftest import cli, cli_json
 
@@ -111,8 +113,8 @@ def test_in_process_and_ray_decoding_give_the_same_state(
     must publish the same roots, registers and trie_updates rows."""
     facts = gen(tmp_path / "wal", updates=400, per=6)
     states = {}
-    for mode, limit in (("in_process", flow_replay.LOCAL_DECODE_MAX_BYTES), ("ray", 0)):
-        monkeypatch.setattr(flow_replay, "LOCAL_DECODE_MAX_BYTES", limit)
+    for mode, limit in (("in_process", replay.LOCAL_DECODE_MAX_BYTES), ("ray", 0)):
+        monkeypatch.setattr(replay, "LOCAL_DECODE_MAX_BYTES", limit)
         data = tmp_path / mode
         result = cli_json(
             "flow", "replay", "--wal", tmp_path / "wal", "--data", data, "--no-progress",
@@ -159,7 +161,7 @@ def test_registers_and_register_hashes_share_their_row_groups(
     import pyarrow.parquet as pq
 
     facts = gen(tmp_path / "wal", updates=2000, per=12)  # > 2 steps of 4,096 registers
-    monkeypatch.setattr(flow_replay, "ROW_GROUP_BYTES", 64 << 10)
+    monkeypatch.setattr(tables, "REGISTERS", replace(tables.REGISTERS, row_group_bytes=64 << 10))
     cli_json("flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "d", "--json")
     files = {
         t: pq.ParquetFile(next((tmp_path / "d" / "parquet" / t).glob("*/part-00000.parquet")))

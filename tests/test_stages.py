@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from rechain.pipeline.stages.engine import Done, Driver, Invalidate, Stage
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
-from tests.conftest import cli, cli_json, gen_chain, kill_after, reindex
+from tests.conftest import cli, cli_json, gen_chain, kill_after, reindex, reindex_cmd
 
 
 class Log:
@@ -211,14 +210,46 @@ def test_a_run_killed_in_a_late_stage_resumes_to_the_same_content(
     want = content(src)
     data = tmp_path / "data"
     shutil.copytree(src, data)
-    cmd = [
-        sys.executable, "-m", "rechain.pipeline.cli", "btc", "reindex",
-        "--blocks", str(blocks), "--data", str(data), "--network", "regtest",
-        "--no-progress", "--mode", "full", "--from-stage", "chain_state",
-    ]  # fmt: skip
+    cmd = reindex_cmd(blocks, data, "--mode", "full", "--from-stage", "chain_state")
     rng = random.Random(3)
     for _ in range(3):
         kill_after(cmd, rng.uniform(2.0, 5.0))
     reindex(blocks, data, "--mode", "full")
     assert content(data) == want
     assert verify(data)["ok"]
+
+
+def test_flow_replay_of_an_unchanged_wal_runs_no_stage(tmp_path: Path) -> None:
+    code, _, err = cli(
+        "gen", "flow", tmp_path / "wal", "--updates", "300", "--registers-per-update", "4",
+        "--segment-size", "64K",
+    )  # fmt: skip
+    assert code == 0, err
+
+    def replay(*extra: str) -> Any:
+        return cli_json(
+            "flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "d",
+            "--no-progress", "--json", *extra,
+        )  # fmt: skip
+
+    first = replay("--checkpoint-every", "2", "--checkpoint-dir", str(tmp_path / "cp"))
+    assert first["run"]["stages_run"] == ["replay", "publish"]
+    before = content(tmp_path / "d")
+    again = replay("--checkpoint-every", "2", "--checkpoint-dir", str(tmp_path / "cp"))
+    assert again["run"]["stages_run"] == []
+    assert again["root"] == first["root"] and content(tmp_path / "d") == before
+    # Other checkpoint options are another replay; --from-stage publish reruns the replay
+    # it reads from.
+    assert replay()["run"]["stages_run"] == ["replay", "publish"]
+    assert replay("--from-stage", "publish")["run"]["stages_run"] == ["replay", "publish"]
+    assert content(tmp_path / "d") == before
+    # A checkpoint read into the same folder replaces the published state: the next replay
+    # of the unchanged WAL publishes again.
+    cli_json("flow", "checkpoint", "read", "--dir", tmp_path / "cp", "--data", tmp_path / "d",
+             "--json")  # fmt: skip
+    assert replay()["run"]["stages_run"] == ["replay", "publish"]
+    assert content(tmp_path / "d")["parquet/flow"] == before["parquet/flow"]
+    stages = cli_json("stages", "--data", tmp_path / "d", "--json")["pipelines"]["flow"]
+    assert [s["stage"] for s in stages] == ["replay", "publish"]
+    assert stages[0]["rows"] == first["updates_applied"]
+    assert stages[1]["rows"] == first["registers"]

@@ -112,6 +112,7 @@ class Driver(Generic[C]):
         self.stages = list(stages)
         self.data = data
         self.ran: list[str] = []
+        self.source: Any = None
         self.seconds: dict[str, float] = {}
 
     def index(self, name: str) -> int:
@@ -140,17 +141,29 @@ class Driver(Generic[C]):
     def checkpoint(self, name: str) -> dict[str, Any] | None:
         return self.data.meta_get(checkpoint_key(self.pipeline, name))
 
-    def run(self, ctx: C, from_stage: str | None = None) -> None:
+    def run(self, ctx: C, from_stage: str | None = None, source: Any = None) -> None:
+        """Runs the stages that are stale. ``source``: the token of the pipeline's input (a
+        fingerprint of the files it reads), the first stage's input; None for a first stage
+        that looks at its input itself (``pending``)."""
+        self.source = source
         if from_stage is not None:
             self.invalidate_from(from_stage, ctx)
         live: set[str] = set()
         rounds = 0
         i = 0
-        previous_output: Any = None
+        previous_output: Any = source
         while i < len(self.stages):
             stage = self.stages[i]
             cp = self.checkpoint(stage.name)
-            stale = cp is None or cp.get("invalidated") or cp.get("input") != previous_output
+            # Stale: never run, invalidated, its input changed, or its committed output is not
+            # what it recorded (written by something else since, or a run killed between its
+            # commit and its checkpoint).
+            stale = (
+                cp is None
+                or cp.get("invalidated")
+                or cp.get("input") != previous_output
+                or (not stage.ephemeral and cp.get("output") != stage.output(ctx))
+            )
             if not (stale or stage.pending(ctx)):
                 previous_output = stage.output(ctx)
                 i += 1
@@ -189,7 +202,7 @@ class Driver(Generic[C]):
             i += 1
 
     def _input_of(self, i: int, ctx: C) -> Any:
-        return None if i == 0 else self.stages[i - 1].output(ctx)
+        return self.source if i == 0 else self.stages[i - 1].output(ctx)
 
     def _commit(self, name: str, input_token: Any, output: Any, done: Done, seconds: float) -> None:
         previous = self.checkpoint(name) or {}

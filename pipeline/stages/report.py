@@ -12,12 +12,14 @@ from rechain.pipeline.store import DataDir
 PIPELINES = ("bitcoin", "flow")
 
 
-def _order(pipeline: str, recorded: list[str]) -> list[str]:
+def _order(pipeline: str) -> list[str]:
     if pipeline == "bitcoin":
         from rechain.pipeline.stages.bitcoin import stages
 
         return [s.name for s in stages("full")]
-    return sorted(recorded)
+    from rechain.pipeline.stages.flow import stages as flow_stages
+
+    return [s.name for s in flow_stages()]
 
 
 def stage_report(data_path: Path) -> dict[str, Any]:
@@ -28,7 +30,7 @@ def stage_report(data_path: Path) -> dict[str, Any]:
             if not cps:
                 continue
             rows = []
-            for name in _order(pipeline, list(cps)):
+            for name in _order(pipeline):
                 cp = cps.get(name)
                 rows.append(
                     {

@@ -1,0 +1,118 @@
+"""Stage ``publish``: the forest's current trie and update log to RocksDB and Parquet.
+
+The Parquet tables are written by the Rust core (so this process never loads pyarrow), as a
+new generation; then RocksDB's registers (an SST file, path order) and the root history. A
+checkpoint read publishes through the same ``publish_forest``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rechain.pipeline.stages.engine import Done, Stage
+from rechain.pipeline.stages.flow import FlowRun
+from rechain.pipeline.store import DataDir
+from rechain.schemas import flow as fs
+from rechain.schemas import rocksdb as layout
+from rechain.schemas import tables
+from rechain.workers.memory import release_unused_memory
+
+#: Registers handed to the SST writer at a time, as Python bytes (~300 B each at Flow's sizes).
+REGISTER_SLICE_ROWS = 2048
+
+
+class PublishStage(Stage[FlowRun]):
+    name = "publish"
+    uses = ("replay",)
+
+    def output(self, ctx: FlowRun) -> Any:
+        return ctx.data.meta_get(fs.META_FLOW_GENERATION)
+
+    def run(self, ctx: FlowRun) -> Done:
+        resumed = ctx.resumed
+        segments = ctx.report["replayed_segments"]
+        summary = publish_forest(
+            ctx.data,
+            ctx.forest,
+            segments,
+            ctx.skipped,
+            last_segment=resumed["number"] if resumed is not None else None,
+            resumed_from=resumed,
+        )
+        return Done(rows=int(summary["registers"]), detail={"root": summary["root"]})
+
+
+def publish_forest(
+    data: DataDir,
+    forest: Any,
+    segments: list[tuple[int, str]],
+    skipped: list[dict[str, Any]],
+    last_segment: int | None = None,
+    resumed_from: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Publishes the forest's current trie and update log: the Parquet tables (written by the
+    Rust core, so this process never loads pyarrow), then RocksDB's registers and roots."""
+    t0 = time.perf_counter()
+    release_unused_memory()
+    gen_key = fs.META_FLOW_GENERATION
+    generation = int(data.meta_get(gen_key) or 0) + 1
+    register_rows = 0
+
+    def registers(parts: list[Path]) -> None:
+        nonlocal register_rows
+        register_rows = forest.write_registers(
+            str(parts[0]),
+            str(parts[1]),
+            tables.REGISTERS.row_group_rows,
+            tables.REGISTERS.row_group_bytes,
+        )
+
+    data.stage_parquet_files(
+        [fs.TRIE_UPDATES],
+        generation,
+        lambda parts: forest.write_trie_updates(
+            str(parts[0]),
+            tables.TRIE_UPDATES.row_group_rows,
+            tables.TRIE_UPDATES.row_group_bytes,
+            list(tables.TRIE_UPDATES.dictionary_columns),
+        ),
+    )
+    # Each step's buffers go back to the OS before the next: freed heap pages are otherwise
+    # kept, and the steps' transients would add up on top of the forest.
+    release_unused_memory()
+    data.stage_parquet_files([fs.REGISTERS, fs.REGISTER_HASHES], generation, registers)
+    release_unused_memory()
+    # The registers' SST file (current payloads, path order = key order) is complete before
+    # the database changes.
+    sst = data.write_sst(
+        layout.CF_FLOW_REGISTERS,
+        forest.register_entries(fs.REGISTER_VALUE_VERSION, REGISTER_SLICE_ROWS),
+    )
+    release_unused_memory()
+    # RocksDB: current payloads and the root history.
+    for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
+        data.reset_column_family(cf)
+    if sst is not None:
+        data.ingest_sst(layout.CF_FLOW_REGISTERS, sst)
+    data.ingest_sorted_slices(layout.CF_FLOW_ROOTS, forest.log_len, forest.root_entries)
+    summary = {
+        "root": forest.root_hex,
+        "updates_applied": int(forest.updates_applied),
+        "registers": int(forest.register_count()),
+        # flow-go's AllocatedRegSize (accumulated per update), for the checkpoint writer.
+        "reg_size": int(forest.reg_size()),
+        "register_rows": register_rows,
+        "segments": len(segments),
+        "last_segment": segments[-1][0] if segments else last_segment,
+        "skipped": skipped,
+        "publish_s": time.perf_counter() - t0,
+    }
+    if resumed_from is not None:
+        # The checkpoint's tries are where the replayed updates start from (`rechain verify`).
+        summary["resumed_from"] = resumed_from
+    data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
+    for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
+        data.remove_other_generations(t, generation)
+    return summary
