@@ -41,6 +41,7 @@ test-py:
 bench: setup
 	$(BIN)/python benchmarks/btc_headers.py
 	$(BIN)/python benchmarks/btc_full.py
+	$(BIN)/python benchmarks/btc_incremental.py
 	$(BIN)/python benchmarks/btc_core_index.py
 	$(BIN)/python benchmarks/flow_replay.py
 	$(BIN)/python benchmarks/flow_checkpoint.py

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +68,25 @@ def reindex(blocks: Path, data: Path, *extra: str) -> dict[str, Any]:
         "--json",
         *extra,
     )
+
+
+def reindex_cmd(blocks: Path, data: Path, *extra: str) -> list[str]:
+    """A regtest reindex as a subprocess command (for runs a test kills)."""
+    return [
+        sys.executable,
+        "-m",
+        "rechain.pipeline.cli",
+        "btc",
+        "reindex",
+        "--blocks",
+        str(blocks),
+        "--data",
+        str(data),
+        "--network",
+        "regtest",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def gen_chain(root: Path, *args: str) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,32 +13,16 @@ import pytest
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
+from tests import conftest
 from tests.conftest import gen_chain, kill_after
 
 KILL_POINTS = int(os.environ.get("RECHAIN_KILL_POINTS", "4"))
 
 
 def reindex_cmd(blocks: Path, data: Path, mode: str = "headers") -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "rechain.pipeline.cli",
-        "btc",
-        "reindex",
-        "--blocks",
-        str(blocks),
-        "--data",
-        str(data),
-        "--network",
-        "regtest",
-        "--no-progress",
-        "--workers",
-        "2",
-        "--shard-size",
-        "64K",
-        "--mode",
-        mode,
-    ]
+    return conftest.reindex_cmd(
+        blocks, data, "--workers", "2", "--shard-size", "64K", "--mode", mode
+    )
 
 
 def run_to_end(blocks: Path, data: Path, mode: str = "headers") -> float:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
-from tests.conftest import cli_json, gen_chain, kill_after, reindex
+from tests.conftest import cli_json, gen_chain, kill_after, reindex, reindex_cmd
 
 #: (mode, where the record is cut, xor.dat, what follows the cut)
 CASES = [
@@ -156,24 +155,7 @@ def test_a_run_killed_while_the_file_is_torn_resumes_to_the_fresh_result(
     ref = fresh[(True, mode)]
     blocks, later = torn_folder(root, ref, tmp_path, "body", "zeros")
     data = tmp_path / "data"
-    cmd = [
-        sys.executable,
-        "-m",
-        "rechain.pipeline.cli",
-        "btc",
-        "reindex",
-        "--blocks",
-        str(blocks),
-        "--data",
-        str(data),
-        "--network",
-        "regtest",
-        "--no-progress",
-        "--shard-size",
-        "16K",
-        "--mode",
-        mode,
-    ]
+    cmd = reindex_cmd(blocks, data, "--shard-size", "16K", "--mode", mode)
     rng = random.Random(7)
     killed = False
     for _ in range(4):
