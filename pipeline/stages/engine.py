@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -57,7 +58,7 @@ class Invalidate:
     reason: str
 
 
-class Stage(Generic[C]):
+class Stage(ABC, Generic[C]):
     """One step of a pipeline. Subclasses set ``name`` and implement ``run``.
 
     ``ephemeral``: the stage's output lives only in this process (a DuckDB session, say).
@@ -74,13 +75,14 @@ class Stage(Generic[C]):
         a log an earlier run left changed (only the stage itself can tell)."""
         return False
 
+    @abstractmethod
     def output(self, ctx: C) -> Any:
         """The token of what the stage has committed, read from the data folder (so a run
         killed between a stage's commit and its checkpoint still hands on the right one)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def run(self, ctx: C) -> Done | Invalidate:
-        raise NotImplementedError
+        """Does the stage's work and commits it."""
 
     def unwind(self, ctx: C, data: DataDir) -> None:
         """Drops what the stage derived (called when it is invalidated). The default keeps it:
