@@ -20,6 +20,7 @@ from its own committed progress.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -95,8 +96,6 @@ def checkpoint_key(pipeline: str, stage: str) -> bytes:
 
 def read_checkpoints(data: DataDir, pipeline: str) -> dict[str, dict[str, Any]]:
     prefix = f"{layout.META_STAGE_PREFIX.decode()}{pipeline}/".encode()
-    import json
-
     return {
         key[len(prefix) :].decode(): json.loads(value)
         for key, value in data.items(layout.CF_META, prefix)
