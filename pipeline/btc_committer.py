@@ -24,7 +24,7 @@ from rechain.pipeline import metrics
 from rechain.pipeline.btc_bodies import apply_verdicts
 from rechain.pipeline.btc_plan import FINGERPRINT_BYTES, BlkFile
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store import DataDir, write_file_atomic
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
@@ -53,15 +53,12 @@ def write_segment(data: DataDir, key: bytes, table: pa.Table) -> bytes:
     folder = segment_dir(data)
     folder.mkdir(exist_ok=True)
     name = f"{key.hex()}-{table.num_rows}.arrow"
-    tmp = folder / f".{name}.tmp"
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, folder / name)
+
+    def write(tmp: Path) -> None:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+
+    write_file_atomic(folder / name, write)
     return bytes([layout.SCAN_SEGMENT_VERSION]) + name.encode()
 
 

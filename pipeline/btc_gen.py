@@ -22,6 +22,8 @@ def generate(
     side_branches: int = 0,
     orphans: int = 0,
     tx_per_block: str = "1:1",
+    reorg_depth: int = 0,
+    reorg_back: bool = False,
 ) -> dict[str, Any]:
     try:
         lo_s, _, hi_s = tx_per_block.partition(":")
@@ -30,6 +32,8 @@ def generate(
         raise RechainError(f"--tx-per-block wants MIN:MAX, got {tx_per_block!r}") from None
     if blocks < 1 or tx_min < 1 or tx_max < tx_min:
         raise RechainError("--blocks and --tx-per-block must be at least 1 (and MIN <= MAX)")
+    if reorg_depth < 0 or (reorg_depth and reorg_depth + 1 >= blocks):
+        raise RechainError("--reorg DEPTH must be below the chain's length minus one")
     if file_size < 1024:
         raise RechainError("--file-size must be at least 1024 bytes")
     try:
@@ -46,6 +50,8 @@ def generate(
                 orphans,
                 tx_min,
                 tx_max,
+                reorg_depth,
+                reorg_back,
             )
         )
     except (OSError, ValueError) as e:

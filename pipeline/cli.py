@@ -61,6 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--side-branches", type=int, default=0)
     g.add_argument("--orphans", type=int, default=0)
+    g.add_argument(
+        "--reorg",
+        type=int,
+        default=0,
+        metavar="DEPTH",
+        help="append last a branch forking DEPTH blocks below the tip, one block longer "
+        "(a reorg; expected.json's reorg_records counts its records)",
+    )
+    g.add_argument(
+        "--reorg-back",
+        action="store_true",
+        help="then two more blocks on the old chain, which wins again",
+    )
     g.add_argument("--tx-per-block", default="1:1", metavar="MIN:MAX")
 
     gf = gen.add_parser("flow", help="a Flow LedgerWAL (segments 00000000, ...) + expected.json")
@@ -277,6 +290,8 @@ def dispatch(args: argparse.Namespace) -> int:
             side_branches=args.side_branches,
             orphans=args.orphans,
             tx_per_block=args.tx_per_block,
+            reorg_depth=args.reorg,
+            reorg_back=args.reorg_back,
         )
         print(
             f"wrote {facts['records']:,} blocks in {facts['files']} file(s) to "

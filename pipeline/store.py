@@ -138,17 +138,38 @@ class DataDir:
         sync: bool = True,
     ) -> None:
         """One atomic write; dict/list values are stored as JSON."""
+        columns = {
+            cf: (
+                [k for k, _ in pairs],
+                [
+                    bytes(v)
+                    if isinstance(v, bytes | bytearray)
+                    else json.dumps(v, sort_keys=True).encode()
+                    for _, v in pairs
+                ],
+            )
+            for cf, pairs in puts.items()
+        }
+        self.write_columns(columns, deletes, sync=sync)
+
+    def write_columns(
+        self,
+        puts: dict[str, tuple[list[bytes], list[bytes]]],
+        deletes: dict[str, list[bytes]] | None = None,
+        *,
+        sync: bool = True,
+    ) -> None:
+        """One atomic write of (keys, values) lists per column family, deletes first. The
+        batch is filled from C (``map``), not by an interpreter loop per key."""
         wb = WriteBatch(raw_mode=True)
         for cf, keys in (deletes or {}).items():
-            handle = self.db.get_column_family_handle(cf)
-            for key in keys:
-                wb.delete(key, handle)
-        for cf, pairs in puts.items():
-            handle = self.db.get_column_family_handle(cf)
-            for key, value in pairs:
-                if not isinstance(value, bytes | bytearray):
-                    value = json.dumps(value, sort_keys=True).encode()
-                wb.put(key, bytes(value), handle)
+            wb.set_default_column_family(self.db.get_column_family_handle(cf))
+            deque(map(wb.delete, keys), maxlen=0)
+        for cf, (keys, values) in puts.items():
+            if len(keys) != len(values):
+                raise ValueError(f"{cf}: {len(keys)} keys but {len(values)} values")
+            wb.set_default_column_family(self.db.get_column_family_handle(cf))
+            deque(map(wb.put, keys, values), maxlen=0)
         opts = WriteOptions()
         opts.sync = sync
         self.db.write(wb, opts)
@@ -362,14 +383,8 @@ class DataDir:
         """The last run's report as ``DATADIR/reports/<name>.json`` (temp file, fsync, rename)."""
         folder = self.path / "reports"
         folder.mkdir(exist_ok=True)
-        final = folder / f"{name}.json"
-        tmp = folder / f".{name}.json.tmp"
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, final)
-        return final
+        text = json.dumps(report, indent=1, sort_keys=True)
+        return write_file_atomic(folder / f"{name}.json", lambda tmp: tmp.write_text(text))
 
     def close(self) -> None:
         try:
@@ -384,6 +399,19 @@ class DataDir:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_file_atomic(final: Path, write: Callable[[Path], object]) -> Path:
+    """The one way a single file is made durable under its final name: ``write`` fills a
+    temp file beside it, which is fsynced, renamed into place, and its folder fsynced. A
+    killed writer leaves at most a ``.*.tmp`` file, never a torn ``final``."""
+    tmp = final.with_name(f".{final.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    write(tmp)
+    _fsync_file(tmp)
+    os.rename(tmp, final)
+    fsync_dir(final.parent)
+    return final
 
 
 def _fsync_file(path: Path) -> None:

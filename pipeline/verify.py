@@ -28,6 +28,8 @@ VOLATILE_META = {
     layout.META_BTC_RUN,
     layout.META_BTC_GENERATION,
     layout.META_BTC_FULL_GENERATION,
+    # How the applied chain was cut into chunks (its figures are in btc_utxo and btc_full).
+    layout.META_BTC_CHAIN_STATE,
     fs.META_FLOW_RUN,
     fs.META_FLOW_GENERATION,
 }

@@ -31,6 +31,10 @@ CF_BTC_BODIES = "btc_bodies"
 #: UTXO set at the best tip: Core's chainstate key ('C' | txid internal | VARINT(vout)) ->
 #: code u32 LE (height * 2 + coinbase) | value u64 LE | script (encoded in btc/utxo.rs).
 CF_BTC_UTXO = "btc_utxo"
+#: Undo data of each applied best-chain block: height (u32 big-endian) -> the block's hash and
+#: the coins it created and spent (encoded in btc/chain_state.rs), so that the UTXO set rolls
+#: back exactly to a fork point.
+CF_BTC_UNDO = "btc_undo"
 #: Transaction index: txid (internal order) -> "height_range block_hash position" (UTF-8),
 #: where the full-decode tables hold the transaction (partition, block, position).
 CF_BTC_TXINDEX = "btc_txindex"
@@ -47,6 +51,7 @@ COLUMN_FAMILIES = (
     CF_BTC_BEST,
     CF_BTC_BODIES,
     CF_BTC_UTXO,
+    CF_BTC_UNDO,
     CF_BTC_TXINDEX,
     CF_FLOW_REGISTERS,
     CF_FLOW_ROOTS,
@@ -63,6 +68,9 @@ META_BTC_RUN = b"btc/run"
 META_BTC_INVALID_BLOCKS = b"btc/invalid_blocks"
 #: Result of the last full decode (UTXO figures, tables published): JSON.
 META_BTC_FULL = b"btc/full"
+#: How far the UTXO set has been applied: JSON {height, hash, utxo_count, total_amount,
+#: spends: [[first height, last height, part file], ...]}, written with each applied chunk.
+META_BTC_CHAIN_STATE = b"btc/chain_state"
 #: Published generation of the full-decode tables.
 META_BTC_FULL_GENERATION = b"btc/full_generation"
 #: Published generation of the headers table (a run artefact, not content).
@@ -98,6 +106,10 @@ def parse_segment_key(key: bytes) -> tuple[int, int, bytes]:
 def best_chain_key(height: int) -> bytes:
     """Key of the ``btc_best`` bucket that holds ``height``."""
     return bytes(_native.best_chain_key(height))
+
+
+def undo_key(height: int) -> bytes:
+    return struct.pack(">I", height)
 
 
 def best_chain_hash(bucket: bytes | None, height: int) -> bytes | None:

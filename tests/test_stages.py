@@ -130,6 +130,37 @@ def test_invalidate_reruns_from_the_named_stage_and_is_bounded(tmp_path: Path) -
             engine.MAX_ROUNDS = old
 
 
+def test_from_stage_resets_while_an_invalidation_only_unwinds(tmp_path: Path) -> None:
+    """A stage with incremental state (the chain state) keeps it when an earlier stage is
+    invalidated, and starts from nothing only on ``--from-stage``."""
+
+    class Kept(Counter):
+        def unwind(self, ctx: Log, data: DataDir) -> None:
+            ctx.ran.append(f"{self.name}.unwind")
+
+        def reset(self, ctx: Log, data: DataDir) -> None:
+            ctx.ran.append(f"{self.name}.reset")
+
+    class Asks(Counter):
+        asked = False
+
+        def run(self, ctx: Log) -> Done | Invalidate:
+            if not Asks.asked:
+                Asks.asked = True
+                return Invalidate("b", "b must look again")
+            return super().run(ctx)
+
+    with DataDir(tmp_path / "d") as data:
+        ctx = Log()
+        stages: list[Stage[Log]] = [Counter("a", None), Kept("b", "a"), Asks("c", "b")]
+        Driver("toy", stages, data).run(ctx)
+        assert ctx.ran == ["a", "b", "b.unwind", "b", "c"]
+        ctx2 = Log()
+        ctx2.values = dict(ctx.values)
+        Driver("toy", stages, data).run(ctx2, from_stage="b")
+        assert ctx2.ran == ["b.reset", "a", "b", "c"]
+
+
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("stages")
@@ -166,7 +197,8 @@ def test_from_stage_publish_republishes_without_decoding(
     gen = cli_json("stages", "--data", data, "--json")["pipelines"]["bitcoin"]
     publish = next(s for s in gen if s["stage"] == "publish")
     again = reindex(blocks, data, "--mode", "full", "--from-stage", "publish")
-    assert again["run"]["stages_run"] == ["scan", "chain_state", "publish", "indexes"]
+    # The chain state is kept in RocksDB: republishing neither decodes nor reapplies blocks.
+    assert again["run"]["stages_run"] == ["scan", "publish", "indexes"]
     assert again["run"].get("units", 0) == 0
     assert content(data) == before
     after = cli_json("stages", "--data", data, "--json")["pipelines"]["bitcoin"]

@@ -10,6 +10,10 @@
   each attempt appends a line to ``marker`` so a test can count them.
 
 Only the Ray task path calls this (never the coordinator's in-process rescans).
+
+``RECHAIN_KILL_AT=<point>:<n>`` (``kill_point``): the coordinator SIGKILLs itself the n-th time
+it passes the named point (1 = the first), so a test can land a kill -9 exactly between two
+commits of a stage.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import signal
 from pathlib import Path
 
 ENV = "RECHAIN_FAULT"
+KILL_AT_ENV = "RECHAIN_KILL_AT"
+_passes: dict[str, int] = {}
 
 
 class InjectedFault(ValueError):
@@ -51,3 +57,16 @@ def maybe_inject(seq: int) -> None:
             raise InjectedFault(f"injected fault: shard {seq} cannot be decoded")
         else:
             raise ValueError(f"{ENV}: unknown action {action!r}")
+
+
+def kill_point(point: str) -> None:
+    """Passes the named point (see ``RECHAIN_KILL_AT``)."""
+    spec = os.environ.get(KILL_AT_ENV)
+    if not spec:
+        return
+    name, _, nth = spec.rpartition(":")
+    if name != point:
+        return
+    _passes[point] = _passes.get(point, 0) + 1
+    if _passes[point] == int(nth):
+        os.kill(os.getpid(), signal.SIGKILL)

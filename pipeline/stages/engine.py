@@ -89,6 +89,12 @@ class Stage(ABC, Generic[C]):
         """Drops what the stage derived (called when it is invalidated). The default keeps it:
         the stage's next run replaces its output whole."""
 
+    def reset(self, ctx: C, data: DataDir) -> None:
+        """Drops what the stage derived so that its next run starts from nothing (called for
+        ``--from-stage``). The default is ``unwind``; a stage that keeps incremental state
+        across invalidations (the chain state follows reorgs itself) drops it here."""
+        self.unwind(ctx, data)
+
 
 def checkpoint_key(pipeline: str, stage: str) -> bytes:
     return f"{layout.META_STAGE_PREFIX.decode()}{pipeline}/{stage}".encode()
@@ -125,9 +131,9 @@ class Driver(Generic[C]):
             f"(stages: {', '.join(s.name for s in self.stages)})"
         )
 
-    def invalidate_from(self, name: str, ctx: C) -> None:
+    def invalidate_from(self, name: str, ctx: C, *, reset: bool = False) -> None:
         """Marks ``name`` and every later stage to run again (a durable mark: a run killed
-        before they complete still reruns them)."""
+        before they complete still reruns them); ``reset``: from nothing."""
         first = self.index(name)
         puts = []
         for stage in self.stages[first:]:
@@ -137,7 +143,10 @@ class Driver(Generic[C]):
             puts.append((checkpoint_key(self.pipeline, stage.name), cp))
         self.data.write({layout.CF_META: puts})
         for stage in self.stages[first:]:
-            stage.unwind(ctx, self.data)
+            if reset:
+                stage.reset(ctx, self.data)
+            else:
+                stage.unwind(ctx, self.data)
 
     def checkpoint(self, name: str) -> dict[str, Any] | None:
         return self.data.meta_get(checkpoint_key(self.pipeline, name))
@@ -148,7 +157,7 @@ class Driver(Generic[C]):
         that looks at its input itself (``pending``)."""
         self.source = source
         if from_stage is not None:
-            self.invalidate_from(from_stage, ctx)
+            self.invalidate_from(from_stage, ctx, reset=True)
         live: set[str] = set()
         rounds = 0
         i = 0

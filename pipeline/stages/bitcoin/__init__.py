@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from rechain.pipeline.btc_core_index import CoreIndexGuide
     from rechain.pipeline.btc_plan import BlkFile
     from rechain.pipeline.btc_reindex import ReindexOptions
-    from rechain.pipeline.stages.bitcoin.chain_state import Slices
     from rechain.pipeline.store import DataDir
 
 PIPELINE = "bitcoin"
@@ -35,9 +34,8 @@ class BtcRun:
     scan: dict[str, Any] = field(default_factory=dict)
     #: The full-mode stages' figures (units decoded, stage times), for the run report.
     full: dict[str, float] = field(default_factory=dict)
-    #: The chain state stage's DuckDB session and txid slices (read by publish and indexes).
+    #: The DuckDB session publish and indexes read (``session``), opened once per run.
     con: duckdb.DuckDBPyConnection | None = None
-    slices: Slices | None = None
 
     @property
     def paths(self) -> dict[int, str]:
@@ -47,15 +45,18 @@ class BtcRun:
         for k, v in figures.items():
             self.full[k] = self.full.get(k, 0.0) + v
 
+    def session(self) -> duckdb.DuckDBPyConnection:
+        """DuckDB over the staged bodies, the headers and the chain state's spends."""
+        if self.con is None:
+            from rechain.pipeline.stages.bitcoin.session import connect
+
+            self.con = connect(self.data, self.opts.memory_budget, self.workers)
+        return self.con
+
     def close(self) -> None:
         if self.con is not None:
             self.con.close()
             self.con = None
-        if self.slices is not None:
-            import shutil
-
-            shutil.rmtree(self.slices.dir, ignore_errors=True)
-            self.slices = None
 
 
 def stages(mode: str) -> list[Stage[BtcRun]]:

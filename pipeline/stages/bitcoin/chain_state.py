@@ -1,360 +1,321 @@
-"""Stage ``chain_state``: every best-chain spend resolved, and the consensus rules checked.
+"""Stage ``chain_state``: the UTXO set in RocksDB advanced to the best tip, block by block.
 
-Set-based in DuckDB (spilling to disk under the memory budget): BIP34 coinbase heights, every
-spend resolved against earlier best-chain outputs (missing, double spends, immature coinbase,
-inputs below outputs), coinbase amount. Spends are resolved in slices by txid (``Slices``)
-sized to DuckDB's share of the budget, so no join spans the whole chain. The lowest failing
-block is marked invalid (descendants follow it) and the link stage invalidated, as Core would
-switch to the best valid chain.
+The set (``btc_utxo``) is kept from run to run with each applied block's undo data
+(``btc_undo``), as Core keeps its chainstate and ``rev*.dat``. A run finds the fork point
+between the chain it applied and the best chain the link stage chose, unwinds the blocks
+above it from their undo data (newest first) and applies the new best-chain blocks in
+chunks of bounded bytes: the Rust core reads each chunk's blocks from the blk files, the
+coins they spend are read from RocksDB in one multi-get, and the chunk's net change to the
+set, its undo records and the stage's checkpoint (``META_BTC_CHAIN_STATE``) go in one atomic
+write. A run killed anywhere resumes from the last chunk written, so its work grows with the
+new blocks, not with the chain.
 
-Its result is a DuckDB session (``BtcRun.con``, ``BtcRun.slices``) that the publish and
-indexes stages read in the same process: the stage is ephemeral. Memory: DuckDB's buffer pool
-gets ``DUCKDB_BUDGET_SHARE`` of the budget (it spills to DATADIR/tmp/duckdb beyond that); the
-other half is for what the coordinator holds beside the pool.
+Applying checks the consensus rules that need the set (BIP34 coinbase height, missing or
+spent inputs, premature coinbase spends, inputs below outputs, coinbase amount). The first
+block that breaks one is recorded invalid and the link stage invalidated, as Core switches
+to the best valid chain; the blocks below it stay applied.
+
+Each chunk's resolved spends (one row per best-chain input: its value and the output it
+spent) are staged as a Parquet part under ``DATADIR/stage/spends`` named by its heights, for
+the publish stage (input values, fees, spent outputs).
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import logging
 import shutil
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.query import current_generation
 from rechain.pipeline.ray_runtime import release_ray
 from rechain.pipeline.stages.bitcoin import BtcRun
-from rechain.pipeline.stages.bitcoin.bodies import BodiesStage
 from rechain.pipeline.stages.engine import Done, Invalidate, Stage
-from rechain.pipeline.store import DataDir
-from rechain.schemas import bitcoin as ds
+from rechain.pipeline.store import DataDir, write_file_atomic
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import release_unused_memory
 
 log = logging.getLogger(__name__)
-#: DuckDB's memory limit never goes below this, whatever the budget (its fixed working set:
-#: a query's operators, Parquet readers and writers, the small per-slice hash tables).
-MIN_DUCKDB_BYTES = 48 << 20
-#: How the budget is split in the stages after the body pass. DuckDB's buffer pool takes this
-#: share; the rest is what the coordinator holds beside it: DuckDB's allocations outside its
-#: pool (measured ~90 MiB at 8,000 blocks, whatever the limit), Arrow batches streamed into
-#: the SST writer, RocksDB's and the interpreter's growth over the heap left by the body pass.
-DUCKDB_BUDGET_SHARE = 0.5
-#: Bytes one best-chain output takes in a slice's join hash table (its 32-byte txid out of
-#: line with the string header, vout, value, height, position, hash and row pointer).
-JOIN_ROW_BYTES = 96
-#: Spends are resolved in at most 2**this slices by txid (each slice's partitioned write keeps
-#: a buffer and an open file).
-MAX_SLICE_BITS = 6
-#: Rows all slices' partition buffers hold together before flushing to their files.
-SLICE_FLUSH_ROWS = 65_536
-COINBASE_MATURITY = 100
-PARTITION_FLUSH_ROWS = 16_384
-#: Scripts longer than this (bytes) are unspendable (Core's MAX_SCRIPT_SIZE).
-MAX_SCRIPT_SIZE = 10_000
+#: Block bytes applied per chunk: at most this, and at most an eighth of the memory budget
+#: (a chunk holds its blocks, their parsed spans and a map of the coins they touch).
+MAX_CHUNK_BYTES = 64 << 20
+MIN_CHUNK_BYTES = 4 << 20
+#: Blocks unwound per atomic write.
+UNWIND_BLOCKS = 1_000
+#: Block-index entries read per multi-get while cutting chunks.
+INDEX_READ_BLOCKS = 1_024
+
+
+def spends_dir(data: DataDir) -> Path:
+    return data.path / "stage" / "spends"
+
+
+def checkpoint(data: DataDir) -> dict[str, Any] | None:
+    """The applied chain's tip and the set's figures, or None when nothing is applied."""
+    cp: dict[str, Any] | None = data.meta_get(layout.META_BTC_CHAIN_STATE)
+    return cp
+
+
+def spend_files(data: DataDir) -> list[str]:
+    """The staged spends parts of the applied chain, in height order."""
+    cp = checkpoint(data) or {}
+    return [str(spends_dir(data) / name) for _, _, name in cp.get("spends", [])]
+
+
+def empty_spends() -> pa.RecordBatch:
+    batch: pa.RecordBatch = _native.empty_batch("btc_spends")
+    return batch
+
+
+def best_chain(data: DataDir) -> bytes:
+    """The best chain's hashes (internal order, 32 bytes per height from 0)."""
+    return b"".join(v for _, v in data.items(layout.CF_BTC_BEST))
 
 
 class ChainStateStage(Stage[BtcRun]):
     name = "chain_state"
-    ephemeral = True
 
     def output(self, ctx: BtcRun) -> Any:
-        # A function of the staged bodies, the tree and the verdicts, all in the bodies token.
-        return BodiesStage().output(ctx)
+        cp = checkpoint(ctx.data)
+        if cp is None:
+            return None
+        return [cp["height"], cp["hash"], cp["utxo_count"], cp["total_amount"]]
+
+    def unwind(self, ctx: BtcRun, data: DataDir) -> None:
+        """Kept: the next run unwinds to the fork point with the new best chain itself."""
+
+    def reset(self, ctx: BtcRun, data: DataDir) -> None:
+        """``--from-stage``: the set is rebuilt from the genesis block."""
+        reset(data)
 
     def run(self, ctx: BtcRun) -> Done | Invalidate:
         ctx.close()
-        # The body pass is done: its Ray cluster and freed buffers go before DuckDB takes its
-        # share of the budget (a consensus failure that needs another decode restarts Ray).
+        # The body pass is done: its Ray cluster and freed buffers go before this stage
+        # holds chunks (a consensus failure that needs another decode restarts Ray).
         if release_ray():
             log.info("decode: stopped the embedded Ray cluster")
         release_unused_memory()
-        data, budget = ctx.data, ctx.opts.memory_budget
-        con = connect(data, budget, ctx.workers)
-        work = data.path / "tmp" / "duckdb" / "slices"
-        ctx.con = con
-        with duckdb_memory_errors(data, budget):
-            log.info("consensus: chain state")
-            slices = build_chain_state(con, work, duckdb_bytes(budget))
-            ctx.slices = slices
-            log.info("consensus: %d slice(s) by txid; rules", slices.count)
-            failure = first_consensus_failure(con, ctx.opts.network)
-        ctx.full["rounds"] = ctx.full.get("rounds", 0.0) + 1
+        data = ctx.data
+        t0 = time.perf_counter()
+        cp = checkpoint(data)
+        if cp is None:
+            reset(data)
+            cp = {"height": -1, "hash": None, "utxo_count": 0, "total_amount": 0, "spends": []}
+        _remove_unlisted_parts(data, cp)
+        best = best_chain(data)
+        tip = len(best) // 32 - 1
+        fork = _fork_point(data, cp, best, tip)
+        unwound = 0
+        if fork < cp["height"]:
+            unwound = cp["height"] - fork
+            log.info("chain state: unwinding %d block(s) to height %d", unwound, fork)
+            cp = _unwind_to(data, cp, fork)
+        applied = 0
+        failure = None
+        chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, ctx.opts.memory_budget // 8))
+        for first, hashes, entries in _chunks(data, best, cp["height"] + 1, tip, chunk_bytes):
+            cp, result = _apply_chunk(ctx, cp, first, hashes, entries)
+            applied += int(result["blocks"])
+            if result["failure"] is not None:
+                failure = result["failure"]
+                break
+        ctx.add({"chain_state_s": time.perf_counter() - t0})
+        detail = {"applied": applied, "unwound": unwound, "fork_height": fork}
+        ctx.full["chain_state_applied"] = ctx.full.get("chain_state_applied", 0) + applied
+        ctx.full["chain_state_unwound"] = ctx.full.get("chain_state_unwound", 0) + unwound
         if failure is not None:
-            block_hash, height, reason = failure
+            height, block_hash, reason = failure
             log.warning("block %s at height %d is invalid: %s", block_hash, height, reason)
             invalid = btc_bodies.invalid_blocks(data)
             invalid[block_hash] = reason
             data.write({layout.CF_META: [(layout.META_BTC_INVALID_BLOCKS, invalid)]})
-            ctx.close()
             return Invalidate("link", f"block {block_hash} at height {height}: {reason}")
-        best = con.execute("SELECT count(*), max(height) FROM best").fetchall()[0]
-        return Done(rows=int(best[0]), height=None if best[1] is None else int(best[1]))
+        return Done(rows=int(cp["utxo_count"]), height=int(cp["height"]), detail=detail)
 
 
-@contextlib.contextmanager
-def duckdb_memory_errors(data: DataDir, budget: int) -> Iterator[None]:
-    """DuckDB running out of its share of the budget, as the user's error."""
-    try:
-        yield
-    except (duckdb.OutOfMemoryException, OSError) as e:
-        # A query streamed through Arrow (UTXO set, tx index) reports it as an OSError.
-        if not isinstance(e, duckdb.OutOfMemoryException) and "Out of Memory" not in str(e):
-            raise
-        raise RechainError(
-            f"the full decode needs more memory than --memory-budget {budget >> 20}M gives "
-            f"DuckDB (it spills to {data.path / 'tmp' / 'duckdb'} where it can): {e}"
-        ) from e
+def reset(data: DataDir) -> None:
+    """Forgets the applied chain: checkpoint first (so a killed reset is redone), then the set,
+    the undo data and the staged spends."""
+    data.write({}, {layout.CF_META: [layout.META_BTC_CHAIN_STATE]})
+    data.reset_column_family(layout.CF_BTC_UTXO)
+    data.reset_column_family(layout.CF_BTC_UNDO)
+    shutil.rmtree(spends_dir(data), ignore_errors=True)
 
 
-def duckdb_bytes(budget: int) -> int:
-    """DuckDB's memory_limit: its share of the budget (``DUCKDB_BUDGET_SHARE``)."""
-    return int(max(budget * DUCKDB_BUDGET_SHARE, MIN_DUCKDB_BYTES))
+def _remove_unlisted_parts(data: DataDir, cp: dict[str, Any]) -> None:
+    """Deletes spends parts no checkpoint lists (written by a run killed before its commit,
+    or dropped by an unwind)."""
+    folder = spends_dir(data)
+    if not folder.exists():
+        return
+    keep = {name for _, _, name in cp["spends"]}
+    for f in folder.iterdir():
+        if f.name not in keep:
+            f.unlink()
 
 
-def slice_bits(outputs: int, memory_limit: int) -> int:
-    """log2 of the slice count that keeps one slice's join hash table within a quarter of
-    DuckDB's memory limit (the rest holds the probe side, the window over duplicates and the
-    result being written)."""
-    bits = 0
-    while bits < MAX_SLICE_BITS and (outputs >> bits) * JOIN_ROW_BYTES > memory_limit // 4:
-        bits += 1
-    return bits
+def _fork_point(data: DataDir, cp: dict[str, Any], best: bytes, tip: int) -> int:
+    """The highest height where the applied chain and the best chain have the same block."""
+    h = min(int(cp["height"]), tip)
+    while h >= 0:
+        undo = data.get(layout.CF_BTC_UNDO, layout.undo_key(h))
+        if undo is not None and _native.undo_block_hash(undo) == _native.display_hash(
+            best[32 * h : 32 * h + 32]
+        ):
+            return h
+        h -= 1
+    return -1
 
 
-def sql_list(paths: list[str]) -> str:
-    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
-
-
-def hex_sql(blob: str) -> str:
-    """SQL for the published lower-case hex of a staged byte column (DuckDB's hex() is upper)."""
-    return f"lower(hex({blob}))"
-
-
-def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnection:
-    """DuckDB over the current headers generation and the registered staged parts."""
-    spill = data.path / "tmp" / "duckdb"
-    spill.mkdir(parents=True, exist_ok=True)
-    # A database file rather than memory: its tables (the best chain's outputs and resolved
-    # spends) are paged by DuckDB's buffer manager, so they may exceed the memory budget.
-    db_file = spill / "chain.duckdb"
-    for stale in (db_file, db_file.with_name(db_file.name + ".wal")):
-        stale.unlink(missing_ok=True)
-    con = duckdb.connect(str(db_file))
-    con.execute(f"SET memory_limit='{duckdb_bytes(budget) // (1 << 20)}MB'")
-    con.execute(f"SET temp_directory='{spill}'")
-    con.execute(f"SET threads={max(workers, 1)}")
-    con.execute("SET preserve_insertion_order=false")
-    # Partitioned writes buffer this many rows per partition and thread before flushing; the
-    # default (512k rows, with witness lists) alone exceeds a small budget.
-    con.execute(f"SET partitioned_write_flush_threshold={PARTITION_FLUSH_ROWS}")
-    gen = current_generation(data.parquet_dir(ds.HEADERS))
-    if gen is None:
-        raise RechainError("the header pass published no headers table")
-    con.execute(f"CREATE VIEW headers AS SELECT * FROM read_parquet('{gen}/*.parquet')")
-    for alias, table in (
-        ("sb", "blocks"),
-        ("st", "transactions"),
-        ("si", "inputs"),
-        ("so", "outputs"),
-    ):
-        files = btc_bodies.part_files(data, table)
-        if files:
-            source = f"read_parquet({sql_list(files)})"
-        else:
-            empty = pa.Table.from_batches([ds.empty(ds.BODY_STAGED[table])])
-            con.register(f"{alias}_empty", empty)
-            source = f"{alias}_empty"
-        # Staged hashes are raw bytes: the chain state joins them as such (``{alias}_raw``),
-        # the published tables see them as display hex.
-        con.execute(f"CREATE VIEW {alias}_raw AS SELECT * FROM {source}")
-        hashes = ", ".join(
-            f"{hex_sql(c)} AS {c}" for c in ds.staged_hash_columns(ds.BODY_STAGED[table])
-        )
-        con.execute(f"CREATE VIEW {alias} AS SELECT * REPLACE ({hashes}) FROM {alias}_raw")
-    return con
-
-
-@dataclass(frozen=True)
-class Slices:
-    """Best-chain outputs and spends (and, for the tx index, every transaction) partitioned
-    by txid into ``2**bits`` Parquet slices under ``dir``. Slice k holds the txids whose
-    internal first byte has k as its top ``bits`` bits, so a spend and the output it spends
-    share a slice, and slices in order are txids in chainstate (internal byte) order: each
-    slice is joined or sorted on its own, within a bounded memory, and the results appended
-    in slice order are those of one query over everything."""
-
-    dir: Path
-    bits: int
-
-    @property
-    def count(self) -> int:
-        return 1 << self.bits
-
-    def bucket(self, txid: str) -> str:
-        """SQL for the slice of a staged (display-order) txid: its last byte leads internally."""
-        return f"(('0x' || hex({txid}[32:32]))::INTEGER >> {8 - self.bits})"
-
-    def partition(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> None:
-        """Writes ``sql`` (with a ``bucket`` column) as slices of ``name``, and an empty
-        table ``{name}_none`` of its columns for slices that got no rows."""
-        con.execute(
-            f"CREATE OR REPLACE TEMP TABLE {name}_none AS SELECT * EXCLUDE (bucket) "
-            f"FROM ({sql}) WHERE false"
-        )
-        flush = max(1024, SLICE_FLUSH_ROWS >> self.bits)
-        con.execute(f"SET partitioned_write_flush_threshold={flush}")
-        try:
-            con.execute(
-                f"COPY ({sql}) TO '{self.dir / name}' (FORMAT PARQUET, "
-                "PARTITION_BY (bucket), COMPRESSION SNAPPY, OVERWRITE_OR_IGNORE)"
+def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
+    """Unwinds the applied chain down to ``fork``, newest blocks first, ``UNWIND_BLOCKS`` per
+    atomic write (each with its checkpoint, so a killed unwind resumes where it stopped)."""
+    height = int(cp["height"])
+    while height > fork:
+        low = max(fork + 1, height - UNWIND_BLOCKS + 1)
+        heights = range(height, low - 1, -1)
+        keys = [layout.undo_key(h) for h in heights]
+        undos = data.cf(layout.CF_BTC_UNDO)[keys]
+        missing = [h for h, u in zip(heights, undos, strict=True) if u is None]
+        if missing:
+            raise RechainError(
+                f"the chain state has no undo data for height(s) {missing[:5]}: "
+                "rerun with --from-stage chain_state"
             )
-        finally:
-            con.execute(f"SET partitioned_write_flush_threshold={PARTITION_FLUSH_ROWS}")
-
-    def source(self, name: str, k: int) -> str:
-        """SQL for slice k of ``name``."""
-        files = sorted(str(f) for f in (self.dir / name / f"bucket={k}").glob("*.parquet"))
-        return f"read_parquet({sql_list(files)})" if files else f"{name}_none"
-
-
-def _spend_sql(slices: Slices, k: int) -> str:
-    """Slice k's spends, each with the output it spends: the latest copy of its output id
-    before it (``dup``: the slice's output ids created more than once, BIP30)."""
-    return f"""
-        SELECT {k}::UTINYINT AS bucket, i.height, i.pos, i.vin, i.prev_vout, bo.value,
-               bo.height AS prev_height, bo.pos AS prev_pos
-        FROM {slices.source("spends", k)} i
-        LEFT JOIN dup d ON d.txid = i.prev_txid AND d.vout = i.prev_vout
-        LEFT JOIN {slices.source("outputs", k)} bo
-             ON bo.txid = i.prev_txid AND bo.vout = i.prev_vout
-             AND (bo.height < i.height OR (bo.height = i.height AND bo.pos < i.pos))"""
-
-
-def build_chain_state(
-    con: duckdb.DuckDBPyConnection, work: Path, memory_limit: int, bits: int | None = None
-) -> Slices:
-    """Every best-chain spend resolved to its output (``res``, keyed by the spend's height,
-    position and vin; ``bucket`` is its slice), the outputs spent twice (``spent_twice``) and
-    each transaction's inputs (``tx_in``). Resolved slice by slice (``Slices``) so that no
-    hash table spans the whole chain; ``bits`` overrides the slice count."""
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    con.execute(
-        """CREATE OR REPLACE TABLE best AS
-        SELECT hash, from_hex(hash) AS raw, height FROM headers WHERE in_best_chain"""
-    )
-    if bits is None:
-        outputs = con.execute("SELECT count(*) FROM so_raw").fetchall()[0][0]
-        bits = slice_bits(int(outputs), memory_limit)
-    slices = Slices(work, bits)
-    slices.partition(
-        con,
-        "outputs",
-        f"""SELECT {slices.bucket("o.txid")} AS bucket, o.txid, o.vout, o.value,
-               o.script_pubkey, b.height, o.tx_position AS pos
-        FROM so_raw o JOIN best b ON o.block_hash = b.raw
-        WHERE b.height > 0 AND octet_length(o.script_pubkey) <= {MAX_SCRIPT_SIZE}
-          -- Core's IsUnspendable: scripts starting with OP_RETURN (byte order compare).
-          AND NOT (o.script_pubkey >= '\\x6A'::BLOB AND o.script_pubkey < '\\x6B'::BLOB)""",
-    )
-    slices.partition(
-        con,
-        "spends",
-        f"""SELECT {slices.bucket("i.prev_txid")} AS bucket, i.prev_txid, i.prev_vout,
-               b.height, i.tx_position AS pos, i.vin
-        FROM si_raw i JOIN best b ON i.block_hash = b.raw
-        WHERE i.tx_position > 0""",
-    )
-    con.execute("CREATE OR REPLACE TEMP TABLE dup AS SELECT txid, vout FROM outputs_none")
-    con.execute(f"CREATE OR REPLACE TABLE res AS {_spend_sql(slices, 0)} WHERE false")
-    con.execute("CREATE OR REPLACE TABLE spent_twice AS SELECT height FROM res WHERE false")
-    for k in range(slices.count):
-        # An output id twice in the best chain (BIP30's duplicate coinbases) makes a spend
-        # ambiguous: it takes the latest copy before it. Only those few spends go through a
-        # window.
-        con.execute(
-            f"""CREATE OR REPLACE TEMP TABLE dup AS SELECT txid, vout
-            FROM {slices.source("outputs", k)} GROUP BY ALL HAVING count(*) > 1"""
+        change = _native.unwind_chain_state(undos)
+        below = low - 1
+        below_undo = data.get(layout.CF_BTC_UNDO, layout.undo_key(below)) if below >= 0 else None
+        cp = {
+            **cp,
+            "height": below,
+            "hash": None if below_undo is None else _native.undo_block_hash(below_undo),
+            "utxo_count": cp["utxo_count"] + change["count_delta"],
+            "total_amount": cp["total_amount"] + change["amount_delta"],
+            "spends": _trim_parts(data, cp["spends"], below),
+        }
+        data.write_columns(
+            {
+                layout.CF_BTC_UTXO: change["puts"],
+                layout.CF_META: ([layout.META_BTC_CHAIN_STATE], [_json(cp)]),
+            },
+            {layout.CF_BTC_UTXO: change["deletes"], layout.CF_BTC_UNDO: keys},
         )
-        spend = _spend_sql(slices, k)
-        con.execute(f"INSERT INTO res {spend} WHERE d.txid IS NULL")
-        con.execute(
-            f"""INSERT INTO res {spend} WHERE d.txid IS NOT NULL
-            QUALIFY row_number() OVER (
-                PARTITION BY i.height, i.pos, i.vin ORDER BY bo.height DESC NULLS LAST) = 1"""
+        kill_point("chain_state.unwound")
+        height = below
+    _remove_unlisted_parts(data, cp)
+    return cp
+
+
+def _trim_parts(data: DataDir, parts: list[list[Any]], below: int) -> list[list[Any]]:
+    """The spends parts of heights up to ``below``: those above it dropped, the one reaching
+    across it rewritten without its rows above (under a new name; the old file goes once the
+    checkpoint no longer lists it)."""
+    kept = []
+    for first, last, name in parts:
+        if last <= below:
+            kept.append([first, last, name])
+        elif first <= below:
+            whole = pq.read_table(spends_dir(data) / name)
+            rows = whole.filter(pc.less_equal(whole["height"], below))
+            if rows.num_rows:
+                trimmed = f"{first:010d}-{below:010d}.parquet"
+                write_file_atomic(spends_dir(data) / trimmed, partial(pq.write_table, rows))
+                kept.append([first, below, trimmed])
+    return kept
+
+
+def _chunks(
+    data: DataDir, best: bytes, start: int, tip: int, max_bytes: int
+) -> Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]:
+    """(first height, hashes, block-index entries) of consecutive best-chain runs from
+    ``start`` to ``tip``, each of at most ``max_bytes`` of blocks (or one block)."""
+    index = data.cf(layout.CF_BTC_INDEX)
+    first, hashes, entries, size = start, [], [], 0
+    for lo in range(start, tip + 1, INDEX_READ_BLOCKS):
+        heights = range(lo, min(tip + 1, lo + INDEX_READ_BLOCKS))
+        batch = [best[32 * k : 32 * k + 32] for k in heights]
+        for block_hash, value in zip(batch, index[batch], strict=True):
+            if value is None:
+                raise RechainError(
+                    f"the best chain names block {_native.display_hash(block_hash)}, "
+                    "which the block index lacks"
+                )
+            entry = layout.decode_index_value(value)
+            hashes.append(block_hash)
+            entries.append(entry)
+            size += int(entry["size"]) + 8  # type: ignore[call-overload]
+            if size >= max_bytes:
+                yield first, hashes, entries
+                first, hashes, entries, size = first + len(hashes), [], [], 0
+    if hashes:
+        yield first, hashes, entries
+
+
+def _apply_chunk(
+    ctx: BtcRun,
+    cp: dict[str, Any],
+    first: int,
+    hashes: list[bytes],
+    entries: list[dict[str, Any]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Applies one chunk and commits it with the checkpoint; (new checkpoint, result)."""
+    data = ctx.data
+    paths = ctx.paths
+    try:
+        chunk = _native.ChainStateChunk(
+            ctx.opts.network,
+            ctx.key,
+            first,
+            hashes,
+            [paths[int(e["file"])] for e in entries],
+            [int(e["offset"]) for e in entries],
         )
-        # Outputs spent twice: every later spend of one marks its block. The window runs only
-        # over those few spends.
-        con.execute(
-            f"""INSERT INTO spent_twice SELECT height FROM (
-              SELECT r.height, row_number() OVER (
-                PARTITION BY r.prev_height, r.prev_pos, r.prev_vout
-                ORDER BY r.height, r.pos, r.vin) AS n
-              FROM res r JOIN (
-                SELECT prev_height, prev_pos, prev_vout FROM res
-                WHERE bucket = {k} AND value IS NOT NULL GROUP BY ALL HAVING count(*) > 1
-              ) twice USING (prev_height, prev_pos, prev_vout)
-              WHERE r.bucket = {k}) WHERE n > 1"""
-        )
-    con.execute(
-        """CREATE OR REPLACE TABLE tx_in AS
-        SELECT b.hash AS block_hash, f.position, f.input_value, f.resolved
-        FROM (SELECT height, pos AS position, sum(value)::UBIGINT AS input_value,
-                     count(value) = count(*) AS resolved
-              FROM res GROUP BY ALL) f
-        JOIN best b ON b.height = f.height"""
+    except (OSError, KeyError) as e:
+        raise RechainError(f"chain state: {e}") from e
+    needed = chunk.needed()
+    coins = data.cf(layout.CF_BTC_UTXO)[needed] if needed else []
+    result: dict[str, Any] = chunk.apply(coins)
+    if result["blocks"] == 0:
+        return cp, result
+    last = first + int(result["blocks"]) - 1
+    spends: pa.RecordBatch = result["spends"]
+    parts = list(cp["spends"])
+    if spends.num_rows:
+        folder = spends_dir(data)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{first:010d}-{last:010d}.parquet"
+        table = pa.Table.from_batches([spends])
+        write_file_atomic(folder / name, partial(pq.write_table, table))
+        parts.append([first, last, name])
+        kill_point("chain_state.spends_written")
+    cp = {
+        "height": last,
+        "hash": result["tip"][1],
+        "utxo_count": cp["utxo_count"] + result["count_delta"],
+        "total_amount": cp["total_amount"] + result["amount_delta"],
+        "spends": parts,
+    }
+    data.write_columns(
+        {
+            layout.CF_BTC_UTXO: result["puts"],
+            layout.CF_BTC_UNDO: result["undo"],
+            layout.CF_META: ([layout.META_BTC_CHAIN_STATE], [_json(cp)]),
+        },
+        {layout.CF_BTC_UTXO: result["deletes"]},
     )
-    return slices
+    kill_point("chain_state.applied")
+    return cp, result
 
 
-def first_consensus_failure(
-    con: duckdb.DuckDBPyConnection, network: str
-) -> tuple[str, int, str] | None:
-    """The lowest best-chain block that breaks a consensus rule: (hash, height, reason)."""
-    info = _native.network_info(network)
-    bip34, halving = int(info["bip34_height"]), int(info["halving_interval"])
-    row = con.execute(
-        f"""
-        WITH failures AS (
-          SELECT b.hash, b.height, 'bad-cb-height' AS reason, 0 AS rule
-          FROM best b JOIN sb ON sb.hash = b.hash AND sb.valid
-          WHERE b.height >= {bip34} AND sb.coinbase_height IS DISTINCT FROM b.height
-          UNION ALL
-          SELECT b.hash, r.height, 'bad-txns-inputs-missingorspent', 1
-          FROM res r JOIN best b ON b.height = r.height WHERE r.value IS NULL
-          UNION ALL
-          SELECT b.hash, s.height, 'bad-txns-inputs-missingorspent', 1
-          FROM spent_twice s JOIN best b ON b.height = s.height
-          UNION ALL
-          SELECT b.hash, r.height, 'bad-txns-premature-spend-of-coinbase', 2
-          FROM res r JOIN best b ON b.height = r.height
-          WHERE r.prev_pos = 0 AND r.height - r.prev_height < {COINBASE_MATURITY}
-          UNION ALL
-          SELECT t.block_hash, b.height, 'bad-txns-in-belowout', 3
-          FROM tx_in f JOIN st t ON t.block_hash = f.block_hash AND t.position = f.position
-          JOIN best b ON b.hash = t.block_hash
-          WHERE f.resolved AND f.input_value < t.output_value
-          UNION ALL
-          SELECT cb.block_hash, b.height, 'bad-cb-amount', 4
-          FROM st cb JOIN best b ON b.hash = cb.block_hash
-          LEFT JOIN (
-            SELECT f.block_hash, sum(f.input_value - t.output_value) AS fees
-            FROM tx_in f JOIN st t ON t.block_hash = f.block_hash AND t.position = f.position
-            WHERE f.resolved AND f.input_value >= t.output_value GROUP BY ALL
-          ) fee ON fee.block_hash = cb.block_hash
-          WHERE cb.position = 0 AND cb.output_value > coalesce(fee.fees, 0) +
-            CASE WHEN b.height // {halving} >= 64 THEN 0
-                 ELSE 5000000000 >> (b.height // {halving}) END
-        )
-        SELECT hash, height, reason FROM failures ORDER BY height, rule LIMIT 1
-        """
-    ).fetchall()
-    return None if not row else (str(row[0][0]), int(row[0][1]), str(row[0][2]))
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True).encode()

@@ -1,8 +1,9 @@
-"""Stage ``indexes``: the UTXO set and the transaction index in RocksDB, and the summary.
+"""Stage ``indexes``: the transaction index in RocksDB, and the full-mode summary.
 
-The unspent best-chain outputs go to ``btc_utxo`` in Core's chainstate key order with Core's
-``hash_serialized_3``, and every transaction to ``btc_txindex``, both slice by slice in key
-order, streamed into SST files (never held whole in memory).
+Every transaction goes to ``btc_txindex``, slice by slice in key order, streamed into an SST
+file (never held whole in memory). The summary carries the UTXO set's figures: count and
+amount as the chain state keeps them, checked against Core's ``hash_serialized_3`` computed
+over ``btc_utxo`` in key order.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,9 +19,15 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from rechain.pipeline import btc_bodies
-from rechain.pipeline.stages.bitcoin import BtcRun
-from rechain.pipeline.stages.bitcoin.chain_state import Slices, duckdb_memory_errors
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
 from rechain.pipeline.stages.bitcoin.publish import published_rows
+from rechain.pipeline.stages.bitcoin.session import (
+    Slices,
+    duckdb_bytes,
+    duckdb_memory_errors,
+    slice_bits,
+)
 from rechain.pipeline.stages.engine import Done, Stage
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
@@ -34,7 +42,6 @@ STREAM_BATCH_ROWS = 16_384
 
 class IndexesStage(Stage[BtcRun]):
     name = "indexes"
-    uses = ("chain_state",)
 
     def output(self, ctx: BtcRun) -> Any:
         summary = ctx.data.meta_get(layout.META_BTC_FULL)
@@ -43,13 +50,12 @@ class IndexesStage(Stage[BtcRun]):
 
     def run(self, ctx: BtcRun) -> Done:
         data = ctx.data
-        assert ctx.con is not None and ctx.slices is not None
         t = time.perf_counter()
+        log.info("indexes: utxo set digest")
+        utxo = utxo_figures(data)
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
-            log.info("indexes: utxo set")
-            utxo = write_utxo_set(ctx.con, data, ctx.slices)
             log.info("indexes: tx index")
-            txs = write_txindex(ctx.con, data, ctx.slices)
+            txs = write_txindex(ctx.session(), data, ctx.opts.memory_budget)
         invalid = btc_bodies.invalid_blocks(data)
         summary = {
             **utxo,
@@ -73,43 +79,28 @@ def _stream(con: duckdb.DuckDBPyConnection, queries: Iterator[str]) -> Iterator[
         yield from con.sql(sql).to_arrow_reader(STREAM_BATCH_ROWS)
 
 
-def write_utxo_set(con: duckdb.DuckDBPyConnection, data: DataDir, slices: Slices) -> dict[str, Any]:
-    """The unspent best-chain outputs into ``btc_utxo`` (chainstate order) and their digest."""
-
-    def unspent(k: int) -> str:
-        outputs = slices.source("outputs", k)
-        return f"""
-        SELECT lower(hex(bo.txid)) AS txid, bo.vout::UINTEGER AS vout,
-               bo.height::UINTEGER AS height, bo.pos = 0 AS coinbase,
-               bo.value::UBIGINT AS value, bo.script_pubkey
-        FROM {outputs} bo ANTI JOIN (SELECT prev_height, prev_pos, prev_vout FROM res
-                                     WHERE bucket = {k} AND value IS NOT NULL) s
-          ON s.prev_height = bo.height AND s.prev_pos = bo.pos AND s.prev_vout = bo.vout
-        -- Of an output id created twice (BIP30), only the latest copy is in the set.
-        LEFT JOIN (SELECT txid, vout, max(height) AS latest FROM {outputs}
-                   GROUP BY ALL HAVING count(*) > 1) d ON d.txid = bo.txid AND d.vout = bo.vout
-        WHERE d.latest IS NULL OR bo.height = d.latest
-        ORDER BY {_internal_order("bo.txid")}, bo.vout"""
-
-    hasher = _native.UtxoHasher()
-    done: dict[str, Any] = {}
-
-    def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
-        # Streamed into the SST file: the UTXO set is never held whole in memory.
-        for batch in _stream(con, (unspent(k) for k in range(slices.count))):
-            yield hasher.update(batch)
-        last, done["hash_serialized_3"], done["utxo_count"], done["total_amount"] = hasher.finish()
-        yield last
-
-    data.reset_column_family(layout.CF_BTC_UTXO)
-    data.ingest_sorted_batches(layout.CF_BTC_UTXO, chunks())
-    return {k: done[k] for k in ("utxo_count", "total_amount", "hash_serialized_3")}
+def utxo_figures(data: DataDir) -> dict[str, Any]:
+    """Count, amount and ``hash_serialized_3`` of ``btc_utxo``, which must agree with the
+    chain state's running count and amount."""
+    digest, count, total = _native.hash_utxo_entries(data.cf(layout.CF_BTC_UTXO).items())
+    cp = chain_state.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
+    if (count, total) != (cp["utxo_count"], cp["total_amount"]):
+        raise RechainError(
+            f"the UTXO set holds {count} outputs / {total} sat but the chain state applied "
+            f"{cp['utxo_count']} / {cp['total_amount']}: rerun with --from-stage chain_state"
+        )
+    return {"utxo_count": count, "total_amount": total, "hash_serialized_3": digest}
 
 
-def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, slices: Slices) -> int:
+def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
     side branches) points at its best-chain copy, else its lowest one."""
     rng = ds.HEIGHT_RANGE_BLOCKS
+    count = con.execute("SELECT count(*) FROM st_raw").fetchall()[0][0]
+    work = data.path / "tmp" / "duckdb" / "slices"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    slices = Slices(work, slice_bits(int(count), duckdb_bytes(budget)))
     # Every staged transaction with its block's place, as ``transactions`` publishes it.
     slices.partition(
         con,
@@ -140,4 +131,5 @@ def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, slices: Slices)
 
     data.reset_column_family(layout.CF_BTC_TXINDEX)
     data.ingest_sorted_batches(layout.CF_BTC_TXINDEX, chunks())
+    shutil.rmtree(work, ignore_errors=True)
     return rows

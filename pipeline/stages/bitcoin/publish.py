@@ -1,6 +1,7 @@
 """Stage ``publish``: the ``blocks``, ``transactions``, ``inputs`` and ``outputs`` tables.
 
-Written by DuckDB from the chain state session with heights, ``in_best_chain`` and fees,
+Written by DuckDB (``session``) from the staged bodies, the headers and the chain state's
+resolved spends, with heights, ``in_best_chain``, input values and fees,
 Hive-partitioned by height range, as a new generation of each table (temp folder, fsync,
 rename), which then becomes the current one.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 import duckdb
 from rechain.pipeline.stages.bitcoin import BtcRun
-from rechain.pipeline.stages.bitcoin.chain_state import duckdb_memory_errors, hex_sql
+from rechain.pipeline.stages.bitcoin.session import duckdb_memory_errors, hex_sql
 from rechain.pipeline.stages.engine import Done, Stage
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
@@ -25,18 +26,16 @@ log = logging.getLogger(__name__)
 
 class PublishStage(Stage[BtcRun]):
     name = "publish"
-    uses = ("chain_state",)
 
     def output(self, ctx: BtcRun) -> Any:
         return ctx.data.meta_get(layout.META_BTC_FULL_GENERATION)
 
     def run(self, ctx: BtcRun) -> Done:
         data = ctx.data
-        assert ctx.con is not None
         t = time.perf_counter()
         generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0) + 1
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
-            rows = publish_tables(ctx.con, data, generation, ctx.opts.memory_budget)
+            rows = publish_tables(ctx.session(), data, generation, ctx.opts.memory_budget)
         data.write({layout.CF_META: [(layout.META_BTC_FULL_GENERATION, generation)]})
         for table in FULL_TABLES:
             data.remove_other_generations(table, generation)
@@ -98,9 +97,8 @@ def _publish_sql(table: str) -> str:
           CASE WHEN h.in_best_chain THEN s.prev_height IS NOT NULL END AS spent,
           {height_range}
         FROM so o JOIN headers h ON h.hash = o.block_hash
-        LEFT JOIN (SELECT DISTINCT prev_height, prev_pos, prev_vout FROM res
-                   WHERE value IS NOT NULL) s
-          ON h.in_best_chain AND s.prev_height = h.height AND s.prev_pos = o.tx_position
+        LEFT JOIN (SELECT prev_height, lower(hex(prev_txid)) AS prev_txid, prev_vout FROM res) s
+          ON h.in_best_chain AND s.prev_height = h.height AND s.prev_txid = o.txid
              AND s.prev_vout = o.vout"""
 
 

@@ -5,6 +5,7 @@
 
 pub mod btc;
 mod btc_headers_py;
+mod chain_state_py;
 mod core_index_py;
 pub mod datasets;
 pub mod eth;
@@ -253,6 +254,7 @@ fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny
         "btc_records" => datasets::btc_records::build(0, Default::default()),
         "btc_events" => datasets::btc_events::build(0, &[]),
         "headers" => arrow_array::RecordBatch::new_empty(datasets::btc_headers::schema()),
+        "btc_spends" => arrow_array::RecordBatch::new_empty(chain_state_py::spends_schema()),
         other if datasets::btc_bodies::schema(other).is_some() => {
             arrow_array::RecordBatch::new_empty(datasets::btc_bodies::schema(other).unwrap())
         }
@@ -346,7 +348,8 @@ fn display_hash(internal: &[u8]) -> String {
 /// Generates a test chain under `outdir/blocks`; returns the facts for expected.json.
 #[pyfunction]
 #[pyo3(signature = (outdir, blocks, network_name="regtest", seed=1, file_size=134_217_728, xor=true,
-                    shuffle_window=16, side_branches=0, orphans=0, tx_min=1, tx_max=1))]
+                    shuffle_window=16, side_branches=0, orphans=0, tx_min=1, tx_max=1,
+                    reorg_depth=0, reorg_back=false))]
 #[allow(clippy::too_many_arguments)]
 fn generate_bitcoin<'py>(
     py: Python<'py>,
@@ -361,6 +364,8 @@ fn generate_bitcoin<'py>(
     orphans: usize,
     tx_min: usize,
     tx_max: usize,
+    reorg_depth: u64,
+    reorg_back: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = btc::gen::GenConfig {
         network: network(network_name)?,
@@ -373,6 +378,8 @@ fn generate_bitcoin<'py>(
         orphans,
         tx_min,
         tx_max,
+        reorg_depth,
+        reorg_back,
     };
     let dir = outdir.join("blocks");
     let s = py
@@ -396,6 +403,7 @@ fn generate_bitcoin<'py>(
     d.set_item("total_amount", s.utxo_total)?;
     d.set_item("duplicates", 0)?;
     d.set_item("records", s.records)?;
+    d.set_item("reorg_records", s.reorg_records)?;
     d.set_item("files", s.files)?;
     d.set_item("bytes", s.bytes)?;
     d.set_item(
@@ -437,5 +445,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     flow::py::register(m)?;
     core_index_py::register(m)?;
     btc_headers_py::register(m)?;
+    chain_state_py::register(m)?;
     Ok(())
 }

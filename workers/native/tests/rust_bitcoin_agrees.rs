@@ -21,6 +21,8 @@ fn generated_chain_headers_match_rust_bitcoin() {
         orphans: 3,
         tx_min: 1,
         tx_max: 6,
+        reorg_depth: 0,
+        reorg_back: false,
     };
     let summary = generate(&cfg, &dir.join("blocks")).unwrap();
     let scan_cfg = ScanConfig {

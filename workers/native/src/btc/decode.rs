@@ -26,41 +26,64 @@ pub const MAX_MONEY: u64 = 21_000_000 * 100_000_000;
 const READ_WINDOW: usize = 8 << 20;
 
 #[derive(Clone, Copy, Default)]
-struct InSpan {
-    prev: usize,
-    script: (usize, usize),
+pub(crate) struct InSpan {
+    /// Where the input's prevout (txid 32 | vout u32 LE) starts.
+    pub(crate) prev: usize,
+    pub(crate) script: (usize, usize),
     sequence: u32,
     wit_start: usize,
     wit_n: usize,
 }
 
 #[derive(Clone, Copy, Default)]
-struct OutSpan {
-    value: u64,
-    script: (usize, usize),
+pub(crate) struct OutSpan {
+    pub(crate) value: u64,
+    pub(crate) script: (usize, usize),
 }
 
 #[derive(Clone, Copy, Default)]
-struct TxSpan {
+pub(crate) struct TxSpan {
     start: usize,
     end: usize,
     version: i32,
     lock_time: u32,
-    ins: (usize, usize),
-    outs: (usize, usize),
+    pub(crate) ins: (usize, usize),
+    pub(crate) outs: (usize, usize),
     stripped_size: usize,
     has_witness: bool,
-    txid: [u8; 32],
+    pub(crate) txid: [u8; 32],
     wtxid: [u8; 32],
 }
 
 /// Reusable parse buffers (cleared per block, never shrunk).
 #[derive(Default)]
-struct Spans {
-    txs: Vec<TxSpan>,
-    ins: Vec<InSpan>,
-    outs: Vec<OutSpan>,
+pub(crate) struct Spans {
+    pub(crate) txs: Vec<TxSpan>,
+    pub(crate) ins: Vec<InSpan>,
+    pub(crate) outs: Vec<OutSpan>,
     wit: Vec<(usize, usize)>,
+}
+
+impl Spans {
+    /// Frames a whole block (header first) into these buffers; returns (bytes consumed,
+    /// weight).
+    pub(crate) fn parse_block(&mut self, data: &[u8]) -> Result<(usize, u64), DecodeError> {
+        self.txs.clear();
+        self.ins.clear();
+        self.outs.clear();
+        self.wit.clear();
+        let mut c = Cursor::new(data);
+        c.skip(HEADER_LEN)?;
+        let n_tx = c.compact_size()?;
+        let mut stripped = c.pos();
+        for _ in 0..n_tx {
+            let tx = parse_tx_spans(&mut c, data, self)?;
+            stripped += tx.stripped_size;
+            self.txs.push(tx);
+        }
+        let consumed = c.pos();
+        Ok((consumed, 3 * stripped as u64 + consumed as u64))
+    }
 }
 
 /// Growable string column that can be built without a per-value allocation.
@@ -450,22 +473,7 @@ impl BodyDecoder {
     }
 
     fn parse(&mut self, data: &[u8]) -> Result<(usize, u64), DecodeError> {
-        let sp = &mut self.spans;
-        sp.txs.clear();
-        sp.ins.clear();
-        sp.outs.clear();
-        sp.wit.clear();
-        let mut c = Cursor::new(data);
-        c.skip(HEADER_LEN)?;
-        let n_tx = c.compact_size()?;
-        let mut stripped = c.pos();
-        for _ in 0..n_tx {
-            let tx = parse_tx_spans(&mut c, data, sp)?;
-            stripped += tx.stripped_size;
-            sp.txs.push(tx);
-        }
-        let consumed = c.pos();
-        Ok((consumed, 3 * stripped as u64 + consumed as u64))
+        self.spans.parse_block(data)
     }
 
     /// Context-free checks in Core's order; the reject reason of the first that fails.

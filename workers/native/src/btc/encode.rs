@@ -140,6 +140,20 @@ pub fn write_core_varint(out: &mut Vec<u8>, mut n: u64) {
     out.extend(tmp[..=len].iter().rev());
 }
 
+/// Reads a Core `VARINT` from the start of `b`: (value, bytes used), None if cut short or
+/// over 64 bits.
+pub fn read_core_varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut n: u64 = 0;
+    for (i, &byte) in b.iter().enumerate().take(10) {
+        n = n.checked_mul(128)?.checked_add((byte & 0x7f) as u64)?;
+        if byte & 0x80 == 0 {
+            return Some((n, i + 1));
+        }
+        n = n.checked_add(1)?;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,6 +37,11 @@ pub struct GenConfig {
     pub orphans: usize,
     pub tx_min: usize,
     pub tx_max: usize,
+    /// A reorg written after everything else: a branch forking `reorg_depth` blocks below the
+    /// main tip, one block longer, so it wins (0: none).
+    pub reorg_depth: u64,
+    /// Then two more main-chain blocks, so the main chain wins again.
+    pub reorg_back: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -57,6 +62,9 @@ pub struct GenSummary {
     /// The best chain's final UTXO set as `gettxoutsetinfo` counts it (genesis excluded).
     pub utxo_count: u64,
     pub utxo_total: u64,
+    /// The records the reorg appended last, in order: (branch blocks, main-chain blocks after
+    /// it); a folder cut before them holds the chain as it was before the reorg.
+    pub reorg_records: (u64, u64),
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -329,7 +337,7 @@ struct Coin {
 
 /// The generator's own view of the best chain's UTXO set: main-chain transactions spend real,
 /// mature outputs, so a reindex has spends to resolve and a known final set to reach.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Wallet {
     spendable: Vec<Coin>,
     immature: std::collections::VecDeque<(u64, Coin)>,
@@ -498,6 +506,37 @@ impl<'a> BlkWriter<'a> {
     }
 }
 
+/// One block at `height` on `prev` whose transactions spend `wallet`'s mature coins (and whose
+/// coinbase joins it): (hash, bytes).
+fn wallet_block(
+    rng: &mut SmallRng,
+    wallet: &mut Wallet,
+    prev: [u8; 32],
+    height: u64,
+    time: u32,
+    k: usize,
+    pow_limit: U256,
+) -> ([u8; 32], Vec<u8>) {
+    wallet.mature_at(height);
+    let mut fees = 0;
+    let spends: Vec<TxBytes> = (1..k)
+        .filter_map(|_| wallet.spend(rng))
+        .map(|(tx, fee)| {
+            fees += fee;
+            tx
+        })
+        .collect();
+    let value = generated_subsidy(height) + fees;
+    let (hash, block, cb_txid) = assemble_block(rng, prev, height, time, &spends, value, pow_limit);
+    let coin = Coin {
+        txid: cb_txid,
+        vout: 0,
+        value,
+    };
+    wallet.immature.push_back((height, coin));
+    (hash, block)
+}
+
 pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     if !GENERATED_NETWORKS.contains(&cfg.network) {
         return Err(io::Error::new(
@@ -529,29 +568,50 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     let mut chain: Vec<([u8; 32], Vec<u8>)> = Vec::with_capacity(n as usize);
     chain.push((genesis_hash, genesis));
     let mut wallet = Wallet::default();
+    let fork = (cfg.reorg_depth > 0 && cfg.reorg_depth + 1 < n).then(|| n - 1 - cfg.reorg_depth);
+    let mut fork_wallet = None;
     for h in 1..n {
         let prev = chain[h as usize - 1].0;
         let time = genesis_time + 600 * h as u32;
         let k = tx_count(&mut rng);
-        wallet.mature_at(h);
-        let mut fees = 0;
-        let spends: Vec<TxBytes> = (1..k)
-            .filter_map(|_| wallet.spend(&mut rng))
-            .map(|(tx, fee)| {
-                fees += fee;
-                tx
-            })
-            .collect();
-        let value = generated_subsidy(h) + fees;
-        let (hash, block, cb_txid) =
-            assemble_block(&mut rng, prev, h, time, &spends, value, pow_limit);
-        let coin = Coin {
-            txid: cb_txid,
-            vout: 0,
-            value,
-        };
-        wallet.immature.push_back((h, coin));
-        chain.push((hash, block));
+        chain.push(wallet_block(
+            &mut rng,
+            &mut wallet,
+            prev,
+            h,
+            time,
+            k,
+            pow_limit,
+        ));
+        if fork == Some(h) {
+            fork_wallet = Some(wallet.clone());
+        }
+    }
+    // The reorg: a branch with real spends of the set at the fork, one block longer than the
+    // main chain above it; then (reorg_back) two more main-chain blocks.
+    let mut branch: Vec<([u8; 32], Vec<u8>)> = Vec::new();
+    let mut back: Vec<([u8; 32], Vec<u8>)> = Vec::new();
+    if let (Some(fork), Some(mut bw)) = (fork, fork_wallet) {
+        let mut prev = chain[fork as usize].0;
+        for h in fork + 1..=n {
+            let time = genesis_time + 600 * h as u32 + 3;
+            let k = tx_count(&mut rng);
+            let b = wallet_block(&mut rng, &mut bw, prev, h, time, k, pow_limit);
+            prev = b.0;
+            branch.push(b);
+        }
+        if cfg.reorg_back {
+            let mut prev = chain[n as usize - 1].0;
+            for h in n..n + 2 {
+                let time = genesis_time + 600 * h as u32;
+                let k = tx_count(&mut rng);
+                let b = wallet_block(&mut rng, &mut wallet, prev, h, time, k, pow_limit);
+                prev = b.0;
+                back.push(b);
+            }
+        } else {
+            wallet = bw;
+        }
     }
     let (summary_utxo_count, summary_utxo_total) = wallet.count_and_total();
     // Arrival order: genesis first, then each window of the main chain shuffled.
@@ -563,10 +623,20 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         tip_hash: chain[n as usize - 1].0,
         ..Default::default()
     };
-    summary.heights = chain
+    let final_chain: Vec<[u8; 32]> = if !back.is_empty() {
+        chain.iter().chain(&back).map(|b| b.0).collect()
+    } else if !branch.is_empty() {
+        let fork = fork.unwrap() as usize;
+        chain[..=fork].iter().chain(&branch).map(|b| b.0).collect()
+    } else {
+        chain.iter().map(|b| b.0).collect()
+    };
+    summary.tip_height = final_chain.len() as u64 - 1;
+    summary.tip_hash = *final_chain.last().unwrap();
+    summary.heights = final_chain
         .iter()
         .enumerate()
-        .map(|(h, b)| (h as u64, b.0))
+        .map(|(h, b)| (h as u64, *b))
         .collect();
     let w = cfg.shuffle_window.max(1);
     let mut main_positions: Vec<usize> = (1..chain.len()).collect();
@@ -616,6 +686,11 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         blocks_out.push((slot, bytes));
     }
     blocks_out.sort_by_key(|b| b.0);
+    // The reorg's records come last, after every other record.
+    summary.reorg_records = (branch.len() as u64, back.len() as u64);
+    for (_, bytes) in branch.into_iter().chain(back) {
+        blocks_out.push((u64::MAX, bytes));
+    }
 
     let mut writer = BlkWriter {
         dir: blocks_dir,
@@ -636,8 +711,9 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     summary.files = writer.finish()?;
 
     if cfg.network == Network::Regtest {
-        summary.blocks_indexed = n + summary.side_branch_blocks;
-        summary.chainwork = block_work(GENERATED_BITS) * U256::from(n);
+        summary.blocks_indexed =
+            n + summary.side_branch_blocks + summary.reorg_records.0 + summary.reorg_records.1;
+        summary.chainwork = block_work(GENERATED_BITS) * U256::from(summary.tip_height + 1);
     } else {
         // Regtest difficulty is above every other network's limit: only genesis is valid.
         summary.blocks_indexed = 1;

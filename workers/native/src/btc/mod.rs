@@ -2,6 +2,7 @@
 //! test-chain generator. Nothing here knows about Arrow or Python (see `datasets`).
 
 pub mod block;
+pub mod chain_state;
 pub mod core_index;
 pub mod core_index_plan;
 pub mod decode;

@@ -1,0 +1,189 @@
+"""The DuckDB session the ``publish`` and ``indexes`` stages read: the current headers
+generation, the staged body parts and the chain state's resolved spends as views, the best
+chain, and each best-chain transaction's input value (``tx_in``).
+
+Memory: DuckDB's buffer pool gets ``DUCKDB_BUDGET_SHARE`` of the budget (it spills to
+DATADIR/tmp/duckdb beyond that); the other half is for what the coordinator holds beside the
+pool. Large sorts run in slices by txid (``Slices``) sized to DuckDB's share of the budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from rechain.pipeline import btc_bodies
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.query import current_generation
+from rechain.pipeline.stages.bitcoin import chain_state
+from rechain.pipeline.store import DataDir
+from rechain.schemas import bitcoin as ds
+
+log = logging.getLogger(__name__)
+#: DuckDB's memory limit never goes below this, whatever the budget (its fixed working set:
+#: a query's operators, Parquet readers and writers, the small per-slice hash tables).
+MIN_DUCKDB_BYTES = 48 << 20
+#: How the budget is split in the stages after the body pass. DuckDB's buffer pool takes this
+#: share; the rest is what the coordinator holds beside it: DuckDB's allocations outside its
+#: pool (measured ~90 MiB at 8,000 blocks, whatever the limit), Arrow batches streamed into
+#: the SST writer, RocksDB's and the interpreter's growth over the heap left by the body pass.
+DUCKDB_BUDGET_SHARE = 0.5
+#: Bytes one best-chain output takes in a slice's join hash table (its 32-byte txid out of
+#: line with the string header, vout, value, height, position, hash and row pointer).
+JOIN_ROW_BYTES = 96
+#: Sorts run in at most 2**this slices by txid (each slice's partitioned write keeps a buffer
+#: and an open file).
+MAX_SLICE_BITS = 6
+#: Rows all slices' partition buffers hold together before flushing to their files.
+SLICE_FLUSH_ROWS = 65_536
+PARTITION_FLUSH_ROWS = 16_384
+
+
+@contextlib.contextmanager
+def duckdb_memory_errors(data: DataDir, budget: int) -> Iterator[None]:
+    """DuckDB running out of its share of the budget, as the user's error."""
+    try:
+        yield
+    except (duckdb.OutOfMemoryException, OSError) as e:
+        # A query streamed through Arrow (UTXO set, tx index) reports it as an OSError.
+        if not isinstance(e, duckdb.OutOfMemoryException) and "Out of Memory" not in str(e):
+            raise
+        raise RechainError(
+            f"the full decode needs more memory than --memory-budget {budget >> 20}M gives "
+            f"DuckDB (it spills to {data.path / 'tmp' / 'duckdb'} where it can): {e}"
+        ) from e
+
+
+def duckdb_bytes(budget: int) -> int:
+    """DuckDB's memory_limit: its share of the budget (``DUCKDB_BUDGET_SHARE``)."""
+    return int(max(budget * DUCKDB_BUDGET_SHARE, MIN_DUCKDB_BYTES))
+
+
+def slice_bits(outputs: int, memory_limit: int) -> int:
+    """log2 of the slice count that keeps one slice's join hash table within a quarter of
+    DuckDB's memory limit (the rest holds the probe side, the window over duplicates and the
+    result being written)."""
+    bits = 0
+    while bits < MAX_SLICE_BITS and (outputs >> bits) * JOIN_ROW_BYTES > memory_limit // 4:
+        bits += 1
+    return bits
+
+
+def sql_list(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def hex_sql(blob: str) -> str:
+    """SQL for the published lower-case hex of a staged byte column (DuckDB's hex() is upper)."""
+    return f"lower(hex({blob}))"
+
+
+def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnection:
+    """DuckDB over the current headers generation, the registered staged parts and the chain
+    state's resolved spends (``res``), with ``best`` and ``tx_in``."""
+    spill = data.path / "tmp" / "duckdb"
+    spill.mkdir(parents=True, exist_ok=True)
+    # A database file rather than memory: its tables (the best chain's outputs and resolved
+    # spends) are paged by DuckDB's buffer manager, so they may exceed the memory budget.
+    db_file = spill / "chain.duckdb"
+    for stale in (db_file, db_file.with_name(db_file.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    con = duckdb.connect(str(db_file))
+    con.execute(f"SET memory_limit='{duckdb_bytes(budget) // (1 << 20)}MB'")
+    con.execute(f"SET temp_directory='{spill}'")
+    con.execute(f"SET threads={max(workers, 1)}")
+    con.execute("SET preserve_insertion_order=false")
+    # Partitioned writes buffer this many rows per partition and thread before flushing; the
+    # default (512k rows, with witness lists) alone exceeds a small budget.
+    con.execute(f"SET partitioned_write_flush_threshold={PARTITION_FLUSH_ROWS}")
+    gen = current_generation(data.parquet_dir(ds.HEADERS))
+    if gen is None:
+        raise RechainError("the header pass published no headers table")
+    con.execute(f"CREATE VIEW headers AS SELECT * FROM read_parquet('{gen}/*.parquet')")
+    for alias, table in (
+        ("sb", "blocks"),
+        ("st", "transactions"),
+        ("si", "inputs"),
+        ("so", "outputs"),
+    ):
+        files = btc_bodies.part_files(data, table)
+        if files:
+            source = f"read_parquet({sql_list(files)})"
+        else:
+            empty = pa.Table.from_batches([ds.empty(ds.BODY_STAGED[table])])
+            con.register(f"{alias}_empty", empty)
+            source = f"{alias}_empty"
+        # Staged hashes are raw bytes: the chain state joins them as such (``{alias}_raw``),
+        # the published tables see them as display hex.
+        con.execute(f"CREATE VIEW {alias}_raw AS SELECT * FROM {source}")
+        hashes = ", ".join(
+            f"{hex_sql(c)} AS {c}" for c in ds.staged_hash_columns(ds.BODY_STAGED[table])
+        )
+        con.execute(f"CREATE VIEW {alias} AS SELECT * REPLACE ({hashes}) FROM {alias}_raw")
+    spends = chain_state.spend_files(data)
+    if spends:
+        con.execute(f"CREATE VIEW res AS SELECT * FROM read_parquet({sql_list(spends)})")
+    else:
+        con.register("res", pa.Table.from_batches([chain_state.empty_spends()]))
+    con.execute(
+        """CREATE OR REPLACE TABLE best AS
+        SELECT hash, from_hex(hash) AS raw, height FROM headers WHERE in_best_chain"""
+    )
+    # Each best-chain transaction's inputs (every spend of the applied chain resolved).
+    con.execute(
+        """CREATE OR REPLACE TABLE tx_in AS
+        SELECT b.hash AS block_hash, f.position, f.input_value, f.resolved
+        FROM (SELECT height, pos AS position, sum(value)::UBIGINT AS input_value,
+                     count(value) = count(*) AS resolved
+              FROM res GROUP BY ALL) f
+        JOIN best b ON b.height = f.height"""
+    )
+    return con
+
+
+@dataclass(frozen=True)
+class Slices:
+    """Best-chain outputs and spends (and, for the tx index, every transaction) partitioned
+    by txid into ``2**bits`` Parquet slices under ``dir``. Slice k holds the txids whose
+    internal first byte has k as its top ``bits`` bits, so a spend and the output it spends
+    share a slice, and slices in order are txids in chainstate (internal byte) order: each
+    slice is joined or sorted on its own, within a bounded memory, and the results appended
+    in slice order are those of one query over everything."""
+
+    dir: Path
+    bits: int
+
+    @property
+    def count(self) -> int:
+        return 1 << self.bits
+
+    def bucket(self, txid: str) -> str:
+        """SQL for the slice of a staged (display-order) txid: its last byte leads internally."""
+        return f"(('0x' || hex({txid}[32:32]))::INTEGER >> {8 - self.bits})"
+
+    def partition(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> None:
+        """Writes ``sql`` (with a ``bucket`` column) as slices of ``name``, and an empty
+        table ``{name}_none`` of its columns for slices that got no rows."""
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {name}_none AS SELECT * EXCLUDE (bucket) "
+            f"FROM ({sql}) WHERE false"
+        )
+        flush = max(1024, SLICE_FLUSH_ROWS >> self.bits)
+        con.execute(f"SET partitioned_write_flush_threshold={flush}")
+        try:
+            con.execute(
+                f"COPY ({sql}) TO '{self.dir / name}' (FORMAT PARQUET, "
+                "PARTITION_BY (bucket), COMPRESSION SNAPPY, OVERWRITE_OR_IGNORE)"
+            )
+        finally:
+            con.execute(f"SET partitioned_write_flush_threshold={PARTITION_FLUSH_ROWS}")
+
+    def source(self, name: str, k: int) -> str:
+        """SQL for slice k of ``name``."""
+        files = sorted(str(f) for f in (self.dir / name / f"bucket={k}").glob("*.parquet"))
+        return f"read_parquet({sql_list(files)})" if files else f"{name}_none"

@@ -1,0 +1,146 @@
+"""Reorgs in the node's folder, full mode: new blocks make a branch 1 or 6 blocks deep the
+best chain, or such a branch wins and then loses again to the old chain. Each rerun unwinds
+the chain state to the fork point from its undo data and applies the new best chain, and
+must end exactly where a fresh full reindex of the same files does: the verify digest's
+content (block index, best chain, UTXO set, undo data, tx index, tables), hash_serialized_3
+and every table's rows. A kill -9 between the unwind's commit and the new branch's, or
+between a chunk's staged spends and its commit, changes nothing of that."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rechain.pipeline.store import DataDir
+from rechain.pipeline.verify import digest, verify
+
+from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd
+
+#: name -> gen arguments of the reorg
+SCENARIOS = {
+    "1-deep": ("--reorg", "1"),
+    "6-deep": ("--reorg", "6"),
+    "6-deep-then-back": ("--reorg", "6", "--reorg-back"),
+}
+
+Cut = tuple[int, int]
+
+
+@pytest.fixture(scope="module")
+def chains(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[Path, dict[str, Any], list[Cut]]]:
+    """Each scenario's complete folder, its facts, and where the folder stood before each
+    step of the reorg (file, offset of the first record not yet written)."""
+    out = {}
+    for name, args in SCENARIOS.items():
+        root = tmp_path_factory.mktemp(f"reorg-{name}")
+        facts = gen_chain(
+            root, "--blocks", "260", "--tx-per-block", "1:12", "--file-size", "120K",
+            "--seed", "11", *args,
+        )  # fmt: skip
+        branch, back = facts["reorg_records"]
+        assert branch == int(args[1]) + 1 and back == (2 if "--reorg-back" in args else 0)
+        ref = tmp_path_factory.mktemp(f"reorg-{name}-headers")
+        reindex(root / "blocks", ref, "--mode", "headers")
+        rows = cli_json(
+            "query", "--data", ref, 'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
+            "--format", "json",
+        )  # fmt: skip
+        tail = [(int(r["file"]), int(r["offset"])) for r in rows[-(branch + back) :]]
+        cuts = [tail[0]] + ([tail[branch]] if back else [])
+        out[name] = (root, facts, cuts)
+    return out
+
+
+def node_folder(root: Path, blocks: Path, cut: Cut | None) -> None:
+    """``blocks`` as the node had it when it had written everything before ``cut`` (all of
+    ``root``'s files when None): earlier files whole, the file of the cut ending there."""
+    blocks.mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "blocks" / "xor.dat", blocks / "xor.dat")
+    for f in sorted((root / "blocks").glob("blk*.dat")):
+        file_no = int(f.name[3:8])
+        if cut is None or file_no < cut[0]:
+            shutil.copy(f, blocks / f.name)
+        elif file_no == cut[0]:
+            (blocks / f.name).write_bytes(f.read_bytes()[: cut[1]])
+
+
+def content(data: Path) -> dict[str, str]:
+    with DataDir(data, readonly=True) as d:
+        return digest(d)
+
+
+def fresh_content(blocks: Path, tmp: Path) -> dict[str, str]:
+    data = tmp / "fresh"
+    shutil.rmtree(data, ignore_errors=True)
+    reindex(blocks, data, "--mode", "full")
+    return content(data)
+
+
+def run_killed_at(cmd: list[str], point: str, nth: int = 1) -> None:
+    """Runs ``cmd`` until its coordinator kills itself at ``point`` (``RECHAIN_KILL_AT``),
+    then kills what it left (Ray's processes)."""
+    env = {**os.environ, "RECHAIN_KILL_AT": f"{point}:{nth}"}
+    # Output to a file, not a pipe: Ray's processes outlive the coordinator holding it open.
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out)
+        proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out.seek(0)
+        tail = out.read().decode(errors="replace")[-3000:]
+    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{tail}"
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_a_rerun_after_a_reorg_equals_a_fresh_reindex(
+    chains: Any, tmp_path: Path, name: str
+) -> None:
+    root, facts, cuts = chains[name]
+    blocks, data = tmp_path / "blocks", tmp_path / "data"
+    steps: list[Cut | None] = [*cuts, None]
+    for i, cut in enumerate(steps):
+        node_folder(root, blocks, cut)
+        run = reindex(blocks, data, "--mode", "full")
+        assert content(data) == fresh_content(blocks, tmp_path), f"step {i} ({cut})"
+        if i > 0:
+            # The old tip's blocks were unwound from their undo data, not the whole chain.
+            depth = int(SCENARIOS[name][1])
+            unwound = run["run"]["chain_state_unwound"]
+            assert (unwound, run["run"]["chain_state_applied"]) == (
+                (depth, depth + 1) if i == 1 else (depth + 1, depth + 2)
+            )
+    assert run["tip_hash"] == facts["tip_hash"]
+    assert (run["full"]["utxo_count"], run["full"]["total_amount"]) == (
+        facts["utxo_count"],
+        facts["total_amount"],
+    )
+    assert verify(data)["ok"]
+
+
+@pytest.mark.parametrize(
+    "point", ["chain_state.unwound", "chain_state.spends_written", "chain_state.applied"]
+)
+def test_a_reorg_run_killed_in_the_chain_state_resumes_to_the_fresh_result(
+    chains: Any, tmp_path: Path, point: str
+) -> None:
+    root, _, cuts = chains["6-deep"]
+    blocks, data = tmp_path / "blocks", tmp_path / "data"
+    node_folder(root, blocks, cuts[0])
+    reindex(blocks, data, "--mode", "full")
+    node_folder(root, blocks, None)
+    run_killed_at(reindex_cmd(blocks, data, "--mode", "full"), point)
+    run = reindex(blocks, data, "--mode", "full")
+    assert content(data) == fresh_content(blocks, tmp_path)
+    # The resumed run did not start over: at most the reorg's blocks were applied again.
+    assert run["run"].get("chain_state_applied", 0) <= 7
+    assert verify(data)["ok"]

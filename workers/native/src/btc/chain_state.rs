@@ -1,0 +1,795 @@
+//! The chain state: the UTXO set advanced block by block in height order, with the consensus
+//! rules that need it (Core's `CheckTxInputs`, BIP34's coinbase height, the coinbase amount)
+//! and per-block undo data, so that a reorg rolls the set back exactly (Core's `rev*.dat`).
+//!
+//! The set itself lives in RocksDB (`btc_utxo`, keys and values as in `utxo.rs`); a `Chunk`
+//! is a bounded run of consecutive best-chain blocks. The caller reads the coins the chunk
+//! spends from the database (`Chunk::needed`), `Chunk::apply` advances them, and the caller
+//! writes the net change, the undo records and its checkpoint in one batch.
+//!
+//! ```text
+//! btc_undo  key: height u32 big-endian
+//!           value: UNDO_VERSION u8 | block hash (internal, 32)
+//!                  | n_created u32 LE | (key len u8 | key | coin value u64 LE) * n_created
+//!                  | n_restored u32 LE | (key len u8 | key | value len u32 LE | value) * n_restored
+//! ```
+//! Unwinding a block deletes the coins it created (as they are after the block) and puts back
+//! the coins it spent or overwrote (as they were before it): the exact inverse of applying it.
+
+use super::decode::{coinbase_height, Spans};
+use super::encode::write_core_varint;
+use super::header::{sha256d, HEADER_LEN};
+use super::network::Network;
+use super::scan::xor_decode;
+use super::utxo::UTXO_KEY_PREFIX;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+pub const UNDO_VERSION: u8 = 1;
+/// Blocks a coinbase output waits before it may be spent.
+pub const COINBASE_MATURITY: u32 = 100;
+/// Scripts longer than this (bytes) are unspendable (Core's MAX_SCRIPT_SIZE).
+pub const MAX_SCRIPT_SIZE: usize = 10_000;
+const OP_RETURN: u8 = 0x6a;
+
+type Key = Vec<u8>;
+
+/// `btc_utxo` key of an outpoint: 'C' | txid (internal order) | VARINT(vout).
+pub fn utxo_key(txid: &[u8], vout: u32) -> Key {
+    let mut key = Vec::with_capacity(38);
+    key.push(UTXO_KEY_PREFIX);
+    key.extend_from_slice(txid);
+    write_core_varint(&mut key, vout as u64);
+    key
+}
+
+/// `btc_utxo` value: code u32 LE (height * 2 + coinbase) | value u64 LE | script.
+pub fn coin_value(height: u32, coinbase: bool, value: u64, script: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(12 + script.len());
+    v.extend_from_slice(&(height * 2 + coinbase as u32).to_le_bytes());
+    v.extend_from_slice(&value.to_le_bytes());
+    v.extend_from_slice(script);
+    v
+}
+
+/// (height, coinbase, value) of a `btc_utxo` value.
+pub fn coin_fields(v: &[u8]) -> Result<(u32, bool, u64), String> {
+    if v.len() < 12 {
+        return Err(format!("UTXO value of {} bytes", v.len()));
+    }
+    let code = u32::from_le_bytes(v[..4].try_into().unwrap());
+    Ok((
+        code / 2,
+        code & 1 == 1,
+        u64::from_le_bytes(v[4..12].try_into().unwrap()),
+    ))
+}
+
+/// Core's block subsidy at `height`.
+pub fn subsidy(height: u32, halving_interval: u64) -> u64 {
+    let halvings = height as u64 / halving_interval;
+    if halvings >= 64 {
+        0
+    } else {
+        5_000_000_000u64 >> halvings
+    }
+}
+
+/// One best-chain block to apply: where its record is, and what it must hash to.
+pub struct SourceBlock {
+    pub height: u32,
+    pub hash: [u8; 32],
+    pub path: PathBuf,
+    /// Offset of the record's magic.
+    pub offset: u64,
+}
+
+struct LoadedBlock {
+    height: u32,
+    hash: [u8; 32],
+    data: Vec<u8>,
+    spans: Spans,
+}
+
+/// One best-chain spend, resolved (a row of the `spends` staging table).
+#[derive(Default)]
+pub struct SpendRows {
+    pub height: Vec<u32>,
+    pub pos: Vec<u32>,
+    pub vin: Vec<u32>,
+    pub value: Vec<u64>,
+    pub prev_height: Vec<u32>,
+    /// Display order (as the staged body tables hold txids).
+    pub prev_txid: Vec<[u8; 32]>,
+    pub prev_vout: Vec<u32>,
+}
+
+/// What applying a chunk did: the net change to `btc_utxo`, one undo record per applied block,
+/// the resolved spends, and the first block that broke a rule (nothing from it on applied).
+#[derive(Default)]
+pub struct Applied {
+    pub blocks: u32,
+    /// (height, hash) of the last applied block.
+    pub tip: Option<(u32, [u8; 32])>,
+    pub puts: Vec<(Key, Vec<u8>)>,
+    pub deletes: Vec<Key>,
+    pub undo: Vec<(u32, Vec<u8>)>,
+    pub spends: SpendRows,
+    pub count_delta: i64,
+    pub amount_delta: i128,
+    /// (height, hash, Core's reject reason).
+    pub failure: Option<(u32, [u8; 32], &'static str)>,
+}
+
+/// A run of consecutive best-chain blocks, read and framed, and the coins it needs from the
+/// database: every outpoint it spends that it does not create first, and its coinbase outputs
+/// (a coinbase can repeat an earlier one's txid, BIP30, and overwrite its unspent outputs).
+pub struct Chunk {
+    network: Network,
+    blocks: Vec<LoadedBlock>,
+    pub needed: Vec<Key>,
+}
+
+/// Reads one block record (magic, size, block) at `offset` of an open blk file.
+fn read_record(
+    file: &File,
+    len: u64,
+    offset: u64,
+    key: [u8; 8],
+    magic: [u8; 4],
+) -> Result<Vec<u8>, String> {
+    let xor = |buf: &mut Vec<u8>, pos: u64| {
+        if key != [0u8; 8] {
+            let raw = std::mem::take(buf);
+            let mut out = vec![0u8; raw.len()];
+            xor_decode(&raw, &mut out, key, pos);
+            *buf = out;
+        }
+    };
+    if offset + 8 > len {
+        return Err("record lies past the end of the file".into());
+    }
+    let mut head = vec![0u8; 8];
+    file.read_exact_at(&mut head, offset)
+        .map_err(|e| e.to_string())?;
+    xor(&mut head, offset);
+    if head[..4] != magic {
+        return Err("no block magic at the indexed offset (file changed?)".into());
+    }
+    let size = u32::from_le_bytes(head[4..8].try_into().unwrap()) as u64;
+    if offset + 8 + size > len {
+        return Err("block runs past the end of the file".into());
+    }
+    let mut data = vec![0u8; size as usize];
+    file.read_exact_at(&mut data, offset + 8)
+        .map_err(|e| e.to_string())?;
+    xor(&mut data, offset + 8);
+    Ok(data)
+}
+
+fn display(hash: &[u8; 32]) -> String {
+    hash.iter().rev().map(|b| format!("{b:02x}")).collect()
+}
+
+fn spendable(height: u32, script: &[u8]) -> bool {
+    // The genesis coinbase is not in the set; nor are provably unspendable scripts (Core's
+    // IsUnspendable: OP_RETURN first, or longer than MAX_SCRIPT_SIZE).
+    height > 0 && script.len() <= MAX_SCRIPT_SIZE && script.first() != Some(&OP_RETURN)
+}
+
+impl Chunk {
+    /// Reads and frames `blocks` (consecutive heights, ascending) from their blk files.
+    pub fn load(
+        network: Network,
+        xor_key: [u8; 8],
+        blocks: Vec<SourceBlock>,
+    ) -> Result<Chunk, String> {
+        let magic = network.magic();
+        let mut open: HashMap<PathBuf, (File, u64)> = HashMap::new();
+        let mut loaded = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            if !open.contains_key(&b.path) {
+                let f = File::open(&b.path).map_err(|e| format!("{}: {e}", b.path.display()))?;
+                let len = f.metadata().map_err(|e| e.to_string())?.len();
+                open.insert(b.path.clone(), (f, len));
+            }
+            let (file, len) = &open[&b.path];
+            let where_ = || {
+                format!(
+                    "block {} (height {}) at {}:{}",
+                    display(&b.hash),
+                    b.height,
+                    b.path.display(),
+                    b.offset
+                )
+            };
+            let data = read_record(file, *len, b.offset, xor_key, magic)
+                .map_err(|e| format!("{}: {e}", where_()))?;
+            if data.len() < HEADER_LEN || sha256d(&data[..HEADER_LEN]) != b.hash {
+                return Err(format!(
+                    "{}: the record there is another block (file changed?)",
+                    where_()
+                ));
+            }
+            loaded.push((b.height, b.hash, data));
+        }
+        Chunk::from_blocks(network, loaded)
+    }
+
+    /// A chunk of blocks already in memory: (height, hash, block bytes), heights ascending.
+    pub fn from_blocks(
+        network: Network,
+        blocks: Vec<(u32, [u8; 32], Vec<u8>)>,
+    ) -> Result<Chunk, String> {
+        let mut loaded = Vec::with_capacity(blocks.len());
+        for (height, hash, data) in blocks {
+            let mut spans = Spans::default();
+            spans.parse_block(&data).map_err(|e| {
+                format!(
+                    "block {} (height {height}) no longer decodes: {e}",
+                    display(&hash)
+                )
+            })?;
+            loaded.push(LoadedBlock {
+                height,
+                hash,
+                data,
+                spans,
+            });
+        }
+        let mut chunk = Chunk {
+            network,
+            blocks: loaded,
+            needed: Vec::new(),
+        };
+        chunk.needed = chunk.plan_reads();
+        Ok(chunk)
+    }
+
+    fn plan_reads(&self) -> Vec<Key> {
+        let mut created: HashSet<Key> = HashSet::new();
+        let mut needed: Vec<Key> = Vec::new();
+        let mut seen: HashSet<Key> = HashSet::new();
+        let mut need = |k: Key, created: &HashSet<Key>| {
+            if !created.contains(&k) && seen.insert(k.clone()) {
+                needed.push(k);
+            }
+        };
+        for b in &self.blocks {
+            let sp = &b.spans;
+            for (t, tx) in sp.txs.iter().enumerate() {
+                if t > 0 {
+                    for inp in &sp.ins[tx.ins.0..tx.ins.1] {
+                        let p = &b.data[inp.prev..inp.prev + 36];
+                        let vout = u32::from_le_bytes(p[32..36].try_into().unwrap());
+                        need(utxo_key(&p[..32], vout), &created);
+                    }
+                }
+                for (vout, out) in sp.outs[tx.outs.0..tx.outs.1].iter().enumerate() {
+                    if !spendable(b.height, &b.data[out.script.0..out.script.1]) {
+                        continue;
+                    }
+                    let k = utxo_key(&tx.txid, vout as u32);
+                    if t == 0 {
+                        need(k.clone(), &created);
+                    }
+                    created.insert(k);
+                }
+            }
+        }
+        needed
+    }
+
+    /// Applies the blocks in order to the coins read for `needed` (`values[i]` is the stored
+    /// value of `needed[i]`, None if absent), stopping before the first block that breaks a
+    /// rule.
+    pub fn apply(&self, values: Vec<Option<Vec<u8>>>) -> Result<Applied, String> {
+        if values.len() != self.needed.len() {
+            return Err(format!(
+                "{} values for {} needed coins",
+                values.len(),
+                self.needed.len()
+            ));
+        }
+        let stored: HashMap<Key, Option<Vec<u8>>> =
+            self.needed.iter().cloned().zip(values).collect();
+        let mut view = stored.clone();
+        let mut out = Applied::default();
+        let bip34 = self.network.bip34_height();
+        let halving = self.network.halving_interval();
+        for b in &self.blocks {
+            // The coins this block touched, as they were before it.
+            let mut before: HashMap<Key, Option<Vec<u8>>> = HashMap::new();
+            let spends_mark = out.spends.height.len();
+            let failure = apply_block(b, &mut view, &mut before, &mut out.spends, bip34, halving)?;
+            if let Some(reason) = failure {
+                for (k, v) in before {
+                    view.insert(k, v);
+                }
+                truncate_spends(&mut out.spends, spends_mark);
+                out.failure = Some((b.height, b.hash, reason));
+                break;
+            }
+            let (undo, count, amount) = undo_record(&b.hash, &before, &view)?;
+            out.undo.push((b.height, undo));
+            out.count_delta += count;
+            out.amount_delta += amount;
+            out.blocks += 1;
+            out.tip = Some((b.height, b.hash));
+        }
+        let mut changed: Vec<(Key, Option<Vec<u8>>)> = view
+            .into_iter()
+            .filter(|(k, v)| stored.get(k).map(|s| s != v).unwrap_or(v.is_some()))
+            .collect();
+        changed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (k, v) in changed {
+            match v {
+                Some(v) => out.puts.push((k, v)),
+                None => out.deletes.push(k),
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn truncate_spends(s: &mut SpendRows, n: usize) {
+    s.height.truncate(n);
+    s.pos.truncate(n);
+    s.vin.truncate(n);
+    s.value.truncate(n);
+    s.prev_height.truncate(n);
+    s.prev_txid.truncate(n);
+    s.prev_vout.truncate(n);
+}
+
+/// Applies one block to `view`; the reject reason of the rule it breaks first, in the order
+/// rechain has always reported them: BIP34 height, missing or spent input, premature coinbase
+/// spend, inputs below outputs, coinbase amount.
+fn apply_block(
+    b: &LoadedBlock,
+    view: &mut HashMap<Key, Option<Vec<u8>>>,
+    before: &mut HashMap<Key, Option<Vec<u8>>>,
+    spends: &mut SpendRows,
+    bip34: u64,
+    halving: u64,
+) -> Result<Option<&'static str>, String> {
+    let sp = &b.spans;
+    let data = &b.data;
+    let Some(coinbase) = sp.txs.first() else {
+        return Err(format!("block {} has no transactions", display(&b.hash)));
+    };
+    if b.height as u64 >= bip34 {
+        let first = &sp.ins[coinbase.ins.0];
+        let sig = &data[first.script.0..first.script.1];
+        if coinbase_height(sig) != Some(b.height as i64) {
+            return Ok(Some("bad-cb-height"));
+        }
+    }
+    let mut touch = |view: &HashMap<Key, Option<Vec<u8>>>, k: &Key| {
+        if !before.contains_key(k) {
+            before.insert(k.clone(), view.get(k).cloned().flatten());
+        }
+    };
+    let (mut premature, mut below_out) = (false, false);
+    let mut fees: u64 = 0;
+    let mut coinbase_out: u64 = 0;
+    for (t, tx) in sp.txs.iter().enumerate() {
+        let outs = &sp.outs[tx.outs.0..tx.outs.1];
+        let out_value: u64 = outs.iter().map(|o| o.value).sum();
+        if t == 0 {
+            coinbase_out = out_value;
+        } else {
+            let mut in_value: u64 = 0;
+            for (vin, inp) in sp.ins[tx.ins.0..tx.ins.1].iter().enumerate() {
+                let p = &data[inp.prev..inp.prev + 36];
+                let vout = u32::from_le_bytes(p[32..36].try_into().unwrap());
+                let k = utxo_key(&p[..32], vout);
+                let coin = match view.get(&k) {
+                    Some(Some(c)) => c,
+                    _ => return Ok(Some("bad-txns-inputs-missingorspent")),
+                };
+                let (prev_height, prev_coinbase, value) = coin_fields(coin)?;
+                premature |= prev_coinbase && b.height - prev_height < COINBASE_MATURITY;
+                in_value += value;
+                spends.height.push(b.height);
+                spends.pos.push(t as u32);
+                spends.vin.push(vin as u32);
+                spends.value.push(value);
+                spends.prev_height.push(prev_height);
+                let mut txid: [u8; 32] = p[..32].try_into().unwrap();
+                txid.reverse();
+                spends.prev_txid.push(txid);
+                spends.prev_vout.push(vout);
+                touch(view, &k);
+                view.insert(k, None);
+            }
+            if in_value < out_value {
+                below_out = true;
+            } else {
+                fees += in_value - out_value;
+            }
+        }
+        for (vout, o) in outs.iter().enumerate() {
+            let script = &data[o.script.0..o.script.1];
+            if !spendable(b.height, script) {
+                continue;
+            }
+            let k = utxo_key(&tx.txid, vout as u32);
+            touch(view, &k);
+            view.insert(k, Some(coin_value(b.height, t == 0, o.value, script)));
+        }
+    }
+    if premature {
+        return Ok(Some("bad-txns-premature-spend-of-coinbase"));
+    }
+    if below_out {
+        return Ok(Some("bad-txns-in-belowout"));
+    }
+    if coinbase_out > fees + subsidy(b.height, halving) {
+        return Ok(Some("bad-cb-amount"));
+    }
+    Ok(None)
+}
+
+/// The undo record of a block (keys sorted, so equal blocks on equal sets give equal bytes),
+/// and the change it made to the set's count and amount.
+fn undo_record(
+    hash: &[u8; 32],
+    before: &HashMap<Key, Option<Vec<u8>>>,
+    view: &HashMap<Key, Option<Vec<u8>>>,
+) -> Result<(Vec<u8>, i64, i128), String> {
+    let mut keys: Vec<&Key> = before.keys().collect();
+    keys.sort_unstable();
+    let mut created = Vec::new();
+    let mut restored = Vec::new();
+    let (mut count, mut amount) = (0i64, 0i128);
+    for k in keys {
+        let old = &before[k];
+        let new = view.get(k).cloned().flatten();
+        if let Some(v) = &new {
+            let (_, _, value) = coin_fields(v)?;
+            created.push((k, value));
+            count += 1;
+            amount += value as i128;
+        }
+        if let Some(v) = old {
+            let (_, _, value) = coin_fields(v)?;
+            restored.push((k, v));
+            count -= 1;
+            amount -= value as i128;
+        }
+    }
+    let mut u = Vec::new();
+    u.push(UNDO_VERSION);
+    u.extend_from_slice(hash);
+    u.extend_from_slice(&(created.len() as u32).to_le_bytes());
+    for (k, value) in &created {
+        u.push(k.len() as u8);
+        u.extend_from_slice(k);
+        u.extend_from_slice(&value.to_le_bytes());
+    }
+    u.extend_from_slice(&(restored.len() as u32).to_le_bytes());
+    for (k, v) in &restored {
+        u.push(k.len() as u8);
+        u.extend_from_slice(k);
+        u.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        u.extend_from_slice(v);
+    }
+    Ok((u, count, amount))
+}
+
+/// A decoded undo record.
+pub struct Undo {
+    pub hash: [u8; 32],
+    /// (key, coin value) of each coin the block created.
+    pub created: Vec<(Key, u64)>,
+    /// (key, stored value) of each coin the block spent or overwrote.
+    pub restored: Vec<(Key, Vec<u8>)>,
+}
+
+pub fn decode_undo(b: &[u8]) -> Result<Undo, String> {
+    let bad = || format!("undo record of {} bytes is malformed", b.len());
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        let s = b.get(at..at + n).ok_or_else(bad)?;
+        at += n;
+        Ok(s)
+    };
+    if take(1)? != [UNDO_VERSION] {
+        return Err(format!("unknown undo record version {:?}", b.first()));
+    }
+    let hash: [u8; 32] = take(32)?.try_into().unwrap();
+    let n = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
+    let mut created = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        let kl = take(1)?[0] as usize;
+        let k = take(kl)?.to_vec();
+        let v = u64::from_le_bytes(take(8)?.try_into().unwrap());
+        created.push((k, v));
+    }
+    let n = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
+    let mut restored = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        let kl = take(1)?[0] as usize;
+        let k = take(kl)?.to_vec();
+        let vl = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
+        restored.push((k, take(vl)?.to_vec()));
+    }
+    if at != b.len() {
+        return Err(bad());
+    }
+    Ok(Undo {
+        hash,
+        created,
+        restored,
+    })
+}
+
+/// The net change that unwinds the blocks whose undo records are given, highest first:
+/// (puts, deletes, count delta, amount delta).
+pub type Unwound = (Vec<(Key, Vec<u8>)>, Vec<Key>, i64, i128);
+
+pub fn unwind(undos_descending: &[Vec<u8>]) -> Result<Unwound, String> {
+    let mut net: HashMap<Key, Option<Vec<u8>>> = HashMap::new();
+    let (mut count, mut amount) = (0i64, 0i128);
+    for raw in undos_descending {
+        let u = decode_undo(raw)?;
+        for (k, value) in u.created {
+            count -= 1;
+            amount -= value as i128;
+            net.insert(k, None);
+        }
+        for (k, v) in u.restored {
+            let (_, _, value) = coin_fields(&v)?;
+            count += 1;
+            amount += value as i128;
+            net.insert(k, Some(v));
+        }
+    }
+    let mut changes: Vec<_> = net.into_iter().collect();
+    changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let (mut puts, mut deletes) = (Vec::new(), Vec::new());
+    for (k, v) in changes {
+        match v {
+            Some(v) => puts.push((k, v)),
+            None => deletes.push(k),
+        }
+    }
+    Ok((puts, deletes, count, amount))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undo_round_trip() {
+        let k1 = utxo_key(&[1u8; 32], 0);
+        let k2 = utxo_key(&[2u8; 32], 300);
+        let spent = coin_value(5, true, 50, b"\x51");
+        let before: HashMap<Key, Option<Vec<u8>>> =
+            [(k1.clone(), None), (k2.clone(), Some(spent.clone()))].into();
+        let view: HashMap<Key, Option<Vec<u8>>> = [
+            (k1.clone(), Some(coin_value(9, false, 40, b""))),
+            (k2.clone(), None),
+        ]
+        .into();
+        let (rec, count, amount) = undo_record(&[7u8; 32], &before, &view).unwrap();
+        assert_eq!((count, amount), (0, -10));
+        let u = decode_undo(&rec).unwrap();
+        assert_eq!(u.hash, [7u8; 32]);
+        assert_eq!(u.created, vec![(k1.clone(), 40)]);
+        assert_eq!(u.restored, vec![(k2.clone(), spent.clone())]);
+        let (puts, deletes, c, a) = unwind(&[rec]).unwrap();
+        assert_eq!(puts, vec![(k2, spent)]);
+        assert_eq!(deletes, vec![k1]);
+        assert_eq!((c, a), (0, 10));
+    }
+
+    #[test]
+    fn malformed_undo_is_an_error() {
+        assert!(decode_undo(&[]).is_err());
+        assert!(decode_undo(&[UNDO_VERSION; 40]).is_err());
+        assert!(decode_undo(&[9u8; 41]).is_err());
+    }
+
+    const COIN: u64 = 100_000_000;
+    const OP_TRUE: &[u8] = &[0x51];
+
+    /// A legacy transaction: inputs (txid internal, vout, scriptSig), outputs (value, script).
+    fn tx(inputs: &[([u8; 32], u32, &[u8])], outputs: &[(u64, &[u8])]) -> Vec<u8> {
+        let mut t = 1u32.to_le_bytes().to_vec();
+        crate::btc::encode::write_compact_size(&mut t, inputs.len() as u64);
+        for (txid, vout, sig) in inputs {
+            t.extend_from_slice(txid);
+            t.extend_from_slice(&vout.to_le_bytes());
+            crate::btc::encode::write_compact_size(&mut t, sig.len() as u64);
+            t.extend_from_slice(sig);
+            t.extend_from_slice(&u32::MAX.to_le_bytes());
+        }
+        crate::btc::encode::write_compact_size(&mut t, outputs.len() as u64);
+        for (value, script) in outputs {
+            t.extend_from_slice(&value.to_le_bytes());
+            crate::btc::encode::write_compact_size(&mut t, script.len() as u64);
+            t.extend_from_slice(script);
+        }
+        t.extend_from_slice(&0u32.to_le_bytes());
+        t
+    }
+
+    fn coinbase(tag: &[u8], value: u64) -> Vec<u8> {
+        tx(&[([0u8; 32], u32::MAX, tag)], &[(value, OP_TRUE)])
+    }
+
+    fn txid(t: &[u8]) -> [u8; 32] {
+        sha256d(t)
+    }
+
+    /// A block of `txs` (the header is not checked here: only its hash is carried).
+    fn block(txs: &[&Vec<u8>]) -> Vec<u8> {
+        let mut b = vec![0u8; HEADER_LEN];
+        crate::btc::encode::write_compact_size(&mut b, txs.len() as u64);
+        for t in txs {
+            b.extend_from_slice(t);
+        }
+        b
+    }
+
+    fn apply(blocks: Vec<(u32, Vec<u8>)>, set: &mut HashMap<Key, Vec<u8>>) -> Applied {
+        // Mainnet: BIP34 is not active at these heights, so coinbases may repeat (BIP30).
+        let chunk = Chunk::from_blocks(
+            Network::Main,
+            blocks
+                .into_iter()
+                .map(|(h, b)| (h, [h as u8; 32], b))
+                .collect(),
+        )
+        .unwrap();
+        let values = chunk.needed.iter().map(|k| set.get(k).cloned()).collect();
+        let a = chunk.apply(values).unwrap();
+        for k in &a.deletes {
+            set.remove(k);
+        }
+        for (k, v) in &a.puts {
+            set.insert(k.clone(), v.clone());
+        }
+        a
+    }
+
+    #[test]
+    fn a_repeated_coinbase_overwrites_and_unwinds_exactly() {
+        let mut set = HashMap::new();
+        let x = coinbase(b"\x01\x07", 50 * COIN);
+        let first = block(&[&x]);
+        let second = block(&[&x]); // the same txid again (mainnet's d5d2...8599 case)
+        let a = apply(vec![(1, first), (2, second)], &mut set);
+        assert_eq!(
+            (a.blocks, a.count_delta, a.amount_delta),
+            (2, 1, 50 * COIN as i128)
+        );
+        let key = utxo_key(&txid(&x), 0);
+        assert_eq!(coin_fields(&set[&key]).unwrap(), (2, true, 50 * COIN));
+        // Height 102 spends the height-2 copy (mature: 100 blocks later).
+        let spend = tx(&[(txid(&x), 0, b"")], &[(49 * COIN, OP_TRUE)]);
+        let cb = coinbase(b"\x02\x66\x00", 50 * COIN + COIN);
+        let b = apply(vec![(102, block(&[&cb, &spend]))], &mut set);
+        assert_eq!(b.failure, None);
+        assert_eq!(b.spends.prev_height, vec![2]);
+        assert_eq!(b.spends.value, vec![50 * COIN]);
+        assert_eq!(set.len(), 2);
+        // Unwinding 102 then 2 brings back the height-1 copy the second coinbase overwrote.
+        let undos: Vec<Vec<u8>> = a
+            .undo
+            .iter()
+            .chain(&b.undo)
+            .rev()
+            .map(|u| u.1.clone())
+            .collect();
+        let (puts, deletes, count, _) = unwind(&undos[..2]).unwrap();
+        for k in &deletes {
+            set.remove(k);
+        }
+        for (k, v) in puts {
+            set.insert(k, v);
+        }
+        assert_eq!(count, -1);
+        assert_eq!(set.len(), 1);
+        assert_eq!(coin_fields(&set[&key]).unwrap(), (1, true, 50 * COIN));
+    }
+
+    #[test]
+    fn each_rule_names_the_block_and_applies_nothing_of_it() {
+        let cb1 = coinbase(b"\x01\x01", 50 * COIN);
+        let base: Vec<(u32, Vec<u8>)> = vec![(1, block(&[&cb1]))];
+        let spend_cb1 = |value: u64| tx(&[(txid(&cb1), 0, b"")], &[(value, OP_TRUE)]);
+        let cases: Vec<(u32, Vec<u8>, &str)> = vec![
+            // A coinbase output spent before maturity.
+            (
+                50,
+                block(&[&coinbase(b"\x01\x32", 50 * COIN), &spend_cb1(COIN)]),
+                "bad-txns-premature-spend-of-coinbase",
+            ),
+            // An output that does not exist.
+            (
+                101,
+                block(&[
+                    &coinbase(b"\x01\x65", 50 * COIN),
+                    &tx(&[([9u8; 32], 0, b"")], &[(1, OP_TRUE)]),
+                ]),
+                "bad-txns-inputs-missingorspent",
+            ),
+            // The same output spent twice in one block.
+            (
+                101,
+                block(&[
+                    &coinbase(b"\x01\x65", 50 * COIN),
+                    &spend_cb1(COIN),
+                    &tx(&[(txid(&cb1), 0, b"\x00")], &[(COIN, OP_TRUE)]),
+                ]),
+                "bad-txns-inputs-missingorspent",
+            ),
+            // Outputs worth more than the inputs.
+            (
+                101,
+                block(&[&coinbase(b"\x01\x65", 50 * COIN), &spend_cb1(51 * COIN)]),
+                "bad-txns-in-belowout",
+            ),
+            // A coinbase claiming more than subsidy and fees.
+            (
+                101,
+                block(&[
+                    &coinbase(b"\x01\x65", 50 * COIN + COIN + 1),
+                    &spend_cb1(49 * COIN),
+                ]),
+                "bad-cb-amount",
+            ),
+        ];
+        for (height, bad, reason) in cases {
+            let mut set = HashMap::new();
+            apply(base.clone(), &mut set);
+            let before = set.clone();
+            let a = apply(vec![(height, bad)], &mut set);
+            assert_eq!(a.failure.map(|f| f.2), Some(reason));
+            assert_eq!((a.blocks, a.undo.len(), a.spends.height.len()), (0, 0, 0));
+            assert_eq!(
+                set, before,
+                "{reason}: nothing of the failing block applied"
+            );
+        }
+        // The exact fee is allowed.
+        let mut set = HashMap::new();
+        apply(base, &mut set);
+        let ok = block(&[
+            &coinbase(b"\x01\x65", 50 * COIN + COIN),
+            &spend_cb1(49 * COIN),
+        ]);
+        assert_eq!(apply(vec![(101, ok)], &mut set).failure, None);
+    }
+
+    #[test]
+    fn bip34_height_is_checked_where_active() {
+        let chunk = Chunk::from_blocks(
+            Network::Regtest,
+            vec![(5, [5u8; 32], block(&[&coinbase(b"\x01\x06", 50 * COIN)]))],
+        )
+        .unwrap();
+        let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
+        assert_eq!(a.failure.map(|f| f.2), Some("bad-cb-height"));
+        let chunk = Chunk::from_blocks(
+            Network::Regtest,
+            vec![(5, [5u8; 32], block(&[&coinbase(b"\x55", 50 * COIN)]))],
+        )
+        .unwrap();
+        let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
+        assert_eq!((a.failure, a.blocks, a.count_delta), (None, 1, 1));
+    }
+
+    #[test]
+    fn subsidy_halves() {
+        assert_eq!(subsidy(0, 150), 5_000_000_000);
+        assert_eq!(subsidy(150, 150), 2_500_000_000);
+        assert_eq!(subsidy(150 * 64, 150), 0);
+    }
+}

@@ -1,0 +1,233 @@
+//! Python entry points for the chain state (`btc::chain_state`): a chunk of best-chain blocks
+//! applied to coins the caller read from RocksDB, unwinding by undo records, and Core's
+//! `hash_serialized_3` over the stored set.
+
+use crate::btc::chain_state::{self, Chunk, SourceBlock};
+use crate::btc::encode::read_core_varint;
+use crate::btc::encode::write_compact_size;
+use crate::btc::utxo::UTXO_KEY_PREFIX;
+use crate::datasets::hex::display_hex;
+use crate::{key8, network};
+use arrow_array::builder::BinaryBuilder;
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyIterator, PyList};
+use pyo3_arrow::PyRecordBatch;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Schema of the resolved best-chain spends the chain state stages for publishing.
+pub fn spends_schema() -> Arc<Schema> {
+    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
+    Arc::new(Schema::new(vec![
+        u32f("height"),
+        u32f("pos"),
+        u32f("vin"),
+        Field::new("value", DataType::UInt64, false),
+        u32f("prev_height"),
+        Field::new("prev_txid", DataType::Binary, false),
+        u32f("prev_vout"),
+    ]))
+}
+
+fn spends_batch(s: chain_state::SpendRows) -> PyResult<RecordBatch> {
+    let mut txid = BinaryBuilder::with_capacity(s.prev_txid.len(), 32 * s.prev_txid.len());
+    for t in &s.prev_txid {
+        txid.append_value(t);
+    }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from(s.height)),
+        Arc::new(UInt32Array::from(s.pos)),
+        Arc::new(UInt32Array::from(s.vin)),
+        Arc::new(UInt64Array::from(s.value)),
+        Arc::new(UInt32Array::from(s.prev_height)),
+        Arc::new(txid.finish()),
+        Arc::new(UInt32Array::from(s.prev_vout)),
+    ];
+    RecordBatch::try_new(spends_schema(), cols).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+fn bytes_list<'py, T: AsRef<[u8]>>(
+    py: Python<'py>,
+    items: impl Iterator<Item = T>,
+) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, items.map(|b| PyBytes::new(py, b.as_ref())))
+}
+
+fn hash32(b: &[u8]) -> PyResult<[u8; 32]> {
+    b.try_into()
+        .map_err(|_| PyValueError::new_err("block hashes are 32 bytes (internal order)"))
+}
+
+/// Consecutive best-chain blocks read from their blk files, and the coins they need.
+#[pyclass(module = "rechain.workers._native", frozen)]
+struct ChainStateChunk {
+    inner: Chunk,
+}
+
+#[pymethods]
+impl ChainStateChunk {
+    /// `hashes` in internal order; `paths` and `offsets` (of each record's magic) from the
+    /// block index; heights consecutive from `first_height`.
+    #[new]
+    fn new(
+        py: Python<'_>,
+        network_name: &str,
+        xor_key: &[u8],
+        first_height: u32,
+        hashes: Vec<Vec<u8>>,
+        paths: Vec<PathBuf>,
+        offsets: Vec<u64>,
+    ) -> PyResult<Self> {
+        let net = network(network_name)?;
+        let key = key8(xor_key)?;
+        if hashes.len() != paths.len() || hashes.len() != offsets.len() {
+            return Err(PyValueError::new_err(
+                "hashes, paths and offsets differ in length",
+            ));
+        }
+        let mut blocks = Vec::with_capacity(hashes.len());
+        for (i, ((h, path), offset)) in hashes.iter().zip(paths).zip(offsets).enumerate() {
+            blocks.push(SourceBlock {
+                height: first_height + i as u32,
+                hash: hash32(h)?,
+                path,
+                offset,
+            });
+        }
+        let inner = py
+            .detach(|| Chunk::load(net, key, blocks))
+            .map_err(PyOSError::new_err)?;
+        Ok(ChainStateChunk { inner })
+    }
+
+    /// The `btc_utxo` keys to read before `apply` (a list, for RocksDB's multi-get).
+    fn needed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        bytes_list(py, self.inner.needed.iter())
+    }
+
+    /// Applies the chunk to the stored values of `needed` (None where absent). Returns a
+    /// dict: blocks, tip (height, display hash) or None, puts (keys, values), deletes,
+    /// undo (keys, values), spends (record batch), count_delta, amount_delta, failure
+    /// (height, display hash, reason) or None.
+    fn apply<'py>(
+        &self,
+        py: Python<'py>,
+        values: Vec<Option<Vec<u8>>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let a = py
+            .detach(|| self.inner.apply(values))
+            .map_err(PyValueError::new_err)?;
+        let d = PyDict::new(py);
+        d.set_item("blocks", a.blocks)?;
+        d.set_item("tip", a.tip.map(|(h, hash)| (h, display_hex(&hash))))?;
+        d.set_item(
+            "puts",
+            (
+                bytes_list(py, a.puts.iter().map(|p| &p.0))?,
+                bytes_list(py, a.puts.iter().map(|p| &p.1))?,
+            ),
+        )?;
+        d.set_item("deletes", bytes_list(py, a.deletes.iter())?)?;
+        d.set_item(
+            "undo",
+            (
+                bytes_list(py, a.undo.iter().map(|u| u.0.to_be_bytes()))?,
+                bytes_list(py, a.undo.iter().map(|u| &u.1))?,
+            ),
+        )?;
+        d.set_item(
+            "spends",
+            PyRecordBatch::new(spends_batch(a.spends)?).into_pyarrow(py)?,
+        )?;
+        d.set_item("count_delta", a.count_delta)?;
+        d.set_item("amount_delta", a.amount_delta)?;
+        d.set_item(
+            "failure",
+            a.failure.map(|(h, hash, r)| (h, display_hex(&hash), r)),
+        )?;
+        Ok(d)
+    }
+}
+
+/// The net change that unwinds blocks given their undo records, highest first: a dict with
+/// puts (keys, values), deletes, count_delta, amount_delta, hashes (display, per record).
+#[pyfunction]
+fn unwind_chain_state<'py>(py: Python<'py>, undos: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyDict>> {
+    let hashes = undos
+        .iter()
+        .map(|u| chain_state::decode_undo(u).map(|x| display_hex(&x.hash)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(PyValueError::new_err)?;
+    let (puts, deletes, count, amount) = py
+        .detach(|| chain_state::unwind(&undos))
+        .map_err(PyValueError::new_err)?;
+    let d = PyDict::new(py);
+    d.set_item(
+        "puts",
+        (
+            bytes_list(py, puts.iter().map(|p| &p.0))?,
+            bytes_list(py, puts.iter().map(|p| &p.1))?,
+        ),
+    )?;
+    d.set_item("deletes", bytes_list(py, deletes.iter())?)?;
+    d.set_item("count_delta", count)?;
+    d.set_item("amount_delta", amount)?;
+    d.set_item("hashes", hashes)?;
+    Ok(d)
+}
+
+/// The block hash (display) an undo record belongs to.
+#[pyfunction]
+fn undo_block_hash(undo: &[u8]) -> PyResult<String> {
+    chain_state::decode_undo(undo)
+        .map(|u| display_hex(&u.hash))
+        .map_err(PyValueError::new_err)
+}
+
+/// Core's `hash_serialized_3` of the `btc_utxo` entries yielded in key order by `items`
+/// ((key, value) pairs): (display hex, count, total amount).
+#[pyfunction]
+fn hash_utxo_entries(items: &Bound<'_, PyAny>) -> PyResult<(String, u64, u64)> {
+    let mut sha = Sha256::new();
+    let (mut count, mut total) = (0u64, 0u64);
+    let mut ser = Vec::with_capacity(128);
+    for item in PyIterator::from_object(items)? {
+        let (k, v): (Vec<u8>, Vec<u8>) = item?.extract()?;
+        let bad = || PyValueError::new_err(format!("malformed btc_utxo entry {k:02x?}"));
+        if k.len() < 34 || k[0] != UTXO_KEY_PREFIX {
+            return Err(bad());
+        }
+        let (vout, used) = read_core_varint(&k[33..]).ok_or_else(bad)?;
+        if 33 + used != k.len() || v.len() < 12 {
+            return Err(bad());
+        }
+        ser.clear();
+        ser.extend_from_slice(&k[1..33]);
+        ser.extend_from_slice(&(vout as u32).to_le_bytes());
+        ser.extend_from_slice(&v[..12]);
+        write_compact_size(&mut ser, (v.len() - 12) as u64);
+        ser.extend_from_slice(&v[12..]);
+        sha.update(&ser);
+        count += 1;
+        total += u64::from_le_bytes(v[4..12].try_into().unwrap());
+    }
+    let mut digest: [u8; 32] = Sha256::digest(sha.finalize()).into();
+    digest.reverse();
+    Ok((
+        digest.iter().map(|b| format!("{b:02x}")).collect(),
+        count,
+        total,
+    ))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ChainStateChunk>()?;
+    m.add_function(wrap_pyfunction!(unwind_chain_state, m)?)?;
+    m.add_function(wrap_pyfunction!(undo_block_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(hash_utxo_entries, m)?)?;
+    Ok(())
+}
