@@ -30,6 +30,8 @@ VOLATILE_META = {
     layout.META_BTC_FULL_GENERATION,
     # How the applied chain was cut into chunks (its figures are in btc_utxo and btc_full).
     layout.META_BTC_CHAIN_STATE,
+    # How the tables were cut into segments (their rows are in parquet/full).
+    layout.META_BTC_PUBLISHED,
     fs.META_FLOW_RUN,
     fs.META_FLOW_GENERATION,
 }

@@ -71,6 +71,10 @@ META_BTC_FULL = b"btc/full"
 #: How far the UTXO set has been applied: JSON {height, hash, utxo_count, total_amount,
 #: spends: [[first height, last height, part file], ...]}, written with each applied chunk.
 META_BTC_CHAIN_STATE = b"btc/chain_state"
+#: The published full-decode tables' segments: JSON {generation, segments: [{first, last,
+#: hash (display, of the block at last), path, spent (fingerprint)}]} (pipeline/stages/bitcoin/
+#: publish.py).
+META_BTC_PUBLISHED = b"btc/published"
 #: Published generation of the full-decode tables.
 META_BTC_FULL_GENERATION = b"btc/full_generation"
 #: Published generation of the headers table (a run artefact, not content).

@@ -32,6 +32,15 @@ SCENARIOS = {
 Cut = tuple[int, int]
 
 
+@pytest.fixture(autouse=True)
+def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables published in segments of 40 heights (runs in this process), so that a reorg
+    keeps some, cuts one and writes new ones, as on a long chain."""
+    from rechain.pipeline.stages.bitcoin import publish
+
+    monkeypatch.setattr(publish, "SEGMENT_BLOCKS", 40)
+
+
 @pytest.fixture(scope="module")
 def chains(
     tmp_path_factory: pytest.TempPathFactory,
@@ -119,6 +128,9 @@ def test_a_rerun_after_a_reorg_equals_a_fresh_reindex(
             assert (unwound, run["run"]["chain_state_applied"]) == (
                 (depth, depth + 1) if i == 1 else (depth + 1, depth + 2)
             )
+            # Only the segments above the fork were written again.
+            assert run["run"]["publish_segments_kept"] >= 5
+            assert run["run"]["publish_segments_written"] <= 2
     assert run["tip_hash"] == facts["tip_hash"]
     assert (run["full"]["utxo_count"], run["full"]["total_amount"]) == (
         facts["utxo_count"],

@@ -46,8 +46,9 @@ from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import release_unused_memory
 
 log = logging.getLogger(__name__)
-#: Block bytes applied per chunk: at most this, and at most an eighth of the memory budget
-#: (a chunk holds its blocks, their parsed spans and a map of the coins they touch).
+#: Block bytes applied per chunk: at most this, and at most a sixteenth of the memory budget
+#: (a chunk holds its blocks, their parsed spans and the coins they read and touch, a few
+#: times the blocks' bytes).
 MAX_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 4 << 20
 #: Blocks unwound per atomic write.
@@ -66,10 +67,15 @@ def checkpoint(data: DataDir) -> dict[str, Any] | None:
     return cp
 
 
-def spend_files(data: DataDir) -> list[str]:
-    """The staged spends parts of the applied chain, in height order."""
+def spend_files(data: DataDir, first: int = 0, last: int | None = None) -> list[str]:
+    """The staged spends parts of the applied chain (those holding heights ``first`` to
+    ``last``), in height order."""
     cp = checkpoint(data) or {}
-    return [str(spends_dir(data) / name) for _, _, name in cp.get("spends", [])]
+    return [
+        str(spends_dir(data) / name)
+        for lo, hi, name in cp.get("spends", [])
+        if hi >= first and (last is None or lo <= last)
+    ]
 
 
 def empty_spends() -> pa.RecordBatch:
@@ -122,7 +128,7 @@ class ChainStateStage(Stage[BtcRun]):
             cp = _unwind_to(data, cp, fork)
         applied = 0
         failure = None
-        chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, ctx.opts.memory_budget // 8))
+        chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, ctx.opts.memory_budget // 16))
         for first, hashes, entries in _chunks(data, best, cp["height"] + 1, tip, chunk_bytes):
             cp, result = _apply_chunk(ctx, cp, first, hashes, entries)
             applied += int(result["blocks"])

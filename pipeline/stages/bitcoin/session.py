@@ -83,9 +83,13 @@ def hex_sql(blob: str) -> str:
     return f"lower(hex({blob}))"
 
 
+#: Staged body tables and the names of their views: ``sb`` (blocks), ``st``, ``si``, ``so``.
+STAGED_ALIASES = (("sb", "blocks"), ("st", "transactions"), ("si", "inputs"), ("so", "outputs"))
+
+
 def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnection:
-    """DuckDB over the current headers generation, the registered staged parts and the chain
-    state's resolved spends (``res``), with ``best`` and ``tx_in``."""
+    """DuckDB over the current headers generation (``headers``), every registered staged part
+    (``staged_views``) and the chain state's resolved spends (``res``)."""
     spill = data.path / "tmp" / "duckdb"
     spill.mkdir(parents=True, exist_ok=True)
     # A database file rather than memory: its tables (the best chain's outputs and resolved
@@ -105,45 +109,40 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     if gen is None:
         raise RechainError("the header pass published no headers table")
     con.execute(f"CREATE VIEW headers AS SELECT * FROM read_parquet('{gen}/*.parquet')")
-    for alias, table in (
-        ("sb", "blocks"),
-        ("st", "transactions"),
-        ("si", "inputs"),
-        ("so", "outputs"),
-    ):
-        files = btc_bodies.part_files(data, table)
+    staged_views(con, data, btc_bodies.registered_parts(data))
+    spends_view(con, "res", chain_state.spend_files(data))
+    return con
+
+
+def staged_views(
+    con: duckdb.DuckDBPyConnection, data: DataDir, parts: list[str], suffix: str = ""
+) -> None:
+    """Views ``sb``, ``st``, ``si``, ``so`` (+ ``suffix``) over the given staged parts: hashes
+    as display hex, and ``{alias}_raw`` with them as the staged raw bytes."""
+    for alias, table in STAGED_ALIASES:
+        name = alias + suffix
+        files = [str(btc_bodies.part_path(data, p, table)) for p in parts]
         if files:
             source = f"read_parquet({sql_list(files)})"
         else:
             empty = pa.Table.from_batches([ds.empty(ds.BODY_STAGED[table])])
-            con.register(f"{alias}_empty", empty)
-            source = f"{alias}_empty"
-        # Staged hashes are raw bytes: the chain state joins them as such (``{alias}_raw``),
-        # the published tables see them as display hex.
-        con.execute(f"CREATE VIEW {alias}_raw AS SELECT * FROM {source}")
+            con.register(f"{name}_empty", empty)
+            source = f"{name}_empty"
+        con.execute(f"CREATE OR REPLACE VIEW {name}_raw AS SELECT * FROM {source}")
         hashes = ", ".join(
             f"{hex_sql(c)} AS {c}" for c in ds.staged_hash_columns(ds.BODY_STAGED[table])
         )
-        con.execute(f"CREATE VIEW {alias} AS SELECT * REPLACE ({hashes}) FROM {alias}_raw")
-    spends = chain_state.spend_files(data)
-    if spends:
-        con.execute(f"CREATE VIEW res AS SELECT * FROM read_parquet({sql_list(spends)})")
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * REPLACE ({hashes}) FROM {name}_raw")
+
+
+def spends_view(con: duckdb.DuckDBPyConnection, name: str, files: list[str]) -> None:
+    """View ``name`` over staged spends parts of the chain state (empty when none)."""
+    if files:
+        source = f"read_parquet({sql_list(files)})"
     else:
-        con.register("res", pa.Table.from_batches([chain_state.empty_spends()]))
-    con.execute(
-        """CREATE OR REPLACE TABLE best AS
-        SELECT hash, from_hex(hash) AS raw, height FROM headers WHERE in_best_chain"""
-    )
-    # Each best-chain transaction's inputs (every spend of the applied chain resolved).
-    con.execute(
-        """CREATE OR REPLACE TABLE tx_in AS
-        SELECT b.hash AS block_hash, f.position, f.input_value, f.resolved
-        FROM (SELECT height, pos AS position, sum(value)::UBIGINT AS input_value,
-                     count(value) = count(*) AS resolved
-              FROM res GROUP BY ALL) f
-        JOIN best b ON b.height = f.height"""
-    )
-    return con
+        con.register(f"{name}_empty", pa.Table.from_batches([chain_state.empty_spends()]))
+        source = f"{name}_empty"
+    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {source}")
 
 
 @dataclass(frozen=True)

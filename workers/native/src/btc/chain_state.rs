@@ -293,9 +293,10 @@ impl Chunk {
                 self.needed.len()
             ));
         }
-        let stored: HashMap<Key, Option<Vec<u8>>> =
-            self.needed.iter().cloned().zip(values).collect();
-        let mut view = stored.clone();
+        let mut view = View {
+            stored: self.needed.iter().cloned().zip(values).collect(),
+            changed: HashMap::new(),
+        };
         let mut out = Applied::default();
         let bip34 = self.network.bip34_height();
         let halving = self.network.halving_interval();
@@ -306,7 +307,7 @@ impl Chunk {
             let failure = apply_block(b, &mut view, &mut before, &mut out.spends, bip34, halving)?;
             if let Some(reason) = failure {
                 for (k, v) in before {
-                    view.insert(k, v);
+                    view.set(k, v);
                 }
                 truncate_spends(&mut out.spends, spends_mark);
                 out.failure = Some((b.height, b.hash, reason));
@@ -319,7 +320,8 @@ impl Chunk {
             out.blocks += 1;
             out.tip = Some((b.height, b.hash));
         }
-        let mut changed: Vec<(Key, Option<Vec<u8>>)> = view
+        let View { stored, changed } = view;
+        let mut changed: Vec<(Key, Option<Vec<u8>>)> = changed
             .into_iter()
             .filter(|(k, v)| stored.get(k).map(|s| s != v).unwrap_or(v.is_some()))
             .collect();
@@ -331,6 +333,25 @@ impl Chunk {
             }
         }
         Ok(out)
+    }
+}
+
+/// The coins a chunk reads (`stored`, as the database has them) under its changes so far.
+struct View {
+    stored: HashMap<Key, Option<Vec<u8>>>,
+    changed: HashMap<Key, Option<Vec<u8>>>,
+}
+
+impl View {
+    fn get(&self, k: &Key) -> Option<&Vec<u8>> {
+        match self.changed.get(k) {
+            Some(v) => v.as_ref(),
+            None => self.stored.get(k).and_then(|v| v.as_ref()),
+        }
+    }
+
+    fn set(&mut self, k: Key, v: Option<Vec<u8>>) {
+        self.changed.insert(k, v);
     }
 }
 
@@ -349,7 +370,7 @@ fn truncate_spends(s: &mut SpendRows, n: usize) {
 /// spend, inputs below outputs, coinbase amount.
 fn apply_block(
     b: &LoadedBlock,
-    view: &mut HashMap<Key, Option<Vec<u8>>>,
+    view: &mut View,
     before: &mut HashMap<Key, Option<Vec<u8>>>,
     spends: &mut SpendRows,
     bip34: u64,
@@ -367,9 +388,9 @@ fn apply_block(
             return Ok(Some("bad-cb-height"));
         }
     }
-    let mut touch = |view: &HashMap<Key, Option<Vec<u8>>>, k: &Key| {
+    let mut touch = |view: &View, k: &Key| {
         if !before.contains_key(k) {
-            before.insert(k.clone(), view.get(k).cloned().flatten());
+            before.insert(k.clone(), view.get(k).cloned());
         }
     };
     let (mut premature, mut below_out) = (false, false);
@@ -386,9 +407,8 @@ fn apply_block(
                 let p = &data[inp.prev..inp.prev + 36];
                 let vout = u32::from_le_bytes(p[32..36].try_into().unwrap());
                 let k = utxo_key(&p[..32], vout);
-                let coin = match view.get(&k) {
-                    Some(Some(c)) => c,
-                    _ => return Ok(Some("bad-txns-inputs-missingorspent")),
+                let Some(coin) = view.get(&k) else {
+                    return Ok(Some("bad-txns-inputs-missingorspent"));
                 };
                 let (prev_height, prev_coinbase, value) = coin_fields(coin)?;
                 premature |= prev_coinbase && b.height - prev_height < COINBASE_MATURITY;
@@ -403,7 +423,7 @@ fn apply_block(
                 spends.prev_txid.push(txid);
                 spends.prev_vout.push(vout);
                 touch(view, &k);
-                view.insert(k, None);
+                view.set(k, None);
             }
             if in_value < out_value {
                 below_out = true;
@@ -418,7 +438,7 @@ fn apply_block(
             }
             let k = utxo_key(&tx.txid, vout as u32);
             touch(view, &k);
-            view.insert(k, Some(coin_value(b.height, t == 0, o.value, script)));
+            view.set(k, Some(coin_value(b.height, t == 0, o.value, script)));
         }
     }
     if premature {
@@ -438,7 +458,7 @@ fn apply_block(
 fn undo_record(
     hash: &[u8; 32],
     before: &HashMap<Key, Option<Vec<u8>>>,
-    view: &HashMap<Key, Option<Vec<u8>>>,
+    view: &View,
 ) -> Result<(Vec<u8>, i64, i128), String> {
     let mut keys: Vec<&Key> = before.keys().collect();
     keys.sort_unstable();
@@ -447,7 +467,7 @@ fn undo_record(
     let (mut count, mut amount) = (0i64, 0i128);
     for k in keys {
         let old = &before[k];
-        let new = view.get(k).cloned().flatten();
+        let new = view.get(k);
         if let Some(v) = &new {
             let (_, _, value) = coin_fields(v)?;
             created.push((k, value));
@@ -571,11 +591,15 @@ mod tests {
         let spent = coin_value(5, true, 50, b"\x51");
         let before: HashMap<Key, Option<Vec<u8>>> =
             [(k1.clone(), None), (k2.clone(), Some(spent.clone()))].into();
-        let view: HashMap<Key, Option<Vec<u8>>> = [
+        let changed: HashMap<Key, Option<Vec<u8>>> = [
             (k1.clone(), Some(coin_value(9, false, 40, b""))),
             (k2.clone(), None),
         ]
         .into();
+        let view = View {
+            stored: HashMap::new(),
+            changed,
+        };
         let (rec, count, amount) = undo_record(&[7u8; 32], &before, &view).unwrap();
         assert_eq!((count, amount), (0, -10));
         let u = decode_undo(&rec).unwrap();
