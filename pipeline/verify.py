@@ -32,6 +32,7 @@ VOLATILE_META = {
     layout.META_BTC_CHAIN_STATE,
     # How the tables were cut into segments (their rows are in parquet/full).
     layout.META_BTC_PUBLISHED,
+    layout.META_BTC_TXINDEX,
     fs.META_FLOW_RUN,
     fs.META_FLOW_GENERATION,
 }

@@ -75,6 +75,9 @@ META_BTC_CHAIN_STATE = b"btc/chain_state"
 #: hash (display, of the block at last), path, spent (fingerprint)}]} (pipeline/stages/bitcoin/
 #: publish.py).
 META_BTC_PUBLISHED = b"btc/published"
+#: Which generation of the tables ``btc_txindex`` matches: JSON {generation, segments (paths),
+#: entries} (pipeline/stages/bitcoin/indexes.py).
+META_BTC_TXINDEX = b"btc/txindex"
 #: Published generation of the full-decode tables.
 META_BTC_FULL_GENERATION = b"btc/full_generation"
 #: Published generation of the headers table (a run artefact, not content).

@@ -1,9 +1,15 @@
 """Stage ``indexes``: the transaction index in RocksDB, and the full-mode summary.
 
-Every transaction goes to ``btc_txindex``, slice by slice in key order, streamed into an SST
-file (never held whole in memory). The summary carries the UTXO set's figures: count and
-amount as the chain state keeps them, checked against Core's ``hash_serialized_3`` computed
-over ``btc_utxo`` in key order.
+``btc_txindex`` maps every published transaction's txid to where the tables hold it. It is
+built whole the first time (slice by slice in key order, streamed into an SST file, never
+held whole in memory) and afterwards updated from what the publish stage changed: the txids
+of the segments it wrote or dropped and of the off-chain rows, each resolved again among the
+new rows unless its entry points at a block still on the best chain below the fork (which
+outranks every new row). The record ``META_BTC_TXINDEX`` says which table generation the
+index matches; this stage then removes the older generations.
+
+The summary carries the UTXO set's figures: count and amount as the chain state keeps them,
+checked against Core's ``hash_serialized_3`` computed over ``btc_utxo`` in key order.
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ import pyarrow as pa
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
-from rechain.pipeline.stages.bitcoin.publish import published_rows
+from rechain.pipeline.stages.bitcoin.publish import FULL_TABLES, published_rows
 from rechain.pipeline.stages.bitcoin.session import (
     Slices,
     duckdb_bytes,
     duckdb_memory_errors,
     slice_bits,
+    sql_list,
 )
 from rechain.pipeline.stages.engine import Done, Stage
 from rechain.pipeline.store import DataDir
@@ -43,6 +50,10 @@ STREAM_BATCH_ROWS = 16_384
 class IndexesStage(Stage[BtcRun]):
     name = "indexes"
 
+    def reset(self, ctx: BtcRun, data: DataDir) -> None:
+        """``--from-stage``: the tx index is built whole again."""
+        data.write({}, {layout.CF_META: [layout.META_BTC_TXINDEX]})
+
     def output(self, ctx: BtcRun) -> Any:
         summary = ctx.data.meta_get(layout.META_BTC_FULL)
         blob = json.dumps(summary, sort_keys=True).encode()
@@ -55,7 +66,11 @@ class IndexesStage(Stage[BtcRun]):
         utxo = utxo_figures(data)
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             log.info("indexes: tx index")
-            txs = write_txindex(ctx.session(), data, ctx.opts.memory_budget)
+            txs, how = update_txindex(ctx.session(), data, ctx.opts.memory_budget)
+        ctx.full["txindex_" + how] = ctx.full.get("txindex_" + how, 0) + 1
+        generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
+        for table in FULL_TABLES:
+            data.remove_other_generations(table, generation)
         invalid = btc_bodies.invalid_blocks(data)
         summary = {
             **utxo,
@@ -67,9 +82,11 @@ class IndexesStage(Stage[BtcRun]):
         return Done(rows=int(utxo["utxo_count"]), detail={"txindex": txs})
 
 
-def _internal_order(txid: str) -> str:
-    """SQL for a staged (display-order) txid's bytes in internal order, as a sort key."""
-    return f"regexp_replace(reverse(lower(hex({txid}))), '(.)(.)', '\\2\\1', 'g')"
+def _internal_order(txid: str, staged: bool = True) -> str:
+    """SQL for a txid in internal byte order as hex (a sort key): of a staged one (display-
+    order bytes), or of a published one (display-order hex) when not ``staged``."""
+    display = f"lower(hex({txid}))" if staged else txid
+    return f"regexp_replace(reverse({display}), '(.)(.)', '\\2\\1', 'g')"
 
 
 def _stream(con: duckdb.DuckDBPyConnection, queries: Iterator[str]) -> Iterator[pa.RecordBatch]:
@@ -90,6 +107,129 @@ def utxo_figures(data: DataDir) -> dict[str, Any]:
             f"{cp['utxo_count']} / {cp['total_amount']}: rerun with --from-stage chain_state"
         )
     return {"utxo_count": count, "total_amount": total, "hash_serialized_3": digest}
+
+
+def update_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> tuple[int, str]:
+    """Brings ``btc_txindex`` to the current tables: (entries, "updated" or "rebuilt")."""
+    record = data.meta_get(layout.META_BTC_TXINDEX)
+    published = data.meta_get(layout.META_BTC_PUBLISHED) or {}
+    generation = published.get("generation")
+    tx_dir = data.parquet_dir(ds.TRANSACTIONS)
+    if record is not None and generation is not None and record["generation"] == generation:
+        return int(record["entries"]), "unchanged"
+    if (
+        record is None
+        or generation is None
+        or not (tx_dir / f"{record['generation']:06d}").is_dir()
+    ):
+        entries = write_txindex(con, data, budget)
+        how = "rebuilt"
+    else:
+        entries = int(record["entries"]) + _apply_txindex_changes(con, data, record, published)
+        how = "updated"
+    segments = [seg["path"] for seg in published.get("segments", [])]
+    data.write(
+        {
+            layout.CF_META: [
+                (
+                    layout.META_BTC_TXINDEX,
+                    {"generation": generation, "segments": segments, "entries": entries},
+                )
+            ]
+        }
+    )
+    return entries, how
+
+
+def _apply_txindex_changes(
+    con: duckdb.DuckDBPyConnection,
+    data: DataDir,
+    record: dict[str, Any],
+    published: dict[str, Any],
+) -> int:
+    """Updates the index from generation ``record`` to ``published``; returns the change in
+    the number of entries."""
+    tx_dir = data.parquet_dir(ds.TRANSACTIONS)
+    old_dir = tx_dir / f"{record['generation']:06d}"
+    new_dir = tx_dir / f"{published['generation']:06d}"
+    old_paths = set(record["segments"])
+    new_segments = published["segments"]
+    kept = [seg for seg in new_segments if seg["path"] in old_paths]
+    kept_paths = {seg["path"] for seg in kept}
+    # Kept segments are the chain below the fork: a prefix of the new segments.
+    kept_tip = max((seg["last"] for seg in kept), default=-1)
+    added = [str(new_dir / seg["path"]) for seg in new_segments if seg["path"] not in kept_paths]
+    added += [str(f) for f in new_dir.glob("*/offchain_*.parquet")]
+    gone = [str(old_dir / p) for p in sorted(old_paths - kept_paths)]
+    gone += [str(f) for f in old_dir.glob("*/offchain_*.parquet")]
+
+    def rows(files: list[str], columns: str) -> str:
+        if not files:
+            return f"(SELECT {columns} FROM transactions_none)"
+        source = f"read_parquet({sql_list(files)}, hive_partitioning = true)"
+        return f"(SELECT {columns} FROM {source})"
+
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE transactions_none AS SELECT ''::VARCHAR AS txid, "
+        "''::VARCHAR AS block_hash, 0::UINTEGER AS position, 0::UINTEGER AS height, "
+        "false AS in_best_chain, 0::BIGINT AS height_range WHERE false"
+    )
+    cand_cols = "txid, block_hash, position, height, in_best_chain, height_range"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE cand AS {rows(added, cand_cols)}")
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE affected AS
+        SELECT DISTINCT txid, from_hex({_internal_order("txid", staged=False)}) AS k
+        FROM (SELECT txid FROM cand UNION ALL {rows(gone, "txid")})
+        ORDER BY k"""
+    )
+    keys = con.sql("SELECT k FROM affected ORDER BY k").to_arrow_table().column("k").to_pylist()
+    if not keys:
+        return 0
+    existing = data.cf(layout.CF_BTC_TXINDEX)[keys]
+    import pyarrow as pa
+
+    con.register(
+        "stored",
+        pa.table({"k": pa.array(keys, pa.binary()), "v": pa.array(existing, pa.binary())}),
+    )
+    # An entry pointing at a best-chain block at or below the kept tip outranks every new row;
+    # any other is resolved again among the new rows (best chain first, then lowest, then by
+    # block hash, as a full build orders copies), or dropped when there is none.
+    changes = con.sql(
+        f"""
+        WITH parsed AS (
+          SELECT s.k, s.v, string_split(decode(s.v), ' ')[2] AS block_hash FROM stored s
+          WHERE s.v IS NOT NULL
+        ),
+        keep AS (
+          SELECT p.k FROM parsed p JOIN headers h ON h.hash = p.block_hash
+          WHERE h.in_best_chain AND h.height <= {kept_tip}
+        ),
+        winner AS (
+          SELECT a.k, encode(c.height_range::VARCHAR || ' ' || c.block_hash || ' '
+                             || c.position::VARCHAR) AS v
+          FROM cand c JOIN affected a USING (txid)
+          QUALIFY row_number() OVER (
+            PARTITION BY c.txid ORDER BY c.in_best_chain DESC, c.height NULLS LAST,
+                                         c.block_hash) = 1
+        )
+        SELECT a.k, w.v, s.v AS old FROM affected a
+        LEFT JOIN winner w USING (k) LEFT JOIN stored s USING (k)
+        WHERE a.k NOT IN (SELECT k FROM keep) AND w.v IS DISTINCT FROM s.v
+        ORDER BY a.k"""
+    ).to_arrow_table()
+    con.unregister("stored")
+    new_v = changes.column("v").to_pylist()
+    old_v = changes.column("old").to_pylist()
+    ks = changes.column("k").to_pylist()
+    puts = [(k, v) for k, v in zip(ks, new_v, strict=True) if v is not None]
+    deletes = [k for k, v in zip(ks, new_v, strict=True) if v is None]
+    data.write_columns(
+        {layout.CF_BTC_TXINDEX: ([k for k, _ in puts], [v for _, v in puts])},
+        {layout.CF_BTC_TXINDEX: deletes},
+    )
+    added_entries = sum(1 for v, o in zip(new_v, old_v, strict=True) if v is not None and o is None)
+    return added_entries - len(deletes)
 
 
 def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> int:

@@ -68,8 +68,7 @@ class PublishStage(Stage[BtcRun]):
         generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0) + 1
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             rows, work = publish_tables(ctx.session(), data, generation, ctx.opts.memory_budget)
-        for table in FULL_TABLES:
-            data.remove_other_generations(table, generation)
+        # The older generations stay until the indexes stage has read what changed.
         ctx.full["publish_s"] = ctx.full.get("publish_s", 0.0) + time.perf_counter() - t
         ctx.full.update({f"publish_{k}": v for k, v in work.items()})
         return Done(rows=sum(rows.values()), detail={"tables": rows, "generation": generation})
