@@ -27,6 +27,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -129,12 +130,22 @@ class ChainStateStage(Stage[BtcRun]):
         applied = 0
         failure = None
         chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, ctx.opts.memory_budget // 16))
-        for first, hashes, entries in _chunks(data, best, cp["height"] + 1, tip, chunk_bytes):
-            cp, result = _apply_chunk(ctx, cp, first, hashes, entries)
-            applied += int(result["blocks"])
-            if result["failure"] is not None:
-                failure = result["failure"]
-                break
+        # The next chunk is read and framed (GIL released) while this one is applied.
+        with ThreadPoolExecutor(1, thread_name_prefix="chain-state-read") as pool:
+            chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
+            ahead = next(chunks, None)
+            loading = None if ahead is None else pool.submit(_load_chunk, ctx, *ahead)
+            while loading is not None:
+                t = time.perf_counter()
+                first, chunk = loading.result()
+                ctx.add({"chain_state_wait_s": time.perf_counter() - t})
+                ahead = next(chunks, None)
+                loading = None if ahead is None else pool.submit(_load_chunk, ctx, *ahead)
+                cp, result = _apply_chunk(ctx, cp, first, chunk)
+                applied += int(result["blocks"])
+                if result["failure"] is not None:
+                    failure = result["failure"]
+                    break
         ctx.add({"chain_state_s": time.perf_counter() - t0})
         detail = {"applied": applied, "unwound": unwound, "fork_height": fork}
         ctx.full["chain_state_applied"] = ctx.full.get("chain_state_applied", 0) + applied
@@ -267,15 +278,10 @@ def _chunks(
         yield first, hashes, entries
 
 
-def _apply_chunk(
-    ctx: BtcRun,
-    cp: dict[str, Any],
-    first: int,
-    hashes: list[bytes],
-    entries: list[dict[str, Any]],
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Applies one chunk and commits it with the checkpoint; (new checkpoint, result)."""
-    data = ctx.data
+def _load_chunk(
+    ctx: BtcRun, first: int, hashes: list[bytes], entries: list[dict[str, Any]]
+) -> tuple[int, Any]:
+    """(first height, the chunk's blocks read from their files and framed)."""
     paths = ctx.paths
     try:
         chunk = _native.ChainStateChunk(
@@ -288,9 +294,26 @@ def _apply_chunk(
         )
     except (OSError, KeyError) as e:
         raise RechainError(f"chain state: {e}") from e
+    return first, chunk
+
+
+def _apply_chunk(
+    ctx: BtcRun, cp: dict[str, Any], first: int, chunk: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Applies one chunk and commits it with the checkpoint; (new checkpoint, result)."""
+    data = ctx.data
+    t1 = time.perf_counter()
     needed = chunk.needed()
     coins = data.cf(layout.CF_BTC_UTXO)[needed] if needed else []
+    t2 = time.perf_counter()
     result: dict[str, Any] = chunk.apply(coins)
+    t3 = time.perf_counter()
+    ctx.add(
+        {
+            "chain_state_get_s": t2 - t1,
+            "chain_state_apply_s": t3 - t2,
+        }
+    )
     if result["blocks"] == 0:
         return cp, result
     last = first + int(result["blocks"]) - 1
@@ -320,6 +343,7 @@ def _apply_chunk(
         {layout.CF_BTC_UTXO: result["deletes"]},
     )
     kill_point("chain_state.applied")
+    ctx.add({"chain_state_commit_s": time.perf_counter() - t3})
     return cp, result
 
 

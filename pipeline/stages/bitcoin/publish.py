@@ -213,9 +213,9 @@ def _part_blocks(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, Any
 
 def publish_tables(
     con: duckdb.DuckDBPyConnection, data: DataDir, generation: int, budget: int = 1 << 30
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Publishes ``generation`` of the four tables; returns (rows per table, segments kept,
-    written, outputs rewritten)."""
+) -> tuple[dict[str, int], dict[str, float]]:
+    """Publishes ``generation`` of the four tables; returns (rows per table, what it did:
+    segments kept, written, outputs rewritten, seconds per phase)."""
     # A row group is buffered whole before it is written: bound it in bytes as well as rows
     # (inputs and outputs rows carry scripts and witnesses).
     group_bytes = max(budget // 16, 1 << 20)
@@ -254,6 +254,15 @@ def publish_tables(
     published_tip = cut[1] if cut else (kept[-1]["last"] if kept else -1)
     new = plan_segments(published_tip + 1, tip)
 
+    clock = time.perf_counter()
+    seconds = dict.fromkeys(("prints_s", "kept_s", "new_s", "offchain_s", "sync_s"), 0.0)
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[phase] += now - clock
+        clock = now
+
     spends_view(con, "res_all", chain_state.spend_files(data))
     # Fingerprint of the spends into each segment's outputs: a moved one means some of its
     # ``spent`` flags changed.
@@ -261,13 +270,14 @@ def publish_tables(
     segs += new
     prints = _spent_prints(con, segs)
     placement = _part_blocks(con, data)
+    lap("prints_s")
     # The staged parts holding best-chain blocks, by SEGMENT_BLOCKS run of heights.
     buckets: dict[int, set[str]] = {}
     for part, h in placement["best"]:
         buckets.setdefault(_bucket(h), set()).add(part)
 
     rows: dict[str, int] = {}
-    work = {"segments_kept": 0, "segments_written": 0, "outputs_rewritten": 0}
+    work: dict[str, float] = {"segments_kept": 0, "segments_written": 0, "outputs_rewritten": 0}
     segments_out: list[dict[str, Any]] = []
     for name in FULL_TABLES:
         log.info("publish: %s", name)
@@ -282,6 +292,7 @@ def publish_tables(
                 work["outputs_rewritten"] += 1
             else:
                 os.link(old_dir / seg["path"], dest)
+        lap("kept_s")
         if cut is not None:
             seg, fork = cut
             assert old_dir is not None
@@ -304,6 +315,7 @@ def publish_tables(
             where = f"h.in_best_chain AND h.height BETWEEN {first} AND {last}"
             sql = _select_sql(name, "_seg", where, _spent_sql("res_all", first, last))
             _copy(con, name, sql, tmp / segment_path(first, last), group_bytes)
+        lap("new_s")
         # Rows of blocks off the best chain, from the parts that hold any.
         staged_views(con, data, sorted(placement["off"]), "_off")
         spends_view(con, "res_off", [])
@@ -317,12 +329,15 @@ def publish_tables(
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.rename(f, dest)
         shutil.rmtree(off, ignore_errors=True)
+        lap("offchain_s")
         # Row counts from the Parquet footers, not by running the queries twice.
         written = con.execute(
             f"SELECT count(*) FROM read_parquet('{tmp}/**/*.parquet', hive_partitioning = true)"
         ).fetchall()
         rows[name] = int(written[0][0])
         data.publish_generation(name, generation, tmp)
+        lap("sync_s")
+    work.update(seconds)
     work["segments_kept"] = len(kept)
     work["segments_written"] = len(new) + (1 if cut else 0)
     for first, last in segs:

@@ -22,7 +22,7 @@ use super::header::{sha256d, HEADER_LEN};
 use super::network::Network;
 use super::scan::xor_decode;
 use super::utxo::UTXO_KEY_PREFIX;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -187,7 +187,7 @@ impl Chunk {
         blocks: Vec<SourceBlock>,
     ) -> Result<Chunk, String> {
         let magic = network.magic();
-        let mut open: HashMap<PathBuf, (File, u64)> = HashMap::new();
+        let mut open: HashMap<PathBuf, (File, u64)> = HashMap::default();
         let mut loaded = Vec::with_capacity(blocks.len());
         for b in blocks {
             if !open.contains_key(&b.path) {
@@ -249,9 +249,9 @@ impl Chunk {
     }
 
     fn plan_reads(&self) -> Vec<Key> {
-        let mut created: HashSet<Key> = HashSet::new();
+        let mut created: HashSet<Key> = HashSet::default();
         let mut needed: Vec<Key> = Vec::new();
-        let mut seen: HashSet<Key> = HashSet::new();
+        let mut seen: HashSet<Key> = HashSet::default();
         let mut need = |k: Key, created: &HashSet<Key>| {
             if !created.contains(&k) && seen.insert(k.clone()) {
                 needed.push(k);
@@ -295,14 +295,14 @@ impl Chunk {
         }
         let mut view = View {
             stored: self.needed.iter().cloned().zip(values).collect(),
-            changed: HashMap::new(),
+            changed: HashMap::default(),
         };
         let mut out = Applied::default();
         let bip34 = self.network.bip34_height();
         let halving = self.network.halving_interval();
         for b in &self.blocks {
             // The coins this block touched, as they were before it.
-            let mut before: HashMap<Key, Option<Vec<u8>>> = HashMap::new();
+            let mut before: HashMap<Key, Option<Vec<u8>>> = HashMap::default();
             let spends_mark = out.spends.height.len();
             let failure = apply_block(b, &mut view, &mut before, &mut out.spends, bip34, halving)?;
             if let Some(reason) = failure {
@@ -552,7 +552,7 @@ pub fn decode_undo(b: &[u8]) -> Result<Undo, String> {
 pub type Unwound = (Vec<(Key, Vec<u8>)>, Vec<Key>, i64, i128);
 
 pub fn unwind(undos_descending: &[Vec<u8>]) -> Result<Unwound, String> {
-    let mut net: HashMap<Key, Option<Vec<u8>>> = HashMap::new();
+    let mut net: HashMap<Key, Option<Vec<u8>>> = HashMap::default();
     let (mut count, mut amount) = (0i64, 0i128);
     for raw in undos_descending {
         let u = decode_undo(raw)?;
@@ -590,14 +590,17 @@ mod tests {
         let k2 = utxo_key(&[2u8; 32], 300);
         let spent = coin_value(5, true, 50, b"\x51");
         let before: HashMap<Key, Option<Vec<u8>>> =
-            [(k1.clone(), None), (k2.clone(), Some(spent.clone()))].into();
+            [(k1.clone(), None), (k2.clone(), Some(spent.clone()))]
+                .into_iter()
+                .collect();
         let changed: HashMap<Key, Option<Vec<u8>>> = [
             (k1.clone(), Some(coin_value(9, false, 40, b""))),
             (k2.clone(), None),
         ]
-        .into();
+        .into_iter()
+        .collect();
         let view = View {
-            stored: HashMap::new(),
+            stored: HashMap::default(),
             changed,
         };
         let (rec, count, amount) = undo_record(&[7u8; 32], &before, &view).unwrap();
@@ -684,7 +687,7 @@ mod tests {
 
     #[test]
     fn a_repeated_coinbase_overwrites_and_unwinds_exactly() {
-        let mut set = HashMap::new();
+        let mut set = HashMap::default();
         let x = coinbase(b"\x01\x07", 50 * COIN);
         let first = block(&[&x]);
         let second = block(&[&x]); // the same txid again (mainnet's d5d2...8599 case)
@@ -771,7 +774,7 @@ mod tests {
             ),
         ];
         for (height, bad, reason) in cases {
-            let mut set = HashMap::new();
+            let mut set = HashMap::default();
             apply(base.clone(), &mut set);
             let before = set.clone();
             let a = apply(vec![(height, bad)], &mut set);
@@ -783,7 +786,7 @@ mod tests {
             );
         }
         // The exact fee is allowed.
-        let mut set = HashMap::new();
+        let mut set = HashMap::default();
         apply(base, &mut set);
         let ok = block(&[
             &coinbase(b"\x01\x65", 50 * COIN + COIN),
