@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -87,30 +86,23 @@ def _ray_notices_to_stderr() -> None:
 def ordered_results(
     remote: Any, units: Iterable[U], window: int, stage: str, *args: Any
 ) -> Iterator[tuple[U, Any]]:
-    """Runs ``remote`` on every unit (``args`` passed after it) with at most ``window`` tasks
-    in flight (back-pressure) and yields (unit, result) in submission order, so one committer
-    can apply them in order. A task that failed for good yields its ``ray.exceptions.RayError``
+    """Runs ``remote`` on every unit (``args`` passed after it) as Ray tasks through the
+    ordered executor (``pipeline/ordered.py``): at most ``window`` in flight, (unit, result)
+    in submission order. A task that failed for good yields its ``ray.exceptions.RayError``
     as the result, for the caller's failure policy."""
     from rechain.pipeline import metrics
+    from rechain.pipeline.ordered import ordered
 
-    queue: deque[tuple[U, Any]] = deque()
-    todo = iter(units)
-    try:
-        for unit in todo:
-            queue.append((unit, remote.remote(unit, *args)))
-            if len(queue) >= window:
-                break
-        while queue:
-            metrics.QUEUE_DEPTH.labels(stage).set(len(queue))
-            unit, ref = queue.popleft()
-            try:
-                result = ray.get(ref)
-            except ray.exceptions.RayError as e:
-                result = e
-            yield unit, result
-            del result
-            nxt = next(todo, None)
-            if nxt is not None:
-                queue.append((nxt, remote.remote(nxt, *args)))
-    finally:
-        metrics.QUEUE_DEPTH.labels(stage).set(0)
+    def wait(ref: Any) -> Any:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayError as e:
+            return e
+
+    return ordered(
+        lambda unit: remote.remote(unit, *args),
+        wait,
+        units,
+        window,
+        depth=metrics.QUEUE_DEPTH.labels(stage).set,
+    )

@@ -49,3 +49,28 @@ def test_local_failures_skip_on_bad_bytes_and_stop_on_unreadable_files() -> None
     assert local_failure_reason(unit, ValueError("bad bytes\nmore")) == "ValueError: bad bytes"
     with pytest.raises(RechainError, match=r"blk00003.dat at 4096: .*gone"):
         local_failure_reason(unit, FileNotFoundError(2, "gone"))
+
+
+def test_the_ordered_executor_cancels_what_is_in_flight_when_the_consumer_stops() -> None:
+    from rechain.pipeline.ordered import ordered
+
+    submitted: list[int] = []
+    cancelled: list[int] = []
+    depths: list[int] = []
+
+    def submit(n: int) -> int:
+        submitted.append(n)
+        return n
+
+    results = ordered(
+        submit, lambda h: h * 10, range(100), 3, depth=depths.append, cancel=cancelled.append
+    )
+    for unit, result in results:
+        assert result == unit * 10
+        # The next unit goes in only once a result was handed over: never more than 3 out.
+        assert len(submitted) - unit <= 3
+        if unit == 5:
+            break
+    results.close()
+    assert submitted == list(range(8)) and cancelled == [6, 7]
+    assert max(depths) == 3 and depths[-1] == 0

@@ -22,12 +22,12 @@ the publish stage (input values, fees, spent outputs).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.local_runner import ordered_local
 from rechain.pipeline.ray_runtime import release_ray
 from rechain.pipeline.stages.bitcoin import BtcRun
 from rechain.pipeline.stages.engine import Done, Invalidate, Stage
@@ -131,16 +132,12 @@ class ChainStateStage(Stage[BtcRun]):
         failure = None
         chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, ctx.opts.memory_budget // 16))
         # The next chunk is read and framed (GIL released) while this one is applied.
-        with ThreadPoolExecutor(1, thread_name_prefix="chain-state-read") as pool:
-            chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
-            ahead = next(chunks, None)
-            loading = None if ahead is None else pool.submit(_load_chunk, ctx, *ahead)
-            while loading is not None:
-                t = time.perf_counter()
-                first, chunk = loading.result()
-                ctx.add({"chain_state_wait_s": time.perf_counter() - t})
-                ahead = next(chunks, None)
-                loading = None if ahead is None else pool.submit(_load_chunk, ctx, *ahead)
+        chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
+        loads = ordered_local(partial(_load_chunk, ctx), chunks, threads=1, window=2)
+        with contextlib.closing(loads):
+            for (first, _, _), chunk in loads:
+                if isinstance(chunk, Exception):
+                    raise chunk
                 cp, result = _apply_chunk(ctx, cp, first, chunk)
                 applied += int(result["blocks"])
                 if result["failure"] is not None:
@@ -278,13 +275,13 @@ def _chunks(
         yield first, hashes, entries
 
 
-def _load_chunk(
-    ctx: BtcRun, first: int, hashes: list[bytes], entries: list[dict[str, Any]]
-) -> tuple[int, Any]:
-    """(first height, the chunk's blocks read from their files and framed)."""
+def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> Any:
+    """A chunk's blocks (first height, hashes, index entries) read from their files and
+    framed."""
+    first, hashes, entries = chunk
     paths = ctx.paths
     try:
-        chunk = _native.ChainStateChunk(
+        loaded = _native.ChainStateChunk(
             ctx.opts.network,
             ctx.key,
             first,
@@ -294,7 +291,7 @@ def _load_chunk(
         )
     except (OSError, KeyError) as e:
         raise RechainError(f"chain state: {e}") from e
-    return first, chunk
+    return loaded
 
 
 def _apply_chunk(

@@ -13,7 +13,6 @@ The forest lives in this process: the stage is ephemeral.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -202,7 +201,7 @@ def _decode_in_order(
     segments: list[tuple[int, str]], opts: Any, workers: int
 ) -> Iterator[SegmentResult]:
     import ray
-    from rechain.pipeline.ray_runtime import ensure_ray
+    from rechain.pipeline.ray_runtime import ensure_ray, ordered_results
 
     if not segments:
         return
@@ -210,21 +209,13 @@ def _decode_in_order(
     remote = ray.remote(num_cpus=1, max_retries=3)(decode_unit)
     # A decoded segment holds at most about its own size in Arrow buffers.
     window = max(1, min(2 * workers, opts.memory_budget // (2 * 32 * 2**20)))
-    units = iter(SegmentUnit(i, n, p) for i, (n, p) in enumerate(segments))
-    queue: deque[Any] = deque()
-    for unit in units:
-        queue.append(remote.remote(unit))
-        if len(queue) >= window:
-            break
+    units = (SegmentUnit(i, n, p) for i, (n, p) in enumerate(segments))
     first = True
-    while queue:
-        metrics.QUEUE_DEPTH.labels(STAGE).set(len(queue))
-        result: SegmentResult = ray.get(queue.popleft())
+    for _, result in ordered_results(remote, units, window, STAGE):
+        if isinstance(result, Exception):
+            raise result
         if first:
             result.info["ray_start_s"] = ray_start
             first = False
-        nxt = next(units, None)
-        if nxt is not None:
-            queue.append(remote.remote(nxt))
         yield result
     metrics.QUEUE_DEPTH.labels(STAGE).set(0)
