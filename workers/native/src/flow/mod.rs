@@ -13,6 +13,7 @@
 //! | `gen`      | deterministic WAL generator (same workload as `tests/flow_go`)       | —    |
 //! | `batches`  | Arrow record batches for the `trie_updates` and `registers` tables   | —    |
 //! | `checkpoint` | v6 checkpoint files: verified reads, flow-go-identical writes      | §5   |
+//! | `replay`   | the replay state: forest, current root, update log, its publication  | —    |
 //! | `py`       | PyO3 wrappers                                                        | —    |
 //!
 //! Every decoding error carries its segment number, the byte offset inside that segment and a
@@ -27,6 +28,7 @@ pub mod keccak;
 pub mod mtrie;
 pub mod py;
 pub mod record;
+pub mod replay;
 pub mod wal;
 pub mod writer;
 

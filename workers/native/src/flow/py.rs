@@ -14,16 +14,17 @@
 //! * exception `FlowWalError` with `.segment`, `.offset`, `.kind`, `.retryable`
 
 use super::batches::{
-    leaf_hashes_batch, leaf_hashes_schema, registers_batch, registers_schema, rows_from_batch,
-    trie_updates_batch, trie_updates_schema, LoggedUpdate, RecordsBuilder,
+    leaf_hashes_schema, registers_batch, registers_schema, rows_from_batch, trie_updates_schema,
+    RecordsBuilder,
 };
 use super::gen::{generate, GenConfig};
 use super::hash::{empty_root, Hash};
-use super::mtrie::{Forest, LeafCursor, DEFAULT_CAPACITY};
+use super::mtrie::{LeafCursor, DEFAULT_CAPACITY};
 use super::record::WalRecord;
+use super::replay::ReplayState;
 use super::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
-use super::{decode_segment, visit_segment, ErrorKind, FlowError};
-use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
+use super::{decode_segment, ErrorKind, FlowError};
+use crate::parquet_out::RowGroups;
 use crate::store::encode_register_value;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -196,16 +197,16 @@ fn flow_generate<'py>(
     Ok(d)
 }
 
-/// A forest of MTries, flow-go's `mtrie.Forest`: at most `capacity` tries (oldest evicted),
-/// starting with the empty trie. `threads` (default: the machine's cores) bounds the threads
-/// one large update may use.
+/// A forest of MTries, flow-go's `mtrie.Forest` (the replay state, `flow::replay`): at most
+/// `capacity` tries (oldest evicted), starting with the empty trie. `threads` (default: the
+/// machine's cores) bounds the threads one large update may use.
 #[pyclass(name = "FlowForest", module = "rechain.workers._native")]
 pub struct FlowForest {
-    forest: Forest,
-    current: Hash,
-    applied: u64,
-    /// Every record applied (updates and deletes), in WAL order: the `trie_updates` table.
-    log: Vec<LoggedUpdate>,
+    state: ReplayState,
+}
+
+fn resolve_threads(threads: Option<usize>) -> usize {
+    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 #[pymethods]
@@ -213,13 +214,8 @@ impl FlowForest {
     #[new]
     #[pyo3(signature = (capacity=DEFAULT_CAPACITY, threads=None))]
     fn new(capacity: usize, threads: Option<usize>) -> Self {
-        let threads =
-            threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         FlowForest {
-            forest: Forest::new(capacity, threads),
-            current: empty_root(),
-            applied: 0,
-            log: Vec::new(),
+            state: ReplayState::new(capacity, resolve_threads(threads)),
         }
     }
 
@@ -234,43 +230,12 @@ impl FlowForest {
         batch: PyRecordBatch,
     ) -> PyResult<Bound<'py, PyList>> {
         let batch = batch.into_inner();
-        let forest = &mut self.forest;
-        let current = &mut self.current;
-        let applied = &mut self.applied;
-        let log = &mut self.log;
+        let state = &mut self.state;
         let (roots, failure) = py
-            .detach(|| -> Result<_, String> {
-                let rows = rows_from_batch(&batch)?;
-                let mut roots: Vec<Option<String>> = Vec::with_capacity(rows.len());
-                for row in rows {
-                    let root = match &row.record {
-                        WalRecord::Update(u) => match forest.update(u) {
-                            Ok(a) => {
-                                *current = a.root;
-                                *applied += 1;
-                                Some(a.root)
-                            }
-                            Err(kind) => {
-                                return Ok((
-                                    roots,
-                                    Some(FlowError::new(row.segment, row.offset, kind)),
-                                ))
-                            }
-                        },
-                        WalRecord::Delete(_) => None,
-                    };
-                    log.push(LoggedUpdate::new(
-                        row.segment,
-                        row.offset,
-                        &row.record,
-                        root,
-                    ));
-                    roots.push(root.map(|r| r.to_hex()));
-                }
-                Ok((roots, None))
-            })
+            .detach(|| -> Result<_, String> { Ok(state.apply_rows(rows_from_batch(&batch)?)) })
             .map_err(PyValueError::new_err)?;
-        let list = PyList::new(py, &roots)?;
+        let hex: Vec<Option<String>> = roots.iter().map(|r| r.map(|h| h.to_hex())).collect();
+        let list = PyList::new(py, &hex)?;
         if let Some(e) = failure {
             let err = flow_err(py, &e);
             err.value(py).setattr("roots", list)?;
@@ -292,45 +257,20 @@ impl FlowForest {
         path: PathBuf,
         segment_no: u64,
     ) -> PyResult<(u64, Bound<'py, PyDict>)> {
-        let forest = &mut self.forest;
-        let current = &mut self.current;
-        let applied = &mut self.applied;
-        let log = &mut self.log;
-        let result = py.detach(|| -> Result<_, FlowError> {
-            let seg = Segment::open(&path, segment_no)?;
-            let (mut updates, mut deletes, mut paths) = (0u64, 0u64, 0u64);
-            let (end, error) = visit_segment(&seg, |_index, offset, rec| {
-                let root = match &rec {
-                    WalRecord::Update(u) => {
-                        let a = forest.update(u)?;
-                        *current = a.root;
-                        *applied += 1;
-                        updates += 1;
-                        paths += u.paths.len() as u64;
-                        Some(a.root)
-                    }
-                    WalRecord::Delete(_) => {
-                        deletes += 1;
-                        None
-                    }
-                };
-                log.push(LoggedUpdate::new(segment_no, offset, &rec, root));
-                Ok(())
-            });
-            Ok((seg.file_len, end, error, updates, deletes, paths))
-        });
-        let (file_len, end, error, updates, deletes, paths) =
-            result.map_err(|e| flow_err(py, &e))?;
+        let state = &mut self.state;
+        let r = py
+            .detach(|| state.replay_segment(&path, segment_no))
+            .map_err(|e| flow_err(py, &e))?;
         let info = segment_info(
-            py, segment_no, file_len, end, &error, updates, deletes, paths,
+            py, segment_no, r.file_len, r.end, &r.error, r.updates, r.deletes, r.paths,
         )?;
-        Ok((updates + deletes, info))
+        Ok((r.updates + r.deletes, info))
     }
 
     /// Records applied so far (the rows of `trie_updates`).
     #[getter]
     fn log_len(&self) -> usize {
-        self.log.len()
+        self.state.log().len()
     }
 
     /// Writes the update log as a `trie_updates` Parquet file; returns its rows.
@@ -347,18 +287,10 @@ impl FlowForest {
             rows: row_group_rows,
             bytes: row_group_bytes,
         };
-        let log = &self.log;
+        let state = &self.state;
         py.detach(|| {
             let dict: Vec<&str> = dictionary_columns.iter().map(String::as_str).collect();
-            let table = TableWriter::create(&path, trie_updates_schema(), &dict)?;
-            let mut out = AlignedTables::new(vec![table], groups);
-            let mut done = 0;
-            while done < log.len() {
-                let n = out.step_rows(PUBLISH_CHUNK).min(log.len() - done);
-                out.write(&[trie_updates_batch(&log[done..done + n], done as u64)])?;
-                done += n;
-            }
-            out.finish()
+            state.write_trie_updates(&path, groups, &dict)
         })
         .map_err(PyValueError::new_err)
     }
@@ -376,27 +308,14 @@ impl FlowForest {
         row_group_bytes: usize,
         root: Option<&str>,
     ) -> PyResult<u64> {
-        let mut cursor = self.trie(root)?.leaves();
+        let root = root.map(parse_root).transpose()?;
         let groups = RowGroups {
             rows: row_group_rows,
             bytes: row_group_bytes,
         };
-        py.detach(|| {
-            let tables = vec![
-                TableWriter::create(&registers_path, registers_schema(), &[])?,
-                TableWriter::create(&hashes_path, leaf_hashes_schema(), &[])?,
-            ];
-            let mut out = AlignedTables::new(tables, groups);
-            loop {
-                let leaves = cursor.next_leaf_nodes(out.step_rows(PUBLISH_CHUNK));
-                if leaves.is_empty() {
-                    return out.finish();
-                }
-                let regs: Vec<_> = leaves.iter().filter_map(|l| l.register()).collect();
-                out.write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])?;
-            }
-        })
-        .map_err(PyValueError::new_err)
+        let state = &self.state;
+        py.detach(|| state.write_registers(root, &registers_path, &hashes_path, groups))
+            .map_err(PyValueError::new_err)
     }
 
     /// `flow_registers` entries of a trie (default: the current one) in key order, as an
@@ -425,12 +344,9 @@ impl FlowForest {
         hi: usize,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
         let (keys, values) = (PyList::empty(py), PyList::empty(py));
-        let hi = hi.min(self.log.len());
-        for (seq, row) in self.log.iter().enumerate().take(hi).skip(lo) {
-            if let Some(root) = row.root {
-                keys.append(PyBytes::new(py, &(seq as u64).to_be_bytes()))?;
-                values.append(PyBytes::new(py, &root.0))?;
-            }
+        for (seq, root) in self.state.root_entries(lo, hi) {
+            keys.append(PyBytes::new(py, &seq.to_be_bytes()))?;
+            values.append(PyBytes::new(py, &root.0))?;
         }
         Ok((keys, values))
     }
@@ -438,13 +354,13 @@ impl FlowForest {
     /// Root of the last update applied (the empty root before any).
     #[getter]
     fn root_hex(&self) -> String {
-        self.current.to_hex()
+        self.state.current().to_hex()
     }
 
     /// Updates applied so far.
     #[getter]
     fn updates_applied(&self) -> u64 {
-        self.applied
+        self.state.updates_applied()
     }
 
     /// flow-go's `AllocatedRegCount` of a trie (default: the current root).
@@ -461,15 +377,15 @@ impl FlowForest {
 
     /// Root hashes held, oldest first.
     fn roots(&self) -> Vec<String> {
-        self.forest.roots().map(|r| r.to_hex()).collect()
+        self.state.forest().roots().map(|r| r.to_hex()).collect()
     }
 
     fn has_root(&self, root: &str) -> PyResult<bool> {
-        Ok(self.forest.get(&parse_root(root)?).is_some())
+        Ok(self.state.forest().get(&parse_root(root)?).is_some())
     }
 
     fn __len__(&self) -> usize {
-        self.forest.len()
+        self.state.forest().len()
     }
 
     /// The registers (non-empty payloads) of a trie in path order, as an iterator of
@@ -486,14 +402,9 @@ impl FlowForest {
 impl FlowForest {
     /// A forest holding `tries` (file order: the last one is the current state).
     pub(crate) fn from_tries(tries: Vec<super::mtrie::Trie>, threads: Option<usize>) -> Self {
-        let mut f = FlowForest::new(DEFAULT_CAPACITY.max(tries.len() + 1), threads);
-        if let Some(last) = tries.last() {
-            f.current = last.root_hash();
+        FlowForest {
+            state: ReplayState::from_tries(tries, resolve_threads(threads)),
         }
-        for t in tries {
-            f.forest.add(t);
-        }
-        f
     }
 
     /// The tries with these roots (default: the current one), for a checkpoint.
@@ -501,20 +412,19 @@ impl FlowForest {
         &self,
         roots: Option<Vec<String>>,
     ) -> PyResult<Vec<super::mtrie::Trie>> {
-        match roots {
-            None => Ok(vec![self.trie(None)?.clone()]),
-            Some(rs) => rs.iter().map(|r| self.trie(Some(r)).cloned()).collect(),
-        }
+        let roots = roots
+            .map(|rs| {
+                rs.iter()
+                    .map(|r| parse_root(r))
+                    .collect::<PyResult<Vec<_>>>()
+            })
+            .transpose()?;
+        self.state.tries_for(roots).map_err(PyValueError::new_err)
     }
 
     fn trie(&self, root: Option<&str>) -> PyResult<&super::mtrie::Trie> {
-        let h = match root {
-            Some(s) => parse_root(s)?,
-            None => self.current,
-        };
-        self.forest.get(&h).ok_or_else(|| {
-            PyValueError::new_err(format!("root {} is not in the forest", h.to_hex()))
-        })
+        let root = root.map(parse_root).transpose()?;
+        self.state.trie(root).map_err(PyValueError::new_err)
     }
 }
 
@@ -543,9 +453,6 @@ impl FlowPayloads {
             .transpose()
     }
 }
-
-/// Rows built at a time by the Parquet writers and entry iterators (bounded memory).
-const PUBLISH_CHUNK: usize = 1024;
 
 /// Iterator over `flow_registers` `(keys, values)` slices of one trie (holds its nodes alive).
 #[pyclass(module = "rechain.workers._native")]
