@@ -43,6 +43,8 @@ KeyColumn: TypeAlias = "pa.Array | list[bytes]"
 #: for a whole slice (its loop runs in C), so slices stay a few milliseconds long: threads
 #: writing Parquet beside it get the GIL back between slices.
 INGEST_SLICE_ROWS = 8_192
+#: RocksDB memtables, all column families together (each flushes at a quarter of it).
+MEMTABLE_BYTES = 32 << 20
 
 
 class DataDir:
@@ -79,14 +81,16 @@ class DataDir:
         opts.create_if_missing(create)
         opts.create_missing_column_families(True)
         opts.set_max_background_jobs(2)
+        # Memtables of every column family together: the chain state writes its set and undo
+        # data through them, and RocksDB's defaults (64 MiB per family, two each) would take
+        # more than a small --memory-budget.
+        opts.set_db_write_buffer_size(MEMTABLE_BYTES)
         path = str(self.path / "rocksdb")
         try:
             existing = (
                 Rdict.list_cf(path, opts) if (self.path / "rocksdb" / "CURRENT").exists() else []
             )
-            cfs = {
-                name: Options(raw_mode=True) for name in set(layout.COLUMN_FAMILIES) | set(existing)
-            }
+            cfs = {name: _cf_options() for name in set(layout.COLUMN_FAMILIES) | set(existing)}
             cfs.pop("default", None)
             if self.readonly:
                 return Rdict(path, opts, column_families=cfs, access_type=AccessType.read_only())
@@ -257,7 +261,7 @@ class DataDir:
     def reset_column_family(self, name: str) -> None:
         """Drops and recreates a derived column family (rebuilt whole by its stage)."""
         self.db.drop_column_family(name)
-        self._cfs[name] = self.db.create_column_family(name, Options(raw_mode=True))
+        self._cfs[name] = self.db.create_column_family(name, _cf_options())
 
     # -- Parquet publication ------------------------------------------------------------------
     def parquet_dir(self, table: str) -> Path:
@@ -399,6 +403,12 @@ class DataDir:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cf_options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.set_write_buffer_size(MEMTABLE_BYTES // 4)
+    return opts
 
 
 def write_file_atomic(final: Path, write: Callable[[Path], object]) -> Path:

@@ -48,9 +48,9 @@ from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import release_unused_memory
 
 log = logging.getLogger(__name__)
-#: Block bytes applied per chunk: at most this, and at most a sixteenth of the memory budget
-#: (a chunk holds its blocks, their parsed spans and the coins they read and touch, a few
-#: times the blocks' bytes).
+#: Block bytes applied per chunk: at most this, and at most 1/32 of the memory budget (a chunk
+#: holds its blocks, their parsed spans and the coins they read and touch, a few times the
+#: blocks' bytes, and the next chunk is read meanwhile).
 MAX_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 4 << 20
 #: Blocks unwound per atomic write.
@@ -130,7 +130,7 @@ class ChainStateStage(Stage[BtcRun]):
             cp = _unwind_to(data, cp, fork)
         applied = 0
         failure = None
-        chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, ctx.opts.memory_budget // 16))
+        chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, ctx.opts.memory_budget // 32))
         # The next chunk is read and framed (GIL released) while this one is applied.
         chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
         loads = ordered_local(partial(_load_chunk, ctx), chunks, threads=1, window=2)
@@ -143,6 +143,7 @@ class ChainStateStage(Stage[BtcRun]):
                 if result["failure"] is not None:
                     failure = result["failure"]
                     break
+        release_unused_memory()
         ctx.add({"chain_state_s": time.perf_counter() - t0})
         detail = {"applied": applied, "unwound": unwound, "fork_height": fork}
         ctx.full["chain_state_applied"] = ctx.full.get("chain_state_applied", 0) + applied
