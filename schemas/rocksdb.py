@@ -75,8 +75,8 @@ META_BTC_CHAIN_STATE = b"btc/chain_state"
 #: hash (display, of the block at last), path, spent (fingerprint)}]} (pipeline/stages/bitcoin/
 #: publish.py).
 META_BTC_PUBLISHED = b"btc/published"
-#: Which generation of the tables ``btc_txindex`` matches: JSON {generation, segments (paths),
-#: entries} (pipeline/stages/bitcoin/indexes.py).
+#: Which generation of the tables ``btc_txindex`` matches: JSON {generation, segments ([path,
+#: hash of the block at its end]), entries} (pipeline/stages/bitcoin/indexes.py).
 META_BTC_TXINDEX = b"btc/txindex"
 #: Published generation of the full-decode tables.
 META_BTC_FULL_GENERATION = b"btc/full_generation"

@@ -127,7 +127,9 @@ def update_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -
     else:
         entries = int(record["entries"]) + _apply_txindex_changes(con, data, record, published)
         how = "updated"
-    segments = [seg["path"] for seg in published.get("segments", [])]
+    # A segment is the same only with the same heights and the same block at its end: a reorg
+    # can replace a segment by one of the same heights.
+    segments = [[seg["path"], seg["hash"]] for seg in published.get("segments", [])]
     data.write(
         {
             layout.CF_META: [
@@ -152,15 +154,15 @@ def _apply_txindex_changes(
     tx_dir = data.parquet_dir(ds.TRANSACTIONS)
     old_dir = tx_dir / f"{record['generation']:06d}"
     new_dir = tx_dir / f"{published['generation']:06d}"
-    old_paths = set(record["segments"])
+    old = {(path, block) for path, block in record["segments"]}
     new_segments = published["segments"]
-    kept = [seg for seg in new_segments if seg["path"] in old_paths]
+    kept = [seg for seg in new_segments if (seg["path"], seg["hash"]) in old]
     kept_paths = {seg["path"] for seg in kept}
     # Kept segments are the chain below the fork: a prefix of the new segments.
     kept_tip = max((seg["last"] for seg in kept), default=-1)
     added = [str(new_dir / seg["path"]) for seg in new_segments if seg["path"] not in kept_paths]
     added += [str(f) for f in new_dir.glob("*/offchain_*.parquet")]
-    gone = [str(old_dir / p) for p in sorted(old_paths - kept_paths)]
+    gone = [str(old_dir / p) for p in sorted({p for p, _ in old} - kept_paths)]
     gone += [str(f) for f in old_dir.glob("*/offchain_*.parquet")]
 
     def rows(files: list[str], columns: str) -> str:
