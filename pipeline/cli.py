@@ -113,6 +113,34 @@ def build_parser() -> argparse.ArgumentParser:
     fst.add_argument("--data", type=Path, required=True)
     fst.add_argument("--json", action="store_true")
 
+    eth = sub.add_parser("eth", help="Ethereum history (era1 archives, geth's freezer)")
+    eth_sub = eth.add_subparsers(dest="action", required=True)
+    ei = eth_sub.add_parser("import", help="import era1 files or a geth freezer, checked")
+    src = ei.add_mutually_exclusive_group(required=True)
+    src.add_argument("--era1", type=Path, help="folder of .era1 files")
+    src.add_argument("--freezer", type=Path, help="geth's ancient folder (or its chain/)")
+    ei.add_argument("--data", type=Path, required=True)
+    ei.add_argument("--network", default="mainnet", choices=["mainnet", "sepolia"])
+    ei.add_argument("--workers", type=int, default=0)
+    ei.add_argument("--ray-address", default=None)
+    ei.add_argument("--from", dest="first", type=int, default=None, metavar="N")
+    ei.add_argument("--to", dest="last", type=int, default=None, metavar="M", help="inclusive")
+    ei.add_argument("--memory-budget", type=parse_size, default=parse_size("1G"))
+    ei.add_argument("--metrics-port", type=int, default=None)
+    ei.add_argument("--no-progress", action="store_true")
+    ei.add_argument("--json", action="store_true")
+    ei.add_argument(
+        "--no-pow",
+        action="store_true",
+        help="skip the ethash check only (generated chains carry no real proof of work)",
+    )
+    ei.add_argument(
+        "--from-stage", default=None, metavar="NAME", help="rerun from this stage (blocks)"
+    )
+    es = eth_sub.add_parser("status", help="summary of a data folder's Ethereum import")
+    es.add_argument("--data", type=Path, required=True)
+    es.add_argument("--json", action="store_true")
+
     btc = sub.add_parser("btc", help="Bitcoin block files").add_subparsers(
         dest="action", required=True
     )
@@ -276,6 +304,8 @@ def dispatch(args: argparse.Namespace) -> int:
             for s in st["skipped"]:
                 print(f"  skip {s['segment']}@{s['offset']}: {s['reason']} {s.get('detail') or ''}")
         return 0
+    if args.command == "eth":
+        return _eth(args)
     if args.command == "gen":
         from rechain.pipeline.btc_gen import generate
 
@@ -390,6 +420,54 @@ def dispatch(args: argparse.Namespace) -> int:
         print(render(cols, rows, args.format))
         return 0
     raise RechainError(f"unknown command {args.command}")
+
+
+def _eth(args: argparse.Namespace) -> int:
+    from rechain.pipeline import eth_import
+
+    if args.action == "import":
+        from rechain.pipeline import metrics
+
+        metrics.serve(args.metrics_port)
+        result = eth_import.run(
+            eth_import.ImportOptions(
+                data=args.data,
+                era1=args.era1,
+                freezer=args.freezer,
+                network=args.network,
+                workers=args.workers,
+                ray_address=args.ray_address,
+                first=args.first,
+                last=args.last,
+                memory_budget=args.memory_budget,
+                progress=not args.no_progress,
+                pow=not args.no_pow,
+                from_stage=args.from_stage,
+            )
+        )
+        if args.json:
+            _print_json(result)
+        else:
+            print(_format_eth(result))
+        return 0 if result["failed"] == 0 else 1
+    st = eth_import.status(args.data)
+    _print_json(st) if args.json else print(_format_eth(st))
+    return 0
+
+
+def _format_eth(st: dict[str, Any]) -> str:
+    lines = [
+        f"{st['network']} {st['kind']} {st['source']}",
+        f"blocks {st['blocks']:,} ({st['first_block']}..{st['last_block']}); "
+        f"tip {st['tip_hash']}; TD {st['total_difficulty']}",
+        "rows " + ", ".join(f"{k} {v:,}" for k, v in sorted(st["counts"].items())),
+        "checks "
+        + ", ".join(f"{k} {v:,}" for k, v in st["checks"].items())
+        + f"; failed {st['failed']:,}",
+    ]
+    for v in st["verdicts"][:20]:
+        lines.append(f"  {v['source']} block {v['block']}: {v['rule']}: {v['detail']}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
 from decimal import Decimal
@@ -58,6 +59,8 @@ def _plain(v: Any) -> Any:
         return int(v) if v == v.to_integral_value() else float(v)
     if isinstance(v, bytes | bytearray):
         return v.hex()
+    if isinstance(v, datetime.date | datetime.time):
+        return v.isoformat()
     if isinstance(v, list | tuple):
         return [_plain(x) for x in v]
     if isinstance(v, dict):

@@ -4,7 +4,10 @@ a content digest that is equal for equal content (timings and other run details 
 Bitcoin: the block index against the headers table, the best chain from genesis to the tip with
 its chainwork, and in full mode the UTXO set and table row counts. Flow: the registers in RocksDB
 against the registers table row for row, the state root recomputed from those registers, the
-root history against the trie_updates table, and every update's parent root known before it."""
+root history against the trie_updates table, and every update's parent root known before it.
+Ethereum: the header index (number → hash, hash → number, TD) against ``eth_blocks`` row for
+row, parent links and TDs along each contiguous range, and every table's rows against the units
+that committed them."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ VOLATILE_META = {
     layout.META_BTC_TXINDEX,
     fs.META_FLOW_RUN,
     fs.META_FLOW_GENERATION,
+    layout.META_ETH_RUN,
 }
 #: Meta keys whose JSON holds timings (keys ending in ``_s``) beside content.
 TIMED_META = {fs.META_FLOW_SUMMARY, fs.META_FLOW_CHECKPOINT}
@@ -117,6 +121,11 @@ def digest(data: DataDir) -> dict[str, str]:
     flow_gen = data.meta_get(fs.META_FLOW_GENERATION)
     if flow_gen is not None:
         parts["parquet/flow"] = tables_digest(data, (fs.TRIE_UPDATES, fs.REGISTERS), int(flow_gen))
+    if data.meta_get(layout.META_ETH_IMPORT) is not None:
+        from rechain.pipeline.stages.ethereum.blocks import GENERATION
+        from rechain.schemas.tables import ETH_TABLES
+
+        parts["parquet/eth"] = tables_digest(data, tuple(t.name for t in ETH_TABLES), GENERATION)
     parts["content"] = hashlib.sha256("".join(parts[k] for k in sorted(parts)).encode()).hexdigest()
     return parts
 
@@ -134,12 +143,15 @@ def verify(data_path: Path) -> dict[str, Any]:
     with DataDir(data_path, readonly=True) as data:
         btc = data.meta_get(layout.META_BTC_SUMMARY)
         flow = data.meta_get(fs.META_FLOW_SUMMARY)
+        eth = data.meta_get(layout.META_ETH_IMPORT)
         result: dict[str, Any] = {}
-        if btc is None and flow is None:
+        if btc is None and flow is None and eth is None:
             problems.append(
-                "nothing to verify: no completed Bitcoin reindex (meta btc/summary) "
-                "and no Flow replay or checkpoint read (meta flow/summary)"
+                "nothing to verify: no completed Bitcoin reindex (meta btc/summary), "
+                "no Flow replay or checkpoint read (meta flow/summary) and no Ethereum import"
             )
+        if eth is not None:
+            result["eth_blocks"] = _check_eth(data, problems)
         if btc is not None:
             result["blocks_indexed"] = _check_bitcoin(data, btc, problems)
         if flow is not None:
@@ -374,3 +386,84 @@ def _check_flow_roots(data: DataDir, summary: dict[str, Any], problems: list[str
             )
     finally:
         con.close()
+
+
+def _check_eth(data: DataDir, problems: list[str]) -> int:
+    """The Ethereum header index against ``eth_blocks``, the links and TDs along the table, and
+    each table's rows against the committed units; returns the blocks indexed."""
+    import duckdb
+    from rechain.pipeline.stages.ethereum.blocks import committed_units, part_path
+    from rechain.schemas.tables import ETH_TABLES
+
+    units = committed_units(data)
+    index = pa.table(
+        {
+            "number": pa.array(
+                [int.from_bytes(k, "big") for k, _ in data.items(layout.CF_ETH_CANONICAL)],
+                pa.uint64(),
+            ),
+            "hash": pa.array(
+                ["0x" + v.hex() for _, v in data.items(layout.CF_ETH_CANONICAL)], pa.string()
+            ),
+        }
+    )
+    by_hash = {k: int.from_bytes(v, "big") for k, v in data.items(layout.CF_ETH_NUMBERS)}
+    tds = {
+        int.from_bytes(k, "big"): int.from_bytes(v, "big") for k, v in data.items(layout.CF_ETH_TD)
+    }
+    for t in ETH_TABLES:
+        for key, u in units.items():
+            if u["blocks"] and not part_path(data, t.name, u["part"]).exists():
+                problems.append(f"{t.name}: part of unit {key} missing")
+    files = str(part_path(data, "eth_blocks", "*"))
+    con = duckdb.connect(":memory:")
+    try:
+        con.register("idx", index)
+        con.execute(
+            f"CREATE VIEW blocks AS SELECT number, hash, parent_hash, difficulty, "
+            f"total_difficulty FROM read_parquet('{files}')"
+        )
+        mismatched = con.sql(
+            "SELECT count(*) FROM blocks b FULL JOIN idx i USING (number) "
+            "WHERE b.hash IS DISTINCT FROM i.hash"
+        ).fetchall()[0][0]
+        if mismatched:
+            problems.append(f"{mismatched} blocks differ between eth_canonical and eth_blocks")
+        broken = con.sql(
+            """
+            SELECT count(*) FROM (
+                SELECT number, parent_hash, difficulty, total_difficulty,
+                       lag(number) OVER w AS pn, lag(hash) OVER w AS ph,
+                       lag(total_difficulty) OVER w AS ptd
+                FROM blocks WINDOW w AS (ORDER BY number)
+            ) WHERE pn = number - 1 AND (parent_hash <> ph OR
+                  (ptd IS NOT NULL AND total_difficulty IS NOT NULL
+                   AND total_difficulty::HUGEINT <> ptd::HUGEINT + difficulty::HUGEINT))
+            """
+        ).fetchall()[0][0]
+        if broken:
+            problems.append(f"{broken} blocks do not link to the block before them (hash or TD)")
+        table_tds = dict(
+            con.sql(
+                "SELECT number, total_difficulty::HUGEINT FROM blocks "
+                "WHERE total_difficulty IS NOT NULL"
+            ).fetchall()
+        )
+        if {int(k): int(v) for k, v in table_tds.items()} != tds:
+            problems.append(f"eth_td ({len(tds)} entries) differs from eth_blocks' TDs")
+        for t in ETH_TABLES:
+            want = sum(u.get("rows", {}).get(t.name, 0) for u in units.values())
+            got = con.sql(
+                f"SELECT count(*) FROM read_parquet('{part_path(data, t.name, '*')}')"
+            ).fetchall()[0][0]
+            if got != want:
+                problems.append(f"table {t.name} has {got} rows, the units committed {want}")
+    finally:
+        con.close()
+    hashes = index.column("hash").to_pylist()
+    numbers = index.column("number").to_pylist()
+    if len(by_hash) != len(hashes) or any(
+        by_hash.get(bytes.fromhex(h[2:])) != n for h, n in zip(hashes, numbers, strict=True)
+    ):
+        problems.append("eth_numbers (hash -> number) disagrees with eth_canonical")
+    return len(hashes)

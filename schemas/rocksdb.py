@@ -43,6 +43,13 @@ CF_BTC_TXINDEX = "btc_txindex"
 CF_FLOW_REGISTERS = "flow_registers"
 CF_FLOW_ROOTS = "flow_roots"
 
+#: Ethereum header index (keys and values encoded in workers/native/src/eth/import.rs): block
+#: hash (32 bytes) -> number (u64 big-endian); number -> hash of the block imported there;
+#: number -> total difficulty (32 bytes big-endian).
+CF_ETH_NUMBERS = "eth_numbers"
+CF_ETH_CANONICAL = "eth_canonical"
+CF_ETH_TD = "eth_td"
+
 COLUMN_FAMILIES = (
     CF_META,
     CF_BTC_FILES,
@@ -55,6 +62,9 @@ COLUMN_FAMILIES = (
     CF_BTC_TXINDEX,
     CF_FLOW_REGISTERS,
     CF_FLOW_ROOTS,
+    CF_ETH_NUMBERS,
+    CF_ETH_CANONICAL,
+    CF_ETH_TD,
 )
 #: Column families rebuilt whole by every link phase.
 DERIVED_COLUMN_FAMILIES = (CF_BTC_INDEX, CF_BTC_BEST)
@@ -82,6 +92,18 @@ META_BTC_TXINDEX = b"btc/txindex"
 META_BTC_FULL_GENERATION = b"btc/full_generation"
 #: Published generation of the headers table (a run artefact, not content).
 META_BTC_GENERATION = b"btc/generation"
+
+#: The Ethereum import: what it reads (JSON {kind, source, network, pow, from, to}), and per
+#: unit (``eth/unit/<unit key>``) what it committed: JSON {first, end, blocks, transactions,
+#: fingerprint, part, last_header, last_td, td_known, accumulator, violations, ...}, written in
+#: the same RocksDB write as the unit's index entries (pipeline/stages/ethereum/blocks.py).
+META_ETH_IMPORT = b"eth/import"
+META_ETH_UNIT_PREFIX = b"eth/unit/"
+#: The checks between neighbouring units and the gaps between them: JSON {token, checked,
+#: verdicts, gaps} (pipeline/stages/ethereum/links.py).
+META_ETH_LINKS = b"eth/links"
+#: The last run's report (JSON).
+META_ETH_RUN = b"eth/run"
 
 #: Stage checkpoints: ``stage/<pipeline>/<stage>`` -> JSON (see pipeline/stages/engine.py).
 META_STAGE_PREFIX = b"stage/"

@@ -66,6 +66,16 @@ def _flow_native(name: str) -> Callable[[], pa.Schema]:
     return declared
 
 
+def _eth_native(name: str) -> Callable[[], pa.Schema]:
+    def declared() -> pa.Schema:
+        from rechain.workers import _native
+
+        schema: pa.Schema = _native.eth_table_schema(name)
+        return schema
+
+    return declared
+
+
 #: Column types of the tables declared here: Arrow's name, DuckDB's name.
 _TYPES = {
     "string": "VARCHAR",
@@ -216,6 +226,15 @@ REGISTER_HASHES = Table(
     row_group_bytes=REGISTERS.row_group_bytes,
 )
 
+#: Ethereum history (schemas in workers/native/src/eth/tables.rs): one part per import unit
+#: (an era1 file, a freezer range), in block order.
+ETH_BLOCKS = Table("eth_blocks", _eth_native("eth_blocks"), dictionary_columns=("source",))
+ETH_TRANSACTIONS = Table("eth_transactions", _eth_native("eth_transactions"))
+ETH_RECEIPTS = Table("eth_receipts", _eth_native("eth_receipts"))
+ETH_LOGS = Table("eth_logs", _eth_native("eth_logs"))
+ETH_WITHDRAWALS = Table("eth_withdrawals", _eth_native("eth_withdrawals"))
+ETH_TABLES = (ETH_BLOCKS, ETH_TRANSACTIONS, ETH_RECEIPTS, ETH_LOGS, ETH_WITHDRAWALS)
+
 #: Every published table, by name: the closed set ``rechain query`` and ``verify`` see.
 TABLES: dict[str, Table] = {
     t.name: t
@@ -228,6 +247,7 @@ TABLES: dict[str, Table] = {
         TRIE_UPDATES,
         REGISTERS,
         REGISTER_HASHES,
+        *ETH_TABLES,
     )
 }
 

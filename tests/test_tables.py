@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -10,12 +11,12 @@ import pytest
 from rechain.pipeline.query import current_generation
 from rechain.schemas import tables
 
-from tests.conftest import cli, cli_json, gen_chain, reindex
+from tests.conftest import SHARED, cli, cli_json, gen_chain, reindex
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder holding a full Bitcoin reindex and a Flow replay."""
+    """One folder holding a full Bitcoin reindex, a Flow replay and an Ethereum import."""
     root = tmp_path_factory.mktemp("tables")
     gen_chain(
         root / "node",
@@ -30,6 +31,13 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert code == 0, err
     cli_json("flow", "replay", "--wal", root / "wal", "--data", data, "--no-progress", "--json")
+    era = root / "era1"
+    era.mkdir()
+    shutil.copy2(SHARED / "data" / "ethereum" / "era1" / "sepolia-00021-b8814b14.era1", era)
+    cli_json(
+        "eth", "import", "--era1", era, "--data", data, "--network", "sepolia", "--no-pow",
+        "--no-progress", "--json",
+    )  # fmt: skip
     return data
 
 

@@ -9,7 +9,7 @@ from rechain.pipeline.stages.engine import read_checkpoints
 from rechain.pipeline.store import DataDir
 
 #: Pipelines and the order of their stages (a stage never run is listed as such).
-PIPELINES = ("bitcoin", "flow")
+PIPELINES = ("bitcoin", "flow", "eth")
 
 
 def _order(pipeline: str) -> list[str]:
@@ -17,6 +17,10 @@ def _order(pipeline: str) -> list[str]:
         from rechain.pipeline.stages.bitcoin import stages
 
         return [s.name for s in stages("full")]
+    if pipeline == "eth":
+        from rechain.pipeline.stages.ethereum import stages as eth_stages
+
+        return [s.name for s in eth_stages()]
     from rechain.pipeline.stages.flow import stages as flow_stages
 
     return [s.name for s in flow_stages()]

@@ -100,6 +100,11 @@ pub(crate) fn string_payload(item: &[u8]) -> std::result::Result<&[u8], alloy_rl
     Ok(&buf[..h.payload_length])
 }
 
+/// Length of the payload of the RLP list `raw` (0 if `raw` is not one).
+pub(crate) fn list_payload_len(raw: &[u8]) -> usize {
+    list_payload(raw).map_or(0, <[u8]>::len)
+}
+
 /// Split an RLP list into the full encodings of its items.
 pub(crate) fn list_items(raw: &[u8]) -> std::result::Result<Vec<&[u8]>, alloy_rlp::Error> {
     let mut payload = list_payload(raw)?;

@@ -15,6 +15,8 @@
 //! * [`ethash`]: proof of work (hashimoto-light with one shared cache per epoch, §3.3.3).
 //! * [`validate`]: the header and block rules that need no state (§3.3–3.5).
 //! * [`accumulator`]: era1 epoch accumulator roots and the EIP-7643 list of 1,897 roots (§2.6).
+//! * [`tables`]: the Parquet tables (`eth_blocks`, `eth_transactions`, ...) and their rows.
+//! * [`import`]: one unit of `rechain eth import` (a file or freezer range checked into rows).
 //!
 //! Every reader takes bytes or paths and returns plain structs or an [`Error`] naming the file,
 //! the byte offset (or block / item number) and the rule that failed; bad input never panics.
@@ -27,8 +29,10 @@ mod error;
 pub mod ethash;
 pub mod freezer;
 pub mod header;
+pub mod import;
 pub mod receipt;
 pub mod snappy;
+pub mod tables;
 pub mod validate;
 
 pub use error::{Error, ErrorKind, Result};

@@ -222,6 +222,51 @@ pub enum Rule {
     PowTarget,
 }
 
+impl Rule {
+    /// The rule's name in reports and tables (`invalid_reason`, verdicts).
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::Hash => "hash",
+            Rule::ParentHash => "parent_hash",
+            Rule::Number => "number",
+            Rule::Timestamp => "timestamp",
+            Rule::ExtraData => "extra_data",
+            Rule::GasLimit => "gas_limit",
+            Rule::GasUsed => "gas_used",
+            Rule::BaseFee => "base_fee",
+            Rule::ForkFields => "fork_fields",
+            Rule::Difficulty => "difficulty",
+            Rule::DaoExtraData => "dao_extra_data",
+            Rule::PowAfterPos => "pow_after_pos",
+            Rule::PosDifficulty => "pos_difficulty",
+            Rule::PosNonce => "pos_nonce",
+            Rule::PosOmmers => "pos_ommers",
+            Rule::BlobGasUsed => "blob_gas_used",
+            Rule::ExcessBlobGas => "excess_blob_gas",
+            Rule::OmmersHash => "ommers_hash",
+            Rule::UncleCount => "uncle_count",
+            Rule::TransactionsRoot => "transactions_root",
+            Rule::WithdrawalsRoot => "withdrawals_root",
+            Rule::ReceiptCount => "receipt_count",
+            Rule::ReceiptsRoot => "receipts_root",
+            Rule::ReceiptBloom => "receipt_bloom",
+            Rule::LogsBloom => "logs_bloom",
+            Rule::TotalDifficulty => "total_difficulty",
+            Rule::Decode => "decode",
+            Rule::AccumulatorRecord => "accumulator_record",
+            Rule::AccumulatorName => "accumulator_name",
+            Rule::AccumulatorList => "accumulator_list",
+            Rule::EpochStart => "epoch_start",
+            Rule::UncleDuplicate => "uncle_duplicate",
+            Rule::UncleIsAncestor => "uncle_is_ancestor",
+            Rule::UncleDangling => "uncle_dangling",
+            Rule::UncleHeader => "uncle_header",
+            Rule::PowMixHash => "pow_mix_hash",
+            Rule::PowTarget => "pow_target",
+        }
+    }
+}
+
 /// One failed rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -751,6 +796,82 @@ pub fn check_hash(header: &DecodedHeader, expected: B256) -> Option<Violation> {
     })
 }
 
+/// A block as a verifier decoded and checked it, handed to its sink (the importer builds its
+/// rows from it and adds the checks it alone makes, proof of work).
+pub struct Checked<'a> {
+    /// File offset of the block's first record (era1), or `None` (freezer item `number`).
+    pub offset: Option<u64>,
+    /// The header's bytes as read.
+    pub raw_header: &'a [u8],
+    pub header: &'a DecodedHeader,
+    /// `None` when the body was pruned (freezer below its tail).
+    pub body: Option<&'a Body>,
+    /// Length of the payload of the body's RLP list as read (for the block's size).
+    pub body_payload_len: usize,
+    pub receipts: Option<&'a [Receipt]>,
+    /// Total difficulty as stored (era1 record, freezer `diffs`), if any.
+    pub td: Option<U256>,
+}
+
+/// Where a verifier sends each block that decoded, with the violations list to add to.
+pub type Sink<'s> = dyn FnMut(&Checked<'_>, &mut Vec<Violation>) + 's;
+
+/// The checks that relate a block to the blocks before it, applied in chain order:
+/// [`check_header`] and [`check_total_difficulty`] against the parent, [`check_block`] and
+/// [`check_uncles`] with up to 7 ancestors. A block that did not decode breaks the walk
+/// ([`ChainWalk::gap`]): the next block is not judged against a parent it cannot see.
+pub struct ChainWalk<'c> {
+    cfg: &'c ChainConfig,
+    prev: Option<(DecodedHeader, Option<U256>)>,
+    ancestors: std::collections::VecDeque<Ancestor>,
+}
+
+impl<'c> ChainWalk<'c> {
+    pub fn new(cfg: &'c ChainConfig) -> Self {
+        ChainWalk {
+            cfg,
+            prev: None,
+            ancestors: Default::default(),
+        }
+    }
+
+    /// Checks `block` (decoded from bytes at its place in the chain) and makes it the parent.
+    pub fn block(&mut self, block: &Checked<'_>, out: &mut Vec<Violation>) {
+        let h = block.header;
+        if let Some((p, ptd)) = &self.prev {
+            out.extend(check_header(self.cfg, h, p));
+            if let (Some(ptd), Some(td)) = (ptd, block.td) {
+                out.extend(check_total_difficulty(h, *ptd, td));
+            }
+        }
+        let uncle_hashes = match block.body {
+            Some(body) => {
+                out.extend(check_block(self.cfg, h, body, block.receipts));
+                out.extend(check_uncles(
+                    self.cfg,
+                    h,
+                    body,
+                    self.ancestors.make_contiguous(),
+                ));
+                body.uncles.iter().map(|u| u.hash).collect()
+            }
+            None => Vec::new(),
+        };
+        self.ancestors.push_front(Ancestor {
+            header: h.clone(),
+            uncle_hashes,
+        });
+        self.ancestors.truncate(UNCLE_GENERATIONS);
+        self.prev = Some((h.clone(), block.td));
+    }
+
+    /// A block that could not be read: the walk restarts after it.
+    pub fn gap(&mut self) {
+        self.prev = None;
+        self.ancestors.clear();
+    }
+}
+
 /// What [`verify_era1`] found in one era1 file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Era1Report {
@@ -768,23 +889,31 @@ pub struct Era1Report {
 }
 
 /// Check an era1 file completely (spec §2.7, steps 2–5): every header, body and receipt list
-/// decodes; hashes link; [`check_header`] between neighbours, [`check_block`] for each
-/// block and [`check_uncles`] with the blocks before it in the file; `TD_i = TD_{i−1} +
-/// difficulty_i` (the first block's TD is taken as given); the
-/// accumulator recomputed and compared with the record, the file name (when `name` is given)
-/// and the EIP-7643 list (when `list` is given). A block that does not decode becomes a
-/// [`Rule::Decode`] violation and the blocks around it are still checked. Proof of work is left
-/// to [`check_pow`], which needs one ethash cache per epoch.
+/// decodes; the [`ChainWalk`] checks between neighbours in the file (the first block's TD is
+/// taken as given); the accumulator recomputed and compared with the record, the file name
+/// (when `name` is given) and the EIP-7643 list (when `list` is given). A block that does not
+/// decode becomes a [`Rule::Decode`] violation and the blocks around it are still checked.
+/// Proof of work is left to [`check_pow`], which needs one ethash cache per epoch.
 pub fn verify_era1(
     era: &Era1,
     cfg: &ChainConfig,
     name: Option<&str>,
     list: Option<&HistoricalRoots>,
 ) -> Era1Report {
+    verify_era1_into(era, cfg, name, list, &mut |_, _| {})
+}
+
+/// [`verify_era1`], handing each block that decoded to `sink` after its checks.
+pub fn verify_era1_into(
+    era: &Era1,
+    cfg: &ChainConfig,
+    name: Option<&str>,
+    list: Option<&HistoricalRoots>,
+    sink: &mut Sink<'_>,
+) -> Era1Report {
     let mut violations = Vec::new();
     let mut records = Vec::with_capacity(era.count() as usize);
-    let mut prev: Option<(DecodedHeader, U256)> = None;
-    let mut ancestors: std::collections::VecDeque<Ancestor> = Default::default();
+    let mut walk = ChainWalk::new(cfg);
     let (mut txs, mut uncles) = (0u64, 0u64);
     let (mut first_hash, mut last_hash, mut final_td) = (B256::ZERO, B256::ZERO, U256::ZERO);
     for n in era.start()..era.end() {
@@ -792,9 +921,9 @@ pub fn verify_era1(
             let h = decode_header(&b.header).map_err(|e| e.for_block(n))?;
             let body = decode_body(&b.body).map_err(|e| e.for_block(n))?;
             let rs = decode_consensus_receipts(&b.receipts).map_err(|e| e.for_block(n))?;
-            Ok((h, body, rs, b.total_difficulty))
+            Ok((b, h, body, rs))
         });
-        let (h, body, rs, td) = match decoded {
+        let (b, h, body, rs) = match decoded {
             Ok(x) => x,
             Err(e) => {
                 violations.push(Violation {
@@ -803,11 +932,11 @@ pub fn verify_era1(
                     detail: e.to_string(),
                 });
                 records.push((B256::ZERO, U256::ZERO));
-                prev = None;
-                ancestors.clear();
+                walk.gap();
                 continue;
             }
         };
+        let td = b.total_difficulty;
         if h.header.number != n {
             violations.push(Violation {
                 block: n,
@@ -822,23 +951,24 @@ pub fn verify_era1(
                 detail: "difficulty 0: era1 files hold pre-merge blocks only".into(),
             });
         }
-        if let Some((p, ptd)) = &prev {
-            violations.extend(check_header(cfg, &h, p));
-            violations.extend(check_total_difficulty(&h, *ptd, td));
-        } else if n == 0 && td != h.header.difficulty {
+        if n == 0 && td != h.header.difficulty {
             violations.push(Violation {
                 block: 0,
                 rule: Rule::TotalDifficulty,
                 detail: format!("genesis TD {td} differs from its difficulty"),
             });
         }
-        violations.extend(check_block(cfg, &h, &body, Some(&rs)));
-        violations.extend(check_uncles(cfg, &h, &body, ancestors.make_contiguous()));
-        ancestors.push_front(Ancestor {
-            header: h.clone(),
-            uncle_hashes: body.uncles.iter().map(|u| u.hash).collect(),
-        });
-        ancestors.truncate(UNCLE_GENERATIONS);
+        let checked = Checked {
+            offset: Some(b.offset),
+            raw_header: &b.header,
+            header: &h,
+            body: Some(&body),
+            body_payload_len: super::header::list_payload_len(&b.body),
+            receipts: Some(&rs),
+            td: Some(td),
+        };
+        walk.block(&checked, &mut violations);
+        sink(&checked, &mut violations);
         txs += body.transactions.len() as u64;
         uncles += body.uncles.len() as u64;
         if n == era.start() {
@@ -847,7 +977,6 @@ pub fn verify_era1(
         last_hash = h.hash;
         final_td = td;
         records.push((h.hash, td));
-        prev = Some((h, td));
     }
     let accumulator = epoch_root(&records).unwrap_or_default();
     let first = era.start();
@@ -927,14 +1056,25 @@ pub struct FreezerReport {
 }
 
 /// Check blocks `from..to` of a freezer (`to` is capped at the head): the header's hash against
-/// the `hashes` table (geth's `ReadHeaderRLP` rule), [`check_header`] against the previous block,
-/// and, where bodies and receipts are not pruned, [`check_block`] with the storage receipts typed
-/// from the body; TD from `diffs` where present. Items that do not read or decode become
-/// [`Rule::Decode`] violations carrying the table file and item.
+/// the `hashes` table (geth's `ReadHeaderRLP` rule), the [`ChainWalk`] checks, with the storage
+/// receipts typed from the body, where bodies and receipts are not pruned; TD from `diffs` where
+/// present. Items that do not read or decode become [`Rule::Decode`] violations carrying the
+/// table file and item.
 pub fn verify_freezer(f: &Freezer, cfg: &ChainConfig, from: u64, to: u64) -> FreezerReport {
+    verify_freezer_into(f, cfg, from, to, &mut |_, _| {})
+}
+
+/// [`verify_freezer`], handing each block whose header decoded to `sink` after its checks.
+pub fn verify_freezer_into(
+    f: &Freezer,
+    cfg: &ChainConfig,
+    from: u64,
+    to: u64,
+    sink: &mut Sink<'_>,
+) -> FreezerReport {
     let end = to.min(f.head());
     let mut violations = Vec::new();
-    let mut prev: Option<(DecodedHeader, Option<U256>)> = None;
+    let mut walk = ChainWalk::new(cfg);
     let mut report = FreezerReport {
         first_block: from,
         end_block: end,
@@ -951,14 +1091,15 @@ pub fn verify_freezer(f: &Freezer, cfg: &ChainConfig, from: u64, to: u64) -> Fre
         detail: e.to_string(),
     };
     for n in from..end {
-        let h = match f
-            .header(n)
-            .and_then(|raw| decode_header(&raw).map_err(|e| e.for_block(n)))
-        {
-            Ok(h) => h,
+        let read = f.header(n).and_then(|raw| {
+            let h = decode_header(&raw).map_err(|e| e.for_block(n))?;
+            Ok((raw, h))
+        });
+        let (raw, h) = match read {
+            Ok(x) => x,
             Err(e) => {
                 violations.push(decode_fail(n, e));
-                prev = None;
+                walk.gap();
                 continue;
             }
         };
@@ -980,35 +1121,43 @@ pub fn verify_freezer(f: &Freezer, cfg: &ChainConfig, from: u64, to: u64) -> Fre
                 None
             }
         };
-        if let Some((p, ptd)) = &prev {
-            violations.extend(check_header(cfg, &h, p));
-            if let (Some(ptd), Some(td)) = (ptd, td) {
-                violations.extend(check_total_difficulty(&h, *ptd, td));
-            }
-        }
-        if n >= body_tail {
-            let checked = f
-                .body(n)
-                .and_then(|b| decode_body(&b).map_err(|e| e.for_block(n)))
-                .and_then(|body| {
-                    let raw = f.receipts(n)?;
-                    let rs = decode_storage_receipts(&raw).map_err(|e| e.for_block(n))?;
-                    Ok((body, rs))
-                });
-            match checked {
-                Ok((body, mut rs)) => {
-                    set_types(&mut rs, &body);
-                    violations.extend(check_block(cfg, &h, &body, Some(&rs)));
-                    report.transactions += body.transactions.len() as u64;
+        let mut body_payload_len = 0;
+        let contents = if n >= body_tail {
+            let read = f.body(n).and_then(|b| {
+                body_payload_len = super::header::list_payload_len(&b);
+                let body = decode_body(&b).map_err(|e| e.for_block(n))?;
+                let raw = f.receipts(n)?;
+                let mut rs = decode_storage_receipts(&raw).map_err(|e| e.for_block(n))?;
+                set_types(&mut rs, &body);
+                Ok((body, rs))
+            });
+            match read {
+                Ok(x) => Some(x),
+                Err(e) => {
+                    violations.push(decode_fail(n, e));
+                    None
                 }
-                Err(e) => violations.push(decode_fail(n, e)),
             }
         } else {
             report.pruned_bodies += 1;
+            None
+        };
+        let checked = Checked {
+            offset: None,
+            raw_header: &raw,
+            header: &h,
+            body: contents.as_ref().map(|(b, _)| b),
+            body_payload_len,
+            receipts: contents.as_ref().map(|(_, r)| &r[..]),
+            td,
+        };
+        walk.block(&checked, &mut violations);
+        sink(&checked, &mut violations);
+        if let Some((body, _)) = &contents {
+            report.transactions += body.transactions.len() as u64;
         }
         report.last_hash = h.hash;
         report.final_td = td;
-        prev = Some((h, td));
     }
     report.violations = violations;
     report

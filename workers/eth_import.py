@@ -1,0 +1,111 @@
+"""The Ethereum import task: one unit (an era1 file, or a range of a geth freezer) read,
+checked and converted by the Rust core (``eth::import``), its five tables encoded as Parquet.
+
+Pure and stateless like the Bitcoin body task, so Ray may retry it anywhere. The tables are
+written under temporary names into the tables' folders when the worker shares the
+coordinator's file system, else returned as bytes; the committer makes them durable, renames
+them and records the unit (``pipeline/stages/ethereum/blocks.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rechain.schemas import tables
+from rechain.workers import _native
+from rechain.workers.memory import release_unused_memory
+
+
+@dataclass(frozen=True)
+class EthUnit:
+    """One unit of work; ``seq`` orders commits (block order)."""
+
+    seq: int
+    #: "era1" or "freezer".
+    kind: str
+    path: str
+    #: Freezer blocks ``first..end`` (an era1 file is read whole).
+    first: int
+    end: int
+    #: The unit's key in the import's records (era1: the file name; freezer: its first block).
+    key: str
+    network: str
+    pow: bool
+    from_block: int
+    to_block: int
+
+    @property
+    def part(self) -> str:
+        """Name of the unit's Parquet part in every table (unique per unit key)."""
+        return self.key.removesuffix(".era1")
+
+
+@dataclass
+class EthStaged:
+    """A unit's result: per table the temp file the worker wrote (not yet durable) or the
+    file's bytes; the Rust core's info (violations, links, counts)."""
+
+    unit: EthUnit
+    tables: dict[str, str | bytes]
+    info: dict[str, Any]
+    rows: dict[str, int]
+    seconds: float
+    #: Set when the source could not be opened at all (no tables then).
+    error: str | None = None
+
+
+def tmp_name(part: str) -> str:
+    """The file name a table part is written under before the committer renames it to
+    ``{part}.parquet``; a retried task overwrites its own."""
+    return f".{part}.parquet.tmp"
+
+
+def write_part(batch: pa.RecordBatch, where: str | None, table: str) -> str | bytes:
+    """Encodes one table's part as Parquet: into the file ``where``, or as bytes."""
+    t = tables.TABLES[table]
+    args: dict[str, Any] = {
+        "compression": t.compression,
+        "row_group_size": t.row_group_rows,
+        "use_dictionary": list(t.dictionary_columns) or False,
+        "write_statistics": True,
+    }
+    data = pa.Table.from_batches([batch], schema=t.schema)
+    if where is None:
+        sink = pa.BufferOutputStream()
+        pq.write_table(data, sink, **args)
+        return bytes(sink.getvalue().to_pybytes())
+    pq.write_table(data, where, **args)
+    return where
+
+
+def import_unit(unit: EthUnit, table_dirs: dict[str, str] | None) -> EthStaged:
+    """Runs one unit. ``table_dirs``: the folder of each table's current generation, when the
+    worker can write there; None to return the parts' bytes."""
+    t0 = time.perf_counter()
+    try:
+        batches, info = _native.eth_import_unit(
+            unit.kind,
+            unit.path,
+            unit.first,
+            unit.end,
+            unit.network,
+            unit.pow,
+            unit.from_block,
+            unit.to_block,
+        )
+    except ValueError as e:  # the source cannot be opened at all
+        return EthStaged(unit, {}, {}, {}, time.perf_counter() - t0, error=str(e))
+    staged: dict[str, str | bytes] = {}
+    rows: dict[str, int] = {}
+    for name, batch in batches.items():
+        where = None if table_dirs is None else os.path.join(table_dirs[name], tmp_name(unit.part))
+        staged[name] = write_part(batch, where, name)
+        rows[name] = batch.num_rows
+    del batches
+    release_unused_memory()
+    return EthStaged(unit, staged, dict(info), rows, time.perf_counter() - t0)

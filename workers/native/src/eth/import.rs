@@ -1,0 +1,380 @@
+//! One unit of `rechain eth import`: the blocks of one era1 file, or a range of a geth freezer,
+//! read, checked ([`super::validate`], plus ethash when asked) and turned into table rows
+//! ([`super::tables`]). Pure: a unit's output depends only on its input bytes and options, so
+//! a worker may run (or rerun) it anywhere. What needs the blocks before the unit (the parent
+//! link of its first block, a TD not stored in the source) is left to the ordered committer,
+//! with [`link_violations`] and [`rebase_total_difficulty`].
+//!
+//! Also the RocksDB index entries of a unit ([`index_entries`]): keys and values declared here.
+
+use super::accumulator::{self, HistoricalRoots};
+use super::era1::Era1;
+use super::ethash::{self, Cache};
+use super::freezer::Freezer;
+use super::header::decode_header;
+use super::tables::Rows;
+use super::validate::{
+    check_header, check_pow, check_total_difficulty, verify_era1_into, verify_freezer_into,
+    ChainConfig, Checked, Rule, Violation,
+};
+use super::{Error, B256, U256};
+use arrow_array::{Array, ArrayRef, Decimal128Array, RecordBatch, StringArray, UInt64Array};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// What a unit reads.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// One era1 file, whole.
+    Era1(PathBuf),
+    /// Blocks `first..end` of the freezer at `dir` (the `ancient` folder or its `chain/`).
+    Freezer { dir: PathBuf, first: u64, end: u64 },
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub cfg: ChainConfig,
+    /// Check ethash proof of work of every pre-merge header.
+    pub pow: bool,
+    /// Rows are kept, and proof of work checked, for blocks `from..to` only (the other checks
+    /// still cover the whole unit: an era1 file's accumulator needs all its blocks).
+    pub from: u64,
+    pub to: u64,
+    /// The EIP-7643 list era1 accumulators are compared with (mainnet), if any.
+    pub list: Option<&'static HistoricalRoots>,
+}
+
+/// A unit's result.
+pub struct Unit {
+    /// The five tables' batches, in [`tables::TABLES`] order.
+    pub batches: Vec<RecordBatch>,
+    pub violations: Vec<Violation>,
+    /// First and one-past-last block of the rows kept, and how many (gaps are blocks that did
+    /// not decode).
+    pub first: Option<u64>,
+    pub end: u64,
+    pub blocks: u64,
+    /// Raw header and TD of the first and last block kept, for the links between units.
+    pub first_header: Option<(Vec<u8>, Option<U256>)>,
+    pub last_header: Option<(Vec<u8>, Option<U256>)>,
+    /// The source holds no TD (a freezer without `diffs`): `total_difficulty` holds the sum of
+    /// difficulties from the unit's first block, to be rebased on its parent's TD.
+    pub td_relative: bool,
+    /// era1: the accumulator recomputed.
+    pub accumulator: Option<B256>,
+    pub transactions: u64,
+    pub pow_checked: u64,
+    pub unrecovered_senders: u64,
+    /// Bytes of the source read.
+    pub bytes: u64,
+}
+
+/// The ethash caches of the last epochs verified in this process (one era1 file spans at most
+/// two epochs; a cache of a recent epoch is ~100 MiB, so only a few are kept).
+static CACHES: Mutex<Vec<(u64, Arc<Cache>)>> = Mutex::new(Vec::new());
+const CACHES_KEPT: usize = 2;
+
+fn cache_for(epoch: u64) -> Arc<Cache> {
+    {
+        let caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = caches.iter().find(|(e, _)| *e == epoch) {
+            return c.clone();
+        }
+    }
+    let cache = Arc::new(Cache::new(epoch));
+    let mut caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
+    caches.retain(|(e, _)| *e != epoch);
+    caches.push((epoch, cache.clone()));
+    if caches.len() > CACHES_KEPT {
+        caches.remove(0);
+    }
+    cache
+}
+
+/// Reads, checks and converts one unit. `Err` only when the source cannot be opened at all
+/// (an era1 file whose layout is broken, a freezer that is not one); anything wrong inside is a
+/// violation and the blocks around it are kept.
+pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
+    let (label, bytes) = match source {
+        Source::Era1(p) => (
+            p.file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+        ),
+        Source::Freezer { .. } => ("freezer".to_string(), 0),
+    };
+    let mut rows = Rows::new(label.clone());
+    let mut first_header = None;
+    let mut last_header = None;
+    let (mut first, mut end, mut blocks, mut pow_checked) = (None, 0, 0u64, 0u64);
+    let mut td_relative = false;
+    let mut relative_td = U256::ZERO;
+    let mut sink = |b: &Checked<'_>, out: &mut Vec<Violation>| {
+        let h = &b.header.header;
+        let n = h.number;
+        if n < opts.from || n >= opts.to {
+            return;
+        }
+        // Genesis carries no seal.
+        if opts.pow && n > 0 && !h.difficulty.is_zero() {
+            out.extend(check_pow(
+                &cache_for(ethash::epoch_of(n)),
+                b.raw_header,
+                b.header,
+            ));
+            pow_checked += 1;
+        }
+        let td = match b.td {
+            Some(td) => Some(td),
+            None => {
+                td_relative = true;
+                relative_td = relative_td.saturating_add(h.difficulty);
+                Some(relative_td)
+            }
+        };
+        rows.push(
+            b.header,
+            b.body,
+            b.body_payload_len,
+            b.receipts,
+            td,
+            b.offset,
+        );
+        if first.is_none() {
+            first = Some(n);
+            first_header = Some((b.raw_header.to_vec(), td));
+        }
+        last_header = Some((b.raw_header.to_vec(), td));
+        end = n + 1;
+        blocks += 1;
+    };
+    let (violations, accumulator, transactions) = match source {
+        Source::Era1(path) => {
+            let era = Era1::open(path)?;
+            let r = verify_era1_into(&era, &opts.cfg, Some(&label), opts.list, &mut sink);
+            (r.violations, Some(r.accumulator), r.transactions)
+        }
+        Source::Freezer { dir, first, end } => {
+            let f = Freezer::open(dir)?;
+            let r = verify_freezer_into(&f, &opts.cfg, *first, *end, &mut sink);
+            (r.violations, None, r.transactions)
+        }
+    };
+    let unrecovered_senders = rows.unrecovered_senders;
+    let batches = rows.finish(&violations).map_err(|e| {
+        Error::new(super::ErrorKind::Layout(format!(
+            "{label}: building rows: {e}"
+        )))
+    })?;
+    Ok(Unit {
+        batches,
+        violations,
+        first,
+        end,
+        blocks,
+        first_header,
+        last_header,
+        td_relative,
+        accumulator,
+        transactions,
+        pow_checked,
+        unrecovered_senders,
+        bytes,
+    })
+}
+
+/// The checks between the last block of one unit and the first of the next: [`check_header`]
+/// and, when both TDs are known, [`check_total_difficulty`].
+pub fn link_violations(
+    cfg: &ChainConfig,
+    parent: &[u8],
+    parent_td: Option<U256>,
+    child: &[u8],
+    child_td: Option<U256>,
+) -> Vec<Violation> {
+    let (p, c) = match (decode_header(parent), decode_header(child)) {
+        (Ok(p), Ok(c)) => (p, c),
+        (Err(e), _) | (_, Err(e)) => {
+            return vec![Violation {
+                block: 0,
+                rule: Rule::Decode,
+                detail: e.to_string(),
+            }]
+        }
+    };
+    let mut v = check_header(cfg, &c, &p);
+    if let (Some(ptd), Some(td)) = (parent_td, child_td) {
+        v.extend(check_total_difficulty(&c, ptd, td));
+    }
+    v
+}
+
+/// `eth_blocks` with `total_difficulty` rebased: each relative value plus `base` (the TD of the
+/// unit's parent).
+pub fn rebase_total_difficulty(blocks: &RecordBatch, base: U256) -> Result<RecordBatch, String> {
+    let schema = blocks.schema();
+    let i = schema
+        .index_of("total_difficulty")
+        .map_err(|e| e.to_string())?;
+    let col = blocks
+        .column(i)
+        .as_any()
+        .downcast_ref::<Decimal128Array>()
+        .ok_or("total_difficulty is not a decimal column")?;
+    let rebased: Decimal128Array = col
+        .iter()
+        .map(|v| {
+            let v = U256::from(u128::try_from(v?).ok()?);
+            let sum = u128::try_from(v.checked_add(base)?).ok()?;
+            (sum < 10u128.pow(38)).then_some(sum as i128)
+        })
+        .collect::<Decimal128Array>()
+        .with_data_type(col.data_type().clone());
+    let mut cols: Vec<ArrayRef> = blocks.columns().to_vec();
+    cols[i] = Arc::new(rebased);
+    RecordBatch::try_new(schema, cols).map_err(|e| e.to_string())
+}
+
+/// Key of `eth_canonical` and `eth_td`: the block number, big-endian (keys sort by number).
+pub fn number_key(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+/// RocksDB entries of the blocks in an `eth_blocks` batch: `eth_numbers` (hash → number,
+/// 8 bytes big-endian), `eth_canonical` (number → hash) and `eth_td` (number → TD, 32 bytes
+/// big-endian; blocks whose TD is unknown have none).
+pub struct IndexEntries {
+    pub numbers: (Vec<Vec<u8>>, Vec<Vec<u8>>),
+    pub canonical: (Vec<Vec<u8>>, Vec<Vec<u8>>),
+    pub td: (Vec<Vec<u8>>, Vec<Vec<u8>>),
+}
+
+fn parse_hex0x(s: &str) -> Option<Vec<u8>> {
+    let h = s.strip_prefix("0x")?;
+    if h.len() % 2 != 0 {
+        return None;
+    }
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).ok())
+        .collect()
+}
+
+pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
+    let col = |name: &str| {
+        blocks
+            .column_by_name(name)
+            .ok_or_else(|| format!("eth_blocks has no {name}"))
+    };
+    let numbers = col("number")?
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .ok_or("number is not u64")?;
+    let hashes = col("hash")?
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or("hash is not a string")?;
+    let tds = col("total_difficulty")?
+        .as_any()
+        .downcast_ref::<Decimal128Array>()
+        .ok_or("total_difficulty is not a decimal")?;
+    let mut e = IndexEntries {
+        numbers: (Vec::new(), Vec::new()),
+        canonical: (Vec::new(), Vec::new()),
+        td: (Vec::new(), Vec::new()),
+    };
+    for i in 0..blocks.num_rows() {
+        let n = numbers.value(i);
+        let hash = parse_hex0x(hashes.value(i)).ok_or("bad hash hex")?;
+        e.numbers.0.push(hash.clone());
+        e.numbers.1.push(number_key(n).to_vec());
+        e.canonical.0.push(number_key(n).to_vec());
+        e.canonical.1.push(hash);
+        if tds.is_valid(i) {
+            let td = U256::from(tds.value(i) as u128);
+            e.td.0.push(number_key(n).to_vec());
+            e.td.1.push(td.to_be_bytes::<32>().to_vec());
+        }
+    }
+    Ok(e)
+}
+
+/// The first and one-past-last block numbers an era1 file holds, and its accumulator, from its
+/// layout alone (for planning).
+pub fn era1_extent(path: &Path) -> Result<(u64, u64, B256), Error> {
+    let era = Era1::open(path)?;
+    Ok((era.start(), era.end(), era.accumulator()))
+}
+
+/// The accumulator list of `network`, where one is shipped (mainnet).
+pub fn historical_roots(network: &str) -> Option<&'static HistoricalRoots> {
+    (network == "mainnet").then(accumulator::mainnet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eth::validate::MAINNET;
+
+    fn data(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/data/ethereum")
+            .join(rel)
+    }
+
+    #[test]
+    fn sepolia_file_with_typed_transactions() {
+        let path = data("era1/sepolia-00021-b8814b14.era1");
+        if !path.exists() {
+            return;
+        }
+        let cfg = ChainConfig::by_name("sepolia").unwrap();
+        let opts = Options {
+            cfg,
+            pow: false,
+            from: 0,
+            to: u64::MAX,
+            list: None,
+        };
+        let u = run(&Source::Era1(path), &opts).unwrap();
+        assert!(
+            u.violations.is_empty(),
+            "{:?}",
+            &u.violations[..3.min(u.violations.len())]
+        );
+        assert_eq!(u.blocks, 8192);
+        assert_eq!(u.first, Some(172_032));
+        assert_eq!(u.transactions, 93);
+        assert_eq!(u.batches[1].num_rows(), 93);
+        assert_eq!(u.unrecovered_senders, 0);
+        let idx = index_entries(&u.batches[0]).unwrap();
+        assert_eq!(idx.canonical.0.len(), 8192);
+        assert_eq!(
+            crate::eth::tables::hex0x(&idx.canonical.1[8191]),
+            "0xaf105ff107f4d9b48bc205c3001ee33938b1b6f3b2ef04da0064ae63ecb1d80a"
+        );
+        assert_eq!(
+            U256::from_be_slice(&idx.td.1[8191]),
+            U256::from(74_457_974_918_680u64)
+        );
+    }
+
+    #[test]
+    fn range_keeps_rows_inside_only() {
+        let path = data("era1/mainnet-00003-d8b8a40b.era1");
+        if !path.exists() {
+            return;
+        }
+        let opts = Options {
+            cfg: MAINNET,
+            pow: false,
+            from: 25_000,
+            to: 25_010,
+            list: historical_roots("mainnet"),
+        };
+        let u = run(&Source::Era1(path), &opts).unwrap();
+        assert!(u.violations.is_empty());
+        assert_eq!((u.first, u.end, u.blocks), (Some(25_000), 25_010, 10));
+        assert_eq!(u.batches[0].num_rows(), 10);
+    }
+}

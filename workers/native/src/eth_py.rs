@@ -1,0 +1,176 @@
+//! Python bindings of the Ethereum history import (`eth::import`, `eth::tables`).
+
+use crate::eth::freezer::Freezer;
+use crate::eth::import::{self, Options, Source};
+use crate::eth::tables;
+use crate::eth::validate::{ChainConfig, Violation};
+use crate::eth::U256;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use pyo3_arrow::{PyRecordBatch, PySchema};
+use std::path::PathBuf;
+
+fn config(network: &str) -> PyResult<ChainConfig> {
+    ChainConfig::by_name(network)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown Ethereum network {network:?}")))
+}
+
+fn parse_td(td: Option<&str>) -> PyResult<Option<U256>> {
+    td.map(|s| {
+        s.parse::<U256>()
+            .map_err(|e| PyValueError::new_err(format!("total difficulty {s:?}: {e}")))
+    })
+    .transpose()
+}
+
+fn violations_list(v: &[Violation]) -> Vec<(u64, &'static str, String)> {
+    v.iter()
+        .map(|x| (x.block, x.rule.name(), x.detail.clone()))
+        .collect()
+}
+
+/// The declared Arrow schema (pyarrow) of an Ethereum table.
+#[pyfunction]
+fn eth_table_schema<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let schema = tables::schema(name)
+        .ok_or_else(|| PyValueError::new_err(format!("no Ethereum table named {name}")))?;
+    PySchema::new(schema).into_pyarrow(py)
+}
+
+/// Reads, checks and converts one import unit (an era1 file, or freezer blocks `first..end`).
+/// Returns ({table: batch}, info); raises ValueError when the source cannot be opened at all.
+#[pyfunction]
+#[pyo3(signature = (kind, path, first, end, network, pow, from_block, to_block))]
+#[allow(clippy::too_many_arguments)]
+fn eth_import_unit<'py>(
+    py: Python<'py>,
+    kind: &str,
+    path: PathBuf,
+    first: u64,
+    end: u64,
+    network: &str,
+    pow: bool,
+    from_block: u64,
+    to_block: u64,
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    let source = match kind {
+        "era1" => Source::Era1(path),
+        "freezer" => Source::Freezer {
+            dir: path,
+            first,
+            end,
+        },
+        _ => return Err(PyValueError::new_err(format!("unknown unit kind {kind:?}"))),
+    };
+    let opts = Options {
+        cfg: config(network)?,
+        pow,
+        from: from_block,
+        to: to_block,
+        list: import::historical_roots(network),
+    };
+    let unit = py
+        .detach(|| import::run(&source, &opts))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let batches = PyDict::new(py);
+    for (name, batch) in tables::TABLES.iter().zip(unit.batches) {
+        batches.set_item(*name, PyRecordBatch::new(batch).into_pyarrow(py)?)?;
+    }
+    let info = PyDict::new(py);
+    info.set_item("violations", violations_list(&unit.violations))?;
+    info.set_item("first", unit.first)?;
+    info.set_item("end", unit.end)?;
+    info.set_item("blocks", unit.blocks)?;
+    for (key, h) in [("first", &unit.first_header), ("last", &unit.last_header)] {
+        let (raw, td) = match h {
+            Some((raw, td)) => (Some(PyBytes::new(py, raw)), td.map(|t| t.to_string())),
+            None => (None, None),
+        };
+        info.set_item(format!("{key}_header"), raw)?;
+        info.set_item(format!("{key}_td"), td)?;
+    }
+    info.set_item("td_relative", unit.td_relative)?;
+    info.set_item(
+        "accumulator",
+        unit.accumulator.map(|a| tables::hex0x(a.as_slice())),
+    )?;
+    info.set_item("transactions", unit.transactions)?;
+    info.set_item("pow_checked", unit.pow_checked)?;
+    info.set_item("unrecovered_senders", unit.unrecovered_senders)?;
+    info.set_item("bytes", unit.bytes)?;
+    Ok((batches, info))
+}
+
+/// Violations between the last block of a unit and the first of the next.
+#[pyfunction]
+#[pyo3(signature = (network, parent, parent_td, child, child_td))]
+fn eth_link_violations(
+    py: Python<'_>,
+    network: &str,
+    parent: &[u8],
+    parent_td: Option<&str>,
+    child: &[u8],
+    child_td: Option<&str>,
+) -> PyResult<Vec<(u64, &'static str, String)>> {
+    let cfg = config(network)?;
+    let (ptd, ctd) = (parse_td(parent_td)?, parse_td(child_td)?);
+    let v = py.detach(|| import::link_violations(&cfg, parent, ptd, child, ctd));
+    Ok(violations_list(&v))
+}
+
+/// `eth_blocks` with its relative `total_difficulty` rebased on `base` (decimal string).
+#[pyfunction]
+fn eth_rebase_td<'py>(
+    py: Python<'py>,
+    blocks: PyRecordBatch,
+    base: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let base = parse_td(Some(base))?.unwrap_or_default();
+    let batch =
+        import::rebase_total_difficulty(blocks.as_ref(), base).map_err(PyValueError::new_err)?;
+    PyRecordBatch::new(batch).into_pyarrow(py)
+}
+
+type Entries = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// RocksDB entries of an `eth_blocks` batch: (numbers, canonical, td), each (keys, values).
+#[pyfunction]
+fn eth_index_entries(blocks: PyRecordBatch) -> PyResult<(Entries, Entries, Entries)> {
+    let e = import::index_entries(blocks.as_ref()).map_err(PyValueError::new_err)?;
+    Ok((e.numbers, e.canonical, e.td))
+}
+
+/// `(first block, one past the last, accumulator hex)` of an era1 file, from its layout.
+#[pyfunction]
+fn eth_era1_extent(path: PathBuf) -> PyResult<(u64, u64, String)> {
+    let (first, end, acc) =
+        import::era1_extent(&path).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((first, end, tables::hex0x(acc.as_slice())))
+}
+
+/// `(tail, head)` of a geth freezer: the blocks `tail..head` it holds headers for, and the
+/// chain folder it resolved to.
+#[pyfunction]
+fn eth_freezer_extent(path: PathBuf) -> PyResult<(u64, u64, String)> {
+    let f = Freezer::open(&path).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let head = f
+        .check_lengths()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((
+        f.headers.tail(),
+        head,
+        f.dir().to_string_lossy().into_owned(),
+    ))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(eth_table_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_import_unit, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_link_violations, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_rebase_td, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_index_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_era1_extent, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_freezer_extent, m)?)?;
+    Ok(())
+}
