@@ -49,7 +49,7 @@ type loadedHeader struct {
 
 func runHeaderImport(args []string) error {
 	fs := flag.NewFlagSet("headerimport", flag.ContinueOnError)
-	era1Dir := fs.String("era1", "", "read the headers from the era1 files in this directory (epoch order)")
+	era1Dir := fs.String("era1", "", "read the headers from this era1 file or the era1 files in this directory (epoch order)")
 	headersFile := fs.String("headers", "", "read the headers from a file of concatenated header RLPs")
 	count := fs.Int("count", 0, "import at most this many headers after the genesis (0: all)")
 	network := fs.String("network", "", "mainnet, sepolia or dev; default: from the genesis hash, else dev")
@@ -206,8 +206,10 @@ func chainConfig(network, genesisFile string, genesisHash common.Hash) (*params.
 // era1Headers reads the headers of DIR's era1 files in epoch order with go-ethereum's raw era1
 // iterator (the exact RLP stored) and RLP decoder. limit < 0 means all.
 func era1Headers(dir, network string, limit int) ([]loadedHeader, error) {
-	names, err := listEra1(dir, network)
-	if err != nil {
+	var names []string
+	if info, err := os.Stat(dir); err == nil && info.Mode().IsRegular() {
+		dir, names = filepath.Dir(dir), []string{filepath.Base(dir)} // one era1 file
+	} else if names, err = listEra1(dir, network); err != nil {
 		return nil, err
 	}
 	var out []loadedHeader
@@ -274,7 +276,7 @@ func fileHeaders(path string, limit int) ([]loadedHeader, error) {
 // runHeaders writes the headers of era1 files as a --headers file (their exact RLP bytes).
 func runHeaders(args []string) error {
 	fs := flag.NewFlagSet("headers", flag.ContinueOnError)
-	era1Dir := fs.String("era1", "", "directory of era1 files")
+	era1Dir := fs.String("era1", "", "an era1 file or a directory of era1 files (epoch order)")
 	network := fs.String("network", "", "only this network's files")
 	out := fs.String("out", "", "output file")
 	count := fs.Int("count", 0, "at most this many headers (0: all)")

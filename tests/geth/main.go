@@ -6,9 +6,9 @@
 //	gethharness era1 --dir DIR [--network mainnet|sepolia|dev] [--mode read|import]
 //	                 [--genesis genesis.json] [--datadir DIR] [--blocks=false]
 //	gethharness freezer --dir ANCIENT_DIR [--blocks=false]
-//	gethharness headerimport (--era1 DIR | --headers FILE) [--count N] [--network ...]
+//	gethharness headerimport (--era1 DIR|FILE | --headers FILE) [--count N] [--network ...]
 //	                 [--genesis genesis.json] [--batch 2048] [--db pebble|memory]
-//	gethharness headers --era1 DIR --out FILE [--count N]
+//	gethharness headers --era1 DIR|FILE --out FILE [--count N] [--network ...]
 //
 // era1, mode read (default): every *.era1 file in DIR (of --network, if given) is opened with
 // go-ethereum's era1 reader (internal/era/onedb) and iterated: per block its number, hash, the
@@ -41,7 +41,8 @@
 // in "readonly_error", and is then opened read-write, on the copy only, which is what geth does
 // at startup (adds the missing table at the current head, rewrites .meta as version 2);
 // "opened" says which happened. go-ethereum >= 1.15 does not read the `diffs` (TD) table, so
-// "td" is absent; "tables" lists the table files found (a `diffs` table shows it was there).
+// "td" is absent; "tables" lists the table files found (a `diffs` table shows it was there);
+// tests/geth_ethash (go-ethereum v1.11.6) reads TDs from it: `gethethash freezer-td`.
 //
 // headerimport: holiman/headerimport's method on go-ethereum's HeaderChain: a fresh database
 // (temporary Pebble by default), header #0 of the input written as genesis with the network's
