@@ -8,9 +8,13 @@ same inputs. They also record go-ethereum's limits: its history import starts at
 its header chain needs every parent, and go-ethereum 1.17.10 opens a freezer written before
 1.17.4 read-only only after adding the `bals` table.
 
-The oracle is built from the Go module proxy by tests/geth/build.sh into a cache directory
-(RECHAIN_GETHHARNESS_CACHE, default ~/.cache/rechain/gethharness), rebuilt only when its sources
-change; the first build takes several minutes. Without Go the tests are skipped.
+Proof-of-work and the legacy `diffs` (TD) freezer table are checked with go-ethereum v1.11.6, the
+last release with ethash, built from its own module (tests/geth_ethash).
+
+Both oracles are built from the Go module proxy by their build.sh into a cache directory
+(RECHAIN_GETHHARNESS_CACHE, default ~/.cache/rechain/gethharness), rebuilt only when their
+sources change; the first builds take about 7 and 2 minutes on 2 cores. Without Go the tests
+are skipped.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ ETH = SHARED / "data" / "ethereum"
 ERA1 = ETH / "era1"
 FREEZER = ETH / "geth-freezer-devchain"
 HARNESS = REPO / "tests" / "geth"
+ETHASH_HARNESS = REPO / "tests" / "geth_ethash"
 CACHE = Path(
     os.environ.get("RECHAIN_GETHHARNESS_CACHE", Path.home() / ".cache" / "rechain" / "gethharness")
 )
 GETH_VERSION = "v1.17.10"
+ETHASH_GETH_VERSION = "v1.11.6"
 EPOCH = 8192
 
 # shared/data/ethereum/README.md, era1 table: (file, first block, first hash, last hash,
@@ -78,16 +84,15 @@ def _go() -> str | None:
     return str(default) if default.is_file() else None
 
 
-@pytest.fixture(scope="session")
-def gethharness() -> Path:
+def _build(harness: Path) -> Path:
     go = _go()
     if go is None:
-        pytest.skip("go is not installed: the go-ethereum oracle (tests/geth) cannot be built")
+        pytest.skip(f"go is not installed: the go-ethereum oracle ({harness.name}) cannot be built")
     if not ERA1.is_dir():
         pytest.skip(f"the real Ethereum files are not here: {ETH}")
     env = dict(os.environ, PATH=f"{Path(go).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.run(
-        ["bash", str(HARNESS / "build.sh"), str(CACHE)],
+        ["bash", str(harness / "build.sh"), str(CACHE)],
         capture_output=True,
         text=True,
         timeout=3600,
@@ -99,14 +104,27 @@ def gethharness() -> Path:
     return binary
 
 
-def run(binary: Path, *args: object, ok: bool = True) -> dict[str, Any]:
-    """Runs the oracle; returns its JSON. ok=False expects a failed command (exit 1, JSON error)."""
+@pytest.fixture(scope="session")
+def gethharness() -> Path:
+    return _build(HARNESS)
+
+
+@pytest.fixture(scope="session")
+def gethethash() -> Path:
+    """go-ethereum v1.11.6 (ethash, the diffs table), a module of its own in tests/geth_ethash."""
+    return _build(ETHASH_HARNESS)
+
+
+def run(
+    binary: Path, *args: object, ok: bool = True, version: str = GETH_VERSION
+) -> dict[str, Any]:
+    """Runs an oracle; returns its JSON. ok=False expects a failed command (exit 1, JSON error)."""
     proc = subprocess.run(
         [str(binary), *map(str, args)], capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == (0 if ok else 1), proc.stderr
     out = json.loads(proc.stdout)
-    assert out["geth_version"] == GETH_VERSION
+    assert out["geth_version"] == version
     return out
 
 
@@ -333,6 +351,35 @@ def test_headerimport_sepolia(gethharness: Path, tmp_path: Path) -> None:
 def test_headerimport_needs_genesis(gethharness: Path) -> None:
     out = run(gethharness, "headerimport", "--era1", ERA1, "--network", "mainnet", ok=False)
     assert "first header is #24576" in out["error"]
+
+
+def test_ethash_verifies_mainnet_pow(gethharness: Path, gethethash: Path, tmp_path: Path) -> None:
+    # 301 headers of mainnet-00003 (v1.17's era1 reader writes them): the first is the parent.
+    hdr = tmp_path / "mainnet3.rlp"
+    era1 = ERA1 / ERA1_FACTS[0][0]
+    run(gethharness, "headers", "--era1", era1, "--count", 301, "--out", hdr)
+    out = run(gethethash, "ethash", "--headers", hdr, version=ETHASH_GETH_VERSION)
+    assert out["ok"] and out["errors"] == 0 and out["first_error"] is None
+    assert (out["headers"], out["first"], out["last"], out["epochs"]) == (300, 24_577, 24_876, [0])
+    assert out["headers_per_second"] > 0 and out["headers_per_second_per_core"] > 0
+
+    # The last header's nonce changed in its last byte: its mix digest no longer matches.
+    data = bytearray(hdr.read_bytes())
+    data[-1] ^= 1
+    hdr.write_bytes(data)
+    bad = run(gethethash, "ethash", "--headers", hdr, "--threads", 1, version=ETHASH_GETH_VERSION)
+    assert not bad["ok"] and bad["errors"] == 1
+    assert bad["first_error"] == "header #24876: invalid mix digest"
+
+
+def test_freezer_td_from_diffs(gethharness: Path, gethethash: Path) -> None:
+    # go-ethereum v1.11 still reads the diffs table: the dev chain's TD stays at the genesis
+    # difficulty 1 (its blocks are proof-of-stake, difficulty 0).
+    td = run(gethethash, "freezer-td", "--dir", FREEZER, version=ETHASH_GETH_VERSION)
+    assert td["ok"] and td["ancients"] == 6
+    assert [b["td"] for b in td["blocks"]] == ["1"] * 6
+    new = run(gethharness, "freezer", "--dir", FREEZER)
+    assert [b["hash"] for b in td["blocks"]] == [b["hash"] for b in new["blocks"]]
 
 
 def _rlp_item_ends(data: bytes) -> list[int]:
