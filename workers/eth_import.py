@@ -38,6 +38,9 @@ class EthUnit:
     pow: bool
     from_block: int
     to_block: int
+    #: Threads the unit's proof-of-work checks run on (more than one when there are fewer
+    #: units than cores).
+    pow_threads: int = 1
 
     @property
     def part(self) -> str:
@@ -97,6 +100,7 @@ def import_unit(unit: EthUnit, table_dirs: dict[str, str] | None) -> EthStaged:
             unit.pow,
             unit.from_block,
             unit.to_block,
+            unit.pow_threads,
         )
     except ValueError as e:  # the source cannot be opened at all
         return EthStaged(unit, {}, {}, {}, time.perf_counter() - t0, error=str(e))

@@ -13,6 +13,7 @@ from genesis); the links between units are checked by the next stage (``links``)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -105,6 +106,9 @@ class BlocksStage(Stage[EthRun]):
         _remove_temp_parts(data)
         total = sum(_unit_bytes(u) for u in todo)
         use_ray = opts.ray_address is not None or total > LOCAL_MAX_BYTES
+        if not use_ray and 0 < len(todo) < ctx.workers:
+            # Fewer units than cores: each unit's proof-of-work checks share the spare ones.
+            todo = [dataclasses.replace(u, pow_threads=ctx.workers // len(todo)) for u in todo]
         progress = Progress(total, enabled=opts.progress, label="eth import")
         stats = {"units": 0, "blocks": 0, "worker_s": 0.0, "commit_s": 0.0, "ray_start_s": 0.0}
         try:

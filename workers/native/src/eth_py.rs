@@ -41,7 +41,7 @@ fn eth_table_schema<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyA
 /// Reads, checks and converts one import unit (an era1 file, or freezer blocks `first..end`).
 /// Returns ({table: batch}, info); raises ValueError when the source cannot be opened at all.
 #[pyfunction]
-#[pyo3(signature = (kind, path, first, end, network, pow, from_block, to_block))]
+#[pyo3(signature = (kind, path, first, end, network, pow, from_block, to_block, pow_threads=1))]
 #[allow(clippy::too_many_arguments)]
 fn eth_import_unit<'py>(
     py: Python<'py>,
@@ -53,6 +53,7 @@ fn eth_import_unit<'py>(
     pow: bool,
     from_block: u64,
     to_block: u64,
+    pow_threads: usize,
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let source = match kind {
         "era1" => Source::Era1(path),
@@ -66,6 +67,7 @@ fn eth_import_unit<'py>(
     let opts = Options {
         cfg: config(network)?,
         pow,
+        pow_threads,
         from: from_block,
         to: to_block,
         list: import::historical_roots(network),

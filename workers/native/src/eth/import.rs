@@ -11,7 +11,7 @@ use super::accumulator::{self, HistoricalRoots};
 use super::era1::Era1;
 use super::ethash::{self, Cache};
 use super::freezer::Freezer;
-use super::header::decode_header;
+use super::header::{decode_header, DecodedHeader};
 use super::tables::Rows;
 use super::validate::{
     check_header, check_pow, check_total_difficulty, verify_era1_into, verify_freezer_into,
@@ -40,6 +40,8 @@ pub struct Options {
     /// still cover the whole unit: an era1 file's accumulator needs all its blocks).
     pub from: u64,
     pub to: u64,
+    /// Threads the unit's proof-of-work checks run on.
+    pub pow_threads: usize,
     /// The EIP-7643 list era1 accumulators are compared with (mainnet), if any.
     pub list: Option<&'static HistoricalRoots>,
 }
@@ -75,15 +77,12 @@ static CACHES: Mutex<Vec<(u64, Arc<Cache>)>> = Mutex::new(Vec::new());
 const CACHES_KEPT: usize = 2;
 
 fn cache_for(epoch: u64) -> Arc<Cache> {
-    {
-        let caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, c)) = caches.iter().find(|(e, _)| *e == epoch) {
-            return c.clone();
-        }
+    // Generated under the lock: threads checking the same epoch wait for one generation.
+    let mut caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = caches.iter().find(|(e, _)| *e == epoch) {
+        return c.clone();
     }
     let cache = Arc::new(Cache::new(epoch));
-    let mut caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
-    caches.retain(|(e, _)| *e != epoch);
     caches.push((epoch, cache.clone()));
     if caches.len() > CACHES_KEPT {
         caches.remove(0);
@@ -106,10 +105,11 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
     let mut rows = Rows::new(label.clone());
     let mut first_header = None;
     let mut last_header = None;
-    let (mut first, mut end, mut blocks, mut pow_checked) = (None, 0, 0u64, 0u64);
+    let (mut first, mut end, mut blocks) = (None, 0, 0u64);
+    let mut sealed: Vec<(Vec<u8>, DecodedHeader)> = Vec::new();
     let mut td_relative = false;
     let mut relative_td = U256::ZERO;
-    let mut sink = |b: &Checked<'_>, out: &mut Vec<Violation>| {
+    let mut sink = |b: &Checked<'_>, _: &mut Vec<Violation>| {
         let h = &b.header.header;
         let n = h.number;
         if n < opts.from || n >= opts.to {
@@ -117,12 +117,7 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
         }
         // Genesis carries no seal.
         if opts.pow && n > 0 && !h.difficulty.is_zero() {
-            out.extend(check_pow(
-                &cache_for(ethash::epoch_of(n)),
-                b.raw_header,
-                b.header,
-            ));
-            pow_checked += 1;
+            sealed.push((b.raw_header.to_vec(), b.header.clone()));
         }
         let td = match b.td {
             Some(td) => Some(td),
@@ -160,6 +155,9 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
             (r.violations, None, r.transactions)
         }
     };
+    let mut violations = violations;
+    let pow_checked = sealed.len() as u64;
+    violations.extend(check_seals(&sealed, opts.pow_threads));
     let unrecovered_senders = rows.unrecovered_senders;
     let batches = rows.finish(&violations).map_err(|e| {
         Error::new(super::ErrorKind::Layout(format!(
@@ -180,6 +178,39 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
         pow_checked,
         unrecovered_senders,
         bytes,
+    })
+}
+
+/// Ethash proof of work of `sealed` headers on `threads` threads (contiguous slices, each
+/// using the shared cache of its epochs); violations in block order.
+fn check_seals(sealed: &[(Vec<u8>, DecodedHeader)], threads: usize) -> Vec<Violation> {
+    if sealed.is_empty() {
+        return Vec::new();
+    }
+    let slice = sealed.len().div_ceil(threads.max(1));
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = sealed
+            .chunks(slice)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    let mut v = Vec::new();
+                    let mut cache: Option<(u64, Arc<Cache>)> = None;
+                    for (raw, header) in chunk {
+                        let epoch = ethash::epoch_of(header.header.number);
+                        if cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                            cache = Some((epoch, cache_for(epoch)));
+                        }
+                        let (_, c) = cache.as_ref().expect("set above");
+                        v.extend(check_pow(c, raw, header));
+                    }
+                    v
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a proof-of-work thread panicked"))
+            .collect()
     })
 }
 
@@ -332,6 +363,7 @@ mod tests {
         let opts = Options {
             cfg,
             pow: false,
+            pow_threads: 1,
             from: 0,
             to: u64::MAX,
             list: None,
@@ -368,6 +400,7 @@ mod tests {
         let opts = Options {
             cfg: MAINNET,
             pow: false,
+            pow_threads: 1,
             from: 25_000,
             to: 25_010,
             list: historical_roots("mainnet"),
