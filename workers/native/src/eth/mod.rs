@@ -23,6 +23,7 @@ pub mod accumulator;
 pub mod body;
 pub mod e2store;
 pub mod era1;
+pub mod era1_writer;
 mod error;
 pub mod ethash;
 pub mod freezer;
