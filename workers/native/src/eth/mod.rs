@@ -27,6 +27,7 @@ pub mod era1_writer;
 mod error;
 pub mod ethash;
 pub mod freezer;
+pub mod freezer_writer;
 pub mod header;
 pub mod receipt;
 pub mod snappy;
