@@ -28,6 +28,7 @@ mod error;
 pub mod ethash;
 pub mod freezer;
 pub mod freezer_writer;
+pub mod gen;
 pub mod header;
 pub mod receipt;
 pub mod snappy;
