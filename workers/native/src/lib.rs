@@ -9,6 +9,7 @@ mod chain_state_py;
 mod core_index_py;
 pub mod datasets;
 pub mod eth;
+mod eth_gen_py;
 pub mod flow;
 pub mod parquet_out;
 pub mod store;
@@ -446,5 +447,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     core_index_py::register(m)?;
     btc_headers_py::register(m)?;
     chain_state_py::register(m)?;
+    eth_gen_py::register(m)?;
     Ok(())
 }
