@@ -186,6 +186,8 @@ pub struct Era1DirWriter {
     network: String,
     current: Option<OpenFile>,
     written: Vec<WrittenEra1>,
+    /// Number the next block must have, once one is added.
+    next: Option<u64>,
 }
 
 impl Era1DirWriter {
@@ -201,6 +203,7 @@ impl Era1DirWriter {
             network: network.to_string(),
             current: None,
             written: Vec::new(),
+            next: None,
         })
     }
 
@@ -210,7 +213,8 @@ impl Era1DirWriter {
     }
 
     /// Append a block (see [`Era1Writer::add_block`]); a block whose number is a multiple of
-    /// 8192 closes the current file and starts the next. The first block must start an epoch.
+    /// 8192 closes the current file and starts the next. The first block must start an epoch,
+    /// the others follow it without gaps.
     pub fn add_block(
         &mut self,
         header: &[u8],
@@ -232,6 +236,11 @@ impl Era1DirWriter {
         receipts: &[u8],
         td: U256,
     ) -> Result<()> {
+        if let Some(next) = self.next.filter(|n| *n != number) {
+            return Err(
+                layout(format!("block {number} added where {next} is next")).for_block(number)
+            );
+        }
         let epoch_start = number.is_multiple_of(EPOCH_SIZE as u64);
         if self.current.is_some() && epoch_start {
             self.close_current()?;
@@ -257,7 +266,9 @@ impl Era1DirWriter {
         let cur = self.current.as_mut().unwrap();
         cur.writer
             .add_block_numbered(number, hash, header, body, receipts, td)
-            .map_err(|e| e.in_file(&cur.tmp))
+            .map_err(|e| e.in_file(&cur.tmp))?;
+        self.next = Some(number + 1);
+        Ok(())
     }
 
     fn close_current(&mut self) -> Result<()> {
@@ -364,6 +375,12 @@ mod tests {
             w.add_block(&b.header, &b.body, &b.receipts, b.total_difficulty)
                 .unwrap();
         }
+        // Block 0 again would start epoch 0 anew: refused, the file stays.
+        let b0 = era.block(0).unwrap();
+        let e = w
+            .add_block(&b0.header, &b0.body, &b0.receipts, b0.total_difficulty)
+            .unwrap_err();
+        assert_eq!(e.block, Some(0));
         let files = w.finish().unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].path, dir.join("sepolia-00000-643a00f7.era1"));
@@ -372,7 +389,6 @@ mod tests {
         // Nothing else left behind (no temporary file).
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         let mut w = Era1Writer::new(Vec::new());
-        let b0 = era.block(0).unwrap();
         w.add_block(&b0.header, &b0.body, &b0.receipts, b0.total_difficulty)
             .unwrap();
         let e = w
