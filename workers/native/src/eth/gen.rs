@@ -28,8 +28,8 @@
 //!   then. era1 holds pre-merge blocks only, so era1 output refuses a chain that reaches it.
 //!
 //! Mainnet from genesis is Frontier with genesis' gas limit of 5,000: the limit grows by at most
-//! 1/1024 a block, so blocks hold no transaction until it passes 21,000 (about block 1,500);
-//! the generator fills blocks with what fits.
+//! 1/1024 a block, so blocks hold no transaction until it passes 21,000 (block 1,770; one with
+//! data fits from about block 2,000); the generator fills blocks with what fits.
 
 use super::accumulator::EPOCH_SIZE;
 use super::era1_writer::Era1DirWriter;
