@@ -76,6 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--tx-per-block", default="1:1", metavar="MIN:MAX")
 
+    ge = gen.add_parser(
+        "eth",
+        help="an Ethereum chain from genesis as era1 files or a geth freezer, + expected.json",
+    )
+    ge.add_argument("outdir", type=Path)
+    ge.add_argument("--blocks", type=int, required=True, help="chain length incl. genesis")
+    ge.add_argument("--format", dest="eth_format", default="era1", choices=["era1", "freezer"])
+    ge.add_argument("--network", default="mainnet", choices=["mainnet", "sepolia", "dev"])
+    ge.add_argument("--seed", type=int, default=1)
+    ge.add_argument("--tx-per-block", default="0:4", metavar="MIN:MAX")
+    ge.add_argument(
+        "--freezer-version",
+        default="current",
+        choices=["current", "v1.15", "v1.10"],
+        help="freezer layout of that geth release (v1.10: .meta v1 and the diffs table)",
+    )
+    ge.add_argument(
+        "--max-file-size",
+        type=parse_size,
+        default=2_000_000_000,
+        help="freezer data file size limit (default 2000000000, as geth)",
+    )
+
     gf = gen.add_parser("flow", help="a Flow LedgerWAL (segments 00000000, ...) + expected.json")
     gf.add_argument("outdir", type=Path)
     gf.add_argument("--updates", type=int, required=True)
@@ -120,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--era1", type=Path, help="folder of .era1 files")
     src.add_argument("--freezer", type=Path, help="geth's ancient folder (or its chain/)")
     ei.add_argument("--data", type=Path, required=True)
-    ei.add_argument("--network", default="mainnet", choices=["mainnet", "sepolia"])
+    ei.add_argument("--network", default="mainnet", choices=["mainnet", "sepolia", "dev"])
     ei.add_argument("--workers", type=int, default=0)
     ei.add_argument("--ray-address", default=None)
     ei.add_argument("--from", dest="first", type=int, default=None, metavar="N")
@@ -303,6 +326,25 @@ def dispatch(args: argparse.Namespace) -> int:
                 print(f"{k.ljust(16)} {st[k]}")
             for s in st["skipped"]:
                 print(f"  skip {s['segment']}@{s['offset']}: {s['reason']} {s.get('detail') or ''}")
+        return 0
+    if args.command == "gen" and args.kind == "eth":
+        from rechain.pipeline import eth_gen
+
+        efacts = eth_gen.generate(
+            args.outdir,
+            blocks=args.blocks,
+            fmt=args.eth_format,
+            network=args.network,
+            seed=args.seed,
+            tx_per_block=args.tx_per_block,
+            freezer_version=args.freezer_version,
+            max_file_size=args.max_file_size,
+        )
+        print(
+            f"wrote {efacts['blocks']:,} {args.network} blocks ({efacts['transactions']:,} txs) "
+            f"as {args.eth_format} to {eth_gen.output_dir(args.outdir, args.eth_format)}; "
+            f"tip {efacts['tip_hash']} at {efacts['tip_number']}, TD {efacts['final_td']}"
+        )
         return 0
     if args.command == "eth":
         return _eth(args)

@@ -25,7 +25,7 @@ from rechain.workers.eth_import import EthUnit
 UNIT_BLOCKS = 8192
 #: `<network>-<epoch:05>-<first 4 bytes of the accumulator root>.era1`.
 ERA1_NAME = re.compile(r"^(?P<network>[a-z0-9-]+?)-(?P<epoch>\d{5,})-(?P<root>[0-9a-f]{8})\.era1$")
-NETWORKS = ("mainnet", "sepolia")
+NETWORKS = ("mainnet", "sepolia", "dev")
 
 
 @dataclass

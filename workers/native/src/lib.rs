@@ -9,6 +9,7 @@ mod chain_state_py;
 mod core_index_py;
 pub mod datasets;
 pub mod eth;
+mod eth_gen_py;
 mod eth_py;
 pub mod flow;
 pub mod parquet_out;
@@ -448,5 +449,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     btc_headers_py::register(m)?;
     chain_state_py::register(m)?;
     eth_py::register(m)?;
+    eth_gen_py::register(m)?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Header and block rules that need no state (spec §3.2–3.5), as geth's importer applies them.
 //!
-//! Owns the fork schedule ([`ChainConfig`], mainnet and Sepolia), the formulas (difficulty of every
+//! Owns the fork schedule ([`ChainConfig`], mainnet, Sepolia and rechain's `dev`), the formulas (difficulty of every
 //! fork with every bomb delay, EIP-1559 base fee, EIP-4844/7918 excess blob gas) and the checks:
 //!
 //! * [`check_header`]: a header against its parent — parent link (hash of the bytes read),
@@ -83,6 +83,25 @@ pub const SEPOLIA: ChainConfig = ChainConfig {
     bpo2_time: None,
 };
 
+/// rechain's `dev` network (`eth::gen`): every pre-merge block fork at genesis (London's base
+/// fee and typed transactions from block 0, the last bomb delay), no DAO, no time forks.
+pub const DEV: ChainConfig = ChainConfig {
+    homestead: Some(0),
+    dao: None,
+    byzantium: Some(0),
+    constantinople: Some(0),
+    muir_glacier: Some(0),
+    london: Some(0),
+    arrow_glacier: Some(0),
+    gray_glacier: Some(0),
+    shanghai_time: None,
+    cancun_time: None,
+    prague_time: None,
+    osaka_time: None,
+    bpo1_time: None,
+    bpo2_time: None,
+};
+
 fn at(fork: Option<u64>, x: u64) -> bool {
     fork.is_some_and(|f| x >= f)
 }
@@ -92,6 +111,7 @@ impl ChainConfig {
         match name {
             "mainnet" => Some(MAINNET),
             "sepolia" => Some(SEPOLIA),
+            "dev" => Some(DEV),
             _ => None,
         }
     }
