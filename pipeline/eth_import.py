@@ -138,7 +138,10 @@ def _fingerprint(unit: EthUnit) -> str:
         src: list[Any] = [st.st_size, st.st_mtime_ns]
     else:
         src = [unit.first, unit.end]
-    items = [unit.kind, src, unit.network, unit.pow, unit.from_block, unit.to_block]
+    # --from/--to as they cut this unit: a longer freezer or range leaves earlier units as they
+    # are (a freezer only grows at its head).
+    cut = [max(unit.from_block, unit.first), min(unit.to_block, unit.end)]
+    items = [unit.kind, src, unit.network, unit.pow, cut]
     return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:24]
 
 

@@ -421,7 +421,7 @@ def _check_eth(data: DataDir, problems: list[str]) -> int:
         con.register("idx", index)
         con.execute(
             f"CREATE VIEW blocks AS SELECT number, hash, parent_hash, difficulty, "
-            f"total_difficulty FROM read_parquet('{files}')"
+            f"total_difficulty, source FROM read_parquet('{files}')"
         )
         mismatched = con.sql(
             "SELECT count(*) FROM blocks b FULL JOIN idx i USING (number) "
@@ -435,12 +435,13 @@ def _check_eth(data: DataDir, problems: list[str]) -> int:
                 SELECT number, parent_hash, difficulty, total_difficulty,
                        lag(number) OVER w AS pn, lag(hash) OVER w AS ph,
                        lag(total_difficulty) OVER w AS ptd
-                FROM blocks WINDOW w AS (ORDER BY number)
+                FROM blocks WINDOW w AS (PARTITION BY source ORDER BY number)
             ) WHERE pn = number - 1 AND (parent_hash <> ph OR
                   (ptd IS NOT NULL AND total_difficulty IS NOT NULL
                    AND total_difficulty::HUGEINT <> ptd::HUGEINT + difficulty::HUGEINT))
             """
         ).fetchall()[0][0]
+        # Within each unit (links between units are the `links` stage's verdicts).
         if broken:
             problems.append(f"{broken} blocks do not link to the block before them (hash or TD)")
         table_tds = dict(

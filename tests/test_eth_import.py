@@ -212,7 +212,9 @@ def _import_cmd(era: Path, data: Path) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("point", ["eth.parts_renamed:1", "eth.unit_committed:1"])
+@pytest.mark.parametrize(
+    "point", ["eth.parts_renamed:1", "eth.index_ingested:1", "eth.unit_committed:1"]
+)
 def test_kill_at_commit_points_then_resume(tmp_path: Path, point: str) -> None:
     era = folder_with(tmp_path, SEPOLIA_0, SEPOLIA_21)
     ref = tmp_path / "ref"
@@ -264,3 +266,99 @@ def test_readme_queries(tmp_path: Path) -> None:
     assert senders and all(r[0].startswith("0x") and r[2] >= 0 for r in senders)
     assert isinstance(transfers, list)
     assert invalid == []
+
+
+def gen_eth(out: Path, blocks: int, fmt: str, *extra: str) -> dict[str, Any]:
+    code, _, err = cli(
+        "gen", "eth", out, "--blocks", str(blocks), "--format", fmt, "--network", "dev", *extra
+    )
+    assert code == 0, err
+    facts: dict[str, Any] = json.loads((out / "expected.json").read_text())
+    return facts
+
+
+def test_generated_freezer_grows_and_gets_its_tds_from_genesis(tmp_path: Path) -> None:
+    """A current-layout freezer has no TD table: TDs are summed from genesis across units. The
+    freezer then grows (the same chain, longer): only the last unit and the new ones run, and
+    the result equals a fresh import."""
+    small = gen_eth(tmp_path / "small", 10_000, "freezer", "--tx-per-block", "0:4", "--seed", "5")
+    big = gen_eth(tmp_path / "big", 20_000, "freezer", "--tx-per-block", "0:4", "--seed", "5")
+    node = tmp_path / "node"
+    shutil.copytree(tmp_path / "small" / "ancient", node)
+    data = tmp_path / "data"
+    r = eth_import(node, data, "--network", "dev", "--no-pow", kind="--freezer")
+    assert r["failed"] == 0 and r["blocks"] == 10_000
+    assert r["total_difficulty"] == small["final_td"]
+    assert r["tip_hash"] == "0x" + small["tip_hash"]
+    assert r["counts"]["eth_transactions"] == small["transactions"]
+    shutil.rmtree(node)
+    shutil.copytree(tmp_path / "big" / "ancient", node)
+    grown = eth_import(node, data, "--network", "dev", "--no-pow", kind="--freezer")
+    assert grown["failed"] == 0 and grown["blocks"] == 20_000
+    assert grown["run"]["units"] == 2  # 8192..16383 (was 8192..9999) and 16384..19999
+    assert grown["checks"]["links"] == 2
+    assert grown["total_difficulty"] == big["final_td"]
+    fresh = tmp_path / "fresh"
+    eth_import(node, fresh, "--network", "dev", "--no-pow", kind="--freezer")
+    assert verify(data)["ok"]
+    with DataDir(data, readonly=True) as a, DataDir(fresh, readonly=True) as b:
+        assert digest(a)["content"] == digest(b)["content"]
+
+
+def test_generated_era1_links_and_a_broken_link(tmp_path: Path) -> None:
+    """Three generated era1 files: the links between them are checked. A file of another
+    chain in the middle breaks the link to it (reported, its blocks kept)."""
+    facts = gen_eth(tmp_path / "a", 20_000, "era1", "--tx-per-block", "0:3")
+    other = gen_eth(tmp_path / "b", 16_384, "era1", "--tx-per-block", "0:3", "--seed", "9")
+    era = tmp_path / "a" / "era1"
+    r = eth_import(era, tmp_path / "data", "--network", "dev", "--no-pow")
+    assert r["failed"] == 0 and r["checks"]["links"] == 2 and r["checks"]["accumulators"] == 3
+    assert r["tip_hash"] == "0x" + facts["tip_hash"]
+    # Epoch 1 of another chain: its first block's parent is not epoch 0's last block.
+    middle = Path(facts["files"][1]["path"]).name
+    (era / middle).unlink()
+    theirs = tmp_path / "b" / other["files"][1]["path"]
+    shutil.copy2(theirs, era / theirs.name)
+    bad = eth_import(era, tmp_path / "data", "--network", "dev", "--no-pow")
+    assert bad["blocks"] == 20_000 and bad["run"]["units"] == 1
+    assert bad["failed_by_rule"].get("parent_hash") == 2, bad["verdicts"]
+    assert {v["block"] for v in bad["verdicts"]} == {8192, 16384}
+    assert verify(tmp_path / "data")["ok"]
+
+
+KILL_POINTS = ["eth.parts_renamed", "eth.index_ingested", "eth.unit_committed"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kill_at_random_commit_points_then_resume(tmp_path: Path, seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    facts = gen_eth(tmp_path / "g", 40_000, "era1", "--tx-per-block", "0:2")
+    era = tmp_path / "g" / "era1"
+    assert len(facts["files"]) == 5
+
+    def cmd(data: Path) -> list[str]:
+        return [
+            sys.executable, "-m", "rechain.pipeline.cli", "eth", "import", "--era1", str(era),
+            "--data", str(data), "--network", "dev", "--no-pow", "--no-progress",
+        ]  # fmt: skip
+
+    ref = tmp_path / "ref"
+    assert subprocess.run(cmd(ref), capture_output=True).returncode == 0
+    data = tmp_path / "data"
+    kills = 0
+    for _ in range(4):
+        point = f"{rng.choice(KILL_POINTS)}:{rng.randint(1, 2)}"
+        env = {**os.environ, "RECHAIN_KILL_AT": point}
+        proc = subprocess.run(cmd(data), capture_output=True, env=env)
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+        kills += 1
+    assert kills >= 1
+    final = subprocess.run(cmd(data), capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert verify(data)["ok"]
+    with DataDir(data, readonly=True) as a, DataDir(ref, readonly=True) as b:
+        assert digest(a)["content"] == digest(b)["content"]

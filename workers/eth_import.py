@@ -50,8 +50,9 @@ class EthUnit:
 
 @dataclass
 class EthStaged:
-    """A unit's result: per table the temp file the worker wrote (not yet durable) or the
-    file's bytes; the Rust core's info (violations, links, counts)."""
+    """A unit's result: per table the temp file the worker wrote (synced; the committer
+    renames it) or the file's bytes; the Rust core's info (violations, first and last headers,
+    counts, and the index entries as key-sorted Arrow arrays per column family)."""
 
     unit: EthUnit
     tables: dict[str, str | bytes]
@@ -83,6 +84,12 @@ def write_part(batch: pa.RecordBatch, where: str | None, table: str) -> str | by
         pq.write_table(data, sink, **args)
         return bytes(sink.getvalue().to_pybytes())
     pq.write_table(data, where, **args)
+    # Durable before the committer renames it (the fsync runs here, in parallel with others).
+    fd = os.open(where, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return where
 
 

@@ -111,10 +111,11 @@ class BlocksStage(Stage[EthRun]):
             todo = [dataclasses.replace(u, pow_threads=ctx.workers // len(todo)) for u in todo]
         progress = Progress(total, enabled=opts.progress, label="eth import")
         stats = {"units": 0, "blocks": 0, "worker_s": 0.0, "commit_s": 0.0, "ray_start_s": 0.0}
+        units = committed_units(data)
         try:
             for staged in _results(ctx, todo, use_ray, stats):
                 t0 = time.perf_counter()
-                blocks = _commit(data, staged, ctx)
+                blocks = _commit(data, staged, ctx, units)
                 dt = time.perf_counter() - t0
                 stats["units"] += 1
                 stats["blocks"] += blocks
@@ -191,10 +192,12 @@ def _td_base(units: dict[str, dict[str, Any]], first: int, key: str) -> int | No
     return None
 
 
-def _commit(data: DataDir, staged: EthStaged, ctx: EthRun) -> int:
-    """Makes a unit's parts durable and records it with its index entries; returns blocks."""
+def _commit(
+    data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict[str, Any]]
+) -> int:
+    """Makes a unit's parts durable and records it with its index entries (``units``: the
+    committed units, updated); returns the blocks committed."""
     unit = staged.unit
-    units = committed_units(data)
     old = units.get(unit.key)
     record: dict[str, Any] = {
         "kind": unit.kind,
@@ -210,15 +213,17 @@ def _commit(data: DataDir, staged: EthStaged, ctx: EthRun) -> int:
         record["rules"] = {"unreadable": 1}
         metrics.SKIPS.labels(STAGE, "unreadable").inc()
         data.write({layout.CF_META: [(unit_key(unit.key), record)]})
+        units[unit.key] = record
         return 0
     info = staged.info
     first = info["first"]
     verdicts = [{"block": b, "rule": r, "detail": d} for b, r, d in info["violations"]]
     td_known = not info["td_relative"]
     first_td, last_td = info["first_td"], info["last_td"]
+    index = info["index"]
     if info["td_relative"] and first is not None:
         base = _td_base(units, first, unit.key)
-        _rebase_blocks_part(data, staged, base)
+        index = _rebase_blocks_part(data, staged, base)
         td_known = base is not None
         first_td, last_td = (
             None if base is None or td is None else str(base + int(td))
@@ -226,23 +231,14 @@ def _commit(data: DataDir, staged: EthStaged, ctx: EthRun) -> int:
         )
     renamed = _make_durable(data, staged)
     kill_point("eth.parts_renamed")
-    blocks_table = pq.read_table(
-        part_path(data, tables.ETH_BLOCKS.name, unit.part),
-        columns=["number", "hash", "total_difficulty"],
-    )
-    puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
-    deletes: dict[str, list[bytes]] = {}
+    # The old entries of a unit done again go first: the new ones are ingested over them.
     if old is not None:
-        deletes = _index_deletes(data, old)
-    if blocks_table.num_rows:
-        numbers, canonical, td = _native.eth_index_entries(
-            blocks_table.combine_chunks().to_batches()[0]
-        )
-        puts = {
-            layout.CF_ETH_NUMBERS: numbers,
-            layout.CF_ETH_CANONICAL: canonical,
-            layout.CF_ETH_TD: td,
-        }
+        data.write_columns({}, _index_deletes(data, old))
+    for cf in (layout.CF_ETH_NUMBERS, layout.CF_ETH_CANONICAL, layout.CF_ETH_TD):
+        keys, values = index[cf]
+        # Key-sorted per unit (Rust): an SST file, ingested without a write-ahead log.
+        data.ingest_sorted(cf, keys, values)
+    kill_point("eth.index_ingested")
     rules: dict[str, int] = {}
     for v in verdicts:
         rules[v["rule"]] = rules.get(v["rule"], 0) + 1
@@ -266,22 +262,25 @@ def _commit(data: DataDir, staged: EthStaged, ctx: EthRun) -> int:
         verdicts=verdicts[:VERDICTS_KEPT],
         files=renamed,
     )
-    puts[layout.CF_META] = ([unit_key(unit.key)], [json.dumps(record).encode()])
-    data.write_columns(puts, deletes)
+    data.write({layout.CF_META: [(unit_key(unit.key), record)]})
+    units[unit.key] = record
     kill_point("eth.unit_committed")
     return int(info["blocks"])
 
 
-def _rebase_blocks_part(data: DataDir, staged: EthStaged, base: int | None) -> None:
+def _rebase_blocks_part(
+    data: DataDir, staged: EthStaged, base: int | None
+) -> dict[str, tuple[pa.Array, pa.Array]]:
     """Rewrites the unit's ``eth_blocks`` part with absolute TDs (relative ones plus ``base``,
-    the TD of the unit's parent), or none where that TD is unknown."""
+    the TD of the unit's parent), or none where that TD is unknown; returns its index
+    entries."""
     name = tables.ETH_BLOCKS.name
     content = staged.tables[name]
     source = pa.BufferReader(content) if isinstance(content, bytes) else content
     table = pq.read_table(source, schema=tables.ETH_BLOCKS.schema)
     batch = table.combine_chunks().to_batches()[0] if table.num_rows else None
     if batch is None:
-        return
+        return dict(staged.info["index"])
     if base is None:
         i = batch.schema.get_field_index("total_difficulty")
         batch = batch.set_column(
@@ -291,6 +290,7 @@ def _rebase_blocks_part(data: DataDir, staged: EthStaged, base: int | None) -> N
         batch = _native.eth_rebase_td(batch, str(base))
     where = None if isinstance(content, bytes) else content
     staged.tables[name] = write_part(batch, where, name)
+    return dict(_native.eth_index_entries(batch))
 
 
 def _make_durable(data: DataDir, staged: EthStaged) -> list[str]:
@@ -301,13 +301,13 @@ def _make_durable(data: DataDir, staged: EthStaged) -> list[str]:
         tmp = folder / tmp_name(staged.unit.part)
         if isinstance(content, bytes):
             tmp.write_bytes(content)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         elif Path(content) != tmp:
             raise ValueError(f"unit {staged.unit.key} staged {name} at {content}, not at {tmp}")
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         final = part_path(data, name, staged.unit.part)
         os.rename(tmp, final)
         out.append(str(final.relative_to(data.path)))

@@ -8,7 +8,7 @@ use crate::eth::U256;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use pyo3_arrow::{PyRecordBatch, PySchema};
+use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
 use std::path::PathBuf;
 
 fn config(network: &str) -> PyResult<ChainConfig> {
@@ -72,8 +72,13 @@ fn eth_import_unit<'py>(
         to: to_block,
         list: import::historical_roots(network),
     };
-    let unit = py
-        .detach(|| import::run(&source, &opts))
+    let (unit, index) = py
+        .detach(|| {
+            let unit = import::run(&source, &opts)?;
+            let index = import::index_entries(&unit.batches[0])
+                .map_err(|e| crate::eth::Error::new(crate::eth::ErrorKind::Layout(e)))?;
+            Ok::<_, crate::eth::Error>((unit, index))
+        })
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let batches = PyDict::new(py);
     for (name, batch) in tables::TABLES.iter().zip(unit.batches) {
@@ -101,6 +106,7 @@ fn eth_import_unit<'py>(
     info.set_item("pow_checked", unit.pow_checked)?;
     info.set_item("unrecovered_senders", unit.unrecovered_senders)?;
     info.set_item("bytes", unit.bytes)?;
+    info.set_item("index", index_dict(py, index)?)?;
     Ok((batches, info))
 }
 
@@ -134,13 +140,28 @@ fn eth_rebase_td<'py>(
     PyRecordBatch::new(batch).into_pyarrow(py)
 }
 
-type Entries = (Vec<Vec<u8>>, Vec<Vec<u8>>);
-
-/// RocksDB entries of an `eth_blocks` batch: (numbers, canonical, td), each (keys, values).
+/// RocksDB entries of an `eth_blocks` batch: {column family: (keys, values)}, Arrow binary
+/// arrays in key order.
 #[pyfunction]
-fn eth_index_entries(blocks: PyRecordBatch) -> PyResult<(Entries, Entries, Entries)> {
-    let e = import::index_entries(blocks.as_ref()).map_err(PyValueError::new_err)?;
-    Ok((e.numbers, e.canonical, e.td))
+fn eth_index_entries<'py>(py: Python<'py>, blocks: PyRecordBatch) -> PyResult<Bound<'py, PyDict>> {
+    let e = py
+        .detach(|| import::index_entries(blocks.as_ref()))
+        .map_err(PyValueError::new_err)?;
+    index_dict(py, e)
+}
+
+fn index_dict(py: Python<'_>, e: import::IndexEntries) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for (cf, (k, v)) in [
+        ("eth_numbers", e.numbers),
+        ("eth_canonical", e.canonical),
+        ("eth_td", e.td),
+    ] {
+        let keys = PyArray::from_array_ref(std::sync::Arc::new(k));
+        let values = PyArray::from_array_ref(std::sync::Arc::new(v));
+        d.set_item(cf, (keys.to_pyarrow(py)?, values.to_pyarrow(py)?))?;
+    }
+    Ok(d)
 }
 
 /// `(first block, one past the last, accumulator hex)` of an era1 file, from its layout.

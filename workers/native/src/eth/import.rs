@@ -18,7 +18,9 @@ use super::validate::{
     ChainConfig, Checked, Rule, Violation,
 };
 use super::{Error, B256, U256};
-use arrow_array::{Array, ArrayRef, Decimal128Array, RecordBatch, StringArray, UInt64Array};
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, Decimal128Array, RecordBatch, StringArray, UInt64Array,
+};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -271,13 +273,14 @@ pub fn number_key(n: u64) -> [u8; 8] {
     n.to_be_bytes()
 }
 
-/// RocksDB entries of the blocks in an `eth_blocks` batch: `eth_numbers` (hash → number,
-/// 8 bytes big-endian), `eth_canonical` (number → hash) and `eth_td` (number → TD, 32 bytes
-/// big-endian; blocks whose TD is unknown have none).
+/// RocksDB entries of the blocks in an `eth_blocks` batch, each (keys, values) in key order
+/// (ready for an SST file): `eth_numbers` (hash → number, 8 bytes big-endian), `eth_canonical`
+/// (number → hash) and `eth_td` (number → TD, 32 bytes big-endian; blocks whose TD is unknown
+/// have none).
 pub struct IndexEntries {
-    pub numbers: (Vec<Vec<u8>>, Vec<Vec<u8>>),
-    pub canonical: (Vec<Vec<u8>>, Vec<Vec<u8>>),
-    pub td: (Vec<Vec<u8>>, Vec<Vec<u8>>),
+    pub numbers: (BinaryArray, BinaryArray),
+    pub canonical: (BinaryArray, BinaryArray),
+    pub td: (BinaryArray, BinaryArray),
 }
 
 fn parse_hex0x(s: &str) -> Option<Vec<u8>> {
@@ -289,6 +292,10 @@ fn parse_hex0x(s: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&h[i..i + 2], 16).ok())
         .collect()
+}
+
+fn binary<'a>(items: impl Iterator<Item = &'a [u8]>) -> BinaryArray {
+    BinaryArray::from_iter_values(items)
 }
 
 pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
@@ -309,25 +316,39 @@ pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
         .as_any()
         .downcast_ref::<Decimal128Array>()
         .ok_or("total_difficulty is not a decimal")?;
-    let mut e = IndexEntries {
-        numbers: (Vec::new(), Vec::new()),
-        canonical: (Vec::new(), Vec::new()),
-        td: (Vec::new(), Vec::new()),
-    };
-    for i in 0..blocks.num_rows() {
-        let n = numbers.value(i);
-        let hash = parse_hex0x(hashes.value(i)).ok_or("bad hash hex")?;
-        e.numbers.0.push(hash.clone());
-        e.numbers.1.push(number_key(n).to_vec());
-        e.canonical.0.push(number_key(n).to_vec());
-        e.canonical.1.push(hash);
-        if tds.is_valid(i) {
-            let td = U256::from(tds.value(i) as u128);
-            e.td.0.push(number_key(n).to_vec());
-            e.td.1.push(td.to_be_bytes::<32>().to_vec());
-        }
-    }
-    Ok(e)
+    let mut by_number: Vec<([u8; 8], Vec<u8>, Option<[u8; 32]>)> = (0..blocks.num_rows())
+        .map(|i| {
+            let hash = parse_hex0x(hashes.value(i)).ok_or("bad hash hex")?;
+            let td = tds
+                .is_valid(i)
+                .then(|| U256::from(tds.value(i) as u128).to_be_bytes::<32>());
+            Ok((number_key(numbers.value(i)), hash, td))
+        })
+        .collect::<Result<_, String>>()?;
+    by_number.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut by_hash: Vec<(&[u8], &[u8])> = by_number
+        .iter()
+        .map(|(n, h, _)| (&h[..], &n[..]))
+        .collect();
+    by_hash.sort();
+    let with_td: Vec<(&[u8], &[u8])> = by_number
+        .iter()
+        .filter_map(|(n, _, td)| td.as_ref().map(|t| (&n[..], &t[..])))
+        .collect();
+    Ok(IndexEntries {
+        numbers: (
+            binary(by_hash.iter().map(|e| e.0)),
+            binary(by_hash.iter().map(|e| e.1)),
+        ),
+        canonical: (
+            binary(by_number.iter().map(|e| &e.0[..])),
+            binary(by_number.iter().map(|e| &e.1[..])),
+        ),
+        td: (
+            binary(with_td.iter().map(|e| e.0)),
+            binary(with_td.iter().map(|e| e.1)),
+        ),
+    })
 }
 
 /// The first and one-past-last block numbers an era1 file holds, and its accumulator, from its
@@ -382,13 +403,15 @@ mod tests {
         let idx = index_entries(&u.batches[0]).unwrap();
         assert_eq!(idx.canonical.0.len(), 8192);
         assert_eq!(
-            crate::eth::tables::hex0x(&idx.canonical.1[8191]),
+            crate::eth::tables::hex0x(idx.canonical.1.value(8191)),
             "0xaf105ff107f4d9b48bc205c3001ee33938b1b6f3b2ef04da0064ae63ecb1d80a"
         );
         assert_eq!(
-            U256::from_be_slice(&idx.td.1[8191]),
+            U256::from_be_slice(idx.td.1.value(8191)),
             U256::from(74_457_974_918_680u64)
         );
+        let keys: Vec<&[u8]> = idx.numbers.0.iter().map(Option::unwrap).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "hash keys sorted");
     }
 
     #[test]
