@@ -192,9 +192,7 @@ def _td_base(units: dict[str, dict[str, Any]], first: int, key: str) -> int | No
     return None
 
 
-def _commit(
-    data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict[str, Any]]
-) -> int:
+def _commit(data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict[str, Any]]) -> int:
     """Makes a unit's parts durable and records it with its index entries (``units``: the
     committed units, updated); returns the blocks committed."""
     unit = staged.unit

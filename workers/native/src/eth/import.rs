@@ -326,10 +326,8 @@ pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
         })
         .collect::<Result<_, String>>()?;
     by_number.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut by_hash: Vec<(&[u8], &[u8])> = by_number
-        .iter()
-        .map(|(n, h, _)| (&h[..], &n[..]))
-        .collect();
+    let mut by_hash: Vec<(&[u8], &[u8])> =
+        by_number.iter().map(|(n, h, _)| (&h[..], &n[..])).collect();
     by_hash.sort();
     let with_td: Vec<(&[u8], &[u8])> = by_number
         .iter()
