@@ -298,6 +298,9 @@ fn binary<'a>(items: impl Iterator<Item = &'a [u8]>) -> BinaryArray {
     BinaryArray::from_iter_values(items)
 }
 
+/// One block's (number key, hash, TD) while the index is built.
+type Entry = ([u8; 8], Vec<u8>, Option<[u8; 32]>);
+
 pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
     let col = |name: &str| {
         blocks
@@ -316,7 +319,7 @@ pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
         .as_any()
         .downcast_ref::<Decimal128Array>()
         .ok_or("total_difficulty is not a decimal")?;
-    let mut by_number: Vec<([u8; 8], Vec<u8>, Option<[u8; 32]>)> = (0..blocks.num_rows())
+    let mut by_number: Vec<Entry> = (0..blocks.num_rows())
         .map(|i| {
             let hash = parse_hex0x(hashes.value(i)).ok_or("bad hash hex")?;
             let td = tds
@@ -325,7 +328,7 @@ pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
             Ok((number_key(numbers.value(i)), hash, td))
         })
         .collect::<Result<_, String>>()?;
-    by_number.sort_by(|a, b| a.0.cmp(&b.0));
+    by_number.sort_by_key(|e| e.0);
     let mut by_hash: Vec<(&[u8], &[u8])> =
         by_number.iter().map(|(n, h, _)| (&h[..], &n[..])).collect();
     by_hash.sort();
