@@ -160,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     ei.add_argument(
         "--from-stage", default=None, metavar="NAME", help="rerun from this stage (blocks)"
     )
+    ex = eth_sub.add_parser("export-era1", help="era1 files of an imported chain, as geth's")
+    ex.add_argument("--data", type=Path, required=True)
+    ex.add_argument("--out", type=Path, required=True)
+    ex.add_argument("--from", dest="first", type=int, default=None, metavar="N")
+    ex.add_argument("--to", dest="last", type=int, default=None, metavar="M", help="inclusive")
+    ex.add_argument("--json", action="store_true")
     es = eth_sub.add_parser("status", help="summary of a data folder's Ethereum import")
     es.add_argument("--data", type=Path, required=True)
     es.add_argument("--json", action="store_true")
@@ -492,6 +498,14 @@ def _eth(args: argparse.Namespace) -> int:
         else:
             print(_format_eth(result))
         return 0 if result["failed"] == 0 else 1
+    if args.action == "export-era1":
+        from rechain.pipeline.eth_export import export_era1
+
+        res = export_era1(args.data, args.out, args.first, args.last)
+        _print_json(res) if args.json else print(
+            f"wrote {res['blocks']:,} blocks in {len(res['files'])} era1 file(s) to {res['out']}"
+        )
+        return 0
     st = eth_import.status(args.data)
     _print_json(st) if args.json else print(_format_eth(st))
     return 0

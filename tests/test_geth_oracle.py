@@ -465,3 +465,33 @@ def test_rechain_import_agrees_with_geth_on_the_freezer(
         (b["number"], b["hash"], b["txs"], b["receipts"]) for b in geth
     ]
     assert [b["td"] for b in ours] == [b["td"] for b in tds]
+
+
+def test_geth_reads_rechains_exported_era1_files(gethharness: Path, tmp_path: Path) -> None:
+    """A generated freezer (geth v1.17 layout, no TD table) imported by rechain and exported as
+    era1: go-ethereum reads the files, verifies their accumulators and gives the hashes and TDs
+    rechain's tables hold; geth's own header import of them reaches the same tip."""
+    from tests.conftest import cli
+
+    code, _, err = cli(
+        "gen", "eth", tmp_path / "g", "--blocks", "17000", "--format", "freezer",
+        "--network", "dev", "--tx-per-block", "0:5",
+    )  # fmt: skip
+    assert code == 0, err
+    data = tmp_path / "data"
+    r = _rechain_import(tmp_path / "g" / "ancient", data, "--freezer",
+                        str(tmp_path / "g" / "ancient"), "--network", "dev")  # fmt: skip
+    assert r["failed"] == 0 and r["blocks"] == 17_000
+    code, _, err = cli("eth", "export-era1", "--data", data, "--out", tmp_path / "era1")
+    assert code == 0, err
+    out = run(gethharness, "era1", "--dir", tmp_path / "era1", "--network", "dev")
+    assert out["ok"], out
+    assert all(f["accumulator_ok"] and f["name_ok"] and f["error"] is None for f in out["files"])
+    geth = [
+        {k: b[k] for k in ("number", "hash", "td", "txs", "uncles", "receipts")}
+        for f in sorted(out["files"], key=lambda f: f["start"])
+        for b in f["blocks"]
+    ]
+    assert _rechain_blocks(data) == geth
+    imp = run(gethharness, "headerimport", "--era1", tmp_path / "era1", "--network", "dev")
+    assert imp["headers"] == 16_999 and "0x" + imp["tip"] == r["tip_hash"]

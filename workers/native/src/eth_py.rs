@@ -187,7 +187,51 @@ fn eth_freezer_extent(path: PathBuf) -> PyResult<(u64, u64, String)> {
     ))
 }
 
+/// Writes era1 files of blocks `from_block..to_block` of an import's source (`kind` "era1":
+/// `paths` are its files in block order; "freezer": `paths[0]` is the freezer) into `out`.
+/// Returns [(path, first block, blocks, accumulator hex)].
+#[pyfunction]
+#[pyo3(signature = (kind, paths, network, out, from_block, to_block, td_before=None))]
+#[allow(clippy::too_many_arguments)]
+fn eth_export_era1(
+    py: Python<'_>,
+    kind: &str,
+    paths: Vec<PathBuf>,
+    network: &str,
+    out: PathBuf,
+    from_block: u64,
+    to_block: u64,
+    td_before: Option<&str>,
+) -> PyResult<Vec<(String, u64, u64, String)>> {
+    use crate::eth::export::{export_era1, ExportSource};
+    let source = match (kind, paths.first()) {
+        ("era1", _) => ExportSource::Era1(paths.clone()),
+        ("freezer", Some(p)) => ExportSource::Freezer(p.clone()),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "cannot export from {kind:?}"
+            )))
+        }
+    };
+    let td = parse_td(td_before)?;
+    let written = py
+        .detach(|| export_era1(&source, network, &out, from_block, to_block, td))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(written
+        .into_iter()
+        .map(|w| {
+            (
+                w.path.to_string_lossy().into_owned(),
+                w.first_block,
+                w.blocks,
+                tables::hex0x(w.accumulator.as_slice()),
+            )
+        })
+        .collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(eth_export_era1, m)?)?;
     m.add_function(wrap_pyfunction!(eth_table_schema, m)?)?;
     m.add_function(wrap_pyfunction!(eth_import_unit, m)?)?;
     m.add_function(wrap_pyfunction!(eth_link_violations, m)?)?;

@@ -735,7 +735,7 @@ fn logs_bloom(logs: &[Log]) -> Bloom {
 }
 
 /// RLP list of already-encoded items.
-fn rlp_list(items: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn rlp_list(items: &[Vec<u8>]) -> Vec<u8> {
     let len: usize = items.iter().map(Vec::len).sum();
     let mut out = Vec::with_capacity(len + 9);
     alloy_rlp::Header {
@@ -750,7 +750,7 @@ fn rlp_list(items: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// An EIP-2718 encoding as a list element: legacy (an RLP list) as is, typed as a byte string.
-fn wrap_typed(enc: &[u8]) -> Vec<u8> {
+pub(crate) fn wrap_typed(enc: &[u8]) -> Vec<u8> {
     if enc.first().is_some_and(|b| *b >= 0xc0) {
         return enc.to_vec();
     }

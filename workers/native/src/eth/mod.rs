@@ -17,6 +17,7 @@
 //! * [`accumulator`]: era1 epoch accumulator roots and the EIP-7643 list of 1,897 roots (§2.6).
 //! * [`tables`]: the Parquet tables (`eth_blocks`, `eth_transactions`, ...) and their rows.
 //! * [`import`]: one unit of `rechain eth import` (a file or freezer range checked into rows).
+//! * [`export`]: `rechain eth export-era1` (era1 files from an era1 folder or a freezer).
 //!
 //! Every reader takes bytes or paths and returns plain structs or an [`Error`] naming the file,
 //! the byte offset (or block / item number) and the rule that failed; bad input never panics.
@@ -28,6 +29,7 @@ pub mod era1;
 pub mod era1_writer;
 mod error;
 pub mod ethash;
+pub mod export;
 pub mod freezer;
 pub mod freezer_writer;
 pub mod gen;

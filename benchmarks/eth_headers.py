@@ -1,0 +1,174 @@
+"""Ethereum header import and ethash verification, rechain side by side with go-ethereum.
+
+1. Header import: a generated dev chain of ``--headers`` blocks without transactions (era1
+   files, ``rechain gen eth``) imported by ``rechain eth import --no-pow`` (every header decoded
+   and checked, accumulators recomputed, the five tables and the header index written) and by
+   go-ethereum v1.17.10's own header import of the same headers (``HeaderChain`` via
+   ``InsertHeaderChain``, holiman/headerimport's method, proof of work off; the `gethharness`
+   oracle in tests/geth). geth's figure counts only its validate and insert calls, not its
+   reading of the files. Both must reach the same tip.
+2. ethash: the real mainnet epoch file (8,192 Frontier headers, epochs 0 and 1), verified by
+   ``rechain eth import`` (with everything else an import does) on 1 and 2 workers, and by
+   go-ethereum v1.11.6's ethash (the last with it; `gethethash` in tests/geth_ethash) on 1 and 2
+   threads. Headers per second per core, and the scaling from 1 to 2.
+
+    .venv/bin/python benchmarks/eth_headers.py [--headers 1000000] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import BIN, machine, run_measured, write_result  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("RECHAIN_SHARED", REPO.parent / "shared"))
+MAINNET_EPOCH = SHARED / "data" / "ethereum" / "era1" / "mainnet-00003-d8b8a40b.era1"
+CACHE = Path(
+    os.environ.get("RECHAIN_GETHHARNESS_CACHE", Path.home() / ".cache" / "rechain" / "gethharness")
+)
+
+
+def oracle(harness: str) -> Path:
+    out = subprocess.run(
+        ["bash", str(REPO / "tests" / harness / "build.sh"), str(CACHE)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def go_json(cmd: list[str]) -> tuple[dict[str, Any], float, int]:
+    done, rss, wall = run_measured(cmd)
+    out: dict[str, Any] = json.loads(done.stdout)
+    if not out.get("ok"):
+        raise RuntimeError(f"{cmd[0]} failed: {out}")
+    return out, wall, rss.peak_tree >> 20
+
+
+def rechain_import(era: Path, data: Path, network: str, workers: int, *extra: str) -> Any:
+    shutil.rmtree(data, ignore_errors=True)
+    done, rss, wall = run_measured(
+        [
+            str(BIN),
+            "eth",
+            "import",
+            "--era1",
+            str(era),
+            "--data",
+            str(data),
+            "--network",
+            network,
+            "--workers",
+            str(workers),
+            "--no-progress",
+            "--json",
+            *extra,
+        ]  # fmt: skip
+    )
+    return json.loads(done.stdout), wall, rss.peak_tree >> 20
+
+
+def header_import(work: Path, headers: int, workers: int, geth: Path) -> dict[str, Any]:
+    gen = work / "gen"
+    subprocess.run(
+        [str(BIN), "gen", "eth", str(gen), "--blocks", str(headers), "--format", "era1",
+         "--network", "dev", "--tx-per-block", "0:0"],
+        check=True, capture_output=True, timeout=3600,
+    )  # fmt: skip
+    era = gen / "era1"
+    mine, wall, rss = rechain_import(era, work / "data", "dev", workers, "--no-pow")
+    assert mine["failed"] == 0 and mine["blocks"] == headers, mine["verdicts"][:3]
+    theirs, geth_wall, geth_rss = go_json(
+        [str(geth), "headerimport", "--era1", str(era), "--network", "dev"]
+    )
+    same_tip = mine["tip_hash"] == "0x" + theirs["tip"]
+    geth_s = float(theirs["seconds"])
+    return {
+        "headers": headers,
+        "era1_bytes": sum(p.stat().st_size for p in era.iterdir()),
+        "same_tip": same_tip,
+        "rechain_wall_s": round(wall, 3),
+        "rechain_stage_s": round(mine["run"]["total_s"], 3),
+        "rechain_worker_s": round(mine["run"]["worker_s"], 3),
+        "rechain_commit_s": round(mine["run"]["commit_s"], 3),
+        "rechain_headers_per_s": round(headers / wall),
+        "rechain_peak_rss_mib": rss,
+        "geth_insert_s": round(geth_s, 3),
+        "geth_validate_s": round(float(theirs["validate_seconds"]), 3),
+        "geth_write_s": round(float(theirs["write_seconds"]), 3),
+        "geth_wall_s": round(geth_wall, 3),
+        "geth_headers_per_s": round(headers / geth_s),
+        "geth_peak_rss_mib": geth_rss,
+        # rechain's whole run (process start included) against geth's insert calls only.
+        "speedup_vs_geth_insert": round(geth_s / wall, 3),
+        "speedup_vs_geth_wall": round(geth_wall / wall, 3),
+        "target": 10.0,
+    }
+
+
+def ethash(work: Path, geth: Path, ethash_bin: Path) -> dict[str, Any]:
+    era = work / "mainnet"
+    era.mkdir()
+    shutil.copy2(MAINNET_EPOCH, era / MAINNET_EPOCH.name)
+    headers = work / "mainnet.headers"
+    go_json([str(geth), "headers", "--era1", str(era), "--out", str(headers)])
+    out: dict[str, Any] = {"headers": 8192, "file": MAINNET_EPOCH.name}
+    for workers in (1, 2):
+        mine, wall, _ = rechain_import(era, work / f"pow{workers}", "mainnet", workers)
+        assert mine["failed"] == 0 and mine["checks"]["pow"] == 8192
+        out[f"rechain_{workers}_wall_s"] = round(wall, 3)
+        out[f"rechain_{workers}_headers_per_s"] = round(8192 / wall, 1)
+        theirs, _, _ = go_json(
+            [str(ethash_bin), "ethash", "--headers", str(headers), "--network", "mainnet",
+             "--threads", str(workers)]
+        )  # fmt: skip
+        assert theirs["errors"] == 0
+        # Cache generation included, as in rechain's figure.
+        go_s = float(theirs["seconds"]) + float(theirs["warmup_seconds"])
+        out[f"geth_{workers}_s"] = round(go_s, 3)
+        # The file's first header is only the parent of the ones verified.
+        out[f"geth_{workers}_headers_per_s"] = round(int(theirs["headers"]) / go_s, 1)
+    nopow, wall, _ = rechain_import(era, work / "nopow", "mainnet", 1, "--no-pow")
+    out["rechain_1_without_pow_wall_s"] = round(wall, 3)
+    out["per_core_vs_geth"] = round(out["rechain_1_headers_per_s"] / out["geth_1_headers_per_s"], 3)
+    out["rechain_scaling_1_to_2"] = round(out["rechain_1_wall_s"] / out["rechain_2_wall_s"], 3)
+    out["geth_scaling_1_to_2"] = round(out["geth_1_s"] / out["geth_2_s"], 3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--headers", type=int, default=1_000_000)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    geth, ethash_bin = oracle("geth"), oracle("geth_ethash")
+    work = Path(tempfile.mkdtemp(prefix="rechain-eth-bench-"))
+    try:
+        result = {
+            "benchmark": "eth_headers",
+            "machine": machine(),
+            "header_import": header_import(work, args.headers, args.workers, geth),
+            "ethash": ethash(work, geth, ethash_bin),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    path = write_result("eth_headers", result)
+    print(json.dumps(result, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
