@@ -33,6 +33,18 @@ def connect(data: Path) -> duckdb.DuckDBPyConnection:
         gen = current_generation(table_dir) if table_dir.is_dir() else None
         if gen is None:
             continue
+        if not any(gen.rglob("*.parquet")):
+            # A declared table without rows yet (an Ethereum import writes no empty parts).
+            from rechain.schemas.tables import TABLES
+
+            if table_dir.name in TABLES:
+                con.register(
+                    f"_empty_{table_dir.name}", TABLES[table_dir.name].schema.empty_table()
+                )
+                con.execute(
+                    f'CREATE VIEW "{table_dir.name}" AS SELECT * FROM "_empty_{table_dir.name}"'
+                )
+            continue
         # Full-decode tables are Hive-partitioned by height_range; headers is one flat part.
         pattern = str(gen / "**" / "*.parquet").replace("'", "''")
         con.execute(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -48,8 +49,21 @@ def test_every_published_file_has_its_declared_schema(data: Path) -> None:
         gen = current_generation(data / "parquet" / name)
         assert gen is not None, name
         files = sorted(gen.rglob("*.parquet"))
-        assert files, name
         declared = [(f.name, f.type) for f in table.schema]
+        if not files:
+            # Only an Ethereum table without rows has no part; its view still has the schema.
+            assert name.startswith("eth_"), name
+            code, out, err = cli("query", "--data", data, "--format", "json",
+                                 f'SELECT count(*) AS n FROM "{name}"')  # fmt: skip
+            assert code == 0 and json.loads(out) == [{"n": 0}], err
+
+            from rechain.pipeline.query import connect
+
+            con = connect(data)
+            got = con.sql(f'SELECT * FROM "{name}" LIMIT 0').arrow().read_all().schema
+            con.close()
+            assert [(c.name, c.type) for c in got] == declared, name
+            continue
         for f in files:
             got = pq.read_schema(f)
             assert [(c.name, c.type) for c in got] == declared, f"{f}: {got}"

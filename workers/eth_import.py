@@ -114,9 +114,11 @@ def import_unit(unit: EthUnit, table_dirs: dict[str, str] | None) -> EthStaged:
     staged: dict[str, str | bytes] = {}
     rows: dict[str, int] = {}
     for name, batch in batches.items():
+        rows[name] = batch.num_rows
+        if batch.num_rows == 0 and name != tables.ETH_BLOCKS.name:
+            continue  # no part for no rows (headers-only history has four empty tables)
         where = None if table_dirs is None else os.path.join(table_dirs[name], tmp_name(unit.part))
         staged[name] = write_part(batch, where, name)
-        rows[name] = batch.num_rows
     del batches
     release_unused_memory()
     return EthStaged(unit, staged, dict(info), rows, time.perf_counter() - t0)
