@@ -25,12 +25,12 @@ $(STAMP): $(BIN)/python $(NATIVE_SRC) $(PY_SRC)
 demo: setup
 	rm -rf $(DEMO)
 	$(BIN)/rechain gen bitcoin $(DEMO)/node --blocks 20000 --side-branches 5 --orphans 3 --tx-per-block 1:4
-	$(BIN)/rechain btc reindex --blocks $(DEMO)/node/blocks --data $(DEMO)/data --network regtest --mode full
+	$(BIN)/rechain btc reindex --config configs/local-demo.toml
 	$(BIN)/rechain btc status --data $(DEMO)/data
 	$(BIN)/rechain query --data $(DEMO)/data "SELECT status, count(*) AS blocks, max(height) AS top FROM headers GROUP BY status ORDER BY blocks DESC"
 	$(BIN)/rechain query --data $(DEMO)/data "SELECT script_type, count(*) AS outputs, sum(value) AS sats FROM outputs WHERE in_best_chain GROUP BY 1 ORDER BY 2 DESC"
 	$(BIN)/rechain gen eth $(DEMO)/eth --blocks 20000 --format era1 --network dev --tx-per-block 0:20
-	$(BIN)/rechain eth import --era1 $(DEMO)/eth/era1 --data $(DEMO)/eth-data --network dev --no-pow
+	$(BIN)/rechain eth import --config configs/local-demo.toml
 	$(BIN)/rechain query --data $(DEMO)/eth-data "SELECT type, count(*) AS txs, sum(gas_used) AS gas, count(DISTINCT from_address) AS senders FROM eth_transactions GROUP BY 1 ORDER BY 1"
 
 test: setup test-rust test-py

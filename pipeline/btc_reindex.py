@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rechain.pipeline import placement
 from rechain.pipeline.btc_committer import BtcCommitter, remove_unreferenced_segments
 from rechain.pipeline.btc_core_index import CoreIndexGuide
 from rechain.pipeline.btc_plan import (
@@ -102,6 +103,8 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
             "workers": workers,
             "mode": opts.mode,
             "stages_run": driver.ran,
+            "stage_s": dict(driver.seconds),
+            "placement": placement.report(driver.ran),
         }
         full: dict[str, Any] | None = None
         if opts.mode == "full":

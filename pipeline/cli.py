@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rechain.pipeline import config
 from rechain.pipeline.errors import RechainError
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -255,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--data", type=Path, required=True)
     q.add_argument("sql")
     q.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    config.add_to_every_command(p)
     return p
 
 
@@ -527,7 +529,16 @@ def _format_eth(st: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        path = config.config_path(argv)
+        if path is not None:
+            config.apply(parser, path, argv)
+    except RechainError as e:
+        print(f"rechain: error: {e}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rechain.pipeline import placement
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.stages.engine import Driver
 from rechain.pipeline.stages.ethereum import PIPELINE, EthRun, stages
@@ -178,6 +179,7 @@ def run(opts: ImportOptions) -> dict[str, Any]:
             "units_planned": len(units),
             "workers": workers,
             "stages_run": driver.ran,
+            "placement": placement.report(driver.ran),
             "total_s": time.perf_counter() - t_start,
         }
         data.write({layout.CF_META: [(layout.META_ETH_RUN, report)]})

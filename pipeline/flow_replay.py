@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rechain.pipeline import placement
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.stages.engine import Driver
 from rechain.pipeline.stages.flow import PIPELINE, FlowRun, source_token, stages
@@ -67,6 +68,7 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
             "workers": workers,
             "decode": ctx.report.get("decode", "skipped"),
             "stages_run": driver.ran,
+            "placement": placement.report(driver.ran),
         }
         data.write({layout.CF_META: [(fs.META_FLOW_RUN, report)]})
         data.write_report("flow_replay", {**summary, **report})

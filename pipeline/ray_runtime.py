@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import ray
+from rechain.pipeline import placement
 
 U = TypeVar("U")
 
@@ -51,6 +52,7 @@ def ensure_ray(address: str | None, workers: int) -> float:
             configure_logging=False,
         )
     _ray_notices_to_stderr()
+    placement.set_coordinator(ray.get_runtime_context().get_node_id())
     return time.perf_counter() - t0
 
 
@@ -83,24 +85,39 @@ def _ray_notices_to_stderr() -> None:
     ray_worker.print_to_stdstream = to_stderr
 
 
+def _placed(fn: Callable[..., Any], unit: Any, *args: Any) -> tuple[str, Any]:
+    """A task's result with the node it ran on (Ray keeps no such record without its
+    dashboard's state API, which a cluster need not run)."""
+    return ray.get_runtime_context().get_node_id(), fn(unit, *args)
+
+
+# SPREAD: Ray's default packs tasks onto the nodes it used last (locality), which leaves
+# worker nodes idle on a cluster; these tasks read their input by path and gain nothing
+# from it.
+_remote_placed = ray.remote(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")(_placed)
+
+
 def ordered_results(
-    remote: Any, units: Iterable[U], window: int, stage: str, *args: Any
+    fn: Callable[..., Any], units: Iterable[U], window: int, stage: str, *args: Any
 ) -> Iterator[tuple[U, Any]]:
-    """Runs ``remote`` on every unit (``args`` passed after it) as Ray tasks through the
-    ordered executor (``pipeline/ordered.py``): at most ``window`` in flight, (unit, result)
-    in submission order. A task that failed for good yields its ``ray.exceptions.RayError``
-    as the result, for the caller's failure policy."""
+    """Runs ``fn`` on every unit (``args`` passed after it) as Ray tasks (one CPU each, retried
+    three times on lost workers) through the ordered executor (``pipeline/ordered.py``): at
+    most ``window`` in flight, (unit, result) in submission order, each task's node counted
+    in ``pipeline/placement.py``. A task that failed for good yields its
+    ``ray.exceptions.RayError`` as the result, for the caller's failure policy."""
     from rechain.pipeline import metrics
     from rechain.pipeline.ordered import ordered
 
     def wait(ref: Any) -> Any:
         try:
-            return ray.get(ref)
+            node, result = ray.get(ref)
         except ray.exceptions.RayError as e:
             return e
+        placement.record(node)
+        return result
 
     return ordered(
-        lambda unit: remote.remote(unit, *args),
+        lambda unit: _remote_placed.remote(fn, unit, *args),
         wait,
         units,
         window,

@@ -7,10 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -20,54 +17,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cli_json, gen_chain
-
-VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def ray_cli(*args: str) -> None:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    subprocess.run(
-        [str(VENV_BIN / "ray"), *args], check=True, capture_output=True, env=env, timeout=120
-    )
+from tests.ray_cluster import VENV_BIN, free_port, local_cluster
 
 
 @pytest.fixture
 def cluster() -> Iterator[str]:
-    import ray
-
-    if ray.is_initialized():  # the session's embedded Ray would be stopped with the cluster
-        ray.shutdown()
-    port = free_port()
-    # Ray's socket paths must stay under 107 bytes: a short temp dir, not pytest's.
-    temp_dir = tempfile.mkdtemp(prefix="rc-", dir="/tmp")
-    ray_cli(
-        "start",
-        "--head",
-        "--port",
-        str(port),
-        "--num-cpus",
-        "1",
-        "--temp-dir",
-        temp_dir,
-        "--disable-usage-stats",
-        "--include-dashboard",
-        "false",
-    )
-    try:
-        for _ in range(2):
-            ray_cli("start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1")
-        yield f"127.0.0.1:{port}"
-    finally:
-        if ray.is_initialized():  # `ray stop` would kill it under this process's feet
-            ray.shutdown()
-        ray_cli("stop", "--force")
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    with local_cluster(head_cpus=1, worker_nodes=2) as address:
+        yield address
 
 
 @pytest.fixture

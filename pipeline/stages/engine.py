@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+from rechain.pipeline import placement
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store import DataDir
 from rechain.schemas import rocksdb as layout
@@ -156,6 +157,7 @@ class Driver(Generic[C]):
         fingerprint of the files it reads), the first stage's input; None for a first stage
         that looks at its input itself (``pending``)."""
         self.source = source
+        placement.reset()
         if from_stage is not None:
             self.invalidate_from(from_stage, ctx, reset=True)
         live: set[str] = set()
@@ -188,6 +190,7 @@ class Driver(Generic[C]):
                 stage = self.stages[i]
             t0 = time.perf_counter()
             log.info("stage %s: run", stage.name)
+            placement.enter(stage.name)
             outcome = stage.run(ctx)
             seconds = time.perf_counter() - t0
             self.seconds[stage.name] = self.seconds.get(stage.name, 0.0) + seconds

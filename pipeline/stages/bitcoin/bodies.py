@@ -158,7 +158,6 @@ def decode_units(
     import ray
     from rechain.pipeline.ray_runtime import ordered_results
 
-    remote = ray.remote(num_cpus=1, max_retries=3)(decode_and_stage_unit)
     window = max(1, min(2 * workers, budget // 2 // (4 * unit_bytes(budget))))
     # Workers write each unit's staged files here under temporary names (see StagedBody).
     folder = btc_bodies.stage_dir(data)
@@ -167,7 +166,7 @@ def decode_units(
     bar = Progress(len(units), enabled=progress)
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
     try:
-        for unit, result in ordered_results(remote, units, window, STAGE, target):
+        for unit, result in ordered_results(decode_and_stage_unit, units, window, STAGE, target):
             if isinstance(result, ray.exceptions.RayError):
                 raise RechainError(f"{Path(unit.path).name} at {unit.offsets[0]}: {result}")
             t0 = time.perf_counter()

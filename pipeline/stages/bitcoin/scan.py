@@ -123,11 +123,10 @@ def _execute(
 
     opts, committer = ctx.opts, ctx.committer
     ray_start = ensure_ray(opts.ray_address, ctx.workers)
-    remote_scan = ray.remote(num_cpus=1, max_retries=3)(scan_unit)
     progress = Progress(total_bytes, enabled=opts.progress)
     window = max_inflight(opts.shard_bytes, opts.memory_budget, ctx.workers)
     try:
-        for unit, result in ordered_results(remote_scan, units, window, STAGE):
+        for unit, result in ordered_results(scan_unit, units, window, STAGE):
             if isinstance(result, ray.exceptions.RayError):
                 # Ray has retried lost workers already; see btc_faults for what is skipped.
                 result = failed_shard(unit, committer, failure_reason(unit, result))

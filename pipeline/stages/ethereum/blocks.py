@@ -164,10 +164,9 @@ def _results(
         from rechain.pipeline.ray_runtime import ensure_ray, ordered_results
 
         stats["ray_start_s"] = ensure_ray(opts.ray_address, workers)
-        remote = ray.remote(num_cpus=1, max_retries=3)(import_unit)
         # Workers of a cluster this process did not start may not see the data folder.
         target = dirs if opts.ray_address is None else None
-        for unit, result in ordered_results(remote, units, window, STAGE, target):
+        for unit, result in ordered_results(import_unit, units, window, STAGE, target):
             if isinstance(result, ray.exceptions.RayError):
                 raise RechainError(f"{unit.key}: {result}")
             yield result

@@ -200,18 +200,16 @@ def _apply_ray_decoded(
 def _decode_in_order(
     segments: list[tuple[int, str]], opts: Any, workers: int
 ) -> Iterator[SegmentResult]:
-    import ray
     from rechain.pipeline.ray_runtime import ensure_ray, ordered_results
 
     if not segments:
         return
     ray_start = ensure_ray(opts.ray_address, workers)
-    remote = ray.remote(num_cpus=1, max_retries=3)(decode_unit)
     # A decoded segment holds at most about its own size in Arrow buffers.
     window = max(1, min(2 * workers, opts.memory_budget // (2 * 32 * 2**20)))
     units = (SegmentUnit(i, n, p) for i, (n, p) in enumerate(segments))
     first = True
-    for _, result in ordered_results(remote, units, window, STAGE):
+    for _, result in ordered_results(decode_unit, units, window, STAGE):
         if isinstance(result, Exception):
             raise result
         if first:
