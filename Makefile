@@ -50,6 +50,7 @@ bench: setup
 	$(BIN)/python benchmarks/flow_checkpoint.py
 	$(BIN)/python benchmarks/eth_headers.py
 	$(BIN)/python benchmarks/scaling.py
+	$(BIN)/python benchmarks/btc_full_scaling.py
 	$(BIN)/python benchmarks/charts.py
 
 lint: setup

@@ -77,6 +77,46 @@ def chart_scaling(r: Result) -> Figure:
     return fig
 
 
+def chart_full_scaling(r: Result) -> Figure:
+    """Each full-reindex stage's seconds against input size, and the projected mainnet hours."""
+    points = r["points"]
+    fig, (ax_time, ax_proj) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
+    xs = [p["bytes"] / 1e6 for p in points]
+    for stage, figures in r["per_stage"].items():
+        secs = [p["run"]["stage_s"].get(stage, 0.0) for p in points]
+        exponent = figures["growth_exponent"]
+        grows = "" if exponent is None else f", x^{exponent:.2f}"
+        label = f"{stage} ({figures['where']}{grows})"
+        line = ax_time.plot(xs, secs, "o-", label=label)[0]
+        ax_time.plot(xs, [secs[0] * x / xs[0] for x in xs], ":", color=line.get_color(), lw=1)
+    ax_time.set(xlabel="input (MB of blk files)", ylabel="seconds")
+    ax_time.set_title("time per stage; dotted = linear from 1x", fontsize=10)
+    ax_time.set_ylim(bottom=0)
+    ax_time.legend(fontsize=8)
+    proj = r["projection"]
+    nodes = list(proj["nodes"])
+    stages = list(r["per_stage"])
+    bottom = [0.0] * len(nodes)
+    for stage in stages:
+        hours = [proj["nodes"][n]["stage_h"][stage] for n in nodes]
+        ax_proj.bar([f"{n} nodes" for n in nodes], hours, bottom=bottom, label=stage)
+        bottom = [b + h for b, h in zip(bottom, hours, strict=True)]
+    bound = [proj["nodes"][n]["total_h_if_coordinator_used_all_its_cores"] for n in nodes]
+    ax_proj.plot([f"{n} nodes" for n in nodes], bound, "k_", ms=40, mew=2)
+    ax_proj.axhline(proj["goal_h_on_16_nodes"], color=MET, ls="--", lw=1, label="goal (16 nodes)")
+    ax_proj.set(ylabel="hours")
+    ax_proj.set_title(
+        f"mainnet ({proj['mainnet_gb']:.0f} GB), {proj['cores_per_node']} cores/node; "
+        "bar = coordinator as measured, tick = it using all its cores",
+        fontsize=9,
+    )
+    ax_proj.legend(fontsize=8)
+    for ax in (ax_time, ax_proj):
+        ax.grid(alpha=0.3)
+    titled(fig, f"Full reindex stages at 1x / 2x / 4x input, {r['workers']} workers", r)
+    return fig
+
+
 # Inside the scan phase: the committer's writes and the workers' decode (summed over workers).
 WITHIN_SCAN = ("commit_s", "worker_decode_s")
 
@@ -280,13 +320,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=RESULTS)
     args = ap.parse_args()
-    names = ["scaling", "btc_headers", "btc_full", "btc_core_index", "flow_replay"]
+    names = [
+        "scaling", "btc_headers", "btc_full", "btc_full_scaling", "btc_core_index", "flow_replay"
+    ]  # fmt: skip
     results = {n: r for n in names if (r := load(args.results, n)) is not None}
     # Each chart with the one results file it needs (None: it uses whichever are present).
     charts: list[tuple[str, str | None, Callable[..., Figure | None]]] = [
         ("scaling.png", "scaling", chart_scaling),
         ("btc_headers_stages.png", "btc_headers", chart_stages),
         ("btc_full_workers.png", "btc_full", chart_full),
+        ("btc_full_scaling.png", "btc_full_scaling", chart_full_scaling),
         ("ratios.png", None, lambda: chart_ratios(results)),
     ]
     for filename, needs, make in charts:

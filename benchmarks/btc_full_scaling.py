@@ -1,0 +1,160 @@
+"""How a full reindex's stages grow with input size, and what that projects for mainnet.
+
+Runs ``rechain btc reindex --mode full`` on generated regtest chains of 1x, 2x and 4x a base
+size (100–400 transactions a block) and records each stage's seconds (``run.stage_s``), where
+it ran (``run.placement``: Ray tasks on workers, or the coordinator) and the run's peak RSS;
+Ray's start-up (``run.ray_start_s``, inside the scan stage that starts it) is reported apart.
+Per stage it reports seconds per GB at the largest size and the growth exponent between the
+smallest and largest (1.0 = linear). The projection scales each stage linearly from the largest
+run to mainnet's blk files (``--mainnet-gb``, about 650): a stage that ran as Ray tasks divides
+by the cluster's cores over the cores measured; a coordinator stage does not (it runs in one
+process on one machine), shown as measured and, as a bound, spread perfectly over the
+coordinator's cores. Linear is optimistic for any stage whose exponent is above 1.
+
+    .venv/bin/python benchmarks/btc_full_scaling.py [--base-blocks 1000] [--multipliers 1,2,4]
+        [--workers 2] [--nodes 4,16] [--cores-per-node 16] [--mainnet-gb 650]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import BIN, btc_reindex_cmd, machine, run_measured, write_result  # noqa: E402
+
+GB = 1e9
+
+
+def generate(out: Path, blocks: int, tx_per_block: str) -> int:
+    """Block bytes of a generated chain (its blk files are preallocated in 16 MiB steps, as
+    Core's are, so their sizes would overstate it)."""
+    cmd = [str(BIN), "gen", "bitcoin", str(out), "--blocks", str(blocks)]
+    cmd += ["--tx-per-block", tx_per_block]
+    run_measured(cmd)
+    return int(json.loads((out / "expected.json").read_text())["bytes"])
+
+
+def measure(blocks: Path, data: Path, workers: int, budget: str) -> dict[str, Any]:
+    cmd = btc_reindex_cmd(blocks, data, workers, "--mode", "full", "--memory-budget", budget)
+    proc, rss, wall = run_measured(cmd)
+    run = json.loads(proc.stdout)["run"]
+    where = {
+        stage: "workers" if "ray_tasks" in p else "coordinator"
+        for stage, p in run["placement"].items()
+        if isinstance(p, dict)
+    }
+    stage_s = dict(run["stage_s"])
+    stage_s["scan"] -= run["ray_start_s"]  # the scan starts Ray; reported apart
+    return {
+        "wall_s": wall,
+        "ray_start_s": run["ray_start_s"],
+        "stage_s": stage_s,
+        "where": where,
+        "peak_rss_coordinator_mib": rss.peak_root / 2**20,
+        "peak_rss_tree_mib": rss.peak_tree / 2**20,
+    }
+
+
+def scaling(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    small, large = points[0], points[-1]
+    out = {}
+    for stage, t_large in large["run"]["stage_s"].items():
+        t_small = small["run"]["stage_s"].get(stage, 0.0)
+        ratio = large["bytes"] / small["bytes"]
+        exponent = (
+            math.log(t_large / t_small) / math.log(ratio)
+            if t_small > 0 and t_large > 0 and ratio > 1
+            else None
+        )
+        out[stage] = {
+            "s_per_gb": t_large / (large["bytes"] / GB),
+            "growth_exponent": exponent,
+            "where": large["run"]["where"].get(stage, "coordinator"),
+        }
+    return out
+
+
+def project(
+    per_stage: dict[str, dict[str, Any]],
+    mainnet_gb: float,
+    nodes: list[int],
+    cores_per_node: int,
+    measured_cores: int,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in nodes:
+        stages, bound = {}, {}
+        for stage, s in per_stage.items():
+            base = s["s_per_gb"] * mainnet_gb
+            if s["where"] == "workers":
+                stages[stage] = bound[stage] = base * measured_cores / (n * cores_per_node)
+            else:
+                stages[stage] = base
+                bound[stage] = base * measured_cores / cores_per_node
+        out[str(n)] = {
+            "stage_h": {k: v / 3600 for k, v in stages.items()},
+            "total_h": sum(stages.values()) / 3600,
+            "total_h_if_coordinator_used_all_its_cores": sum(bound.values()) / 3600,
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base-blocks", type=int, default=1000)
+    ap.add_argument("--multipliers", default="1,2,4")
+    ap.add_argument("--tx-per-block", default="100:400")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--memory-budget", default="1G")
+    ap.add_argument("--nodes", default="4,16")
+    ap.add_argument("--cores-per-node", type=int, default=16)
+    ap.add_argument("--mainnet-gb", type=float, default=650.0)
+    args = ap.parse_args()
+    multipliers = [int(m) for m in args.multipliers.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="rechain-full-scaling-"))
+    points = []
+    try:
+        for m in multipliers:
+            chain = work / f"x{m}"
+            size = generate(chain, args.base_blocks * m, args.tx_per_block)
+            run = measure(chain / "blocks", work / f"data{m}", args.workers, args.memory_budget)
+            points.append(
+                {"multiplier": m, "blocks": args.base_blocks * m, "bytes": size, "run": run}
+            )
+            print(f"{m}x {size / 1e6:.0f} MB: {json.dumps(run['stage_s'])}", file=sys.stderr)
+            shutil.rmtree(work / f"data{m}", ignore_errors=True)
+            shutil.rmtree(chain, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    per_stage = scaling(points)
+    nodes = [int(n) for n in args.nodes.split(",")]
+    result = {
+        "machine": machine(),
+        "chain": {"tx_per_block": args.tx_per_block, "network": "regtest"},
+        "workers": args.workers,
+        "memory_budget": args.memory_budget,
+        "points": points,
+        "per_stage": per_stage,
+        "projection": {
+            "mainnet_gb": args.mainnet_gb,
+            "cores_per_node": args.cores_per_node,
+            "model": "linear from the largest run; worker stages over the cluster's cores",
+            "nodes": project(per_stage, args.mainnet_gb, nodes, args.cores_per_node, args.workers),
+            "goal_h_on_16_nodes": 1.0,
+        },
+    }
+    path = write_result("btc_full_scaling", result)
+    print(json.dumps({"per_stage": per_stage, "projection": result["projection"]}, indent=1))
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
