@@ -152,7 +152,7 @@ def test_workers_without_the_data_folder_return_the_same_staged_tables(
 
     def remote_workers(*args: Any, **kwargs: Any) -> dict[str, float]:
         calls.append(True)
-        return decode(*args[:5], shared_folder=False)
+        return decode(*args[:5], False, *args[6:])
 
     monkeypatch.setattr(bodies, "decode_units", remote_workers)
     again = full(root / "node" / "blocks", tmp_path / "d")

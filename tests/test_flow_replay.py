@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rechain.pipeline.stages.flow import replay
+from rechain.pipeline import local_runner
 from rechain.schemas import tables
 
 from tests.conftest import cli, cli_json
@@ -109,12 +109,12 @@ def test_a_missing_segment_is_a_clear_error(tmp_path: Path) -> None:
 def test_in_process_and_ray_decoding_give_the_same_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A small WAL is decoded in this process (no Ray); above the size limit, on Ray. Both
+    """A small WAL is decoded in this process (no Ray); above the size rule, on Ray. Both
     must publish the same roots, registers and trie_updates rows."""
     facts = gen(tmp_path / "wal", updates=400, per=6)
     states = {}
-    for mode, limit in (("in_process", replay.LOCAL_DECODE_MAX_BYTES), ("ray", 0)):
-        monkeypatch.setattr(replay, "LOCAL_DECODE_MAX_BYTES", limit)
+    for mode, execution in (("in_process", "threads"), ("ray", "ray")):
+        monkeypatch.setenv(local_runner.EXECUTION_ENV, execution)
         data = tmp_path / mode
         result = cli_json(
             "flow", "replay", "--wal", tmp_path / "wal", "--data", data, "--no-progress",

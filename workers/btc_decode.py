@@ -31,6 +31,8 @@ class BodyUnit:
     offsets: tuple[int, ...]
     network: str
     xor_key: bytes
+    #: The records' bytes as the block index gives them (for planning; 0 when unknown).
+    block_bytes: int = 0
 
     @property
     def part(self) -> str:

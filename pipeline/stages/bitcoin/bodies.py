@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rechain.pipeline import btc_bodies, metrics
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.local_runner import ordered_local, use_ray
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.query import current_generation
 from rechain.pipeline.stages.bitcoin import BtcRun
@@ -65,15 +67,17 @@ class BodiesStage(Stage[BtcRun]):
         units = plan_units(data, headers, ctx.paths, ctx.opts.network, ctx.key, unit_bytes(budget))
         if not units:
             return Done(rows=btc_bodies.staged_blocks(data, ["offset"]).num_rows)
-        from rechain.pipeline.ray_runtime import ensure_ray
-
         failed_before = _failed_copies(data)
-        ensure_ray(ctx.opts.ray_address, ctx.workers)
         t_decode = time.perf_counter()
-        log.info("decode: %d unit(s)", len(units))
+        on_ray = use_ray(ctx.opts.ray_address, sum(u.block_bytes for u in units))
+        log.info("decode: %d unit(s) on %s", len(units), "Ray" if on_ray else "threads")
+        if on_ray:
+            from rechain.pipeline.ray_runtime import ensure_ray
+
+            ensure_ray(ctx.opts.ray_address, ctx.workers)
         # Workers of a cluster given by address may run on other machines.
         shared = ctx.opts.ray_address is None
-        got = decode_units(units, data, ctx.workers, budget, ctx.opts.progress, shared)
+        got = decode_units(units, data, ctx.workers, budget, ctx.opts.progress, shared, on_ray)
         got["decode_s"] = time.perf_counter() - t_decode
         ctx.add(got)
         if _failed_copies(data) != failed_before:
@@ -139,6 +143,7 @@ def plan_units(
                 offsets=tuple(int(o) for o in offsets[lo:hi]),
                 network=network,
                 xor_key=key,
+                block_bytes=int(sizes[lo:hi].sum()),
             )
         )
     return units
@@ -151,12 +156,12 @@ def decode_units(
     budget: int,
     progress: bool,
     shared_folder: bool = True,
+    on_ray: bool = True,
 ) -> dict[str, float]:
-    """Runs the units on Ray, committing each result (in submission order) as it arrives.
-    ``shared_folder``: the workers can write into the data folder (a Ray this process
-    started); otherwise they return their staged files' bytes."""
-    import ray
-    from rechain.pipeline.ray_runtime import ordered_results
+    """Runs the units on Ray (or this process's threads), committing each result (in
+    submission order) as it arrives. ``shared_folder``: the workers can write into the data
+    folder (threads, or a Ray this process started); otherwise they return their staged
+    files' bytes."""
 
     window = max(1, min(2 * workers, budget // 2 // (4 * unit_bytes(budget))))
     # Workers write each unit's staged files here under temporary names (see StagedBody).
@@ -166,8 +171,8 @@ def decode_units(
     bar = Progress(len(units), enabled=progress)
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
     try:
-        for unit, result in ordered_results(decode_and_stage_unit, units, window, STAGE, target):
-            if isinstance(result, ray.exceptions.RayError):
+        for unit, result in _results(units, window, target, workers, on_ray):
+            if isinstance(result, Exception):
                 raise RechainError(f"{Path(unit.path).name} at {unit.offsets[0]}: {result}")
             t0 = time.perf_counter()
             btc_bodies.commit_part(data, result)
@@ -184,3 +189,14 @@ def decode_units(
     finally:
         bar.close()
     return stats
+
+
+def _results(
+    units: list[BodyUnit], window: int, target: str | None, workers: int, on_ray: bool
+) -> Iterator[tuple[BodyUnit, Any]]:
+    """(unit, staged result or the exception that failed it), in unit order."""
+    if on_ray:
+        from rechain.pipeline.ray_runtime import ordered_results
+
+        return ordered_results(decode_and_stage_unit, units, window, STAGE, target)
+    return ordered_local(lambda u: decode_and_stage_unit(u, target), units, workers, window)

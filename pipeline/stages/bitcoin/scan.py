@@ -1,10 +1,10 @@
 """Stage ``scan``: reads the blk files' new bytes into the scan log.
 
-Plans shards from each file's committed position (a resumed or grown file is scanned only
-from where its last run stopped, a file's provisional tail again), runs them on Ray or, guided
-by a Core block index, on threads, and commits each result in file order through the
-committer. The scan log is incremental by itself, so this stage runs every time: finding
-nothing new is its cheap case.
+Plans shards from each file's committed position (a resumed or grown file is scanned only from
+where its last run stopped, a file's provisional tail again), runs them on Ray or, when guided
+by a Core block index or small (``local_runner.use_ray``), on threads, and commits each result
+in file order through the committer. The scan log is incremental by itself, so this stage runs
+every time: finding nothing new is its cheap case.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from rechain.pipeline.btc_core_index import guided_units
 from rechain.pipeline.btc_faults import failed_shard, failure_reason, local_failure_reason
 from rechain.pipeline.btc_plan import FINGERPRINT_BYTES, cut_shards
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.local_runner import use_ray
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.stages.bitcoin import BtcRun
 from rechain.pipeline.stages.engine import Done, Stage
@@ -45,11 +46,14 @@ class ScanStage(Stage[BtcRun]):
         ray_start = 0.0
         t_scan = time.perf_counter()
         guide = ctx.guide
-        if units and guide is not None and guide.hints and not ctx.opts.ray_address:
-            # Guided by an index the scan is a few seconds of Rust: threads here beat Ray.
-            _execute_local(units, ctx, total_bytes, guide.collect)
+        collect = guide.collect if guide is not None else None
+        # Guided by an index, or small, the scan is seconds of Rust: threads beat Ray.
+        guided = guide is not None and bool(guide.hints) and not ctx.opts.ray_address
+        local = guided or not use_ray(ctx.opts.ray_address, total_bytes)
+        if units and local:
+            _execute_local(units, ctx, total_bytes, collect)
         elif units:
-            ray_start = _execute(units, ctx, total_bytes, guide.collect if guide else None)
+            ray_start = _execute(units, ctx, total_bytes, collect)
         ctx.scan.update(
             {
                 "bytes_planned": total_bytes,
@@ -143,7 +147,7 @@ def _execute_local(
     units: list[WorkUnit],
     ctx: BtcRun,
     total_bytes: int,
-    on_result: Callable[[ShardResult], None],
+    on_result: Callable[[ShardResult], None] | None,
 ) -> None:
     """As :func:`_execute`, on threads of this process (the Rust scan releases the GIL)."""
     from rechain.pipeline.local_runner import ordered_local
@@ -159,7 +163,8 @@ def _execute_local(
             if isinstance(result, Exception):
                 result = failed_shard(unit, committer, local_failure_reason(unit, result))
             committer.apply(result)
-            on_result(result)
+            if on_result is not None:
+                on_result(result)
             progress.update(unit.bound - unit.start, result.records.num_rows)
     finally:
         progress.close()

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rechain.pipeline import metrics
+from rechain.pipeline import local_runner, metrics
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.stages.engine import Done, Stage
@@ -43,9 +43,6 @@ log = logging.getLogger(__name__)
 STAGE = "eth_import"
 #: The tables' parts live in one generation that grows unit by unit.
 GENERATION = 1
-#: Up to this many input bytes, and without --ray-address, units run on threads of this
-#: process (the Rust core releases the GIL): Ray's start-up costs more than it could save.
-LOCAL_MAX_BYTES = 1 << 30
 #: Verdicts kept per unit in its record (all are counted).
 VERDICTS_KEPT = 100
 
@@ -105,7 +102,7 @@ class BlocksStage(Stage[EthRun]):
             table_dir(data, t.name).mkdir(parents=True, exist_ok=True)
         _remove_temp_parts(data)
         total = sum(_unit_bytes(u) for u in todo)
-        use_ray = opts.ray_address is not None or total > LOCAL_MAX_BYTES
+        use_ray = local_runner.use_ray(opts.ray_address, total)
         if not use_ray and 0 < len(todo) < ctx.workers:
             # Fewer units than cores: each unit's proof-of-work checks share the spare ones.
             todo = [dataclasses.replace(u, pow_threads=ctx.workers // len(todo)) for u in todo]

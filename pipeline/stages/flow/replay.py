@@ -1,8 +1,8 @@
 """Stage ``replay``: WAL segments decoded and applied to the MTrie forest in WAL order.
 
-Up to ``LOCAL_DECODE_MAX_BYTES`` of WAL and without --ray-address, each segment is decoded
-and applied record by record in this process (Rust, GIL released), holding only the
-segment's bytes and the forest; above that, or on a cluster, Ray workers decode segments
+For a WAL below the size rule of ``local_runner.use_ray`` and without --ray-address, each
+segment is decoded and applied record by record in this process (Rust, GIL released), holding
+only the segment's bytes and the forest; above it, or on a cluster, Ray workers decode segments
 ahead of the apply. With ``--checkpoint-every N`` a checkpoint is written every N segments as
 the forest reaches it. Bad input stops the replay where flow-go would, but says what it found
 (segment, offset, reason, as a skip); nothing past the last good update is applied.
@@ -17,7 +17,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
-from rechain.pipeline import metrics
+from rechain.pipeline import local_runner, metrics
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.stages.engine import Done, Stage
@@ -27,11 +27,6 @@ from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
 
 #: The metrics label of the replay.
 STAGE = "flow_wal"
-#: Up to this many WAL bytes, and without --ray-address, segments are decoded in this
-#: process. Applying updates, not decoding, bounds a replay (decoding is ~1% of it), so for
-#: such a WAL Ray's start-up (seconds), its processes (hundreds of MiB) and the decoded batches
-#: it hands over cost more than parallel decoding could save.
-LOCAL_DECODE_MAX_BYTES = 1 << 30
 
 
 class ReplayStage(Stage[FlowRun]):
@@ -66,7 +61,9 @@ class ReplayStage(Stage[FlowRun]):
         total = sum(Path(p).stat().st_size for _, p in segments)
         progress = Progress(total, enabled=opts.progress, label="replay")
         stopped = False
-        decode_on_ray = opts.ray_address is not None or total > LOCAL_DECODE_MAX_BYTES
+        # Applying updates, not decoding, bounds a replay (decoding is ~1% of it): below the
+        # size rule Ray's start-up, processes and hand-over cost more than parallel decoding.
+        decode_on_ray = local_runner.use_ray(opts.ray_address, total)
         steps = (
             _apply_ray_decoded(forest, segments, opts, workers)
             if decode_on_ray
