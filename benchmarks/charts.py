@@ -121,7 +121,7 @@ def chart_stages(r: Result) -> Figure:
 
 
 def chart_full(r: Result) -> Figure:
-    fig, (ax_w, ax_mb) = plt.subplots(1, 2, figsize=(11, 4.8), constrained_layout=True)
+    fig, (ax_w, ax_mb) = plt.subplots(1, 2, figsize=(13, 5), constrained_layout=True)
     workers = r["workers"]
     keys = sorted(workers, key=int)
     secs = [workers[k]["body_pass_s"] for k in keys]
@@ -141,12 +141,13 @@ def chart_full(r: Result) -> Figure:
     peer_names = {
         "block_parser": "BlockParser",
         "utxo_parser": "UtxoParser",
+        "utxo_parser_sized": "UtxoParser\n(sized)",
         "blocks_iterator": "blocks_iterator",
     }
     for key, name in peer_names.items():
         rates[f"{name}\n(per CPU s)"] = (r.get("peers") or {}).get(key, {}).get("mb_per_cpu_s")
     rates = {k: v for k, v in rates.items() if v}
-    colors = ["gray", "silver", "#1565c0", "#42a5f5"] + ["#ef6c00"] * 3
+    colors = ["gray", "silver", "#1565c0", "#42a5f5"] + ["#ef6c00"] * len(peer_names)
     bars = ax_mb.bar(list(rates), list(rates.values()), color=colors[: len(rates)])
     ax_mb.bar_label(bars, fmt="%.1f", fontsize=8)
     ax_mb.set_yscale("log")
@@ -157,7 +158,7 @@ def chart_full(r: Result) -> Figure:
         f"(target {r.get('target_vs_hashing_ceiling', '?')})",
         fontsize=10,
     )
-    ax_mb.tick_params(axis="x", labelsize=7)
+    ax_mb.tick_params(axis="x", labelsize=7, labelrotation=25)
     for ax in (ax_w, ax_mb):
         ax.grid(axis="y", alpha=0.3)
     titled(fig, "Full reindex: 1 vs 2 workers, decoder vs hashing ceiling vs peers", r)
