@@ -12,7 +12,8 @@ UtxoParser is exact only with a generous ``--estimated-utxos``: on the 240-block
 tests/test_bench_peers.py its scalable cuckoo filter, sized for 272 or 6,223 outputs (the final
 UTXO count, every output) and shrunk before the parse, no longer holds some unspent outputs
 (219 or 258 of the 272 UTXOs come out unspent); with 700, or its own mainnet-sized default of
-250,000,000, all 272 do. The benchmark and the test run it with the default.
+250,000,000, all 272 do. The test runs it with the default; the benchmark with both (the
+mismatches it reports are real).
 
 Used by ``btc_full.py`` and ``tests/test_bench_peers.py``.
 """
