@@ -6,6 +6,8 @@ STAMP := $(VENV)/.rechain-installed
 NATIVE_SRC := $(shell find workers/native/src -name '*.rs') workers/native/Cargo.toml
 PY_SRC := pyproject.toml
 DEMO := demo
+# The benchmark peers build outside the tree, beside their cached binary (benchmarks/peers/build.sh).
+PEERS_TARGET := $(HOME)/.cache/rechain/peers/target
 
 .PHONY: setup demo test test-rust test-py bench lint fmt clean soak infra-check fuzz
 
@@ -58,11 +60,13 @@ lint: setup
 	$(BIN)/ruff format --check pipeline workers schemas tests benchmarks
 	$(BIN)/mypy pipeline workers/btc_scan.py schemas
 	cd workers/native && cargo fmt --check && cargo clippy --profile ci --all-targets -- -D warnings
+	cd benchmarks/peers && cargo fmt --check && CARGO_TARGET_DIR=$(PEERS_TARGET) cargo clippy --locked -- -D warnings
 
 fmt: setup
 	$(BIN)/ruff format pipeline workers schemas tests benchmarks
 	$(BIN)/ruff check --fix pipeline workers schemas tests benchmarks
 	cd workers/native && cargo fmt
+	cd benchmarks/peers && cargo fmt
 
 clean:
 	rm -rf $(VENV) workers/native/target build *.egg-info $(DEMO)

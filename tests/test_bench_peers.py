@@ -1,0 +1,81 @@
+"""The benchmark's peer parsers (benchmarks/peers, run by benchmarks/peer_parsers.py): built
+from crates.io (cached under ~/.cache/rechain/peers), each run on a small generated chain with
+xor.dat, shuffled arrival, side branches, orphans and several files, and every count each one
+reports equal to rechain's full reindex of the same files, so the harness of btc_full.py cannot
+rot unnoticed."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import gen_chain, reindex
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import peer_parsers  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any]]:
+    if shutil.which("cargo") is None:
+        pytest.skip("cargo is not installed: the peers binary cannot be built")
+    root = tmp_path_factory.mktemp("peers")
+    expected = gen_chain(
+        root / "node",
+        "--blocks", "240", "--side-branches", "4", "--orphans", "2",
+        "--tx-per-block", "1:40", "--file-size", "400000", "--seed", "11",
+    )  # fmt: skip
+    blocks = root / "node" / "blocks"
+    reindex(blocks, root / "data", "--mode", "full")
+    return blocks, root / "data", expected
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    return peer_parsers.build()
+
+
+@pytest.mark.parametrize("peer", list(peer_parsers.SUBCOMMANDS))
+def test_peer_counts_equal_rechains(
+    peer: str, binary: Path, chain: tuple[Path, Path, dict[str, Any]]
+) -> None:
+    blocks, data, expected = chain
+    result = peer_parsers.run(binary, peer, blocks)
+    assert result["read"]["xor"] is True  # each peer de-obfuscates the files itself
+    assert result["read"]["blk_files"] == expected["files"] > 1
+    ours = peer_parsers.rechain_counts(data)
+    assert ours["tip_height"] == expected["tip_height"]
+    assert ours["utxo_count"] == expected["utxo_count"]
+    check = peer_parsers.check(peer, result, data, ours)
+    assert check["ok"], check["mismatches"]
+    want = {
+        "block_parser": {"blocks", "transactions", "inputs", "outputs", "output_value"},
+        "utxo_parser": {"input_value", "unspent_outputs", "utxo_count", "utxo_value"},
+        "blocks_iterator": {"blocks", "transactions", "inputs_with_value", "input_value"},
+    }[peer]
+    assert want <= set(check["compared"])
+    assert result["cpu_s"] > 0 and result["mb_per_s"] > 0
+    if peer == "blocks_iterator":
+        assert result["blocks"] == expected["tip_height"] + 1 - result["max_reorg"]
+    else:
+        assert result["blocks"] == expected["tip_height"] + 1
+
+
+def test_a_count_off_by_one_is_reported(
+    binary: Path, chain: tuple[Path, Path, dict[str, Any]]
+) -> None:
+    blocks, data, _ = chain
+    result = peer_parsers.run(binary, "block_parser", blocks)
+    ours = peer_parsers.rechain_counts(data)
+    result["inputs"] += 1
+    check = peer_parsers.check("block_parser", result, data, ours)
+    assert not check["ok"]
+    assert check["mismatches"] == [
+        f"inputs: peer {result['inputs']} != rechain {result['inputs'] - 1}"
+    ]
