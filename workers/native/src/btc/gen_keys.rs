@@ -76,7 +76,7 @@ impl KeyRing {
             };
             let pubkey = secret.public_key(&secp).serialize();
             let keypair = Keypair::from_secret_key(&secp, &secret);
-            let tweaked = keypair.tap_tweak(&secp, None).to_inner();
+            let tweaked = keypair.tap_tweak(&secp, None).to_keypair();
             keys.push(Key {
                 secret,
                 pubkey,
