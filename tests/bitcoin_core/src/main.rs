@@ -108,7 +108,7 @@ fn parse_args() -> Args {
             _ => die(format!("unknown argument {arg}")),
         }
     }
-    if a.network.is_empty() || a.blocks.is_some() == !a.loadblock.is_empty() {
+    if a.network.is_empty() || a.blocks.is_some() != a.loadblock.is_empty() {
         die(
             "usage: --network NET (--blocks DIR | --loadblock FILE...) [--assumevalid HASH] \
              [--datadir DIR] [--threads N] [--list-chain] [--verbose]",
