@@ -24,6 +24,7 @@ def generate(
     tx_per_block: str = "1:1",
     reorg_depth: int = 0,
     reorg_back: bool = False,
+    bad_signature: int = 0,
 ) -> dict[str, Any]:
     try:
         lo_s, _, hi_s = tx_per_block.partition(":")
@@ -34,6 +35,8 @@ def generate(
         raise RechainError("--blocks and --tx-per-block must be at least 1 (and MIN <= MAX)")
     if reorg_depth < 0 or (reorg_depth and reorg_depth + 1 >= blocks):
         raise RechainError("--reorg DEPTH must be below the chain's length minus one")
+    if bad_signature < 0 or bad_signature >= blocks:
+        raise RechainError("--bad-signature HEIGHT must be a height of the chain")
     if file_size < 1024:
         raise RechainError("--file-size must be at least 1024 bytes")
     try:
@@ -52,6 +55,7 @@ def generate(
                 tx_max,
                 reorg_depth,
                 reorg_back,
+                bad_signature,
             )
         )
     except (OSError, ValueError) as e:

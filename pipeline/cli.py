@@ -76,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="then two more blocks on the old chain, which wins again",
     )
     g.add_argument("--tx-per-block", default="1:1", metavar="MIN:MAX")
+    g.add_argument(
+        "--bad-signature",
+        type=int,
+        default=0,
+        metavar="HEIGHT",
+        help="damage for oracle tests: the first spend of the best-chain block at HEIGHT "
+        "carries a wrong signature (a node checking scripts rejects the block; rechain does "
+        "not check scripts)",
+    )
 
     ge = gen.add_parser(
         "eth",
@@ -372,6 +381,7 @@ def dispatch(args: argparse.Namespace) -> int:
             tx_per_block=args.tx_per_block,
             reorg_depth=args.reorg,
             reorg_back=args.reorg_back,
+            bad_signature=args.bad_signature,
         )
         print(
             f"wrote {facts['records']:,} blocks in {facts['files']} file(s) to "

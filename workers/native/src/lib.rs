@@ -351,7 +351,7 @@ fn display_hash(internal: &[u8]) -> String {
 #[pyfunction]
 #[pyo3(signature = (outdir, blocks, network_name="regtest", seed=1, file_size=134_217_728, xor=true,
                     shuffle_window=16, side_branches=0, orphans=0, tx_min=1, tx_max=1,
-                    reorg_depth=0, reorg_back=false))]
+                    reorg_depth=0, reorg_back=false, bad_signature_height=0))]
 #[allow(clippy::too_many_arguments)]
 fn generate_bitcoin<'py>(
     py: Python<'py>,
@@ -368,6 +368,7 @@ fn generate_bitcoin<'py>(
     tx_max: usize,
     reorg_depth: u64,
     reorg_back: bool,
+    bad_signature_height: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = btc::gen::GenConfig {
         network: network(network_name)?,
@@ -382,6 +383,7 @@ fn generate_bitcoin<'py>(
         tx_max,
         reorg_depth,
         reorg_back,
+        bad_signature_height,
     };
     let dir = outdir.join("blocks");
     let s = py
@@ -406,6 +408,9 @@ fn generate_bitcoin<'py>(
     d.set_item("duplicates", 0)?;
     d.set_item("records", s.records)?;
     d.set_item("reorg_records", s.reorg_records)?;
+    if cfg.bad_signature_height > 0 {
+        d.set_item("bad_signature_height", cfg.bad_signature_height)?;
+    }
     d.set_item("files", s.files)?;
     d.set_item("bytes", s.bytes)?;
     d.set_item(

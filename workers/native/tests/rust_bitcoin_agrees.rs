@@ -23,6 +23,7 @@ fn generated_chain_headers_match_rust_bitcoin() {
         tx_max: 6,
         reorg_depth: 0,
         reorg_back: false,
+        bad_signature_height: 0,
     };
     let summary = generate(&cfg, &dir.join("blocks")).unwrap();
     let scan_cfg = ScanConfig {

@@ -2,9 +2,13 @@
 //! arrival order (shuffled within windows), files cut below a maximum size, `xor.dat`, a
 //! zero-filled preallocated tail on the file still being written, side branches and blocks
 //! whose parent never appears. Real proof of work at regtest difficulty; deterministic per seed.
+//! Best-chain spends carry real signatures (gen_keys.rs), so Bitcoin Core accepts the chains
+//! with full script validation; side-branch and orphan blocks, which no node ever connects,
+//! spend made-up outputs with random bytes where signatures go.
 
 use super::block::merkle_root;
 use super::encode::write_compact_size;
+use super::gen_keys::{KeyRing, Kind, Owned, KEY_COUNT, KINDS};
 use super::header::{block_work, check_pow, sha256d, Header};
 use super::network::Network;
 use primitive_types::U256;
@@ -42,6 +46,9 @@ pub struct GenConfig {
     pub reorg_depth: u64,
     /// Then two more main-chain blocks, so the main chain wins again.
     pub reorg_back: bool,
+    /// Damage for oracle tests: the first spend of the main-chain block at this height carries
+    /// a wrong (well-formed) signature, so a node checking scripts rejects that block (0: none).
+    pub bad_signature_height: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -209,7 +216,13 @@ pub fn generated_subsidy(height: u64) -> u64 {
     5_000_000_000u64 >> (height / 150).min(63)
 }
 
-fn coinbase(height: u64, tag: u64, value: u64, witness_commitment: Option<[u8; 32]>) -> TxBytes {
+fn coinbase(
+    height: u64,
+    tag: u64,
+    value: u64,
+    payout: &[u8],
+    witness_commitment: Option<[u8; 32]>,
+) -> TxBytes {
     let mut base = Vec::with_capacity(128);
     base.push(1);
     base.extend_from_slice(&[0u8; 32]);
@@ -219,9 +232,7 @@ fn coinbase(height: u64, tag: u64, value: u64, witness_commitment: Option<[u8; 3
     base.extend_from_slice(&u32::MAX.to_le_bytes());
     base.push(if witness_commitment.is_some() { 2 } else { 1 });
     base.extend_from_slice(&value.to_le_bytes());
-    let mut p2wpkh = vec![0x00, 0x14];
-    p2wpkh.extend_from_slice(&sha256d(&tag.to_le_bytes())[..20]);
-    push_script(&mut base, &p2wpkh);
+    push_script(&mut base, payout);
     if let Some(c) = witness_commitment {
         base.extend_from_slice(&0u64.to_le_bytes());
         push_script(
@@ -255,6 +266,7 @@ fn coinbase(height: u64, tag: u64, value: u64, witness_commitment: Option<[u8; 3
 /// side branches and orphans, which a reindex never connects); returns (hash, block bytes).
 fn make_block(
     rng: &mut SmallRng,
+    ring: &KeyRing,
     prev: [u8; 32],
     height: u64,
     time: u32,
@@ -262,27 +274,28 @@ fn make_block(
     pow_limit: U256,
 ) -> ([u8; 32], Vec<u8>) {
     let spends: Vec<TxBytes> = (1..n_tx).map(|_| random_tx(rng)).collect();
+    let payout = ring.script_pubkey(KINDS[rng.gen_range(0..KINDS.len())], rng.gen());
     let (hash, block, _) = assemble_block(
         rng,
         prev,
         height,
         time,
         &spends,
-        generated_subsidy(height),
+        (generated_subsidy(height), &payout),
         pow_limit,
     );
     (hash, block)
 }
 
-/// Coinbase (paying `coinbase_value`) plus `spends`, merkle root, witness commitment and proof
-/// of work; returns (hash, block bytes, coinbase txid).
+/// Coinbase (paying `coinbase_out`: value, script) plus `spends`, merkle root, witness
+/// commitment and proof of work; returns (hash, block bytes, coinbase txid).
 fn assemble_block(
     rng: &mut SmallRng,
     prev: [u8; 32],
     height: u64,
     time: u32,
     spends: &[TxBytes],
-    coinbase_value: u64,
+    coinbase_out: (u64, &[u8]),
     pow_limit: U256,
 ) -> ([u8; 32], Vec<u8>, [u8; 32]) {
     let n_tx = spends.len() + 1;
@@ -295,7 +308,7 @@ fn assemble_block(
     } else {
         None
     };
-    let cb = coinbase(height, tag, coinbase_value, commitment);
+    let cb = coinbase(height, tag, coinbase_out.0, coinbase_out.1, commitment);
     let mut txids = vec![cb.txid];
     txids.extend(spends.iter().map(|t| t.txid));
     let (root, _) = merkle_root(&txids);
@@ -328,19 +341,15 @@ fn assemble_block(
 /// Core's COINBASE_MATURITY: a coinbase output is spendable 100 blocks later.
 const COINBASE_MATURITY: u64 = 100;
 
-#[derive(Clone, Copy)]
-struct Coin {
-    txid: [u8; 32],
-    vout: u32,
-    value: u64,
-}
-
 /// The generator's own view of the best chain's UTXO set: main-chain transactions spend real,
 /// mature outputs, so a reindex has spends to resolve and a known final set to reach.
+/// `foreign` counts the outputs it pays to scripts it holds no key for (count, total): they stay
+/// unspent.
 #[derive(Clone, Default)]
 struct Wallet {
-    spendable: Vec<Coin>,
-    immature: std::collections::VecDeque<(u64, Coin)>,
+    spendable: Vec<Owned>,
+    immature: std::collections::VecDeque<(u64, Owned)>,
+    foreign: (u64, u64),
 }
 
 impl Wallet {
@@ -359,17 +368,24 @@ impl Wallet {
             .spendable
             .iter()
             .chain(self.immature.iter().map(|(_, c)| c));
-        all.fold((0, 0), |(n, t), c| (n + 1, t + c.value))
+        all.fold(self.foreign, |(n, t), c| (n + 1, t + c.value))
     }
 
-    /// A transaction spending 1-3 random coins into 1-3 outputs of assorted standard types
-    /// (plus an OP_RETURN now and then); its outputs are spendable at once (in-block chains).
-    fn spend(&mut self, rng: &mut SmallRng) -> Option<(TxBytes, u64)> {
+    /// A signed transaction spending 1-3 random coins into 1-3 outputs: the wallet's own kinds,
+    /// now and then a small payment to another standard script (never the last output, which
+    /// takes the change), plus an OP_RETURN now and then. Its own outputs are spendable at once
+    /// (in-block chains).
+    fn spend(
+        &mut self,
+        rng: &mut SmallRng,
+        ring: &KeyRing,
+        bad_signature: bool,
+    ) -> Option<(TxBytes, u64)> {
         if self.spendable.is_empty() {
             return None;
         }
         let n_in = rng.gen_range(1..=3usize.min(self.spendable.len()));
-        let inputs: Vec<Coin> = (0..n_in)
+        let inputs: Vec<Owned> = (0..n_in)
             .map(|_| {
                 let i = rng.gen_range(0..self.spendable.len());
                 self.spendable.swap_remove(i)
@@ -382,57 +398,66 @@ impl Wallet {
         if spendable_total < 1_000 * n_out as u64 {
             n_out = 1;
         }
-        let mut values = Vec::with_capacity(n_out);
+        // Each output: Some((kind, key)) for the wallet's own, None for a foreign script.
+        let owners: Vec<Option<(Kind, u8)>> = (0..n_out)
+            .map(|i| {
+                if i + 1 < n_out && rng.gen_bool(0.2) {
+                    None
+                } else {
+                    let kind = KINDS[rng.gen_range(0..KINDS.len())];
+                    Some((kind, rng.gen_range(0..KEY_COUNT) as u8))
+                }
+            })
+            .collect();
+        let mut outputs: Vec<(u64, Vec<u8>)> = Vec::with_capacity(n_out + 1);
         let mut left = spendable_total;
-        for i in 0..n_out {
+        for (i, owner) in owners.iter().enumerate() {
             let v = if i + 1 == n_out {
                 left
+            } else if owner.is_none() {
+                rng.gen_range(546..=20_000).min(left / 2)
             } else {
                 rng.gen_range(0..=left / 2)
             };
-            values.push(v);
             left -= v;
+            let script = match owner {
+                Some((kind, key)) => ring.script_pubkey(*kind, *key),
+                None => {
+                    self.foreign.0 += 1;
+                    self.foreign.1 += v;
+                    standard_script(rng)
+                }
+            };
+            outputs.push((v, script));
         }
-        let op_return = rng.gen_bool(0.1);
-        let segwit = rng.gen_bool(0.5);
-        let mut base = Vec::with_capacity(64 + 150 * n_in + 40 * n_out);
-        write_compact_size(&mut base, n_in as u64);
-        for c in &inputs {
-            base.extend_from_slice(&c.txid);
-            base.extend_from_slice(&c.vout.to_le_bytes());
-            if segwit {
-                base.push(0);
-            } else {
-                let mut sig = [0u8; 106];
-                rng.fill(&mut sig[..]);
-                push_script(&mut base, &sig);
-            }
-            base.extend_from_slice(&0xffff_fffdu32.to_le_bytes());
-        }
-        write_compact_size(&mut base, (n_out + op_return as usize) as u64);
-        for v in &values {
-            base.extend_from_slice(&v.to_le_bytes());
-            push_script(&mut base, &standard_script(rng));
-        }
-        if op_return {
-            base.extend_from_slice(&0u64.to_le_bytes());
+        if rng.gen_bool(0.1) {
             let mut data = [0u8; 20];
             rng.fill(&mut data);
-            push_script(&mut base, &[&[0x6a, 20][..], &data].concat());
+            outputs.push((0, [&[0x6a, 20][..], &data].concat()));
         }
-        let tx = finish_tx(rng, &base, n_in, segwit);
-        for (vout, v) in values.iter().enumerate() {
-            self.spendable.push(Coin {
-                txid: tx.txid,
-                vout: vout as u32,
-                value: *v,
-            });
+        let signed = ring.sign(&inputs, &outputs, bad_signature);
+        for (vout, (owner, (v, _))) in owners.iter().zip(&outputs).enumerate() {
+            if let Some((kind, key)) = *owner {
+                self.spendable.push(Owned {
+                    txid: signed.txid,
+                    vout: vout as u32,
+                    value: *v,
+                    kind,
+                    key,
+                });
+            }
         }
+        let tx = TxBytes {
+            bytes: signed.bytes,
+            txid: signed.txid,
+            wtxid: signed.wtxid,
+        };
         Some((tx, fee))
     }
 }
 
-/// An output script of a random standard type (keys are random bytes of the right shape).
+/// An output script of a random standard type (keys are random bytes of the right shape): the
+/// wallet's payments to others.
 fn standard_script(rng: &mut SmallRng) -> Vec<u8> {
     let mut k = [0u8; 33];
     rng.fill(&mut k[..]);
@@ -507,31 +532,55 @@ impl<'a> BlkWriter<'a> {
 }
 
 /// One block at `height` on `prev` whose transactions spend `wallet`'s mature coins (and whose
-/// coinbase joins it): (hash, bytes).
+/// coinbase joins it): (hash, bytes). With `bad_signature`, the first spend's first signature
+/// is wrong.
+#[allow(clippy::too_many_arguments)]
 fn wallet_block(
     rng: &mut SmallRng,
+    ring: &KeyRing,
     wallet: &mut Wallet,
     prev: [u8; 32],
     height: u64,
     time: u32,
     k: usize,
     pow_limit: U256,
+    bad_signature: bool,
 ) -> ([u8; 32], Vec<u8>) {
     wallet.mature_at(height);
     let mut fees = 0;
+    let mut bad = bad_signature;
     let spends: Vec<TxBytes> = (1..k)
-        .filter_map(|_| wallet.spend(rng))
+        .filter_map(|_| {
+            let spend = wallet.spend(rng, ring, bad);
+            bad &= spend.is_none();
+            spend
+        })
         .map(|(tx, fee)| {
             fees += fee;
             tx
         })
         .collect();
     let value = generated_subsidy(height) + fees;
-    let (hash, block, cb_txid) = assemble_block(rng, prev, height, time, &spends, value, pow_limit);
-    let coin = Coin {
+    let (kind, key) = (
+        KINDS[rng.gen_range(0..KINDS.len())],
+        rng.gen_range(0..KEY_COUNT) as u8,
+    );
+    let payout = ring.script_pubkey(kind, key);
+    let (hash, block, cb_txid) = assemble_block(
+        rng,
+        prev,
+        height,
+        time,
+        &spends,
+        (value, &payout),
+        pow_limit,
+    );
+    let coin = Owned {
         txid: cb_txid,
         vout: 0,
         value,
+        kind,
+        key,
     };
     wallet.immature.push_back((height, coin));
     (hash, block)
@@ -557,6 +606,7 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     }
     std::fs::write(blocks_dir.join("xor.dat"), key)?;
     let pow_limit = Network::Regtest.pow_limit();
+    let ring = KeyRing::new(cfg.seed);
     let genesis = genesis_block(cfg.network);
     let genesis_hash = cfg.network.genesis_hash();
     let (genesis_time, _) = cfg.network.genesis_time_nonce();
@@ -576,12 +626,14 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         let k = tx_count(&mut rng);
         chain.push(wallet_block(
             &mut rng,
+            &ring,
             &mut wallet,
             prev,
             h,
             time,
             k,
             pow_limit,
+            h == cfg.bad_signature_height,
         ));
         if fork == Some(h) {
             fork_wallet = Some(wallet.clone());
@@ -596,7 +648,7 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         for h in fork + 1..=n {
             let time = genesis_time + 600 * h as u32 + 3;
             let k = tx_count(&mut rng);
-            let b = wallet_block(&mut rng, &mut bw, prev, h, time, k, pow_limit);
+            let b = wallet_block(&mut rng, &ring, &mut bw, prev, h, time, k, pow_limit, false);
             prev = b.0;
             branch.push(b);
         }
@@ -605,7 +657,17 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
             for h in n..n + 2 {
                 let time = genesis_time + 600 * h as u32;
                 let k = tx_count(&mut rng);
-                let b = wallet_block(&mut rng, &mut wallet, prev, h, time, k, pow_limit);
+                let b = wallet_block(
+                    &mut rng,
+                    &ring,
+                    &mut wallet,
+                    prev,
+                    h,
+                    time,
+                    k,
+                    pow_limit,
+                    false,
+                );
                 prev = b.0;
                 back.push(b);
             }
@@ -666,7 +728,7 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
                 let h = fork_at + d;
                 let time = genesis_time + 600 * h as u32 + 1;
                 let k = tx_count(&mut rng);
-                let (hash, bytes) = make_block(&mut rng, prev, h, time, k, pow_limit);
+                let (hash, bytes) = make_block(&mut rng, &ring, prev, h, time, k, pow_limit);
                 prev = hash;
                 summary.side_branch_blocks += 1;
                 let slot = (h + w as u64) << 20 | rng.gen_range(0..1u64 << 19);
@@ -679,8 +741,8 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         let at = rng.gen_range(0..n);
         let parent = summary.heights[at as usize].1;
         let time = genesis_time + 600 * (at as u32 + 1) + 2;
-        let (ghost, _) = make_block(&mut rng, parent, at + 1, time, 1, pow_limit);
-        let (hash, bytes) = make_block(&mut rng, ghost, at + 2, time + 600, 1, pow_limit);
+        let (ghost, _) = make_block(&mut rng, &ring, parent, at + 1, time, 1, pow_limit);
+        let (hash, bytes) = make_block(&mut rng, &ring, ghost, at + 2, time + 600, 1, pow_limit);
         summary.orphans.push(hash);
         let slot = rng.gen_range(0..blocks_out.len() as u64) << 20 | 1 << 19;
         blocks_out.push((slot, bytes));

@@ -8,6 +8,7 @@ pub mod core_index_plan;
 pub mod decode;
 pub mod encode;
 pub mod gen;
+pub mod gen_keys;
 pub mod header;
 pub mod link;
 pub mod network;

@@ -1,0 +1,412 @@
+//! Bitcoin Core as a test oracle: Core's own validation engine (libbitcoinkernel) reindexes a
+//! blocks folder in a fresh data directory and prints what it ends with as JSON: the tip, its
+//! chainwork, the active chain (count, digest, optionally every hash), the UTXO set's count,
+//! amount and hash_serialized_3 (gettxoutsetinfo's), the blocks it found invalid and the wall
+//! time of the import. kernel.patch adds the three read-only calls the C API lacks (assumed-valid
+//! block, UTXO statistics, chainwork).
+//!
+//! Modes: by default the blk files (and xor.dat) are copied into the data directory's blocks
+//! folder and imported as `-reindex` does. `--loadblock FILE...` instead imports plain
+//! (un-obfuscated) block files the way `-loadblock` does, for files not laid out as a node's
+//! (real-blk/, which lacks the genesis block a reindex starts from).
+//!
+//! Usage: rechain-core-oracle --network NET (--blocks DIR | --loadblock FILE...)
+//!        [--assumevalid HASH] [--datadir DIR] [--threads N] [--list-chain] [--verbose]
+
+#![allow(non_upper_case_globals)] // the C API's enum constants, used as patterns
+
+use libbitcoinkernel_sys::*;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::ffi::{c_char, c_int, c_uchar, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+extern "C" {
+    // kernel.patch
+    fn btck_chainstate_manager_options_set_assumed_valid_block(
+        opts: *mut btck_ChainstateManagerOptions,
+        block_hash: *const btck_BlockHash,
+    );
+    fn btck_chainstate_manager_get_utxo_stats(
+        chainman: *mut btck_ChainstateManager,
+        coins_count: *mut u64,
+        total_amount: *mut i64,
+        hash_serialized: *mut c_uchar,
+        height: *mut i32,
+    ) -> c_int;
+    fn btck_block_tree_entry_get_chainwork(entry: *const btck_BlockTreeEntry, out: *mut c_uchar);
+}
+
+struct Args {
+    network: String,
+    blocks: Option<PathBuf>,
+    loadblock: Vec<PathBuf>,
+    assumevalid: [u8; 32],
+    datadir: Option<PathBuf>,
+    threads: i32,
+    list_chain: bool,
+    verbose: bool,
+}
+
+fn die(msg: impl std::fmt::Display) -> ! {
+    eprintln!("rechain-core-oracle: {msg}");
+    std::process::exit(2)
+}
+
+/// Display hex (big-endian, as RPC shows hashes) to internal byte order.
+fn parse_hash(s: &str) -> [u8; 32] {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s == "0" {
+        return [0u8; 32];
+    }
+    if s.len() != 64 {
+        die(format!("not a 64-digit hash: {s}"));
+    }
+    let mut out = [0u8; 32];
+    for i in 0..32 {
+        out[31 - i] = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+            .unwrap_or_else(|_| die(format!("not a hex hash: {s}")));
+    }
+    out
+}
+
+fn display(internal: &[u8]) -> String {
+    internal.iter().rev().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        network: String::new(),
+        blocks: None,
+        loadblock: Vec::new(),
+        assumevalid: [0u8; 32],
+        datadir: None,
+        // Core's -par default: one script-check thread per core beyond the first.
+        threads: std::thread::available_parallelism()
+            .map(|n| n.get() as i32 - 1)
+            .unwrap_or(0),
+        list_chain: false,
+        verbose: false,
+    };
+    let mut it = std::env::args().skip(1).peekable();
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .unwrap_or_else(|| die(format!("{arg} wants a value")))
+        };
+        match arg.as_str() {
+            "--network" => a.network = value(),
+            "--blocks" => a.blocks = Some(PathBuf::from(value())),
+            "--loadblock" => a.loadblock.push(PathBuf::from(value())),
+            "--assumevalid" => a.assumevalid = parse_hash(&value()),
+            "--datadir" => a.datadir = Some(PathBuf::from(value())),
+            "--threads" => a.threads = value().parse().unwrap_or_else(|e| die(e)),
+            "--list-chain" => a.list_chain = true,
+            "--verbose" => a.verbose = true,
+            _ => die(format!("unknown argument {arg}")),
+        }
+    }
+    if a.network.is_empty() || a.blocks.is_some() != a.loadblock.is_empty() {
+        die(
+            "usage: --network NET (--blocks DIR | --loadblock FILE...) [--assumevalid HASH] \
+             [--datadir DIR] [--threads N] [--list-chain] [--verbose]",
+        );
+    }
+    a
+}
+
+fn chain_type(network: &str) -> btck_ChainType {
+    match network {
+        "main" | "mainnet" => btck_ChainType_MAINNET,
+        "testnet" | "testnet3" => btck_ChainType_TESTNET,
+        "testnet4" => btck_ChainType_TESTNET_4,
+        "signet" => btck_ChainType_SIGNET,
+        "regtest" => btck_ChainType_REGTEST,
+        _ => die(format!("unknown network {network}")),
+    }
+}
+
+/// What the callbacks collect while Core validates.
+#[derive(Default)]
+struct Seen {
+    invalid: Vec<([u8; 32], u32)>,
+    errors: Vec<String>,
+    verbose: bool,
+}
+
+static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
+
+unsafe extern "C" fn on_log(_: *mut c_void, msg: *const c_char, len: usize) {
+    let text = String::from_utf8_lossy(std::slice::from_raw_parts(msg as *const u8, len));
+    let mut g = SEEN.lock().unwrap();
+    let seen = g.get_or_insert_with(Seen::default);
+    if seen.verbose {
+        eprint!("{text}");
+    }
+    // Core logs each rejection's reason (ConnectBlock/CheckBlock failures, InvalidChainFound).
+    let lower = text.to_lowercase();
+    if (lower.contains("error") || lower.contains("invalid") || lower.contains("failed"))
+        && seen.errors.len() < 100
+    {
+        seen.errors.push(text.trim_end().to_string());
+    }
+}
+
+unsafe extern "C" fn on_block_checked(
+    _: *mut c_void,
+    block: *mut btck_Block,
+    state: *const btck_BlockValidationState,
+) {
+    if btck_block_validation_state_get_validation_mode(state) != btck_ValidationMode_VALID {
+        let result = btck_block_validation_state_get_block_validation_result(state);
+        let hash = btck_block_get_hash(block);
+        let mut bytes = [0u8; 32];
+        btck_block_hash_to_bytes(hash, bytes.as_mut_ptr());
+        btck_block_hash_destroy(hash);
+        let mut g = SEEN.lock().unwrap();
+        g.get_or_insert_with(Seen::default)
+            .invalid
+            .push((bytes, result));
+    }
+    btck_block_destroy(block);
+}
+
+fn result_name(r: u32) -> &'static str {
+    match r {
+        btck_BlockValidationResult_CONSENSUS => "consensus",
+        btck_BlockValidationResult_CACHED_INVALID => "cached-invalid",
+        btck_BlockValidationResult_INVALID_HEADER => "invalid-header",
+        btck_BlockValidationResult_MUTATED => "mutated",
+        btck_BlockValidationResult_MISSING_PREV => "missing-prev",
+        btck_BlockValidationResult_INVALID_PREV => "invalid-prev",
+        btck_BlockValidationResult_TIME_FUTURE => "time-future",
+        btck_BlockValidationResult_HEADER_LOW_WORK => "header-low-work",
+        _ => "unset",
+    }
+}
+
+/// Copies a node's blocks folder (blk*.dat and xor.dat; never rev*.dat, which a reindex
+/// rewrites) into `dest`.
+fn copy_blocks(src: &Path, dest: &Path) -> u64 {
+    std::fs::create_dir_all(dest).unwrap_or_else(|e| die(format!("{}: {e}", dest.display())));
+    let entries = std::fs::read_dir(src).unwrap_or_else(|e| die(format!("{}: {e}", src.display())));
+    let mut n = 0;
+    for e in entries {
+        let e = e.unwrap_or_else(|e| die(format!("{}: {e}", src.display())));
+        let name = e.file_name().to_string_lossy().to_string();
+        if name == "xor.dat" || (name.starts_with("blk") && name.ends_with(".dat")) {
+            std::fs::copy(e.path(), dest.join(&name))
+                .unwrap_or_else(|err| die(format!("{}: {err}", e.path().display())));
+            n += 1;
+        }
+    }
+    if n == 0 {
+        die(format!("{}: no blk*.dat files", src.display()));
+    }
+    n
+}
+
+fn main() {
+    let args = parse_args();
+    {
+        let mut g = SEEN.lock().unwrap();
+        g.get_or_insert_with(Seen::default).verbose = args.verbose;
+    }
+    let tmp;
+    let datadir = match &args.datadir {
+        Some(d) => {
+            if d.exists()
+                && std::fs::read_dir(d)
+                    .map(|mut r| r.next().is_some())
+                    .unwrap_or(true)
+            {
+                die(format!(
+                    "{}: the data directory must be new or empty",
+                    d.display()
+                ));
+            }
+            d.clone()
+        }
+        None => {
+            tmp = std::env::temp_dir().join(format!("rechain-core-oracle-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&tmp);
+            tmp.clone()
+        }
+    };
+    let blocks_dir = datadir.join("blocks");
+    let copied = args.blocks.as_ref().map(|b| copy_blocks(b, &blocks_dir));
+    let out = unsafe { run(&args, &datadir, &blocks_dir, copied) };
+    if args.datadir.is_none() {
+        let _ = std::fs::remove_dir_all(&datadir);
+    }
+    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+}
+
+unsafe fn run(args: &Args, datadir: &Path, blocks_dir: &Path, copied: Option<u64>) -> Value {
+    btck_logging_set_options(btck_LoggingOptions {
+        log_timestamps: 0,
+        log_time_micros: 0,
+        log_threadnames: 0,
+        log_sourcelocations: 0,
+        always_print_category_levels: 0,
+    });
+    let log = btck_logging_connection_create(on_log, std::ptr::null_mut(), None);
+    let params = btck_chain_parameters_create(chain_type(&args.network));
+    let ctx_opts = btck_context_options_create();
+    btck_context_options_set_chainparams(ctx_opts, params);
+    btck_context_options_set_validation_interface(
+        ctx_opts,
+        btck_ValidationInterfaceCallbacks {
+            user_data: std::ptr::null_mut(),
+            user_data_destroy: None,
+            block_checked: Some(on_block_checked),
+            pow_valid_block: None,
+            block_connected: None,
+            block_disconnected: None,
+        },
+    );
+    let ctx = btck_context_create(ctx_opts);
+    if ctx.is_null() {
+        die("cannot create the kernel context");
+    }
+    let (d, b) = (datadir.to_string_lossy(), blocks_dir.to_string_lossy());
+    let opts = btck_chainstate_manager_options_create(
+        ctx,
+        d.as_ptr() as *const c_char,
+        d.len(),
+        b.as_ptr() as *const c_char,
+        b.len(),
+    );
+    if opts.is_null() {
+        die(format!(
+            "{}: cannot use as data directory",
+            datadir.display()
+        ));
+    }
+    btck_chainstate_manager_options_set_worker_threads_num(opts, args.threads);
+    let av = btck_block_hash_create(args.assumevalid.as_ptr());
+    btck_chainstate_manager_options_set_assumed_valid_block(opts, av);
+    btck_block_hash_destroy(av);
+    let reindex = args.blocks.is_some();
+    if reindex && btck_chainstate_manager_options_set_wipe_dbs(opts, 1, 1) != 0 {
+        die("cannot set the reindex (wipe) options");
+    }
+    let start = Instant::now();
+    let chainman = btck_chainstate_manager_create(opts);
+    if chainman.is_null() {
+        die("Core could not load a chainstate (see --verbose)");
+    }
+    let paths: Vec<String> = args
+        .loadblock
+        .iter()
+        .map(|p| p.to_string_lossy().to_string())
+        .collect();
+    let mut ptrs: Vec<*const c_char> = paths.iter().map(|p| p.as_ptr() as *const c_char).collect();
+    let mut lens: Vec<usize> = paths.iter().map(|p| p.len()).collect();
+    let rc = btck_chainstate_manager_import_blocks(
+        chainman,
+        if ptrs.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            ptrs.as_mut_ptr()
+        },
+        if lens.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            lens.as_mut_ptr()
+        },
+        ptrs.len(),
+    );
+    if rc != 0 {
+        die("Core failed to import the blocks (see --verbose)");
+    }
+    let import_seconds = start.elapsed().as_secs_f64();
+
+    let chain = btck_chainstate_manager_get_active_chain(chainman);
+    let height = btck_chain_get_height(chain);
+    let mut hashes: Vec<String> = Vec::with_capacity(height as usize + 1);
+    let mut digest_input = String::with_capacity(65 * (height as usize + 1));
+    for h in 0..=height {
+        let entry = btck_chain_get_by_height(chain, h);
+        let mut bytes = [0u8; 32];
+        btck_block_hash_to_bytes(
+            btck_block_tree_entry_get_block_hash(entry),
+            bytes.as_mut_ptr(),
+        );
+        let s = display(&bytes);
+        digest_input.push_str(&s);
+        digest_input.push('\n');
+        hashes.push(s);
+    }
+    let tip = btck_chain_get_by_height(chain, height);
+    let mut work = [0u8; 32];
+    btck_block_tree_entry_get_chainwork(tip, work.as_mut_ptr());
+
+    let stats_start = Instant::now();
+    let (mut count, mut amount, mut hs, mut stats_height) = (0u64, 0i64, [0u8; 32], 0i32);
+    if btck_chainstate_manager_get_utxo_stats(
+        chainman,
+        &mut count,
+        &mut amount,
+        hs.as_mut_ptr(),
+        &mut stats_height,
+    ) != 0
+    {
+        die("Core could not compute the UTXO statistics (see --verbose)");
+    }
+    let stats_seconds = stats_start.elapsed().as_secs_f64();
+
+    let seen = SEEN.lock().unwrap().take().unwrap_or_default();
+    let invalid: Vec<Value> = seen
+        .invalid
+        .iter()
+        .map(|(hash, result)| {
+            let h = btck_block_hash_create(hash.as_ptr());
+            let entry = btck_chainstate_manager_get_block_tree_entry_by_hash(chainman, h);
+            btck_block_hash_destroy(h);
+            let height = (!entry.is_null()).then(|| btck_block_tree_entry_get_height(entry));
+            json!({"hash": display(hash), "height": height, "result": result_name(*result)})
+        })
+        .collect();
+    let mut out = json!({
+        "network": args.network,
+        "mode": if reindex { "reindex" } else { "loadblock" },
+        "files": copied.unwrap_or(args.loadblock.len() as u64),
+        "assumevalid": if args.assumevalid == [0u8; 32] { Value::Null } else { json!(display(&args.assumevalid)) },
+        "script_threads": args.threads,
+        "tip_hash": hashes.last(),
+        "tip_height": height,
+        "chainwork": display(&work),
+        "best_chain_count": hashes.len(),
+        "best_chain_sha256": sha256_hex(digest_input.as_bytes()),
+        "utxo_height": stats_height,
+        "utxo_count": count,
+        "total_amount": amount,
+        "hash_serialized_3": display(&hs),
+        "invalid_blocks": invalid,
+        "log_errors": seen.errors,
+        "import_seconds": import_seconds,
+        "utxo_stats_seconds": stats_seconds,
+    });
+    if args.list_chain {
+        out["best_chain"] = json!(hashes);
+    }
+    btck_chainstate_manager_destroy(chainman);
+    btck_chainstate_manager_options_destroy(opts);
+    btck_context_destroy(ctx);
+    btck_context_options_destroy(ctx_opts);
+    btck_chain_parameters_destroy(params);
+    btck_logging_connection_destroy(log);
+    out
+}
+
+/// Hex SHA-256: the same as `sha256sum` of a file with one display hash per line, as `rechain
+/// gen bitcoin` writes best_chain.txt.
+fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
