@@ -1,12 +1,18 @@
-"""Flow checkpoints (flow-go's v6 format): reading one into a data folder, writing one from a
-data folder's registers, and the loading/naming helpers the replay uses to resume from and to
-write checkpoints.
+"""Flow checkpoints (flow-go's v6 format; versions 1/3/4/5 read too): reading one into a data
+folder, writing one from a data folder's registers, and the loading/naming helpers the replay
+uses to resume from and to write checkpoints.
 
-Reading: the 16 subtrie parts are decoded and fully verified (CRCs, node order, every node hash
-recomputed from the leaf values) on this process's threads, or on Ray workers when a cluster
-is given; the tries are assembled (top-level nodes re-hashed, every trie root compared with
-its record). Only a
-checkpoint that passed all of this is published, so a bad one leaves the data folder as it was.
+Reading, streamed (v6, one trie; `checkpoint read`'s default): the Rust reader verifies the 16
+subtrie parts on this process's threads (CRCs, node order, every node hash recomputed from the
+leaf values with a stack as deep as the trie) while the last trie's registers are written into
+staged `registers` / `register_hashes` parts, within `--memory-budget`; published only when
+every root checked out.
+
+Reading in memory (several tries, versions 1/3/4/5, `--ray-address`, `--in-memory`, and the
+replay's resume): the parts are decoded and fully verified on threads or Ray workers, the
+tries assembled (top-level nodes re-hashed, every trie root compared with its record), then
+published from the forest. Either way a checkpoint that fails a check leaves the data folder
+as it was.
 
 Writing: the `registers` Parquet table (path order) is streamed into the Rust builder, which
 writes the parts as it goes (memory bounded by one row group, not by the trie). The
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,22 +71,32 @@ def load_forest(
     workers: int,
     ray_address: str | None = None,
     verify_leaves: bool = True,
+    trust_hashes: bool = False,
 ) -> tuple[Any, dict[str, Any]]:
     """Verifies the 16 subtrie parts and assembles the tries. Without `ray_address` this is
     one pass in this process, the parts spread over `workers` threads (Ray's start-up and
     processes would cost more than the hashing they could share on one machine, and the parts
     would be read twice); with it, the parts are verified on Ray workers first and then read
-    again here. `verify_leaves=False` trusts the stored leaf hashes (flow-go trusts every
-    stored hash); interior hashes, and so every root, are recomputed either way.
+    again here. `verify_leaves=False` trusts the stored leaf hashes, `trust_hashes` every
+    stored hash (as flow-go does; each root is still compared with its record).
     Returns a `FlowForest` (current root = the checkpoint's last trie) and what was read."""
     t0 = time.perf_counter()
     header = directory / name
     if not header.is_file():
         raise RechainError(f"{header}: checkpoint file not found")
-    if ray_address is None:
+    try:
+        version = int(_native.flow_checkpoint_version(str(directory), name))
+    except _native.FlowCheckpointError as e:
+        _raise(e)
+    # Versions 1, 3, 4 and 5 are one file without parts to share out: read here, whole.
+    if ray_address is None or version != 6:
         try:
             forest, info = _native.flow_checkpoint_load(
-                str(directory), name, threads=workers, verify_leaves=verify_leaves
+                str(directory),
+                name,
+                threads=workers,
+                verify_hashes=not trust_hashes,
+                verify_leaves=verify_leaves,
             )
         except _native.FlowCheckpointError as e:
             _raise(e)
@@ -96,6 +113,7 @@ def load_forest(
                 "leaves": sum(int(p["leaves"]) for p in info["parts"]),
                 "verified_leaf_hashes": verify_leaves,
                 "verify": "in_process",
+                "version": version,
             }
         )
         return forest, info
@@ -139,9 +157,110 @@ def _load_forest_on_ray(
             "leaves": sum(int(p["leaves"]) for p in parts),
             "verified_leaf_hashes": verify_leaves,
             "verify": "ray",
+            "version": 6,
         }
     )
     return forest, info
+
+
+#: Output files one streamed part may buffer for (registers + hashes row groups, the batch
+#: of leaves being checked, the reader's buffer), in shares of the memory budget per thread.
+_STREAM_SHARES = 32
+
+
+def _read_streaming(
+    cpdir: Path,
+    name: str,
+    data_path: Path,
+    number: int | None,
+    threads: int,
+    verify: str,
+    memory_budget: int,
+    t0: float,
+) -> dict[str, Any] | None:
+    """The streamed read (v6, one trie): parts verified on `threads` threads while the last
+    trie's registers are staged as Parquet; published only if every root checks out. None
+    when the checkpoint holds several tries sharing nodes (read in memory instead)."""
+    from rechain.pipeline.stages.flow.publish import publish_staged_registers
+    from rechain.pipeline.store import part_file_name
+    from rechain.schemas import tables
+
+    share = max(64 << 10, memory_budget // (_STREAM_SHARES * threads))
+    with DataDir(data_path) as data:
+        generation = int(data.meta_get(fs.META_FLOW_GENERATION) or 0) + 1
+        staged = {
+            t: data.begin_generation(t, generation) for t in (fs.REGISTERS, fs.REGISTER_HASHES)
+        }
+        files = {t: [str(d / part_file_name(i)) for i in range(16)] for t, d in staged.items()}
+        t_read = time.perf_counter()
+        try:
+            info = _native.flow_checkpoint_stream(
+                str(cpdir),
+                name,
+                files[fs.REGISTERS],
+                files[fs.REGISTER_HASHES],
+                threads=threads,
+                verify=verify,
+                row_group_rows=tables.REGISTERS.row_group_rows,
+                row_group_bytes=min(tables.REGISTERS.row_group_bytes, share),
+                batch_bytes=share,
+            )
+        except _native.FlowCheckpointError as e:
+            for d in staged.values():
+                shutil.rmtree(d, ignore_errors=True)
+            if getattr(e, "kind", "") == "shared_node":
+                return None
+            _raise(e)
+        verify_s = time.perf_counter() - t_read
+        tries = [dict(t) for t in info["tries"]]
+        if not tries:
+            raise RechainError(f"{cpdir / name} offset 0: checkpoint holds no tries")
+        last = tries[-1]
+        if int(info["registers"]) != int(last["reg_count"]):
+            for d in staged.values():
+                shutil.rmtree(d, ignore_errors=True)
+            raise RechainError(
+                f"{cpdir / name}: the last trie record says {last['reg_count']} registers but "
+                f"the trie holds {info['registers']}"
+            )
+        summary = publish_staged_registers(
+            data,
+            generation,
+            staged,
+            str(last["root"]),
+            int(info["registers"]),
+            int(last["reg_size"]),
+            int(info["rows"]),
+            number,
+            step_bytes=share,
+        )
+        record = {
+            "checkpoint": str(cpdir / name),
+            "number": number,
+            "version": 6,
+            "tries": tries,
+            "root": last["root"],
+            "reg_count": int(last["reg_count"]),
+            "registers_published": summary["register_rows"],
+        }
+        data.write({layout.CF_META: [(fs.META_FLOW_CHECKPOINT, record)]})
+        report = {
+            **record,
+            "mode": "streaming",
+            "memory_budget": memory_budget,
+            "ray_start_s": 0.0,
+            "verify": verify,
+            "verify_s": verify_s,
+            "assemble_s": 0.0,
+            "publish_s": summary["publish_s"],
+            "total_s": time.perf_counter() - t0,
+            "total_excluding_ray_start_s": time.perf_counter() - t0,
+            "parts": [dict(p) for p in info["parts"]],
+            "top_nodes": info["top_nodes"],
+            "verified_leaf_hashes": verify == "full",
+        }
+        data.write_report("flow_checkpoint_read", report)
+    return report
 
 
 def read(
@@ -151,16 +270,37 @@ def read(
     workers: int = 0,
     ray_address: str | None = None,
     verify_leaves: bool = True,
+    trust_hashes: bool = False,
+    memory_budget: int = 1 << 30,
+    in_memory: bool = False,
 ) -> dict[str, Any]:
-    """`rechain flow checkpoint read`: verify and load, then publish the last trie's registers
-    (RocksDB `flow_registers` and the `registers` table) and the checkpoint's roots."""
+    """`rechain flow checkpoint read`: verify, then publish the last trie's registers (RocksDB
+    `flow_registers`, the `registers` and `register_hashes` tables) and the checkpoint's
+    roots. A v6 checkpoint of one trie is streamed within `memory_budget` (without
+    `ray_address` or `in_memory`); other checkpoints are loaded whole first.
+    `trust_hashes` takes every stored hash as flow-go does (structure, CRCs and each root
+    against its record still checked); `verify_leaves=False` trusts only the leaf hashes."""
     from rechain.pipeline.stages.flow.publish import publish_forest
 
     t0 = time.perf_counter()
     m = _NAME.match(name)
     number = int(m.group(1)) if m else None
+    threads = workers or os.cpu_count() or 1
+    if not (cpdir / name).is_file():
+        raise RechainError(f"{cpdir / name}: checkpoint file not found")
+    try:
+        version = int(_native.flow_checkpoint_version(str(cpdir), name))
+    except _native.FlowCheckpointError as e:
+        _raise(e)
+    if version == 6 and ray_address is None and not in_memory:
+        verify = "none" if trust_hashes else ("full" if verify_leaves else "interior")
+        streamed = _read_streaming(
+            cpdir, name, data_path, number, threads, verify, memory_budget, t0
+        )
+        if streamed is not None:
+            return streamed
     forest, info = load_forest(
-        cpdir, name, workers or os.cpu_count() or 1, ray_address, verify_leaves
+        cpdir, name, threads, ray_address, verify_leaves, trust_hashes=trust_hashes
     )
     last = info["tries"][-1]
     if int(info["last_trie_registers"]) != int(last["reg_count"]):
@@ -174,6 +314,7 @@ def read(
         record = {
             "checkpoint": str(cpdir / name),
             "number": number,
+            "version": info["version"],
             "tries": tries,
             "root": tries[-1]["root"],
             "reg_count": int(tries[-1]["reg_count"]),
@@ -191,7 +332,8 @@ def read(
             "total_excluding_ray_start_s": time.perf_counter() - t0 - info["ray_start_s"],
             "parts": [dict(p) for p in info["parts"]],
             "top_nodes": info["top_nodes"],
-            "verified_leaf_hashes": verify_leaves,
+            "verified_leaf_hashes": verify_leaves and not trust_hashes,
+            "mode": "in_memory",
         }
         data.write_report("flow_checkpoint_read", report)
     return report
@@ -298,6 +440,8 @@ def write(
 
 def add_cli(flow: Any) -> None:
     """Adds `flow checkpoint read|write` to the `flow` subparsers."""
+    from rechain.pipeline.cli import parse_size
+
     cp = flow.add_parser("checkpoint", help="Flow v6 checkpoints").add_subparsers(
         dest="cp_action", required=True
     )
@@ -311,6 +455,23 @@ def add_cli(flow: Any) -> None:
         "--trust-leaf-hashes",
         action="store_true",
         help="do not recompute leaf hashes from the values (interior hashes and roots still are)",
+    )
+    r.add_argument(
+        "--trust-hashes",
+        action="store_true",
+        help="take every stored hash as flow-go does (structure, CRCs, roots against records "
+        "still checked)",
+    )
+    r.add_argument(
+        "--memory-budget",
+        type=parse_size,
+        default=parse_size("1G"),
+        help="bound of a streamed read (v6, one trie)",
+    )
+    r.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="load the whole forest first (the replay's loader) instead of streaming",
     )
     r.add_argument("--json", action="store_true")
     w = cp.add_parser("write", help="write the data folder's state as a v6 checkpoint")
@@ -333,7 +494,15 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
                 raise RechainError(f"{args.dir}: no checkpoint.NNNNNNNN file here")
             name = found[-1][1]
         result = read(
-            args.dir, name, args.data, args.workers, args.ray_address, not args.trust_leaf_hashes
+            args.dir,
+            name,
+            args.data,
+            args.workers,
+            args.ray_address,
+            not args.trust_leaf_hashes,
+            trust_hashes=args.trust_hashes,
+            memory_budget=args.memory_budget,
+            in_memory=args.in_memory,
         )
         if not args.json:
             print(

@@ -326,7 +326,7 @@ class DataDir:
             return write
 
         tmp = self.begin_generation(table, generation)
-        paths = [tmp / _part_name(i) for i in range(len(parts))]
+        paths = [tmp / part_file_name(i) for i in range(len(parts))]
         if len(parts) == 1:
             part_writer(parts[0])(paths[0])
         else:
@@ -343,7 +343,7 @@ class DataDir:
         """Publishes one generation of tables written together by ``write``, which gets the
         path of one part per table (in the order of ``tables``; the Rust core's writers)."""
         tmps = [self.begin_generation(t, generation) for t in tables]
-        parts = [tmp / _part_name(0) for tmp in tmps]
+        parts = [tmp / part_file_name(0) for tmp in tmps]
         write(parts)
         for part in parts:
             _fsync_file(part)
@@ -429,7 +429,7 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _part_name(index: int) -> str:
+def part_file_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 

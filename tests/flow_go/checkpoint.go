@@ -187,6 +187,7 @@ func runRewriteCheckpoint(args []string) error {
 	file := fs.String("file", "", "checkpoint file name")
 	out := fs.String("out", "", "output directory")
 	name := fs.String("name", "", "output checkpoint name (default: the input name)")
+	version := fs.Int("version", 6, "6: StoreCheckpointV6Concurrently; 5: StoreCheckpointV5 (one file)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -206,7 +207,15 @@ func runRewriteCheckpoint(args []string) error {
 		return err
 	}
 	start = time.Now()
-	if err := wal.StoreCheckpointV6Concurrently(tries, *out, *name, zerolog.Nop()); err != nil {
+	switch *version {
+	case 6:
+		err = wal.StoreCheckpointV6Concurrently(tries, *out, *name, zerolog.Nop())
+	case 5:
+		err = wal.StoreCheckpointV5(*out, *name, zerolog.Nop(), tries...)
+	default:
+		err = fmt.Errorf("rewrite-checkpoint: --version must be 5 or 6")
+	}
+	if err != nil {
 		return err
 	}
 	return emit(rewriteResult{Tries: describe(tries, false), LoadSeconds: loaded, StoreSeconds: time.Since(start).Seconds()})

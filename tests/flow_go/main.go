@@ -6,7 +6,7 @@
 //	flowgo replay --wal DIR [--forest-capacity C] [--roots=false]
 //	flowgo checkpoint --wal DIR --out DIR [--name checkpoint.00000000] [--tries last|all]
 //	flowgo read-checkpoint --dir DIR --file NAME [--verify]
-//	flowgo rewrite-checkpoint --dir DIR --file NAME --out DIR [--name NAME]
+//	flowgo rewrite-checkpoint --dir DIR --file NAME --out DIR [--name NAME] [--version 5|6]
 //
 // Both print one JSON object on stdout; root hashes are lower-case hex.
 package main

@@ -2,7 +2,9 @@
 
 The Parquet tables are written by the Rust core (so this process never loads pyarrow), as a
 new generation; then RocksDB's registers (an SST file, path order) and the root history. A
-checkpoint read publishes through the same ``publish_forest``.
+checkpoint read in memory publishes through the same ``publish_forest``; a streamed one, whose
+Rust reader has already staged the ``registers`` and ``register_hashes`` parts, through
+``publish_staged_registers`` (same tables, same summary).
 """
 
 from __future__ import annotations
@@ -112,6 +114,67 @@ def publish_forest(
     if resumed_from is not None:
         # The checkpoint's tries are where the replayed updates start from (`rechain verify`).
         summary["resumed_from"] = resumed_from
+    data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
+    for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
+        data.remove_other_generations(t, generation)
+    return summary
+
+
+def publish_staged_registers(
+    data: DataDir,
+    generation: int,
+    staged: dict[str, Path],
+    root: str,
+    registers: int,
+    reg_size: int,
+    rows: int,
+    last_segment: int | None,
+    step_bytes: int = 1 << 20,
+) -> dict[str, Any]:
+    """Publishes a trie whose ``registers`` and ``register_hashes`` parts were staged (in
+    ``data.begin_generation`` folders of ``generation``, path order) by a streamed checkpoint
+    read: an empty update log, the staged tables, RocksDB's registers from them (never the
+    whole trie in memory, `step_bytes` of registers at a time) and the summary
+    ``publish_forest`` writes."""
+    from rechain.workers import _native
+
+    t0 = time.perf_counter()
+    empty = _native.FlowForest()
+    data.stage_parquet_files(
+        [fs.TRIE_UPDATES],
+        generation,
+        lambda parts: empty.write_trie_updates(
+            str(parts[0]),
+            tables.TRIE_UPDATES.row_group_rows,
+            tables.TRIE_UPDATES.row_group_bytes,
+            list(tables.TRIE_UPDATES.dictionary_columns),
+        ),
+    )
+    # Read back in Rust a row group at a time (pyarrow's reader and pool would hold more).
+    parts = [str(p) for p in sorted(staged[fs.REGISTERS].glob("*.parquet"))]
+    entries = _native.FlowStagedRegisterEntries(
+        parts, fs.REGISTER_VALUE_VERSION, REGISTER_SLICE_ROWS, step_bytes
+    )
+    sst = data.write_sst(layout.CF_FLOW_REGISTERS, entries)
+    release_unused_memory()
+    for table in (fs.REGISTERS, fs.REGISTER_HASHES):
+        data.publish_generation(table, generation, staged[table])
+    for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
+        data.reset_column_family(cf)
+    if sst is not None:
+        data.ingest_sst(layout.CF_FLOW_REGISTERS, sst)
+    summary = {
+        "root": root,
+        "updates_applied": 0,
+        "registers": registers,
+        "reg_size": reg_size,
+        "register_rows": rows,
+        "segments": 0,
+        "last_segment": last_segment,
+        "skipped": [],
+        "publish_s": time.perf_counter() - t0,
+    }
+    gen_key = fs.META_FLOW_GENERATION
     data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
     for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
         data.remove_other_generations(t, generation)

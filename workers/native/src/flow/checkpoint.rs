@@ -23,7 +23,7 @@
 //!
 //! Files are written as `writing-<name>-<pid>` and renamed into place when all of them are
 //! complete (header last); on any error the temporary files are removed.
-//! Versions 1, 3, 4 and 5 (which flow-go still reads) are refused with an error naming them.
+//! Versions 1, 3, 4 and 5 (one file, no parts) are read by [`load`] through `checkpoint_legacy`.
 
 use super::hash::{
     compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
@@ -42,16 +42,16 @@ pub const MAGIC_HEADER: u16 = 0x2137;
 pub const MAGIC_SUBTRIE: u16 = 0x2136;
 pub const MAGIC_TOPTRIE: u16 = 0x2135;
 pub const VERSION_V6: u16 = 6;
-/// Versions flow-go v0.33.1 reads but rechain does not.
-const OLDER_VERSIONS: [u16; 4] = [1, 3, 4, 5];
+/// Single-file versions flow-go v0.33.1 still reads (`checkpoint_legacy`).
+pub(super) const OLDER_VERSIONS: [u16; 4] = [1, 3, 4, 5];
 /// Depth at which v6 splits tries into part files.
 pub const SUBTRIE_LEVEL: usize = 4;
 pub const SUBTRIE_COUNT: usize = 1 << SUBTRIE_LEVEL;
 /// Index of the top-level part file (`.016`).
 pub const TOP_PART: usize = SUBTRIE_COUNT;
 pub const HEADER_LEN: u64 = 4 + 2 + 4 * (SUBTRIE_COUNT as u64 + 1) + 4;
-const INTERIOR_LEN: u64 = 1 + 2 + 32 + 8 + 8;
-const TRIE_RECORD_LEN: u64 = 8 + 8 + 8 + 32;
+pub(super) const INTERIOR_LEN: u64 = 1 + 2 + 32 + 8 + 8;
+pub(super) const TRIE_RECORD_LEN: u64 = 8 + 8 + 8 + 32;
 const NODE_LEAF: u8 = 0;
 const NODE_INTERIOR: u8 = 1;
 const IO_BUF: usize = 1 << 20;
@@ -67,7 +67,12 @@ pub struct CheckpointError {
 }
 
 impl CheckpointError {
-    fn new(file: &FsPath, offset: u64, kind: &'static str, message: impl Into<String>) -> Self {
+    pub(super) fn new(
+        file: &FsPath,
+        offset: u64,
+        kind: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         CheckpointError {
             file: file.display().to_string(),
             offset,
@@ -78,7 +83,7 @@ impl CheckpointError {
 
     /// A node whose stored hash is not what its contents hash to (`at`: the node's start; the
     /// hash follows its 3-byte header).
-    fn hash_mismatch(file: &FsPath, at: u64, stored: Hash, computed: Hash) -> Self {
+    pub(super) fn hash_mismatch(file: &FsPath, at: u64, stored: Hash, computed: Hash) -> Self {
         CheckpointError::new(
             file,
             at + 3,
@@ -91,7 +96,7 @@ impl CheckpointError {
         )
     }
 
-    fn io(file: &FsPath, offset: u64, e: &std::io::Error) -> Self {
+    pub(super) fn io(file: &FsPath, offset: u64, e: &std::io::Error) -> Self {
         let kind = if e.kind() == std::io::ErrorKind::NotFound {
             "missing_file"
         } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -115,7 +120,7 @@ impl fmt::Display for CheckpointError {
 
 impl std::error::Error for CheckpointError {}
 
-type CpResult<T> = Result<T, CheckpointError>;
+pub(super) type CpResult<T> = Result<T, CheckpointError>;
 
 /// `checkpoint.` + `%08d` (flow-go `NumberToFilename`).
 pub fn checkpoint_name(number: u64) -> String {
@@ -155,8 +160,8 @@ fn version_error(file: &FsPath, magic: u16, version: u16, want_magic: u16) -> Ch
             2,
             "unsupported_version",
             format!(
-                "checkpoint version {version} is not supported: rechain reads version 6 only \
-                 (rewrite it as v6 with flow-go's checkpoint tools)"
+                "checkpoint version {version} is one file without subtrie parts: it is read \
+                 whole (`load`), not part by part"
             ),
         );
     }
@@ -183,6 +188,28 @@ fn check_magic(file: &FsPath, head: &[u8], want_magic: u16) -> CpResult<()> {
         return Err(version_error(file, magic, version, want_magic));
     }
     Ok(())
+}
+
+/// The version of checkpoint `name` (its magic checked): 6, or a single-file version.
+pub fn checkpoint_version(dir: &FsPath, name: &str) -> CpResult<u16> {
+    let file = dir.join(name);
+    let mut head = Vec::with_capacity(4);
+    File::open(&file)
+        .and_then(|f| f.take(4).read_to_end(&mut head))
+        .map_err(|e| CheckpointError::io(&file, 0, &e))?;
+    if head.len() < 4 {
+        return Err(CheckpointError::new(
+            &file,
+            head.len() as u64,
+            "truncated",
+            "file shorter than its 4-byte magic and version",
+        ));
+    }
+    let magic = u16::from_be_bytes([head[0], head[1]]);
+    if magic != MAGIC_HEADER {
+        return Err(version_error(&file, magic, 0, MAGIC_HEADER));
+    }
+    Ok(u16::from_be_bytes([head[2], head[3]]))
 }
 
 /// Reads and validates the 78-byte main file (`readCheckpointHeader`).
@@ -246,17 +273,29 @@ pub fn read_header(dir: &FsPath, name: &str) -> CpResult<Header> {
 }
 
 /// Reads a part file sequentially, tracking the offset and the CRC-32C of what was read.
-struct PartReader {
-    file: PathBuf,
+pub(super) struct PartReader {
+    pub(super) file: PathBuf,
     inner: BufReader<File>,
-    offset: u64,
+    pub(super) offset: u64,
     /// End of the region holding records (start of the footer).
-    end: u64,
+    pub(super) end: u64,
     crc: u32,
 }
 
 impl PartReader {
-    fn bytes(&mut self, buf: &mut [u8], what: &str) -> CpResult<()> {
+    /// A reader of `f` (positioned at `offset`) up to `end`, its CRC starting from nothing:
+    /// the single-file versions checksum everything from byte 0.
+    pub(super) fn new(file: &FsPath, f: File, offset: u64, end: u64) -> Self {
+        PartReader {
+            file: file.to_path_buf(),
+            inner: BufReader::with_capacity(IO_BUF, f),
+            offset,
+            end,
+            crc: 0,
+        }
+    }
+
+    pub(super) fn bytes(&mut self, buf: &mut [u8], what: &str) -> CpResult<()> {
         if self.offset + buf.len() as u64 > self.end {
             return Err(CheckpointError::new(
                 &self.file,
@@ -277,32 +316,32 @@ impl PartReader {
         Ok(())
     }
 
-    fn u8(&mut self, what: &str) -> CpResult<u8> {
+    pub(super) fn u8(&mut self, what: &str) -> CpResult<u8> {
         let mut b = [0u8; 1];
         self.bytes(&mut b, what)?;
         Ok(b[0])
     }
-    fn u16(&mut self, what: &str) -> CpResult<u16> {
+    pub(super) fn u16(&mut self, what: &str) -> CpResult<u16> {
         let mut b = [0u8; 2];
         self.bytes(&mut b, what)?;
         Ok(u16::from_be_bytes(b))
     }
-    fn u32(&mut self, what: &str) -> CpResult<u32> {
+    pub(super) fn u32(&mut self, what: &str) -> CpResult<u32> {
         let mut b = [0u8; 4];
         self.bytes(&mut b, what)?;
         Ok(u32::from_be_bytes(b))
     }
-    fn u64(&mut self, what: &str) -> CpResult<u64> {
+    pub(super) fn u64(&mut self, what: &str) -> CpResult<u64> {
         let mut b = [0u8; 8];
         self.bytes(&mut b, what)?;
         Ok(u64::from_be_bytes(b))
     }
-    fn hash(&mut self, what: &str) -> CpResult<[u8; 32]> {
+    pub(super) fn hash(&mut self, what: &str) -> CpResult<[u8; 32]> {
         let mut b = [0u8; 32];
         self.bytes(&mut b, what)?;
         Ok(b)
     }
-    fn vec(&mut self, n: usize, what: &str) -> CpResult<Vec<u8>> {
+    pub(super) fn vec(&mut self, n: usize, what: &str) -> CpResult<Vec<u8>> {
         if self.offset + n as u64 > self.end {
             return Err(CheckpointError::new(
                 &self.file,
@@ -319,7 +358,7 @@ impl PartReader {
 
 /// One node record as stored, children as indices.
 #[derive(Debug)]
-enum RawNode {
+pub(super) enum RawNode {
     Leaf {
         height: u16,
         hash: Hash,
@@ -334,7 +373,7 @@ enum RawNode {
     },
 }
 
-fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
+pub(super) fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
     let at = r.offset;
     let typ = r.u8("node type")?;
     let height = r.u16("node height")?;
@@ -404,7 +443,7 @@ fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
 
 /// Opens a part: checks magic/version, reads the footer (`footer_len` bytes before the CRC),
 /// compares the trailing CRC with the header's, and positions the reader after the magic.
-fn open_part(
+pub(super) fn open_part(
     file: &FsPath,
     magic: u16,
     footer_len: u64,
@@ -459,7 +498,7 @@ fn open_part(
 
 /// After the records: the reader must sit exactly at the footer, whose bytes (already read)
 /// complete the CRC, which must equal the stored one.
-fn finish_part(r: &PartReader, footer: &[u8], stored: u32) -> CpResult<()> {
+pub(super) fn finish_part(r: &PartReader, footer: &[u8], stored: u32) -> CpResult<()> {
     if r.offset != r.end {
         return Err(CheckpointError::new(
             &r.file,
@@ -483,7 +522,7 @@ fn finish_part(r: &PartReader, footer: &[u8], stored: u32) -> CpResult<()> {
     Ok(())
 }
 
-fn check_count(file: &FsPath, at: u64, count: u64, room: u64) -> CpResult<()> {
+pub(super) fn check_count(file: &FsPath, at: u64, count: u64, room: u64) -> CpResult<()> {
     if count > room / INTERIOR_LEN {
         return Err(CheckpointError::new(
             file,
@@ -496,7 +535,12 @@ fn check_count(file: &FsPath, at: u64, count: u64, room: u64) -> CpResult<()> {
 }
 
 /// Recomputes a node's hash from its contents and its children's hashes.
-fn computed_hash(height: u16, node: &RawNode, left: Option<Hash>, right: Option<Hash>) -> Hash {
+pub(super) fn computed_hash(
+    height: u16,
+    node: &RawNode,
+    left: Option<Hash>,
+    right: Option<Hash>,
+) -> Hash {
     match node {
         RawNode::Leaf { path, payload, .. } => compact_value(path, &payload.value, height),
         RawNode::Interior { .. } => {
@@ -529,7 +573,7 @@ impl NodeTable<'_> {
     }
 }
 
-fn build_node(
+pub(super) fn build_node(
     file: &FsPath,
     at: u64,
     raw: RawNode,
@@ -727,7 +771,7 @@ fn read_subtrie_part(
 }
 
 /// Leaves whose hashes are recomputed together (bounds the queue, keeps SIMD groups full).
-const LEAF_BATCH: usize = 4096;
+pub(super) const LEAF_BATCH: usize = 4096;
 
 /// Recomputes the compact hashes of the queued leaves (`(offset, index in nodes)`) and
 /// compares them with the stored ones; empties the queue. Reports the first mismatch.
@@ -807,6 +851,10 @@ pub fn load(
     threads: usize,
     verify_subtrie_hashes: Verify,
 ) -> CpResult<Loaded> {
+    let version = checkpoint_version(dir, name)?;
+    if OLDER_VERSIONS.contains(&version) {
+        return super::checkpoint_legacy::load(&dir.join(name), version);
+    }
     let header = read_header(dir, name)?;
     for i in 0..=SUBTRIE_COUNT {
         let f = dir.join(part_name(name, i));
@@ -2347,15 +2395,19 @@ mod tests {
         std::fs::write(dir.join(&p0), &longer).unwrap();
         assert!(load(&dir, &name, 1, Verify::Full).is_err());
         std::fs::write(dir.join(&p0), &good).unwrap();
-        // Versions flow-go still reads are refused by name; unknown ones too.
+        // A v6 header relabelled as a single-file version is read as one and fails as one,
+        // naming the version; an unknown version is refused.
         let main = file(&dir, &name);
         for v in [1u16, 3, 4, 5, 7] {
             let mut bad = main.clone();
             bad[2..4].copy_from_slice(&v.to_be_bytes());
             std::fs::write(dir.join(&name), &bad).unwrap();
             let e = load(&dir, &name, 1, Verify::Full).unwrap_err();
-            assert_eq!((e.kind, e.offset), ("unsupported_version", 2));
+            assert!(e.file.ends_with(&name), "{e}");
             assert!(e.message.contains(&format!("version {v}")), "{e}");
+            if v == 7 {
+                assert_eq!((e.kind, e.offset), ("unsupported_version", 2));
+            }
         }
         std::fs::write(dir.join(&name), &main).unwrap();
         load(&dir, &name, 1, Verify::Full).unwrap();

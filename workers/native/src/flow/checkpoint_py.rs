@@ -2,21 +2,26 @@
 //! `flow::py::register`). File work runs with the GIL released.
 //!
 //! * `flow_checkpoint_verify_part(dir, name, index) -> dict` (one subtrie part, fully verified)
+//! * `flow_checkpoint_version(dir, name) -> int`
+//! * `flow_checkpoint_stream(dir, name, registers, hashes, ...) -> dict` (bounded memory)
 //! * `flow_checkpoint_load(dir, name, threads=None, verify_hashes=True, verify_leaves=True)
 //!   -> (FlowForest, dict)`
 //! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
 //! * `FlowCheckpointBuilder(dir, name, threads=None)`: `push(registers batch)`, `finish()`
 //! * `flow_register_values(batch) -> array`: RocksDB values of a `registers` batch
+//! * `FlowStagedRegisterEntries(files, version)`: `(keys, values)` of staged `registers` files
 //! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> dict`: the keccak floor
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
 use super::checkpoint::{
-    count_registers, load, verify_part, write_tries, CachedLeaf, CheckpointError, PartInfo,
-    RegisterCheckpointBuilder, Verify, WriteInfo,
+    checkpoint_version, count_registers, load, verify_part, write_tries, CachedLeaf,
+    CheckpointError, PartInfo, RegisterCheckpointBuilder, Verify, WriteInfo,
 };
+use super::checkpoint_stream::{stream, StreamOptions};
 use super::hash::{chain_throughput, Hash, Path};
 use super::py::FlowForest;
 use super::record::Payload;
+use crate::parquet_out::RowGroups;
 use crate::store::encode_register_value;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch};
@@ -106,6 +111,13 @@ fn flow_checkpoint_verify_part<'py>(
     part_dict(py, &info)
 }
 
+/// The version of checkpoint `name` in `dir` (6, or 1/3/4/5 for the single-file versions that
+/// `flow_checkpoint_load` reads whole); raises `FlowCheckpointError` on a bad magic.
+#[pyfunction]
+fn flow_checkpoint_version(py: Python<'_>, dir: PathBuf, name: String) -> PyResult<u16> {
+    checkpoint_version(&dir, &name).map_err(|e| cp_err(py, &e))
+}
+
 /// Loads checkpoint `name` from `dir` into a new `FlowForest` whose current root is the last
 /// trie's, the subtrie parts read and verified on `threads` threads. `verify_hashes=False`
 /// skips re-hashing the subtrie parts (when workers already ran `flow_checkpoint_verify_part`
@@ -167,6 +179,72 @@ fn flow_checkpoint_load<'py>(
         ));
     }
     Ok((FlowForest::from_tries(loaded.tries, threads), info))
+}
+
+/// Streams v6 checkpoint `name` of `dir` (one trie) into 16 `registers` and 16
+/// `register_hashes` files (one per subtrie part, path order) on `threads` threads, in memory
+/// bounded by `batch_bytes` per part: `verify` is `full`, `interior` (trust leaf hashes) or
+/// `none` (trust every stored hash). Returns `tries`, `parts`, `top_nodes`, `rows`,
+/// `registers`. Raises `FlowCheckpointError` (kind `shared_node`: several tries; read it with
+/// `flow_checkpoint_load`); the files are only valid if it returns.
+#[pyfunction]
+#[pyo3(signature = (dir, name, registers, hashes, threads=None, verify="full", row_group_rows=65_536, row_group_bytes=1 << 20, batch_bytes=1 << 20))]
+#[allow(clippy::too_many_arguments)]
+fn flow_checkpoint_stream<'py>(
+    py: Python<'py>,
+    dir: PathBuf,
+    name: String,
+    registers: Vec<PathBuf>,
+    hashes: Vec<PathBuf>,
+    threads: Option<usize>,
+    verify: &str,
+    row_group_rows: usize,
+    row_group_bytes: usize,
+    batch_bytes: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let verify = match verify {
+        "full" => Verify::Full,
+        "interior" => Verify::Interior,
+        "none" => Verify::None,
+        other => return Err(PyValueError::new_err(format!("verify={other:?}"))),
+    };
+    let opts = StreamOptions {
+        threads: threads_or_cores(threads),
+        verify,
+        registers,
+        hashes,
+        groups: RowGroups {
+            rows: row_group_rows,
+            bytes: row_group_bytes,
+        },
+        batch_bytes,
+    };
+    let info = py
+        .detach(|| stream(&dir, &name, &opts))
+        .map_err(|e| cp_err(py, &e))?;
+    let d = PyDict::new(py);
+    let tries = info
+        .tries
+        .iter()
+        .map(|(h, c, s)| {
+            let t = PyDict::new(py);
+            t.set_item("root", h.to_hex())?;
+            t.set_item("reg_count", c)?;
+            t.set_item("reg_size", s)?;
+            Ok(t)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    d.set_item("tries", tries)?;
+    let parts = info
+        .parts
+        .iter()
+        .map(|p| part_dict(py, p))
+        .collect::<PyResult<Vec<_>>>()?;
+    d.set_item("parts", parts)?;
+    d.set_item("top_nodes", info.top_nodes)?;
+    d.set_item("rows", info.rows)?;
+    d.set_item("registers", info.registers)?;
+    Ok(d)
 }
 
 /// Writes the tries of `forest` with these roots (default: its current root) as a v6
@@ -360,6 +438,130 @@ impl FlowCheckpointBuilder {
     }
 }
 
+/// `flow_registers` entries `(path, value)` of staged `registers` Parquet files, read in file
+/// order (path order), as `(keys, values)` lists of bytes of at most `batch_rows` entries and
+/// about `batch_bytes`: the input of an SST writer, read a few rows at a time (no pyarrow, no
+/// whole table in memory).
+#[pyclass(name = "FlowStagedRegisterEntries", module = "rechain.workers._native")]
+pub struct FlowStagedRegisterEntries {
+    files: std::collections::VecDeque<PathBuf>,
+    // Mutex: the reader is Send but not Sync, and a pyclass must be both.
+    reader: std::sync::Mutex<Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader>>,
+    batch_rows: usize,
+    batch_bytes: usize,
+    version: u8,
+}
+
+/// Rows the Parquet reader decodes at a time (the step is cut by bytes from these).
+const STAGED_READ_ROWS: usize = 64;
+
+impl FlowStagedRegisterEntries {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, String> {
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use parquet::arrow::ProjectionMask;
+        let mut reader = self.reader.lock().map_err(|e| e.to_string())?;
+        loop {
+            if let Some(r) = reader.as_mut() {
+                match r.next() {
+                    Some(b) => return b.map(Some).map_err(|e| e.to_string()),
+                    None => *reader = None,
+                }
+            }
+            let Some(path) = self.files.pop_front() else {
+                return Ok(None);
+            };
+            let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+            let file = std::fs::File::open(&path).map_err(|e| at(&e))?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| at(&e))?;
+            let schema = builder.parquet_schema();
+            let wanted: Vec<usize> = ["path", "encoded_key", "value"]
+                .iter()
+                .map(|n| {
+                    schema
+                        .columns()
+                        .iter()
+                        .position(|c| c.name() == *n)
+                        .ok_or_else(|| at(&format!("no column {n}")))
+                })
+                .collect::<Result<_, _>>()?;
+            let mask = ProjectionMask::leaves(schema, wanted);
+            *reader = Some(
+                builder
+                    .with_projection(mask)
+                    .with_batch_size(STAGED_READ_ROWS)
+                    .build()
+                    .map_err(|e| at(&e))?,
+            );
+        }
+    }
+}
+
+#[pymethods]
+impl FlowStagedRegisterEntries {
+    #[new]
+    #[pyo3(signature = (files, version, batch_rows=2048, batch_bytes=1 << 20))]
+    fn new(files: Vec<PathBuf>, version: u8, batch_rows: usize, batch_bytes: usize) -> Self {
+        FlowStagedRegisterEntries {
+            files: files.into(),
+            reader: std::sync::Mutex::new(None),
+            batch_rows: batch_rows.max(1),
+            batch_bytes: batch_bytes.max(1),
+            version,
+        }
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<
+        Option<(
+            Bound<'py, pyo3::types::PyList>,
+            Bound<'py, pyo3::types::PyList>,
+        )>,
+    > {
+        use pyo3::types::{PyBytes, PyList};
+        let (out_k, out_v) = (PyList::empty(py), PyList::empty(py));
+        let (mut rows, mut bytes) = (0usize, 0usize);
+        let mut buf = Vec::new();
+        while rows < self.batch_rows && bytes < self.batch_bytes {
+            let batch = match py.detach(|| self.next_batch()) {
+                Err(m) => return Err(PyValueError::new_err(m)),
+                Ok(None) => break,
+                Ok(Some(b)) => b,
+            };
+            let col = |n: &str| -> PyResult<Vec<Option<Vec<u8>>>> {
+                let c = column(&batch, n).map_err(PyValueError::new_err)?;
+                binary_values(c, n).map_err(PyValueError::new_err)
+            };
+            let (paths, keys, values) = (col("path")?, col("encoded_key")?, col("value")?);
+            for ((p, k), v) in paths.iter().zip(&keys).zip(&values) {
+                let p = p
+                    .as_deref()
+                    .ok_or_else(|| PyValueError::new_err("registers: null path"))?;
+                buf.clear();
+                encode_register_value(
+                    self.version,
+                    k.as_deref().unwrap_or_default(),
+                    v.as_deref().unwrap_or_default(),
+                    &mut buf,
+                );
+                out_k.append(PyBytes::new(py, p))?;
+                out_v.append(PyBytes::new(py, &buf))?;
+                rows += 1;
+                bytes += p.len() + buf.len();
+            }
+        }
+        if rows == 0 {
+            return Ok(None);
+        }
+        Ok(Some((out_k, out_v)))
+    }
+}
+
 /// RocksDB values of a `registers` batch: `version u8 | key length u32 BE | encoded key |
 /// value` (the `flow_registers` layout of `schemas/flow.py`), one per row.
 #[pyfunction]
@@ -460,9 +662,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_register_split, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_verify_part, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_load, m)?)?;
+    m.add_function(wrap_pyfunction!(flow_checkpoint_version, m)?)?;
+    m.add_function(wrap_pyfunction!(flow_checkpoint_stream, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;
     m.add_function(wrap_pyfunction!(flow_register_values, m)?)?;
     m.add_class::<FlowCheckpointBuilder>()?;
+    m.add_class::<FlowStagedRegisterEntries>()?;
     m.add(
         "FlowCheckpointError",
         m.py().get_type::<FlowCheckpointError>(),

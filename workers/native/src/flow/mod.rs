@@ -13,6 +13,8 @@
 //! | `gen`      | deterministic WAL generator (same workload as `tests/flow_go`)       | —    |
 //! | `batches`  | Arrow record batches for the `trie_updates` and `registers` tables   | —    |
 //! | `checkpoint` | v6 checkpoint files: verified reads, flow-go-identical writes      | §5   |
+//! | `checkpoint_legacy` | v1/v3/v4/v5 single-file checkpoints, read into tries      | §5   |
+//! | `checkpoint_stream` | v6 read in bounded memory, registers streamed to Parquet  | §5   |
 //! | `replay`   | the replay state: forest, current root, update log, its publication  | —    |
 //! | `py`       | PyO3 wrappers                                                        | —    |
 //!
@@ -21,7 +23,9 @@
 
 pub mod batches;
 pub mod checkpoint;
+pub mod checkpoint_legacy;
 pub mod checkpoint_py;
+pub mod checkpoint_stream;
 pub mod gen;
 pub mod hash;
 pub mod keccak;

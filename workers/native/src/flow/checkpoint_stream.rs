@@ -1,0 +1,757 @@
+//! Streaming read of a v6 checkpoint (spec §5): every node hash recomputed and the last trie's
+//! registers written to `registers` / `register_hashes` Parquet files while the parts are
+//! read, in memory bounded by the trie depth and one output batch per part, whatever the
+//! checkpoint's size.
+//!
+//! flow-go writes each subtrie part children first: a depth-first, left-then-right,
+//! post-order walk of one subtrie per trie (`storeUniqueNodes`). For a single trie every
+//! interior node's children are therefore the subtrees completed just before it (the right
+//! one last), so a stack of pending `(index, hash, height)` — at most one entry per level —
+//! is all the state the hashes need, and the leaves arrive in path order. The top part
+//! (`.016`, a few nodes per trie) is read first, so its references into the parts are known,
+//! and resolved last from the parts' roots. A checkpoint of several tries (which share nodes:
+//! a later trie's nodes reference earlier ones anywhere in the part) is refused with kind
+//! `shared_node` before any part is read; the caller reads those with
+//! [`super::checkpoint::load`]. In a one-trie checkpoint a node referencing anything but the
+//! subtrees just before it is damage.
+//!
+//! Nothing here decides what is published: the files are written where the caller says (a
+//! staging folder) and are only meaningful if this returns `Ok` (every CRC, node and root
+//! checked).
+
+use super::batches::{leaf_hashes_batch, leaf_hashes_schema, registers_batch, registers_schema};
+use super::checkpoint::{
+    checkpoint_version, computed_hash, finish_part, open_part, part_name, read_header, read_node,
+    CheckpointError, CpResult, PartInfo, RawNode, Verify, LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE,
+    SUBTRIE_COUNT, SUBTRIE_LEVEL, TOP_PART, TRIE_RECORD_LEN, VERSION_V6,
+};
+use super::hash::{
+    compact_values, default_hash, empty_root, hash_inter, Hash, LeafJob, MAX_HEIGHT,
+};
+use super::mtrie::{Node, Register};
+use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
+use std::collections::HashMap;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Pending subtrees a single trie's walk can leave on the stack: one per level below the
+/// subtrie root, and the root.
+const MAX_PENDING: usize = MAX_HEIGHT as usize + 2;
+
+/// The offset of a buffered leaf that is not this part's (its hash is checked elsewhere).
+const CHECKED_ELSEWHERE: u64 = u64::MAX;
+
+/// Where and how to stream.
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    pub threads: usize,
+    /// Hashes to recompute: `Full` (default), `Interior` (trust leaf hashes), `None` (trust
+    /// every stored hash, as flow-go does; structure, CRCs and order still checked).
+    pub verify: Verify,
+    /// One `registers` and one `register_hashes` file per subtrie part (16 each, path order).
+    pub registers: Vec<PathBuf>,
+    pub hashes: Vec<PathBuf>,
+    pub groups: RowGroups,
+    /// Bytes of register payloads a part buffers before writing them out.
+    pub batch_bytes: usize,
+}
+
+/// What a streamed read found.
+#[derive(Debug, Clone, Default)]
+pub struct StreamInfo {
+    /// `(root, reg_count, reg_size)` per trie record.
+    pub tries: Vec<(Hash, u64, u64)>,
+    pub parts: Vec<PartInfo>,
+    pub top_nodes: u64,
+    /// Rows written to each table, and how many of them hold a value.
+    pub rows: u64,
+    pub registers: u64,
+}
+
+/// A completed subtree waiting for its parent.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    index: u64,
+    hash: Hash,
+    height: u16,
+}
+
+/// A top-part node as stored (children as global indices).
+struct TopNode {
+    at: u64,
+    raw: RawNode,
+}
+
+struct TrieRecord {
+    at: u64,
+    root_index: u64,
+    reg_count: u64,
+    reg_size: u64,
+    root_hash: Hash,
+}
+
+/// The top part, read before the parts; its nodes are resolved after them.
+struct Top {
+    file: PathBuf,
+    nodes: Vec<TopNode>,
+    tries: Vec<TrieRecord>,
+}
+
+fn read_top_raw(dir: &FsPath, name: &str, expected_crc: u32, total: u64) -> CpResult<Top> {
+    let file = dir.join(part_name(name, TOP_PART));
+    let (mut r, footer) = open_part(&file, MAGIC_TOPTRIE, 10, expected_crc)?;
+    let top_count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
+    let trie_count = u16::from_be_bytes([footer[8], footer[9]]) as u64;
+    let stored_total = r.u64("subtrie node count")?;
+    if stored_total != total {
+        return Err(CheckpointError::new(
+            &file,
+            4,
+            "bad_count",
+            format!(
+                "mismatch subtrie node count: top part says {stored_total}, parts hold {total}"
+            ),
+        ));
+    }
+    let room = r.end.saturating_sub(r.offset);
+    if trie_count * TRIE_RECORD_LEN > room {
+        return Err(CheckpointError::new(
+            &file,
+            r.end,
+            "bad_count",
+            format!("{trie_count} trie records cannot fit in {room} bytes"),
+        ));
+    }
+    super::checkpoint::check_count(&file, r.end, top_count, room - trie_count * TRIE_RECORD_LEN)?;
+    let mut nodes = Vec::with_capacity(top_count as usize);
+    for j in 1..=top_count {
+        let (at, raw) = read_node(&mut r)?;
+        if let RawNode::Interior { left, right, .. } = &raw {
+            for c in [*left, *right] {
+                if c >= total + j {
+                    return Err(CheckpointError::new(
+                        &file,
+                        at + 35,
+                        "bad_child_index",
+                        format!(
+                            "node {} has child index {c}: does not satisfy descendants-first order",
+                            total + j
+                        ),
+                    ));
+                }
+            }
+        }
+        nodes.push(TopNode { at, raw });
+    }
+    let mut tries = Vec::with_capacity(trie_count as usize);
+    for _ in 0..trie_count {
+        let at = r.offset;
+        tries.push(TrieRecord {
+            at,
+            root_index: r.u64("trie root index")?,
+            reg_count: r.u64("trie register count")?,
+            reg_size: r.u64("trie register size")?,
+            root_hash: Hash(r.hash("trie root hash")?),
+        });
+    }
+    finish_part(&r, &footer, expected_crc)?;
+    Ok(Top { file, nodes, tries })
+}
+
+/// Where the last trie's registers come from at each of the 16 subtrie positions: the local
+/// root index of a part's subtrie, or a leaf of the top part covering that position (written
+/// into the first position's file, so the files stay in path order).
+#[derive(Default, Clone)]
+struct Slot {
+    part_root: Option<u64>,
+    top_leaf: Option<usize>,
+}
+
+/// Walks the last trie's top levels: which part node or top leaf sits at each position.
+fn last_trie_slots(top: &Top, starts: &[u64], total: u64) -> CpResult<Vec<Slot>> {
+    let mut slots = vec![Slot::default(); SUBTRIE_COUNT];
+    let Some(rec) = top.tries.last() else {
+        return Ok(slots);
+    };
+    // (global index, level, position at that level)
+    let mut todo = vec![(rec.root_index, 0usize, 0usize, rec.at)];
+    while let Some((g, level, pos, at)) = todo.pop() {
+        if g == 0 {
+            continue;
+        }
+        if g <= total {
+            if level != SUBTRIE_LEVEL {
+                return Err(CheckpointError::new(
+                    &top.file,
+                    at,
+                    "bad_child_index",
+                    format!("subtrie node {g} referenced at level {level}, not {SUBTRIE_LEVEL}"),
+                ));
+            }
+            let (lo, hi) = (starts[pos], starts[pos + 1]);
+            if g < lo || g >= hi {
+                return Err(CheckpointError::new(
+                    &top.file,
+                    at,
+                    "bad_child_index",
+                    format!("node {g} at subtrie position {pos} is not in part {pos}"),
+                ));
+            }
+            slots[pos].part_root = Some(g - lo + 1);
+            continue;
+        }
+        let j = (g - total - 1) as usize;
+        let node = top.nodes.get(j).ok_or_else(|| {
+            CheckpointError::new(
+                &top.file,
+                at,
+                "bad_child_index",
+                format!("node index {g} is not a stored node"),
+            )
+        })?;
+        match &node.raw {
+            RawNode::Leaf { .. } => {
+                slots[pos << (SUBTRIE_LEVEL - level)].top_leaf = Some(j);
+            }
+            RawNode::Interior { left, right, .. } => {
+                if level >= SUBTRIE_LEVEL {
+                    return Err(CheckpointError::new(
+                        &top.file,
+                        node.at,
+                        "bad_node",
+                        format!("top-part interior node {g} below level {SUBTRIE_LEVEL}"),
+                    ));
+                }
+                todo.push((*left, level + 1, 2 * pos, node.at + 35));
+                todo.push((*right, level + 1, 2 * pos + 1, node.at + 43));
+            }
+        }
+    }
+    Ok(slots)
+}
+
+/// Output of one part: leaves buffered, then checked (hash chains on SIMD lanes) and written.
+struct PartOut {
+    file: PathBuf,
+    tables: AlignedTables,
+    batch: Vec<(u64, Arc<Node>)>,
+    bytes: usize,
+    check_leaves: bool,
+    rows: u64,
+    registers: u64,
+    permutations: u64,
+}
+
+impl PartOut {
+    fn push(&mut self, at: u64, leaf: Arc<Node>, limit: usize) -> CpResult<()> {
+        if let Node::Leaf { reg, .. } = &*leaf {
+            self.bytes += reg.payload.key.len() + reg.payload.value.len() + 100;
+        }
+        self.batch.push((at, leaf));
+        if self.batch.len() >= LEAF_BATCH || self.bytes >= limit {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Checks the buffered leaves' stored hashes (first mismatch in file order), then writes
+    /// them.
+    fn flush(&mut self) -> CpResult<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        if self.check_leaves {
+            let jobs: Vec<LeafJob> = self
+                .batch
+                .iter()
+                .filter_map(|(_, n)| match &**n {
+                    Node::Leaf { height, reg, .. } => {
+                        self.permutations += super::hash::compact_value_permutations(
+                            reg.payload.value.len(),
+                            *height,
+                        );
+                        Some(LeafJob {
+                            path: &reg.path,
+                            value: &reg.payload.value,
+                            height: *height,
+                        })
+                    }
+                    Node::Interior { .. } => None,
+                })
+                .collect();
+            for ((at, n), computed) in self.batch.iter().zip(compact_values(&jobs)) {
+                // A top-part leaf is checked with the top part.
+                if computed != n.hash() && *at != CHECKED_ELSEWHERE {
+                    return Err(CheckpointError::hash_mismatch(
+                        &self.file,
+                        *at,
+                        n.hash(),
+                        computed,
+                    ));
+                }
+            }
+        }
+        let leaves: Vec<Arc<Node>> = self.batch.drain(..).map(|(_, n)| n).collect();
+        let regs: Vec<&Arc<Register>> = leaves.iter().filter_map(|l| l.register()).collect();
+        self.registers += regs.iter().filter(|r| !r.payload.value.is_empty()).count() as u64;
+        self.rows += leaves.len() as u64;
+        self.tables
+            .write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])
+            .map_err(|m| CheckpointError::new(&self.file, 0, "io", m))?;
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+fn leaf_node(raw: RawNode) -> Arc<Node> {
+    match raw {
+        RawNode::Leaf {
+            height,
+            hash,
+            path,
+            payload,
+        } => Arc::new(Node::Leaf {
+            height,
+            reg: Register::new(path, payload),
+            hash,
+        }),
+        RawNode::Interior { .. } => unreachable!("only leaves are written out"),
+    }
+}
+
+/// What one part's stream leaves for the top part: its subtrie root.
+struct PartDone {
+    info: PartInfo,
+    root: Option<Pending>,
+    rows: u64,
+    registers: u64,
+}
+
+/// Streams subtrie part `index`: hashes with the pending stack, leaves out through `out`.
+fn stream_part(
+    dir: &FsPath,
+    name: &str,
+    index: usize,
+    expected_crc: u32,
+    opts: &StreamOptions,
+    top_leaf: Option<Arc<Node>>,
+    stop: &AtomicBool,
+) -> CpResult<PartDone> {
+    let file = dir.join(part_name(name, index));
+    let (mut r, footer) = open_part(&file, MAGIC_SUBTRIE, 8, expected_crc)?;
+    let count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
+    super::checkpoint::check_count(&file, r.end, count, r.end - 4)?;
+    let io = |m: String| CheckpointError::new(&file, 0, "io", m);
+    let tables = vec![
+        TableWriter::create(&opts.registers[index], registers_schema(), &[]).map_err(io)?,
+        TableWriter::create(&opts.hashes[index], leaf_hashes_schema(), &[]).map_err(io)?,
+    ];
+    let mut out = PartOut {
+        file: file.clone(),
+        tables: AlignedTables::new(tables, opts.groups),
+        batch: Vec::new(),
+        bytes: 0,
+        check_leaves: opts.verify == Verify::Full,
+        rows: 0,
+        registers: 0,
+        permutations: 0,
+    };
+    let limit = opts.batch_bytes.max(1);
+    let check_interior = opts.verify != Verify::None;
+    let mut stack: Vec<Pending> = Vec::with_capacity(MAX_PENDING);
+    let (mut leaves, mut interior_perms) = (0u64, 0u64);
+    let mut walk = |out: &mut PartOut| -> CpResult<()> {
+        for i in 1..=count {
+            if i % 65_536 == 0 && stop.load(Ordering::Relaxed) {
+                return Err(CheckpointError::new(
+                    &file,
+                    r.offset,
+                    "cancelled",
+                    "another part failed",
+                ));
+            }
+            let (at, raw) = read_node(&mut r)?;
+            let (height, stored) = match &raw {
+                RawNode::Leaf { height, hash, .. } | RawNode::Interior { height, hash, .. } => {
+                    (*height, *hash)
+                }
+            };
+            if height > MAX_HEIGHT {
+                return Err(CheckpointError::new(
+                    &file,
+                    at + 1,
+                    "bad_height",
+                    format!("node height {height} > {MAX_HEIGHT}"),
+                ));
+            }
+            if let RawNode::Interior { left, right, .. } = raw {
+                let mut child = |c: u64, field: u64| -> CpResult<Option<Pending>> {
+                    if c == 0 {
+                        return Ok(None);
+                    }
+                    if c >= i {
+                        return Err(CheckpointError::new(
+                            &file,
+                            at + field,
+                            "bad_child_index",
+                            format!(
+                                "node {i} has child index {c}: does not satisfy descendants-first order"
+                            ),
+                        ));
+                    }
+                    match stack.last() {
+                        Some(p) if p.index == c => Ok(stack.pop()),
+                        // One trie shares no nodes: anything else is damage.
+                        _ => Err(CheckpointError::new(
+                            &file,
+                            at + field,
+                            "bad_child_index",
+                            format!(
+                                "node {i} has child {c}, not the subtree completed just before it"
+                            ),
+                        )),
+                    }
+                };
+                // The right subtree was completed last.
+                let rc = child(right, 43)?;
+                let lc = child(left, 35)?;
+                if lc.is_none() && rc.is_none() {
+                    return Err(CheckpointError::new(
+                        &file,
+                        at,
+                        "bad_node",
+                        "interior node without children",
+                    ));
+                }
+                for c in [lc, rc].into_iter().flatten() {
+                    if c.height + 1 != height {
+                        return Err(CheckpointError::new(
+                            &file,
+                            at + 1,
+                            "bad_height",
+                            format!("node of height {height} has a child of height {}", c.height),
+                        ));
+                    }
+                }
+                if check_interior {
+                    interior_perms += 1;
+                    let d = default_hash(height - 1);
+                    let computed = hash_inter(&lc.map_or(d, |c| c.hash), &rc.map_or(d, |c| c.hash));
+                    if computed != stored {
+                        // Leaves before this node are reported first.
+                        out.flush()?;
+                        return Err(CheckpointError::hash_mismatch(&file, at, stored, computed));
+                    }
+                }
+            } else {
+                leaves += 1;
+                out.push(at, leaf_node(raw), limit)?;
+            }
+            stack.push(Pending {
+                index: i,
+                hash: stored,
+                height,
+            });
+            if stack.len() > MAX_PENDING {
+                return Err(CheckpointError::new(
+                    &file,
+                    at,
+                    "unreferenced_node",
+                    format!("more than {MAX_PENDING} nodes read without a parent"),
+                ));
+            }
+        }
+        Ok(())
+    };
+    if let Some(leaf) = top_leaf {
+        // The part is empty for this trie: the top leaf's register is its position's row.
+        out.push(CHECKED_ELSEWHERE, leaf, limit)?;
+    }
+    walk(&mut out)?;
+    out.flush()?;
+    finish_part(&r, &footer, expected_crc)?;
+    if stack.len() > 1 {
+        return Err(CheckpointError::new(
+            &file,
+            r.end,
+            "unreferenced_node",
+            format!(
+                "{} subtrees end the part without a parent (one expected)",
+                stack.len()
+            ),
+        ));
+    }
+    let tables_rows = out
+        .tables
+        .finish()
+        .map_err(|m| CheckpointError::new(&file, 0, "io", m))?;
+    debug_assert_eq!(tables_rows, out.rows);
+    Ok(PartDone {
+        info: PartInfo {
+            index,
+            nodes: count,
+            leaves,
+            bytes: r.end + 12,
+            permutations: out.permutations + interior_perms,
+        },
+        root: stack.pop(),
+        rows: out.rows,
+        registers: out.registers,
+    })
+}
+
+/// Resolves the top nodes from the parts' roots (hashes recomputed as `verify` says) and
+/// checks every trie record.
+fn resolve_top(
+    top: &Top,
+    roots: &HashMap<u64, Pending>,
+    total: u64,
+    verify: Verify,
+) -> CpResult<Vec<(Hash, u64, u64)>> {
+    let mut resolved: Vec<Pending> = Vec::with_capacity(top.nodes.len());
+    let get = |resolved: &Vec<Pending>, g: u64, at: u64| -> CpResult<Option<Pending>> {
+        if g == 0 {
+            return Ok(None);
+        }
+        let found = if g <= total {
+            roots.get(&g).copied()
+        } else {
+            resolved.get((g - total - 1) as usize).copied()
+        };
+        found.map(Some).ok_or_else(|| {
+            CheckpointError::new(
+                &top.file,
+                at,
+                "bad_child_index",
+                format!("node index {g} is not a subtrie root or an earlier top node"),
+            )
+        })
+    };
+    for (j, n) in top.nodes.iter().enumerate() {
+        let g = total + 1 + j as u64;
+        let (height, stored) = match &n.raw {
+            RawNode::Leaf { height, hash, .. } | RawNode::Interior { height, hash, .. } => {
+                (*height, *hash)
+            }
+        };
+        if height > MAX_HEIGHT || height == 0 && matches!(n.raw, RawNode::Interior { .. }) {
+            return Err(CheckpointError::new(
+                &top.file,
+                n.at + 1,
+                "bad_height",
+                format!("node height {height}"),
+            ));
+        }
+        let check = !matches!(
+            (&n.raw, verify),
+            (_, Verify::None) | (RawNode::Leaf { .. }, Verify::Interior)
+        );
+        let (l, r) = match &n.raw {
+            RawNode::Interior { left, right, .. } => {
+                let (l, r) = (
+                    get(&resolved, *left, n.at + 35)?,
+                    get(&resolved, *right, n.at + 43)?,
+                );
+                if l.is_none() && r.is_none() {
+                    return Err(CheckpointError::new(
+                        &top.file,
+                        n.at,
+                        "bad_node",
+                        "interior node without children",
+                    ));
+                }
+                for c in [l, r].into_iter().flatten() {
+                    if c.height + 1 != height {
+                        return Err(CheckpointError::new(
+                            &top.file,
+                            n.at + 1,
+                            "bad_height",
+                            format!("node of height {height} has a child of height {}", c.height),
+                        ));
+                    }
+                }
+                (l.map(|c| c.hash), r.map(|c| c.hash))
+            }
+            RawNode::Leaf { .. } => (None, None),
+        };
+        if check {
+            let computed = computed_hash(height, &n.raw, l, r);
+            if computed != stored {
+                return Err(CheckpointError::hash_mismatch(
+                    &top.file, n.at, stored, computed,
+                ));
+            }
+        }
+        resolved.push(Pending {
+            index: g,
+            hash: stored,
+            height,
+        });
+    }
+    let mut tries = Vec::with_capacity(top.tries.len());
+    for t in &top.tries {
+        let root = get(&resolved, t.root_index, t.at)?;
+        let actual = root.map_or_else(empty_root, |p| p.hash);
+        if actual != t.root_hash {
+            return Err(CheckpointError::new(
+                &top.file,
+                t.at + 24,
+                "root_mismatch",
+                format!(
+                    "trie record root hash {} but its root node hashes to {}",
+                    t.root_hash.to_hex(),
+                    actual.to_hex()
+                ),
+            ));
+        }
+        if let Some(p) = root.filter(|p| p.height != MAX_HEIGHT) {
+            return Err(CheckpointError::new(
+                &top.file,
+                t.at,
+                "bad_height",
+                format!("trie root node has height {}, expected 256", p.height),
+            ));
+        }
+        tries.push((t.root_hash, t.reg_count, t.reg_size));
+    }
+    Ok(tries)
+}
+
+/// Streams checkpoint `name` of `dir` (v6, one trie; see the module docs) into the files of
+/// `opts`, on `opts.threads` threads.
+pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<StreamInfo> {
+    let version = checkpoint_version(dir, name)?;
+    if version != VERSION_V6 {
+        return Err(CheckpointError::new(
+            &dir.join(name),
+            2,
+            "unsupported_version",
+            format!("version {version} has no subtrie parts to stream: read it in memory"),
+        ));
+    }
+    if opts.registers.len() != SUBTRIE_COUNT || opts.hashes.len() != SUBTRIE_COUNT {
+        return Err(CheckpointError::new(
+            &dir.join(name),
+            0,
+            "config",
+            "one output file per subtrie part expected",
+        ));
+    }
+    let header = read_header(dir, name)?;
+    // Each part's node count (footer; its CRC against the header's), for the global indices.
+    let mut starts = Vec::with_capacity(SUBTRIE_COUNT + 1);
+    let mut total = 0u64;
+    for i in 0..SUBTRIE_COUNT {
+        let f = dir.join(part_name(name, i));
+        let (r, footer) = open_part(&f, MAGIC_SUBTRIE, 8, header.part_crcs[i])?;
+        let count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
+        super::checkpoint::check_count(&f, r.end, count, r.end - 4)?;
+        starts.push(total + 1);
+        total += count;
+    }
+    starts.push(total + 1);
+    let top = read_top_raw(dir, name, header.part_crcs[TOP_PART], total)?;
+    if top.tries.len() > 1 {
+        return Err(CheckpointError::new(
+            &top.file,
+            top.tries[0].at,
+            "shared_node",
+            format!(
+                "{} tries (they share nodes): read it in memory",
+                top.tries.len()
+            ),
+        ));
+    }
+    let slots = last_trie_slots(&top, &starts, total)?;
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let results: Mutex<Vec<Option<CpResult<PartDone>>>> =
+        Mutex::new((0..SUBTRIE_COUNT).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..opts.threads.clamp(1, SUBTRIE_COUNT) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= SUBTRIE_COUNT {
+                    break;
+                }
+                let top_leaf = slots[i].top_leaf.map(|j| {
+                    let n = &top.nodes[j];
+                    let leaf = match &n.raw {
+                        RawNode::Leaf {
+                            height,
+                            hash,
+                            path,
+                            payload,
+                        } => Arc::new(Node::Leaf {
+                            height: *height,
+                            reg: Register::new(*path, payload.clone()),
+                            hash: *hash,
+                        }),
+                        RawNode::Interior { .. } => unreachable!("slots hold leaves"),
+                    };
+                    leaf
+                });
+                let r = stream_part(dir, name, i, header.part_crcs[i], opts, top_leaf, &stop);
+                if r.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                results.lock().expect("results lock")[i] = Some(r);
+            });
+        }
+    });
+    let mut info = StreamInfo::default();
+    let mut roots = HashMap::new();
+    let mut first_err: Option<CheckpointError> = None;
+    for (i, r) in results
+        .into_inner()
+        .expect("results lock")
+        .into_iter()
+        .enumerate()
+    {
+        match r.expect("every part was streamed") {
+            Ok(done) => {
+                if let Some(p) = done.root {
+                    roots.insert(starts[i] + p.index - 1, p);
+                }
+                if let (Some(want), got) = (slots[i].part_root, done.root.map(|p| p.index)) {
+                    if got != Some(want) {
+                        return Err(CheckpointError::new(
+                            &top.file,
+                            0,
+                            "bad_child_index",
+                            format!(
+                                "the trie's subtrie {i} is node {want} of its part, not its root"
+                            ),
+                        ));
+                    }
+                }
+                info.rows += done.rows;
+                info.registers += done.registers;
+                info.parts.push(done.info);
+            }
+            // A part stopped because another failed says nothing of its own.
+            Err(e) if e.kind == "cancelled" => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    // Every part root must hang under the trie (a single trie has no other use for it).
+    for (i, slot) in slots.iter().enumerate() {
+        if slot.part_root.is_none() && info.parts[i].nodes > 0 {
+            return Err(CheckpointError::new(
+                &dir.join(part_name(name, i)),
+                0,
+                "unreferenced_node",
+                "part holds nodes the trie does not reference",
+            ));
+        }
+    }
+    info.tries = resolve_top(&top, &roots, total, opts.verify)?;
+    info.top_nodes = top.nodes.len() as u64;
+    Ok(info)
+}
