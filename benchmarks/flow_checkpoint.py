@@ -6,7 +6,9 @@ flow-go replays it and writes checkpoint C with its own writer. On C:
 * read: `rechain flow checkpoint read` (parts verified on `--workers` threads with every node
   hash recomputed, tries assembled, registers published to RocksDB + Parquet) vs flow-go's
   `LoadCheckpoint` (which trusts the stored hashes and publishes nothing);
-* read again with `--trust-leaf-hashes` (interior hashes and roots still recomputed);
+* read again with `--trust-leaf-hashes` (interior hashes and roots still recomputed), with
+  `--trust-hashes` (every stored hash taken, as flow-go does), with `--in-memory` (the whole
+  forest loaded first), and streamed within `--memory-budget` of a tenth of the checkpoint;
 * write: `rechain flow checkpoint write` (streams the data folder's registers with the leaf
   hashes the read published in `register_hashes`, checks each by `HashLeaf`, recomputes the
   interior hashes and the root) vs flow-go's `StoreCheckpointV6Concurrently` of the tries it
@@ -115,6 +117,28 @@ def main() -> None:
              "--trust-leaf-hashes", "--json"]
         )  # fmt: skip
         trusting = json.loads(ours_t.stdout)
+        # Like for like with flow-go (every stored hash trusted), streamed.
+        ours_th, ours_th_rss, _ = run_measured(
+            [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
+             "--data", str(work / "data_trust_all"), "--workers", str(args.workers),
+             "--trust-hashes", "--json"]
+        )  # fmt: skip
+        trust_all = json.loads(ours_th.stdout)
+        # The whole forest loaded first (the replay's loader), then published.
+        ours_m, ours_m_rss, _ = run_measured(
+            [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
+             "--data", str(work / "data_memory"), "--workers", str(args.workers),
+             "--in-memory", "--json"]
+        )  # fmt: skip
+        in_memory = json.loads(ours_m.stdout)
+        # Streamed within a budget of a tenth of the checkpoint.
+        budget = max(16 << 20, (cp_bytes // 10) >> 20 << 20)
+        ours_b, ours_b_rss, _ = run_measured(
+            [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
+             "--data", str(work / "data_budget"), "--workers", str(args.workers),
+             "--memory-budget", str(budget), "--json"]
+        )  # fmt: skip
+        bounded = json.loads(ours_b.stdout)
         go_r, go_r_rss, go_r_wall = run_measured(
             [str(flowgo), "read-checkpoint", "--dir", str(cp), "--file", NAME]
         )
@@ -180,6 +204,11 @@ def main() -> None:
             },
             "same_root_and_registers": {
                 "rechain_read": mine["root"] == root and mine["reg_count"] == regs,
+                "rechain_read_in_memory": in_memory["root"] == root
+                and in_memory["reg_count"] == regs,
+                "rechain_read_trust_hashes": trust_all["root"] == root
+                and trust_all["reg_count"] == regs,
+                "rechain_read_at_budget": bounded["root"] == root and bounded["reg_count"] == regs,
                 "rechain_write": wrote["root"] == root and wrote["reg_count"] == regs,
                 "rechain_write_without_register_hashes": wrote_nocache["root"] == root
                 and wrote_nocache["reg_count"] == regs,
@@ -207,6 +236,27 @@ def main() -> None:
                     "rechain_ray_tree": round(ours_r_rss.peak_tree / 2**20),
                     "flowgo": round(go_r_rss.peak_root / 2**20),
                 },
+            },
+            "read_modes": {
+                "streaming_s": round(mine["total_s"], 3),
+                "streaming_mode": mine.get("mode"),
+                "in_memory_s": round(in_memory["total_s"], 3),
+                "trust_hashes_s": round(trust_all["total_s"], 3),
+                "budget_tenth_of_checkpoint_bytes": budget,
+                "streaming_at_budget_s": round(bounded["total_s"], 3),
+                "flowgo_s": round(go_read_s, 3),
+                "trust_hashes_speedup_vs_flowgo": round(go_read_s / trust_all["total_s"], 3),
+                "streaming_at_budget_vs_flowgo": round(go_read_s / bounded["total_s"], 3),
+                "peak_rss_mib": {
+                    "streaming": round(ours_r_rss.peak_root / 2**20),
+                    "in_memory": round(ours_m_rss.peak_root / 2**20),
+                    "trust_hashes": round(ours_th_rss.peak_root / 2**20),
+                    "streaming_at_budget": round(ours_b_rss.peak_root / 2**20),
+                    "flowgo": round(go_r_rss.peak_root / 2**20),
+                },
+                "flowgo_rss_over_streaming_at_budget": round(
+                    go_r_rss.peak_root / ours_b_rss.peak_root, 2
+                ),
             },
             "keccak_floor": {
                 "backend": best_rate["backend"],

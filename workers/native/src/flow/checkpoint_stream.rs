@@ -105,6 +105,10 @@ fn read_top_raw(dir: &FsPath, name: &str, expected_crc: u32, total: u64) -> CpRe
     let trie_count = u16::from_be_bytes([footer[8], footer[9]]) as u64;
     let stored_total = r.u64("subtrie node count")?;
     if stored_total != total {
+        // A part's count may be the damaged one: its checksum says which.
+        for i in 0..SUBTRIE_COUNT {
+            part_checksum(&dir.join(part_name(name, i)))?;
+        }
         return Err(CheckpointError::new(
             &file,
             4,
@@ -157,6 +161,42 @@ fn read_top_raw(dir: &FsPath, name: &str, expected_crc: u32, total: u64) -> CpRe
     }
     finish_part(&r, &footer, expected_crc)?;
     Ok(Top { file, nodes, tries })
+}
+
+/// Checks a part's trailing CRC-32C against its contents (read once, sequentially).
+fn part_checksum(file: &FsPath) -> CpResult<()> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(file).map_err(|e| CheckpointError::io(file, 0, &e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| CheckpointError::io(file, 0, &e))?
+        .len();
+    let body = len.saturating_sub(4);
+    let mut crc = 0u32;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut left = body;
+    while left > 0 {
+        let n = (left as usize).min(buf.len());
+        f.read_exact(&mut buf[..n])
+            .map_err(|e| CheckpointError::io(file, body - left, &e))?;
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        left -= n as u64;
+    }
+    let mut stored = [0u8; 4];
+    f.read_exact(&mut stored)
+        .map_err(|e| CheckpointError::io(file, body, &e))?;
+    if u32::from_be_bytes(stored) != crc {
+        return Err(CheckpointError::new(
+            file,
+            body,
+            "checksum",
+            format!(
+                "invalid checksum: stored {:08x}, computed {crc:08x}",
+                u32::from_be_bytes(stored)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Where the last trie's registers come from at each of the 16 subtrie positions: the local
@@ -754,4 +794,129 @@ pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<Stream
     info.tries = resolve_top(&top, &roots, total, opts.verify)?;
     info.top_nodes = top.nodes.len() as u64;
     Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::checkpoint::{load, write_tries};
+    use crate::flow::mtrie::{Forest, Trie};
+    use crate::flow::record::tests::payload;
+    use crate::flow::record::TrieUpdate;
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rechain-cps-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("out")).unwrap();
+        d
+    }
+
+    /// Two tries of one forest: 400 registers spread over every part (a few paths share
+    /// long prefixes), then 50 of them rewritten.
+    fn tries() -> Vec<Trie> {
+        let mut f = Forest::new(10, 1);
+        let mut writes = Vec::new();
+        for i in 0u32..400 {
+            let mut p = [0u8; 32];
+            p[..4].copy_from_slice(&(i.wrapping_mul(2_654_435_761)).to_be_bytes());
+            p[31] = i as u8;
+            writes.push((
+                crate::flow::hash::Path(p),
+                payload("o", &format!("k{i}"), &i.to_be_bytes()),
+            ));
+        }
+        let upd =
+            |root, w: &[(crate::flow::hash::Path, Arc<crate::flow::record::Payload>)]| TrieUpdate {
+                root,
+                paths: w.iter().map(|x| x.0).collect(),
+                payloads: w.iter().map(|x| x.1.clone()).collect(),
+            };
+        let first = f.update(&upd(empty_root(), &writes)).unwrap().root;
+        let rewrite: Vec<_> = writes[..50]
+            .iter()
+            .map(|(p, _)| (*p, payload("o", "new", b"v")))
+            .collect();
+        let second = f.update(&upd(first, &rewrite)).unwrap().root;
+        [first, second]
+            .iter()
+            .map(|r| f.get(r).unwrap().clone())
+            .collect()
+    }
+
+    fn opts(dir: &FsPath, verify: Verify) -> StreamOptions {
+        let files = |t: &str| {
+            (0..SUBTRIE_COUNT)
+                .map(|i| dir.join("out").join(format!("{t}-{i}")))
+                .collect()
+        };
+        StreamOptions {
+            threads: 2,
+            verify,
+            registers: files("r"),
+            hashes: files("h"),
+            groups: RowGroups {
+                rows: 64,
+                bytes: 1 << 16,
+            },
+            batch_bytes: 1 << 10,
+        }
+    }
+
+    #[test]
+    fn streams_to_the_roots_and_registers_of_the_in_memory_load() {
+        let dir = tmp("same");
+        let name = "checkpoint.00000001";
+        let t = tries();
+        write_tries(&t[1..], &dir, name, 1).unwrap();
+        let loaded = load(&dir, name, 1, Verify::Full).unwrap();
+        for verify in [Verify::Full, Verify::Interior, Verify::None] {
+            let got = stream(&dir, name, &opts(&dir, verify)).unwrap();
+            let want: Vec<_> = loaded
+                .tries
+                .iter()
+                .map(|t| (t.root_hash(), t.reg_count, t.reg_size))
+                .collect();
+            assert_eq!(got.tries, want);
+            assert_eq!((got.rows, got.registers), (400, 400));
+            let shape = |ps: &[PartInfo]| -> Vec<(u64, u64, u64)> {
+                ps.iter().map(|p| (p.nodes, p.leaves, p.bytes)).collect()
+            };
+            assert_eq!(shape(&got.parts), shape(&loaded.parts));
+            assert!(got.parts.iter().filter(|p| p.leaves > 0).count() == SUBTRIE_COUNT);
+        }
+        // Several tries share nodes: refused before any part is read, for the in-memory load.
+        write_tries(&t, &dir, "checkpoint.00000002", 1).unwrap();
+        let e = stream(&dir, "checkpoint.00000002", &opts(&dir, Verify::Full)).unwrap_err();
+        assert_eq!(e.kind, "shared_node");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_flipped_byte_of_a_part_or_the_top_is_caught_with_its_file() {
+        let dir = tmp("flip");
+        let name = "checkpoint.00000001";
+        write_tries(&tries()[1..], &dir, name, 1).unwrap();
+        for fname in [part_name(name, 3), part_name(name, TOP_PART)] {
+            let good = std::fs::read(dir.join(&fname)).unwrap();
+            // Every 11th byte, and every byte of the head and of the footer (counts, CRC).
+            let n = good.len();
+            let spots = (0..n).filter(|at| at % 11 == 0 || *at < 8 || *at + 16 >= n);
+            for at in spots {
+                let mut bad = good.clone();
+                bad[at] ^= 0x08;
+                std::fs::write(dir.join(&fname), &bad).unwrap();
+                let e = stream(&dir, name, &opts(&dir, Verify::Full)).unwrap_err();
+                assert!(e.file.ends_with(&fname), "{fname}@{at}: {e}");
+            }
+            std::fs::write(dir.join(&fname), &good).unwrap();
+            for cut in [0, 3, good.len() / 2, good.len() - 1] {
+                std::fs::write(dir.join(&fname), &good[..cut]).unwrap();
+                let e = stream(&dir, name, &opts(&dir, Verify::Full)).unwrap_err();
+                assert!(e.file.ends_with(&fname), "{fname} cut {cut}: {e}");
+            }
+            std::fs::write(dir.join(&fname), &good).unwrap();
+        }
+        stream(&dir, name, &opts(&dir, Verify::Full)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
