@@ -30,6 +30,7 @@ from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
 from rechain.workers.btc_scan import ShardResult, WorkUnit, scan_unit
+from rechain.workers.fault_injection import kill_point
 
 log = logging.getLogger(__name__)
 STAGE = "btc_headers"
@@ -432,6 +433,7 @@ class BtcCommitter:
         if scan_puts:
             puts[layout.CF_BTC_SCAN] = scan_puts
         self.data.write(puts)
+        kill_point("scan.shard_committed")
         for name in replaced:
             (segment_dir(self.data) / name).unlink(missing_ok=True)
         if self.run_records is not None and result.records.num_rows:

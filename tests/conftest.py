@@ -105,6 +105,23 @@ def blocks_dir_with(tmp: Path, corpus_file: str, xor: bool) -> Path:
     return blocks
 
 
+def run_killed_at(cmd: list[str], point: str, nth: int = 1) -> None:
+    """Runs ``cmd`` until its coordinator kills itself at ``point`` (``RECHAIN_KILL_AT``),
+    then kills what it left (Ray's processes)."""
+    env = {**os.environ, "RECHAIN_KILL_AT": f"{point}:{nth}"}
+    # Output to a file, not a pipe: Ray's processes outlive the coordinator holding it open.
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out)
+        proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out.seek(0)
+        tail = out.read().decode(errors="replace")[-3000:]
+    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{tail}"
+
+
 def kill_after(cmd: list[str], delay: float) -> bool:
     """Starts ``cmd`` in its own process group and SIGKILLs the whole group (Ray workers
     included) after ``delay`` seconds. Returns False when it finished (successfully) before

@@ -8,11 +8,7 @@ between a chunk's staged spends and its commit, changes nothing of that."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +16,7 @@ import pytest
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
-from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd
+from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd, run_killed_at
 
 #: name -> gen arguments of the reorg
 SCENARIOS = {
@@ -91,23 +87,6 @@ def fresh_content(blocks: Path, tmp: Path) -> dict[str, str]:
     shutil.rmtree(data, ignore_errors=True)
     reindex(blocks, data, "--mode", "full")
     return content(data)
-
-
-def run_killed_at(cmd: list[str], point: str, nth: int = 1) -> None:
-    """Runs ``cmd`` until its coordinator kills itself at ``point`` (``RECHAIN_KILL_AT``),
-    then kills what it left (Ray's processes)."""
-    env = {**os.environ, "RECHAIN_KILL_AT": f"{point}:{nth}"}
-    # Output to a file, not a pipe: Ray's processes outlive the coordinator holding it open.
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out)
-        proc.wait()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out.seek(0)
-        tail = out.read().decode(errors="replace")[-3000:]
-    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{tail}"
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

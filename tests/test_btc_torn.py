@@ -6,7 +6,6 @@ the torn folder was killed."""
 
 from __future__ import annotations
 
-import random
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
-from tests.conftest import cli_json, gen_chain, kill_after, reindex, reindex_cmd
+from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd, run_killed_at
 
 #: (mode, where the record is cut, xor.dat, what follows the cut)
 CASES = [
@@ -147,22 +146,21 @@ def test_a_torn_record_is_read_again_once_the_node_completes_it(
     assert verify(data)["ok"]
 
 
-@pytest.mark.parametrize("mode", ["headers", "full"])
+@pytest.mark.parametrize(
+    ("mode", "point"),
+    [("headers", "scan.shard_committed:3"), ("full", "chain_state.applied:1")],
+)
 def test_a_run_killed_while_the_file_is_torn_resumes_to_the_fresh_result(
-    chains: Any, fresh: Any, tmp_path: Path, mode: str
+    chains: Any, fresh: Any, tmp_path: Path, mode: str, point: str
 ) -> None:
+    """kill -9 of the coordinator between two commits (mid-scan, or once the chain state has
+    applied its first chunk) while the last file is torn; the node then completes it."""
     root, _ = chains[True]
     ref = fresh[(True, mode)]
     blocks, later = torn_folder(root, ref, tmp_path, "body", "zeros")
     data = tmp_path / "data"
-    cmd = reindex_cmd(blocks, data, "--shard-size", "16K", "--mode", mode)
-    rng = random.Random(7)
-    killed = False
-    for _ in range(4):
-        killed = kill_after(cmd, rng.uniform(1.0, 4.0)) or killed
-        if killed:
-            break
-    assert killed, "every run finished before its kill point"
+    name, nth = point.rsplit(":", 1)
+    run_killed_at(reindex_cmd(blocks, data, "--shard-size", "16K", "--mode", mode), name, int(nth))
     complete(blocks, later)
     reindex(blocks, data, "--mode", mode)
     assert content(data) == content(ref)

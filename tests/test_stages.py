@@ -16,7 +16,15 @@ from rechain.pipeline.stages.engine import Done, Driver, Invalidate, Stage
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
-from tests.conftest import cli, cli_json, gen_chain, kill_after, reindex, reindex_cmd
+from tests.conftest import (
+    cli,
+    cli_json,
+    gen_chain,
+    kill_after,
+    reindex,
+    reindex_cmd,
+    run_killed_at,
+)
 
 
 class Log:
@@ -243,9 +251,10 @@ def test_a_run_killed_in_a_late_stage_resumes_to_the_same_content(
     data = tmp_path / "data"
     shutil.copytree(src, data)
     cmd = reindex_cmd(blocks, data, "--mode", "full", "--from-stage", "chain_state")
+    run_killed_at(cmd, "chain_state.applied", 1)  # one kill that surely lands
     rng = random.Random(3)
     for _ in range(3):
-        kill_after(cmd, rng.uniform(2.0, 5.0))
+        kill_after(cmd, rng.uniform(2.0, 5.0))  # and some that may land later or not at all
     reindex(blocks, data, "--mode", "full")
     assert content(data) == want
     assert verify(data)["ok"]
