@@ -335,6 +335,15 @@ def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]
     return loaded
 
 
+def load_blocks(ctx: BtcRun, best: bytes, first: int, last: int) -> Any:
+    """The blocks of ``best`` (``best_chain``) at heights ``first`` to ``last`` (a part:
+    within one segment), read from their files and framed, as one chunk."""
+    pieces = list(_chunks(ctx.data, best, first, last, 1 << 62))
+    if len(pieces) != 1:
+        raise RechainError(f"heights {first} to {last} are not one part")
+    return _load_chunk(ctx, pieces[0])
+
+
 def _apply_chunk(
     ctx: BtcRun, cp: dict[str, Any], first: int, chunk: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:

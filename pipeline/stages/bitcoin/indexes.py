@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
@@ -42,8 +43,8 @@ from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
 log = logging.getLogger(__name__)
-#: Rows per batch streamed from DuckDB into an SST file: each batch is also held as Python
-#: objects while the writer takes it, so it is kept small (a few MiB).
+#: Rows per batch handed to the SST writer: each batch is also held as Python objects while
+#: the writer takes it, so it is kept small (a few MiB).
 STREAM_BATCH_ROWS = 16_384
 
 
@@ -82,18 +83,9 @@ class IndexesStage(Stage[BtcRun]):
         return Done(rows=int(utxo["utxo_count"]), detail={"txindex": txs})
 
 
-def _internal_order(txid: str, staged: bool = True) -> str:
-    """SQL for a txid in internal byte order as hex (a sort key): of a staged one (display-
-    order bytes), or of a published one (display-order hex) when not ``staged``."""
-    display = f"lower(hex({txid}))" if staged else txid
-    return f"regexp_replace(reverse({display}), '(.)(.)', '\\2\\1', 'g')"
-
-
-def _stream(con: duckdb.DuckDBPyConnection, queries: Iterator[str]) -> Iterator[pa.RecordBatch]:
-    """The batches of several queries, one query after the other (each slice's result is
-    streamed before the next slice runs, so only one slice's sort is ever live)."""
-    for sql in queries:
-        yield from con.sql(sql).to_arrow_reader(STREAM_BATCH_ROWS)
+def _internal_order(txid: str) -> str:
+    """SQL for a published (display-order hex) txid in internal byte order as hex."""
+    return f"regexp_replace(reverse({txid}), '(.)(.)', '\\2\\1', 'g')"
 
 
 def utxo_figures(data: DataDir) -> dict[str, Any]:
@@ -180,7 +172,7 @@ def _apply_txindex_changes(
     con.execute(f"CREATE OR REPLACE TEMP TABLE cand AS {rows(added, cand_cols)}")
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE affected AS
-        SELECT DISTINCT txid, from_hex({_internal_order("txid", staged=False)}) AS k
+        SELECT DISTINCT txid, from_hex({_internal_order("txid")}) AS k
         FROM (SELECT txid FROM cand UNION ALL {rows(gone, "txid")})
         ORDER BY k"""
     )
@@ -255,21 +247,26 @@ def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) ->
 
     def index(k: int) -> str:
         return f"""
-        SELECT from_hex({_internal_order("txid")}) AS k,
-               encode(height_range::VARCHAR || ' ' || lower(hex(block_hash)) || ' '
-                      || position::VARCHAR) AS v
+        SELECT txid, encode(height_range::VARCHAR || ' ' || lower(hex(block_hash)) || ' '
+                            || position::VARCHAR) AS v
         FROM {slices.source("transactions", k)}
         QUALIFY row_number() OVER (
-            PARTITION BY txid ORDER BY in_best_chain DESC, height NULLS LAST, block_hash) = 1
-        ORDER BY k"""
+            PARTITION BY txid ORDER BY in_best_chain DESC, height NULLS LAST, block_hash) = 1"""
 
     rows = 0
 
     def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
+        # A slice's winners in the database's key order: txids byte-reversed to internal
+        # order and sorted here (a slice fits the budget, as DuckDB's sort of it would).
         nonlocal rows
-        for batch in _stream(con, (index(k) for k in range(slices.count))):
-            rows += batch.num_rows
-            yield batch.column("k"), batch.column("v")
+        for k in range(slices.count):
+            winners = con.sql(index(k)).to_arrow_table()
+            keys = _native.reversed_hashes(winners.column("txid").combine_chunks())
+            order = pc.sort_indices(keys)
+            keys, values = keys.take(order), winners.column("v").combine_chunks().take(order)
+            rows += len(keys)
+            for at in range(0, len(keys), STREAM_BATCH_ROWS):
+                yield keys.slice(at, STREAM_BATCH_ROWS), values.slice(at, STREAM_BATCH_ROWS)
 
     data.reset_column_family(layout.CF_BTC_TXINDEX)
     data.ingest_sorted_batches(layout.CF_BTC_TXINDEX, chunks())

@@ -7,9 +7,10 @@ becomes the current one.
 The best chain's rows are published in *segments*, one per chain-state part (a run of
 heights inside one partition, ``height_range=R/seg-FIRST-LAST.parquet``), listed in a manifest
 (``META_BTC_PUBLISHED``). ``transactions`` and ``inputs`` segments are the rows the chain
-state wrote for its part, linked in as they are; ``blocks`` and ``outputs`` segments are
-written by DuckDB (``session``) from the staged bodies, the headers and the parts' resolved
-spends. A rerun keeps every segment whose heights are still a part and whose last block is
+state wrote for its part, linked in as they are; ``outputs`` segments are written by the Rust
+core from the part's blocks (read again from the blk files) and the best-chain spends of
+their outputs (partitioned by part in one DuckDB pass over the parts' spends), and ``blocks``
+segments by DuckDB (``session``) from the staged bodies, the headers and the spends. A rerun keeps every segment whose heights are still a part and whose last block is
 still on the best chain (hard links into the new generation) and writes the others. The one
 column of old rows that new blocks change, ``outputs.spent``, is checked per segment by a
 fingerprint of the best-chain spends into it; a segment whose fingerprint moved gets its
@@ -27,8 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from collections.abc import Callable
+from functools import partial
+
 import duckdb
+import pyarrow as pa
 from rechain.pipeline import btc_bodies
+from rechain.pipeline.local_runner import ordered_local
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
 from rechain.pipeline.stages.bitcoin.session import (
     duckdb_memory_errors,
@@ -65,8 +71,11 @@ class PublishStage(Stage[BtcRun]):
         data = ctx.data
         t = time.perf_counter()
         generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0) + 1
+        load = partial(chain_state.load_blocks, ctx, chain_state.best_chain(data))
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
-            rows, work = publish_tables(ctx.session(), data, generation, ctx.opts.memory_budget)
+            rows, work = publish_tables(
+                ctx.session(), data, generation, ctx.opts.memory_budget, load, ctx.workers
+            )
         # The older generations stay until the indexes stage has read what changed.
         ctx.full["publish_s"] = ctx.full.get("publish_s", 0.0) + time.perf_counter() - t
         ctx.full.update({f"publish_{k}": v for k, v in work.items()})
@@ -198,8 +207,64 @@ def _part_blocks(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, Any
     return {"best": best, "off": off}
 
 
+def _partition_spent(
+    con: duckdb.DuckDBPyConnection, folder: Path, new: list[tuple[int, int, str]]
+) -> None:
+    """The best-chain spends (``res_all``) of outputs created in the new parts, in one pass
+    (DuckDB spills what the budget cannot hold), as ``folder/part=NAME/*.parquet``."""
+    shutil.rmtree(folder, ignore_errors=True)
+    if not new:
+        return
+    parts = {"first": [a for a, _, _ in new], "last": [b for _, b, _ in new]}
+    con.register("new_parts", pa.table({**parts, "part": [n for _, _, n in new]}))
+    con.execute(
+        f"""COPY (
+          SELECT p.part, r.prev_height, r.prev_txid, r.prev_vout
+          FROM res_all r ASOF JOIN new_parts p ON r.prev_height >= p.first
+          WHERE r.prev_height <= p.last
+        ) TO '{folder}' (FORMAT PARQUET, PARTITION_BY (part), COMPRESSION SNAPPY)"""
+    )
+    con.unregister("new_parts")
+
+
+def _write_outputs(
+    load: Callable[[int, int], Any],
+    spent_folder: Path,
+    dest: Path,
+    part: tuple[int, int, str],
+    group_bytes: int,
+) -> int:
+    """A new part's ``outputs`` segment, from its blocks and the spends of its outputs."""
+    import pyarrow.parquet as pq
+
+    first, last, name = part
+    files = sorted((spent_folder / f"part={name}").glob("*.parquet"))
+    spent = (
+        pa.concat_tables([pq.read_table(f) for f in files])
+        if files
+        else pa.Table.from_batches([chain_state.empty_spends()])
+    )
+    declared = tables.TABLES[ds.OUTPUTS]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    rows: int = load(first, last).write_outputs(
+        declared.schema,
+        dest,
+        declared.row_group_rows,
+        group_bytes,
+        spent.column("prev_height").combine_chunks(),
+        spent.column("prev_txid").combine_chunks(),
+        spent.column("prev_vout").combine_chunks(),
+    )
+    return rows
+
+
 def publish_tables(
-    con: duckdb.DuckDBPyConnection, data: DataDir, generation: int, budget: int = 1 << 30
+    con: duckdb.DuckDBPyConnection,
+    data: DataDir,
+    generation: int,
+    budget: int,
+    load: Callable[[int, int], Any],
+    threads: int = 1,
 ) -> tuple[dict[str, int], dict[str, float]]:
     """Publishes ``generation`` of the four tables; returns (rows per table, what it did:
     segments kept, written, outputs rewritten, seconds per phase)."""
@@ -268,7 +333,21 @@ def publish_tables(
             else:
                 os.link(old_dir / seg["path"], dest)
         lap("kept_s")
+        if name == ds.OUTPUTS:
+            # Written from the parts' blocks, which the chain state reads again from the blk
+            # files, with the spends of their outputs (known only now).
+            spent = data.path / "tmp" / "duckdb" / "spent"
+            _partition_spent(con, spent, new)
+            write = lambda p: _write_outputs(  # noqa: E731
+                load, spent, tmp / segment_path(p[0], p[1]), p, group_bytes
+            )
+            for part, result in ordered_local(write, new, threads, max(1, threads)):
+                if isinstance(result, Exception):
+                    raise result
+            shutil.rmtree(spent, ignore_errors=True)
         for first, last, part in new:
+            if name == ds.OUTPUTS:
+                continue
             if name in chain_state.ROW_TABLES:
                 dest = tmp / segment_path(first, last)
                 dest.parent.mkdir(parents=True, exist_ok=True)

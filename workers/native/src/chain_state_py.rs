@@ -16,7 +16,7 @@ use arrow_schema::{DataType, Field, Schema};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyIterator, PyList};
-use pyo3_arrow::{PyRecordBatch, PySchema};
+use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -218,6 +218,72 @@ impl ChainStateChunk {
                     })
                     .collect::<Result<Vec<u64>, String>>()
             })
+        })
+        .map_err(PyValueError::new_err)
+    }
+
+    /// Writes the `outputs` rows of every block of the chunk in the declared `schema` as one
+    /// Parquet file at `path` (row groups as for `write_rows`). The outputs the best chain has
+    /// spent are given as three equal-length arrays: the height each was created at (uint32),
+    /// its txid (32 bytes, display order) and its vout (uint32). Returns the rows written.
+    #[allow(clippy::too_many_arguments)]
+    fn write_outputs(
+        &self,
+        py: Python<'_>,
+        schema: PySchema,
+        path: PathBuf,
+        group_rows: usize,
+        group_bytes: usize,
+        spent_heights: PyArray,
+        spent_txids: PyArray,
+        spent_vouts: PyArray,
+    ) -> PyResult<u64> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::UInt32Type;
+        let bad = |what: &str| PyValueError::new_err(format!("spent outputs: {what}"));
+        let (heights, _) = spent_heights.into_inner();
+        let (txids, _) = spent_txids.into_inner();
+        let (vouts, _) = spent_vouts.into_inner();
+        let heights = heights
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| bad("heights must be uint32"))?;
+        let vouts = vouts
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| bad("vouts must be uint32"))?;
+        let txids: Vec<&[u8]> = if let Some(a) = txids.as_binary_opt::<i32>() {
+            a.iter().map(|v| v.unwrap_or_default()).collect()
+        } else if let Some(a) = txids.as_fixed_size_binary_opt() {
+            a.iter().map(|v| v.unwrap_or_default()).collect()
+        } else {
+            return Err(bad("txids must be binary"));
+        };
+        if heights.len() != txids.len() || vouts.len() != txids.len() {
+            return Err(bad("arrays differ in length"));
+        }
+        let mut spent = rustc_hash::FxHashSet::default();
+        spent.reserve(txids.len());
+        for ((h, t), v) in heights.values().iter().zip(&txids).zip(vouts.values()) {
+            let txid: [u8; 32] = (*t).try_into().map_err(|_| bad("txids are 32 bytes"))?;
+            spent.insert((*h, txid, *v));
+        }
+        let schema = schema.into_inner();
+        py.detach(|| {
+            let blocks: Vec<ChainBlock> = self
+                .inner
+                .blocks()
+                .map(|(height, hash, data, spans)| ChainBlock {
+                    height,
+                    hash,
+                    data,
+                    spans,
+                })
+                .collect();
+            let batch = btc_chain_rows::outputs(&blocks, &spent, self.inner.network(), schema)?;
+            let groups = RowGroups {
+                rows: group_rows,
+                bytes: group_bytes,
+            };
+            write_batch(&path, &batch, &[], groups)
         })
         .map_err(PyValueError::new_err)
     }

@@ -347,6 +347,39 @@ fn display_hash(internal: &[u8]) -> String {
     datasets::hex::display_hex(internal)
 }
 
+/// Each 32-byte hash of `hashes` (binary or fixed_size_binary(32), no nulls) byte-reversed,
+/// as fixed_size_binary(32): display order to internal order (and back), for keys sorted the
+/// way the database sorts them.
+#[pyfunction]
+fn reversed_hashes<'py>(py: Python<'py>, hashes: PyArray) -> PyResult<Bound<'py, PyAny>> {
+    use arrow_array::cast::AsArray;
+    let (array, _) = hashes.into_inner();
+    let values: Vec<&[u8]> = if let Some(a) = array.as_fixed_size_binary_opt() {
+        a.iter().map(|v| v.unwrap_or_default()).collect()
+    } else if let Some(a) = array.as_binary_opt::<i32>() {
+        a.iter().map(|v| v.unwrap_or_default()).collect()
+    } else if let Some(a) = array.as_binary_opt::<i64>() {
+        a.iter().map(|v| v.unwrap_or_default()).collect()
+    } else {
+        return Err(PyValueError::new_err(format!(
+            "hashes must be binary, not {}",
+            array.data_type()
+        )));
+    };
+    if array.null_count() > 0 || values.iter().any(|v| v.len() != 32) {
+        return Err(PyValueError::new_err("every hash must be 32 bytes"));
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(32 * values.len());
+    for v in values {
+        out.extend(v.iter().rev());
+    }
+    let reversed = arrow_array::FixedSizeBinaryArray::try_new(32, out.into(), None)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let out = PyArray::from_array_ref(Arc::new(reversed));
+    let array = out.to_pyarrow(py)?.unbind();
+    Ok(array.into_bound(py))
+}
+
 /// Generates a test chain under `outdir/blocks`; returns the facts for expected.json.
 #[pyfunction]
 #[pyo3(signature = (outdir, blocks, network_name="regtest", seed=1, file_size=134_217_728, xor=true,
@@ -447,6 +480,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(best_chain_slot, m)?)?;
     m.add_function(wrap_pyfunction!(parse_hash, m)?)?;
     m.add_function(wrap_pyfunction!(display_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(reversed_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
     flow::py::register(m)?;

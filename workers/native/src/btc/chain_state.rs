@@ -248,6 +248,10 @@ impl Chunk {
         Ok(chunk)
     }
 
+    pub(crate) fn network(&self) -> Network {
+        self.network
+    }
+
     /// (height, hash, bytes, parse) of each block, in height order.
     pub(crate) fn blocks(&self) -> impl Iterator<Item = (u32, &[u8; 32], &[u8], &Spans)> {
         self.blocks

@@ -111,7 +111,7 @@ impl StrCol {
         }
     }
     /// Appends the bytes `write` adds to `data` as one value (they must be UTF-8).
-    fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
+    pub(crate) fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
         self.start();
         let before = self.data.len();
         let ok = write(&mut self.data);

@@ -108,7 +108,7 @@ pub fn schema(dataset: &str) -> Option<SchemaRef> {
     Some(Arc::new(Schema::new(fields)))
 }
 
-fn strings(col: StrCol) -> ArrayRef {
+pub(crate) fn strings(col: StrCol) -> ArrayRef {
     let mut offsets = col.offsets;
     if offsets.is_empty() {
         offsets.push(0);

@@ -1,16 +1,22 @@
-//! The best-chain rows of the published `transactions` and `inputs` tables, built by the chain
-//! state from a chunk it has just applied: its spends are resolved, so every input's value and
-//! every transaction's fee is known, and the rows are final when first written (no staged copy
-//! read back and joined). Columns are built by name for the schema `schemas/tables.py` declares
-//! and Python hands in, so the declaration stays the one source of the tables' shape.
+//! The best-chain rows of the published `transactions`, `inputs` and `outputs` tables, built
+//! from a chain-state chunk's blocks. `transactions` and `inputs` are built by the chain state
+//! from a chunk it has just applied: its spends are resolved, so every input's value and every
+//! transaction's fee is known, and the rows are final when first written (no staged copy read
+//! back and joined). `outputs` waits for the publish stage, which knows which outputs the best
+//! chain has spent. Columns are built by name for the schema `schemas/tables.py` declares and
+//! Python hands in, so the declaration stays the one source of the tables' shape.
 
-use crate::btc::decode::Spans;
+use crate::btc::decode::{Spans, StrCol};
+use crate::btc::network::Network;
+use crate::btc::script::{address_into, classify};
+use crate::datasets::btc_bodies::strings;
 use arrow_array::{
     ArrayRef, BooleanArray, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
     UInt32Array, UInt64Array,
 };
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, SchemaRef};
+use rustc_hash::FxHashSet as HashSet;
 use std::sync::Arc;
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -55,6 +61,12 @@ impl HexCol {
             self.data.push(DIGITS[(b >> 4) as usize]);
             self.data.push(DIGITS[(b & 15) as usize]);
         }
+        self.offsets.push(self.data.len() as i32);
+    }
+
+    /// Text as it is (short names).
+    fn push_str(&mut self, text: &str) {
+        self.data.extend_from_slice(text.as_bytes());
         self.offsets.push(self.data.len() as i32);
     }
 
@@ -290,4 +302,79 @@ pub(crate) fn inputs(
         cols.push(col);
     }
     batch(schema, cols, "inputs")
+}
+
+/// An output the best chain spent: (height it was created at, txid in display order, vout).
+pub(crate) type SpentOutput = (u32, [u8; 32], u32);
+
+/// The `outputs` rows of `blocks`, `spent` set for those in `spent`.
+pub(crate) fn outputs(
+    blocks: &[ChainBlock],
+    spent: &HashSet<SpentOutput>,
+    network: Network,
+    schema: SchemaRef,
+) -> Result<RecordBatch, String> {
+    let n: usize = blocks.iter().map(|b| b.spans.outs.len()).sum();
+    let spk_bytes: usize = blocks
+        .iter()
+        .flat_map(|b| b.spans.outs.iter().map(|o| o.script.1 - o.script.0))
+        .sum();
+    let (mut txid, mut block_hash) = (
+        HexCol::with_capacity(n, 32 * n),
+        HexCol::with_capacity(n, 32 * n),
+    );
+    let mut script_pubkey = HexCol::with_capacity(n, spk_bytes);
+    let mut script_type = HexCol::with_capacity(n, 8 * n);
+    let mut address = StrCol::default();
+    let (mut vout, mut value, mut tx_position, mut height, mut is_spent) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for b in blocks {
+        let (sp, data) = (b.spans, b.data);
+        for (pos, t) in sp.txs.iter().enumerate() {
+            let mut display = t.txid;
+            display.reverse();
+            for (k, o) in sp.outs[t.outs.0..t.outs.1].iter().enumerate() {
+                let script = &data[o.script.0..o.script.1];
+                let kind = classify(script);
+                txid.push_display(&t.txid);
+                vout.push(k as u32);
+                value.push(o.value);
+                script_type.push_str(kind.name());
+                address.push_with(|out| address_into(script, kind, network, out));
+                script_pubkey.push(script);
+                block_hash.push_display(b.hash);
+                tx_position.push(pos as u32);
+                height.push(b.height);
+                is_spent.push(spent.contains(&(b.height, display, k as u32)));
+            }
+        }
+    }
+    let rows = txid.len();
+    let (mut txid, mut block_hash, mut script_pubkey) =
+        (Some(txid), Some(block_hash), Some(script_pubkey));
+    let (mut script_type, mut address) = (Some(script_type), Some(address));
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        let col: ArrayRef = match f.name().as_str() {
+            "txid" => Arc::new(txid.take().expect("one txid column").finish()),
+            "vout" => Arc::new(UInt32Array::from(std::mem::take(&mut vout))),
+            "value" => Arc::new(UInt64Array::from(std::mem::take(&mut value))),
+            "script_type" => Arc::new(script_type.take().expect("one script_type").finish()),
+            "address" => strings(address.take().expect("one address column")),
+            "script_pubkey" => Arc::new(script_pubkey.take().expect("one script").finish()),
+            "block_hash" => Arc::new(block_hash.take().expect("one block_hash").finish()),
+            "tx_position" => Arc::new(UInt32Array::from(std::mem::take(&mut tx_position))),
+            "height" => Arc::new(UInt32Array::from(std::mem::take(&mut height))),
+            "in_best_chain" => Arc::new(BooleanArray::from(vec![true; rows])),
+            "spent" => Arc::new(BooleanArray::from(std::mem::take(&mut is_spent))),
+            other => return Err(unknown("outputs", other)),
+        };
+        cols.push(col);
+    }
+    batch(schema, cols, "outputs")
 }
