@@ -10,8 +10,9 @@ heights inside one partition, ``height_range=R/seg-FIRST-LAST.parquet``), listed
 state wrote for its part, linked in as they are; ``outputs`` segments are written by the Rust
 core from the part's blocks (read again from the blk files) and the best-chain spends of
 their outputs (partitioned by part in one DuckDB pass over the parts' spends), and ``blocks``
-segments by DuckDB (``session``) from the staged bodies, the headers and the spends. A rerun keeps every segment whose heights are still a part and whose last block is
-still on the best chain (hard links into the new generation) and writes the others. The one
+segments by DuckDB (``session``) from the staged bodies, the headers and the spends. A rerun
+keeps every segment whose heights are still a part and whose last block is still on the best
+chain (hard links into the new generation) and writes the others. The one
 column of old rows that new blocks change, ``outputs.spent``, is checked per segment by a
 fingerprint of the best-chain spends into it; a segment whose fingerprint moved gets its
 outputs file rewritten from the published one. Rows of blocks off the best chain (side
@@ -25,11 +26,10 @@ import logging
 import os
 import shutil
 import time
-from pathlib import Path
-from typing import Any
-
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -230,14 +230,16 @@ def _partition_spent(
 def _write_outputs(
     load: Callable[[int, int], Any],
     spent_folder: Path,
-    dest: Path,
+    generation: Path,
     part: tuple[int, int, str],
     group_bytes: int,
 ) -> int:
-    """A new part's ``outputs`` segment, from its blocks and the spends of its outputs."""
+    """A new part's ``outputs`` segment in ``generation``, from its blocks and the spends of
+    its outputs."""
     import pyarrow.parquet as pq
 
     first, last, name = part
+    dest = generation / segment_path(first, last)
     files = sorted((spent_folder / f"part={name}").glob("*.parquet"))
     spent = (
         pa.concat_tables([pq.read_table(f) for f in files])
@@ -338,10 +340,8 @@ def publish_tables(
             # files, with the spends of their outputs (known only now).
             spent = data.path / "tmp" / "duckdb" / "spent"
             _partition_spent(con, spent, new)
-            write = lambda p: _write_outputs(  # noqa: E731
-                load, spent, tmp / segment_path(p[0], p[1]), p, group_bytes
-            )
-            for part, result in ordered_local(write, new, threads, max(1, threads)):
+            write = partial(_write_outputs, load, spent, tmp, group_bytes=group_bytes)
+            for _, result in ordered_local(write, new, threads, max(1, threads)):
                 if isinstance(result, Exception):
                     raise result
             shutil.rmtree(spent, ignore_errors=True)
