@@ -44,7 +44,7 @@
 //! `seq` uint64 (0-based), `segment` uint64, `offset` uint64, `parent_root` utf8 (hex; a
 //! delete's deleted root), `root` utf8 (hex; null for a delete), `n_paths` uint32, `op` utf8.
 
-use super::checkpoint_stats::{Sizes, TrieStats};
+use super::checkpoint_stats::{OwnerRow, Sizes, TrieStats};
 use super::hash::{hash_leaves, Hash, Path};
 use super::mtrie::{Node, Register};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
@@ -623,7 +623,7 @@ pub fn checkpoint_owners_schema() -> SchemaRef {
 }
 
 /// `flow_checkpoint_owners` rows (None: registers whose key has no owner part).
-pub fn checkpoint_owners_batch(owners: &[(Option<Box<[u8]>>, Sizes)]) -> RecordBatch {
+pub fn checkpoint_owners_batch(owners: &[OwnerRow]) -> RecordBatch {
     let mut owner = BinaryBuilder::with_capacity(owners.len(), owners.len() * 8);
     for (o, _) in owners {
         owner.append_option(o.as_deref());

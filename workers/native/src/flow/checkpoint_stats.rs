@@ -391,13 +391,18 @@ pub fn collect(
     })
 }
 
+/// An owner and its counts, as a run stores them.
+type RunEntry = (Box<[u8]>, Sizes);
+/// An owner (None: registers whose key has no owner part) and its counts, merged.
+pub type OwnerRow = (Option<Box<[u8]>>, Sizes);
+
 struct Run {
     path: PathBuf,
     r: BufReader<File>,
 }
 
 impl Run {
-    fn next(&mut self) -> Result<Option<(Box<[u8]>, Sizes)>, String> {
+    fn next(&mut self) -> Result<Option<RunEntry>, String> {
         let at = |e: std::io::Error| format!("{}: {e}", self.path.display());
         let mut len = [0u8; 4];
         match self.r.read_exact(&mut len) {
@@ -457,9 +462,8 @@ impl OwnerMerge {
         Ok(())
     }
 
-    /// The next owner (None: registers without an owner part) and its counts.
-    #[allow(clippy::type_complexity)]
-    pub fn next_owner(&mut self) -> Result<Option<(Option<Box<[u8]>>, Sizes)>, String> {
+    /// The next owner and its counts.
+    pub fn next_owner(&mut self) -> Result<Option<OwnerRow>, String> {
         if let Some(s) = self.no_owner.take() {
             return Ok(Some((None, s)));
         }
@@ -482,8 +486,7 @@ impl OwnerMerge {
     }
 
     /// Up to `rows` owners.
-    #[allow(clippy::type_complexity)]
-    pub fn next_rows(&mut self, rows: usize) -> Result<Vec<(Option<Box<[u8]>>, Sizes)>, String> {
+    pub fn next_rows(&mut self, rows: usize) -> Result<Vec<OwnerRow>, String> {
         let mut out = Vec::with_capacity(rows.min(1 << 16));
         while out.len() < rows {
             match self.next_owner()? {

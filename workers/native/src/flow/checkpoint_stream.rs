@@ -417,6 +417,9 @@ pub struct Walk {
     pub batch_bytes: usize,
 }
 
+/// A part's outcome, once its thread is done with it.
+type PartResult<D> = Option<CpResult<PartDone<D>>>;
+
 /// Streams subtrie part `index`: hashes with the pending stack, leaves out through `sink`.
 #[allow(clippy::too_many_arguments)]
 fn stream_part<S: PartSink>(
@@ -784,7 +787,7 @@ where
     let slots = last_trie_slots(&top, &starts, total)?;
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let results: Mutex<Vec<Option<CpResult<PartDone<S::Done>>>>> =
+    let results: Mutex<Vec<PartResult<S::Done>>> =
         Mutex::new((0..SUBTRIE_COUNT).map(|_| None).collect());
     std::thread::scope(|s| {
         for _ in 0..walk.threads.clamp(1, SUBTRIE_COUNT) {
