@@ -415,13 +415,22 @@ def write_file_atomic(final: Path, write: Callable[[Path], object]) -> Path:
     """The one way a single file is made durable under its final name: ``write`` fills a
     temp file beside it, which is fsynced, renamed into place, and its folder fsynced. A
     killed writer leaves at most a ``.*.tmp`` file, never a torn ``final``."""
-    tmp = final.with_name(f".{final.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    write(tmp)
-    _fsync_file(tmp)
-    os.rename(tmp, final)
-    fsync_dir(final.parent)
+    write_files_atomic([final], lambda tmps: write(tmps[0]))
     return final
+
+
+def write_files_atomic(finals: list[Path], write: Callable[[list[Path]], object]) -> None:
+    """``write_file_atomic`` for files one writer fills together (in parallel, say): each
+    is renamed into place once all are written and synced."""
+    tmps = [final.with_name(f".{final.name}.tmp") for final in finals]
+    for tmp in tmps:
+        tmp.unlink(missing_ok=True)
+    write(tmps)
+    for tmp, final in zip(tmps, finals, strict=True):
+        _fsync_file(tmp)
+        os.rename(tmp, final)
+    for folder in {final.parent for final in finals}:
+        fsync_dir(folder)
 
 
 def _fsync_file(path: Path) -> None:

@@ -4,7 +4,8 @@ A closed registry (``TABLES``): the writers take a table's schema and layout fro
 output is cast to the declared schema (``duckdb_select``), and a test checks that every
 published file's schema equals its declaration. Schemas of tables whose rows the Rust core
 builds (``headers``, the Flow tables) are declared there and read through it; the full-mode
-Bitcoin tables, which DuckDB writes from the chain state, are declared here.
+Bitcoin tables are declared here: DuckDB writes ``blocks`` and ``outputs``, and the Rust core
+builds ``transactions`` and ``inputs`` rows by column name for the schema handed to it.
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ Cut = tuple[int, int]
 def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables published in segments of 40 heights (runs in this process), so that a reorg
     keeps some, cuts one and writes new ones, as on a long chain."""
-    from rechain.pipeline.stages.bitcoin import publish
+    from rechain.pipeline.stages.bitcoin import chain_state
 
-    monkeypatch.setattr(publish, "SEGMENT_BLOCKS", 40)
+    monkeypatch.setattr(chain_state, "SEGMENT_BLOCKS", 40)
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,12 @@ spent inputs, premature coinbase spends, inputs below outputs, coinbase amount).
 block that breaks one is recorded invalid and the link stage invalidated, as Core switches
 to the best valid chain; the blocks below it stay applied.
 
-Each chunk's resolved spends (one row per best-chain input: its value and the output it
-spent) are staged as a Parquet part under ``DATADIR/stage/spends`` named by its heights, for
-the publish stage (input values, fees, spent outputs).
+A chunk never crosses a multiple of ``SEGMENT_BLOCKS`` heights, and each one leaves a *part*
+named by its heights in three folders under ``DATADIR/stage``: ``spends/`` (one row per
+best-chain input: its value and the output it spent, for the publish stage's fees and
+``spent`` flags), and ``rows/transactions/`` and ``rows/inputs/``: those tables' final rows
+for the chunk's blocks, written once by the Rust core while the chunk's blocks are in memory
+and its spends resolved; the publish stage links them into the tables as they are.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from rechain.pipeline.local_runner import ordered_local
 from rechain.pipeline.ray_runtime import release_ray
 from rechain.pipeline.stages.bitcoin import BtcRun
 from rechain.pipeline.stages.engine import Done, Invalidate, Stage
-from rechain.pipeline.store import DataDir, write_file_atomic
+from rechain.pipeline.store import DataDir, write_file_atomic, write_files_atomic
+from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
+from rechain.schemas import tables
 from rechain.workers import _native
 from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import release_unused_memory
@@ -57,16 +62,39 @@ MIN_CHUNK_BYTES = 4 << 20
 UNWIND_BLOCKS = 1_000
 #: Block-index entries read per multi-get while cutting chunks.
 INDEX_READ_BLOCKS = 1_024
+#: Chunks (and so the published tables' segments) never cross a multiple of this many heights:
+#: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
+SEGMENT_BLOCKS = 1_000
+#: The tables whose best-chain rows the chain state writes itself (``write_rows``).
+ROW_TABLES = (ds.TRANSACTIONS, ds.INPUTS)
+#: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block.
+LAYOUT = 2
 
 
 def spends_dir(data: DataDir) -> Path:
     return data.path / "stage" / "spends"
 
 
+def rows_dir(data: DataDir, table: str) -> Path:
+    return data.path / "stage" / "rows" / table
+
+
+def part_dirs(data: DataDir) -> list[Path]:
+    """The folders holding a file per part, under the part's name."""
+    return [spends_dir(data), *(rows_dir(data, t) for t in ROW_TABLES)]
+
+
 def checkpoint(data: DataDir) -> dict[str, Any] | None:
-    """The applied chain's tip and the set's figures, or None when nothing is applied."""
+    """The applied chain's tip, the set's figures and the parts (first height, last height,
+    name), or None when nothing is applied."""
     cp: dict[str, Any] | None = data.meta_get(layout.META_BTC_CHAIN_STATE)
     return cp
+
+
+def parts(data: DataDir) -> list[tuple[int, int, str]]:
+    """The parts of the applied chain, in height order: (first, last, name)."""
+    cp = checkpoint(data) or {}
+    return [(int(lo), int(hi), str(name)) for lo, hi, name in cp.get("parts", [])]
 
 
 def spend_files(data: DataDir, first: int = 0, last: int | None = None) -> list[str]:
@@ -75,7 +103,7 @@ def spend_files(data: DataDir, first: int = 0, last: int | None = None) -> list[
     cp = checkpoint(data) or {}
     return [
         str(spends_dir(data) / name)
-        for lo, hi, name in cp.get("spends", [])
+        for lo, hi, name in cp.get("parts", [])
         if hi >= first and (last is None or lo <= last)
     ]
 
@@ -116,9 +144,15 @@ class ChainStateStage(Stage[BtcRun]):
         data = ctx.data
         t0 = time.perf_counter()
         cp = checkpoint(data)
+        if cp is not None and cp.get("layout") != LAYOUT:
+            log.info("chain state: a checkpoint of another layout, rebuilt from the genesis block")
+            cp = None
         if cp is None:
             reset(data)
-            cp = {"height": -1, "hash": None, "utxo_count": 0, "total_amount": 0, "spends": []}
+            cp = {
+                "height": -1, "hash": None, "utxo_count": 0, "total_amount": 0, "parts": [],
+                "layout": LAYOUT,
+            }  # fmt: skip
         _remove_unlisted_parts(data, cp)
         best = best_chain(data)
         tip = len(best) // 32 - 1
@@ -164,19 +198,20 @@ def reset(data: DataDir) -> None:
     data.write({}, {layout.CF_META: [layout.META_BTC_CHAIN_STATE]})
     data.reset_column_family(layout.CF_BTC_UTXO)
     data.reset_column_family(layout.CF_BTC_UNDO)
-    shutil.rmtree(spends_dir(data), ignore_errors=True)
+    for folder in part_dirs(data):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _remove_unlisted_parts(data: DataDir, cp: dict[str, Any]) -> None:
-    """Deletes spends parts no checkpoint lists (written by a run killed before its commit,
-    or dropped by an unwind)."""
-    folder = spends_dir(data)
-    if not folder.exists():
-        return
-    keep = {name for _, _, name in cp["spends"]}
-    for f in folder.iterdir():
-        if f.name not in keep:
-            f.unlink()
+    """Deletes part files no checkpoint lists (written by a run killed before its commit, or
+    dropped by an unwind)."""
+    keep = {name for _, _, name in cp["parts"]}
+    for folder in part_dirs(data):
+        if not folder.exists():
+            continue
+        for f in folder.iterdir():
+            if f.name not in keep:
+                f.unlink()
 
 
 def _fork_point(data: DataDir, cp: dict[str, Any], best: bytes, tip: int) -> int:
@@ -216,7 +251,7 @@ def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
             "hash": None if below_undo is None else _native.undo_block_hash(below_undo),
             "utxo_count": cp["utxo_count"] + change["count_delta"],
             "total_amount": cp["total_amount"] + change["amount_delta"],
-            "spends": _trim_parts(data, cp["spends"], below),
+            "parts": _trim_parts(data, cp["parts"], below),
         }
         data.write_columns(
             {
@@ -232,28 +267,33 @@ def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
 
 
 def _trim_parts(data: DataDir, parts: list[list[Any]], below: int) -> list[list[Any]]:
-    """The spends parts of heights up to ``below``: those above it dropped, the one reaching
-    across it rewritten without its rows above (under a new name; the old file goes once the
-    checkpoint no longer lists it)."""
+    """The parts of heights up to ``below``: those above it dropped, the one reaching across
+    it rewritten without its rows above (under a new name; the old files go once the
+    checkpoint no longer lists them)."""
     kept = []
     for first, last, name in parts:
         if last <= below:
             kept.append([first, last, name])
         elif first <= below:
-            whole = pq.read_table(spends_dir(data) / name)
-            rows = whole.filter(pc.less_equal(whole["height"], below))
-            if rows.num_rows:
-                trimmed = f"{first:010d}-{below:010d}.parquet"
-                write_file_atomic(spends_dir(data) / trimmed, partial(pq.write_table, rows))
-                kept.append([first, below, trimmed])
+            trimmed = part_name(first, below)
+            for folder in part_dirs(data):
+                whole = pq.read_table(folder / name)
+                rows = whole.filter(pc.less_equal(whole["height"], below))
+                write_file_atomic(folder / trimmed, partial(pq.write_table, rows))
+            kept.append([first, below, trimmed])
     return kept
+
+
+def part_name(first: int, last: int) -> str:
+    return f"{first:010d}-{last:010d}.parquet"
 
 
 def _chunks(
     data: DataDir, best: bytes, start: int, tip: int, max_bytes: int
 ) -> Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]:
     """(first height, hashes, block-index entries) of consecutive best-chain runs from
-    ``start`` to ``tip``, each of at most ``max_bytes`` of blocks (or one block)."""
+    ``start`` to ``tip``, each of at most ``max_bytes`` of blocks (or one block), none
+    crossing a multiple of ``SEGMENT_BLOCKS``."""
     index = data.cf(layout.CF_BTC_INDEX)
     first, hashes, entries, size = start, [], [], 0
     for lo in range(start, tip + 1, INDEX_READ_BLOCKS):
@@ -269,7 +309,7 @@ def _chunks(
             hashes.append(block_hash)
             entries.append(entry)
             size += int(entry["size"]) + 8  # type: ignore[call-overload]
-            if size >= max_bytes:
+            if size >= max_bytes or (first + len(hashes)) % SEGMENT_BLOCKS == 0:
                 yield first, hashes, entries
                 first, hashes, entries, size = first + len(hashes), [], [], 0
     if hashes:
@@ -316,21 +356,31 @@ def _apply_chunk(
         return cp, result
     last = first + int(result["blocks"]) - 1
     spends: pa.RecordBatch = result["spends"]
-    parts = list(cp["spends"])
-    if spends.num_rows:
-        folder = spends_dir(data)
+    name = part_name(first, last)
+    for folder in part_dirs(data):
         folder.mkdir(parents=True, exist_ok=True)
-        name = f"{first:010d}-{last:010d}.parquet"
-        table = pa.Table.from_batches([spends])
-        write_file_atomic(folder / name, partial(pq.write_table, table))
-        parts.append([first, last, name])
-        kill_point("chain_state.spends_written")
+    table = pa.Table.from_batches([spends])
+    write_file_atomic(spends_dir(data) / name, partial(pq.write_table, table))
+    kill_point("chain_state.spends_written")
+    group_bytes = max(ctx.opts.memory_budget // 16, 1 << 20)
+
+    def write_rows(tmps: list[Path]) -> None:
+        chunk.write_rows(
+            [
+                (t, tables.TABLES[t].schema, tmp, tables.TABLES[t].row_group_rows, group_bytes)
+                for t, tmp in zip(ROW_TABLES, tmps, strict=True)
+            ]
+        )
+
+    write_files_atomic([rows_dir(data, t) / name for t in ROW_TABLES], write_rows)
+    t4 = time.perf_counter()
     cp = {
+        "layout": LAYOUT,
         "height": last,
         "hash": result["tip"][1],
         "utxo_count": cp["utxo_count"] + result["count_delta"],
         "total_amount": cp["total_amount"] + result["amount_delta"],
-        "spends": parts,
+        "parts": [*cp["parts"], [first, last, name]],
     }
     data.write_columns(
         {
@@ -341,7 +391,7 @@ def _apply_chunk(
         {layout.CF_BTC_UTXO: result["deletes"]},
     )
     kill_point("chain_state.applied")
-    ctx.add({"chain_state_commit_s": time.perf_counter() - t3})
+    ctx.add({"chain_state_rows_s": t4 - t3, "chain_state_commit_s": time.perf_counter() - t4})
     return cp, result
 
 

@@ -1,20 +1,21 @@
 """Stage ``publish``: the ``blocks``, ``transactions``, ``inputs`` and ``outputs`` tables.
 
-Written by DuckDB (``session``) from the staged bodies, the headers and the chain state's
-resolved spends, with heights, ``in_best_chain``, input values and fees, Hive-partitioned by
-height range. Each publication is a new generation of each table (temp folder, fsync,
-rename), which then becomes the current one.
+Hive-partitioned by height range, with heights, ``in_best_chain``, input values and fees. Each
+publication is a new generation of each table (temp folder, fsync, rename), which then
+becomes the current one.
 
-Incremental: the best chain's rows are published in *segments*, runs of at most
-``SEGMENT_BLOCKS`` heights inside one partition (``height_range=R/seg-FIRST-LAST.parquet``),
-listed in a manifest (``META_BTC_PUBLISHED``). A rerun keeps every segment whose last block is
-still on the best chain (hard links into the new generation), cuts the one a reorg runs
-through at the fork, and writes segments only for the heights above. The one column of old
-rows that new blocks change, ``outputs.spent``, is checked per segment by a fingerprint of the
-best-chain spends into it; a segment whose fingerprint moved gets its outputs file rewritten
-from the published one. Rows of blocks off the best chain (side branches, orphans, invalid
-blocks: few) are written again each time (``offchain_*.parquet``). Each segment query reads
-only the staged parts that hold its blocks, and the spends parts of its heights.
+The best chain's rows are published in *segments*, one per chain-state part (a run of
+heights inside one partition, ``height_range=R/seg-FIRST-LAST.parquet``), listed in a manifest
+(``META_BTC_PUBLISHED``). ``transactions`` and ``inputs`` segments are the rows the chain
+state wrote for its part, linked in as they are; ``blocks`` and ``outputs`` segments are
+written by DuckDB (``session``) from the staged bodies, the headers and the parts' resolved
+spends. A rerun keeps every segment whose heights are still a part and whose last block is
+still on the best chain (hard links into the new generation) and writes the others. The one
+column of old rows that new blocks change, ``outputs.spent``, is checked per segment by a
+fingerprint of the best-chain spends into it; a segment whose fingerprint moved gets its
+outputs file rewritten from the published one. Rows of blocks off the best chain (side
+branches, orphans, invalid blocks: few) are written again each time (``offchain_*.parquet``)
+from the staged bodies.
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 
 #: The tables this stage publishes, in publication order.
 FULL_TABLES = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)
-#: Heights per segment at most (segments never cross a height_range partition).
-SEGMENT_BLOCKS = 1_000
 OFFCHAIN = "offchain"
 
 
@@ -79,24 +78,12 @@ def _height_range(height: int) -> int:
 
 
 def _bucket(height: int) -> int:
-    return height // SEGMENT_BLOCKS
+    return height // chain_state.SEGMENT_BLOCKS
 
 
 def segment_path(first: int, last: int) -> str:
     """A segment's file, relative to a table generation."""
     return f"{tables.HEIGHT_RANGE}={_height_range(first)}/seg-{first:010d}-{last:010d}.parquet"
-
-
-def plan_segments(first: int, tip: int) -> list[tuple[int, int]]:
-    """Heights ``first`` to ``tip`` cut into segments at multiples of ``SEGMENT_BLOCKS`` (so
-    that a fresh run and runs that grew the chain in steps end on the same boundaries)."""
-    out = []
-    h = first
-    while h <= tip:
-        end = min(tip, (h // SEGMENT_BLOCKS + 1) * SEGMENT_BLOCKS - 1)
-        out.append((h, end))
-        h = end + 1
-    return out
 
 
 def _context(table: str) -> str:
@@ -227,32 +214,21 @@ def publish_tables(
     ):
         old = []
     best = chain_state.best_chain(data)
-    tip = len(best) // 32 - 1
 
     def best_hash(h: int) -> str:
         return str(_native.display_hash(best[32 * h : 32 * h + 32]))
 
-    # Segments still on the best chain, and the one a reorg runs through, cut at the fork.
+    # Segments of the same heights still ending on the best chain are kept; every other
+    # chain-state part is a new segment.
+    by_range = {(seg["first"], seg["last"], seg["hash"]): seg for seg in old}
     kept: list[dict[str, Any]] = []
-    cut: tuple[dict[str, Any], int] | None = None
-    for seg in old:
-        if seg["last"] <= tip and best_hash(seg["last"]) == seg["hash"]:
+    new: list[tuple[int, int, str]] = []
+    for first, last, part in chain_state.parts(data):
+        seg = by_range.get((first, last, best_hash(last)))
+        if seg is None:
+            new.append((first, last, part))
+        else:
             kept.append(seg)
-            continue
-        blocks_file = data.parquet_dir(ds.BLOCKS) / f"{old_gen:06d}" / seg["path"]
-        heights = con.execute(
-            f"SELECT height, hash FROM read_parquet('{blocks_file}') ORDER BY height"
-        ).fetchall()
-        fork = seg["first"] - 1
-        for h, block_hash in heights:
-            if h > tip or best_hash(int(h)) != block_hash:
-                break
-            fork = int(h)
-        if fork >= seg["first"]:
-            cut = (seg, fork)
-        break
-    published_tip = cut[1] if cut else (kept[-1]["last"] if kept else -1)
-    new = plan_segments(published_tip + 1, tip)
 
     clock = time.perf_counter()
     seconds = dict.fromkeys(("prints_s", "kept_s", "new_s", "offchain_s", "sync_s"), 0.0)
@@ -266,8 +242,7 @@ def publish_tables(
     spends_view(con, "res_all", chain_state.spend_files(data))
     # Fingerprint of the spends into each segment's outputs: a moved one means some of its
     # ``spent`` flags changed.
-    segs = [(s["first"], s["last"]) for s in kept] + ([(cut[0]["first"], cut[1])] if cut else [])
-    segs += new
+    segs = sorted([(s["first"], s["last"]) for s in kept] + [(a, b) for a, b, _ in new])
     prints = _spent_prints(con, segs)
     placement = _part_blocks(con, data)
     lap("prints_s")
@@ -293,21 +268,12 @@ def publish_tables(
             else:
                 os.link(old_dir / seg["path"], dest)
         lap("kept_s")
-        if cut is not None:
-            seg, fork = cut
-            assert old_dir is not None
-            path = segment_path(seg["first"], fork)
-            if name == ds.OUTPUTS:
-                _rewrite_outputs(con, old_dir / seg["path"], tmp / path, seg, group_bytes, fork)
-            else:
-                src = old_dir / seg["path"]
-                _copy(
-                    con, name,
-                    f"SELECT *, {_height_range(seg['first'])}::BIGINT AS {tables.HEIGHT_RANGE} "
-                    f"FROM read_parquet('{src}') WHERE height <= {fork}",
-                    tmp / path, group_bytes,
-                )  # fmt: skip
-        for first, last in new:
+        for first, last, part in new:
+            if name in chain_state.ROW_TABLES:
+                dest = tmp / segment_path(first, last)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.link(chain_state.rows_dir(data, name) / part, dest)
+                continue
             runs = range(_bucket(first), _bucket(last) + 1)
             parts = sorted(set().union(*(buckets.get(b, set()) for b in runs)))
             staged_views(con, data, parts, "_seg")
@@ -339,7 +305,7 @@ def publish_tables(
         lap("sync_s")
     work.update(seconds)
     work["segments_kept"] = len(kept)
-    work["segments_written"] = len(new) + (1 if cut else 0)
+    work["segments_written"] = len(new)
     for first, last in segs:
         segments_out.append(
             {
@@ -384,26 +350,17 @@ def _spent_prints(
 
 
 def _rewrite_outputs(
-    con: duckdb.DuckDBPyConnection,
-    src: Path,
-    dest: Path,
-    seg: dict[str, Any],
-    group_bytes: int,
-    upto: int | None = None,
+    con: duckdb.DuckDBPyConnection, src: Path, dest: Path, seg: dict[str, Any], group_bytes: int
 ) -> None:
-    """A published outputs segment again, with ``spent`` from the current spends (and only
-    heights up to ``upto``)."""
-    last = seg["last"] if upto is None else upto
-    where = "" if upto is None else f"WHERE o.height <= {upto}"
+    """A published outputs segment again, with ``spent`` from the current spends."""
     _copy(
         con,
         ds.OUTPUTS,
         f"""SELECT o.* REPLACE (s.prev_height IS NOT NULL AS spent),
                {_height_range(seg["first"])}::BIGINT AS {tables.HEIGHT_RANGE}
         FROM read_parquet('{src}') o
-        LEFT JOIN ({_spent_sql("res_all", seg["first"], last)}) s
-          ON s.prev_height = o.height AND s.prev_txid = o.txid AND s.prev_vout = o.vout
-        {where}""",
+        LEFT JOIN ({_spent_sql("res_all", seg["first"], seg["last"])}) s
+          ON s.prev_height = o.height AND s.prev_txid = o.txid AND s.prev_vout = o.vout""",
         dest,
         group_bytes,
     )

@@ -6,7 +6,9 @@ use crate::btc::chain_state::{self, Chunk, SourceBlock};
 use crate::btc::encode::read_core_varint;
 use crate::btc::encode::write_compact_size;
 use crate::btc::utxo::UTXO_KEY_PREFIX;
+use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
+use crate::parquet_out::{write_batch, RowGroups};
 use crate::{key8, network};
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
@@ -14,10 +16,10 @@ use arrow_schema::{DataType, Field, Schema};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyIterator, PyList};
-use pyo3_arrow::PyRecordBatch;
+use pyo3_arrow::{PyRecordBatch, PySchema};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Schema of the resolved best-chain spends the chain state stages for publishing.
 pub fn spends_schema() -> Arc<Schema> {
@@ -66,6 +68,9 @@ fn hash32(b: &[u8]) -> PyResult<[u8; 32]> {
 #[pyclass(module = "rechain.workers._native", frozen)]
 struct ChainStateChunk {
     inner: Chunk,
+    /// What the last `apply` resolved: blocks applied, and each of their non-coinbase
+    /// inputs' value in order (for `write_rows`).
+    resolved: Mutex<Option<(usize, Vec<u64>)>>,
 }
 
 #[pymethods]
@@ -101,7 +106,10 @@ impl ChainStateChunk {
         let inner = py
             .detach(|| Chunk::load(net, key, blocks))
             .map_err(PyOSError::new_err)?;
-        Ok(ChainStateChunk { inner })
+        Ok(ChainStateChunk {
+            inner,
+            resolved: Mutex::new(None),
+        })
     }
 
     /// The `btc_utxo` keys to read before `apply` (a list, for RocksDB's multi-get).
@@ -121,6 +129,8 @@ impl ChainStateChunk {
         let a = py
             .detach(|| self.inner.apply(values))
             .map_err(PyValueError::new_err)?;
+        *self.resolved.lock().expect("not poisoned") =
+            Some((a.blocks as usize, a.spends.value.clone()));
         let d = PyDict::new(py);
         d.set_item("blocks", a.blocks)?;
         d.set_item("tip", a.tip.map(|(h, hash)| (h, display_hex(&hash))))?;
@@ -150,6 +160,66 @@ impl ChainStateChunk {
             a.failure.map(|(h, hash, r)| (h, display_hex(&hash), r)),
         )?;
         Ok(d)
+    }
+
+    /// Writes the final rows of each table named in `specs` ("transactions", "inputs") for
+    /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
+    /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
+    /// a row group closes early). Returns the rows written per spec.
+    fn write_rows(
+        &self,
+        py: Python<'_>,
+        specs: Vec<(String, PySchema, PathBuf, usize, usize)>,
+    ) -> PyResult<Vec<u64>> {
+        let guard = self.resolved.lock().expect("not poisoned");
+        let Some((applied, values)) = guard.as_ref() else {
+            return Err(PyValueError::new_err("write_rows before apply"));
+        };
+        let specs: Vec<_> = specs
+            .into_iter()
+            .map(|(t, schema, path, rows, bytes)| (t, schema.into_inner(), path, rows, bytes))
+            .collect();
+        py.detach(|| {
+            let blocks: Vec<ChainBlock> = self
+                .inner
+                .blocks()
+                .take(*applied)
+                .map(|(height, hash, data, spans)| ChainBlock {
+                    height,
+                    hash,
+                    data,
+                    spans,
+                })
+                .collect();
+            let write = |(table, schema, path, rows, bytes): &(_, _, PathBuf, usize, usize)| {
+                let batch = match String::as_str(table) {
+                    "transactions" => {
+                        btc_chain_rows::transactions(&blocks, values, Arc::clone(schema))
+                    }
+                    "inputs" => btc_chain_rows::inputs(&blocks, values, Arc::clone(schema)),
+                    other => Err(format!("the chain state writes no table {other:?}")),
+                }?;
+                let groups = RowGroups {
+                    rows: *rows,
+                    bytes: *bytes,
+                };
+                write_batch(path, &batch, &[], groups)
+            };
+            std::thread::scope(|scope| {
+                let running: Vec<_> = specs
+                    .iter()
+                    .map(|s| scope.spawn(move || write(s)))
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err("a table writer panicked".into()))
+                    })
+                    .collect::<Result<Vec<u64>, String>>()
+            })
+        })
+        .map_err(PyValueError::new_err)
     }
 }
 

@@ -61,6 +61,35 @@ impl TableWriter {
     }
 }
 
+/// Rows handed to the writer per step when one batch is written whole: small enough that a
+/// row group closes near its byte limit.
+const STEP_ROWS: usize = 8_192;
+
+/// Writes `batch` as one Parquet file at `path`, closing row groups at `groups`' limits;
+/// returns the rows written.
+pub fn write_batch(
+    path: &Path,
+    batch: &RecordBatch,
+    dictionary_columns: &[&str],
+    groups: RowGroups,
+) -> Result<u64, String> {
+    let mut t = AlignedTables::new(
+        vec![TableWriter::create(
+            path,
+            batch.schema(),
+            dictionary_columns,
+        )?],
+        groups,
+    );
+    let mut at = 0;
+    while at < batch.num_rows() {
+        let n = t.step_rows(STEP_ROWS).min(batch.num_rows() - at);
+        t.write(&[batch.slice(at, n)])?;
+        at += n;
+    }
+    t.finish()
+}
+
 /// Tables written side by side with the same row groups (row `i` of each table describes the
 /// same thing, and a reader can pair their groups): each step hands every table a batch of
 /// the same length; groups close together when the first table's group reaches the limits.

@@ -248,6 +248,13 @@ impl Chunk {
         Ok(chunk)
     }
 
+    /// (height, hash, bytes, parse) of each block, in height order.
+    pub(crate) fn blocks(&self) -> impl Iterator<Item = (u32, &[u8; 32], &[u8], &Spans)> {
+        self.blocks
+            .iter()
+            .map(|b| (b.height, &b.hash, b.data.as_slice(), &b.spans))
+    }
+
     fn plan_reads(&self) -> Vec<Key> {
         let mut created: HashSet<Key> = HashSet::default();
         let mut needed: Vec<Key> = Vec::new();

@@ -30,9 +30,9 @@ pub(crate) struct InSpan {
     /// Where the input's prevout (txid 32 | vout u32 LE) starts.
     pub(crate) prev: usize,
     pub(crate) script: (usize, usize),
-    sequence: u32,
-    wit_start: usize,
-    wit_n: usize,
+    pub(crate) sequence: u32,
+    pub(crate) wit_start: usize,
+    pub(crate) wit_n: usize,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -45,14 +45,24 @@ pub(crate) struct OutSpan {
 pub(crate) struct TxSpan {
     start: usize,
     end: usize,
-    version: i32,
-    lock_time: u32,
+    pub(crate) version: i32,
+    pub(crate) lock_time: u32,
     pub(crate) ins: (usize, usize),
     pub(crate) outs: (usize, usize),
     stripped_size: usize,
-    has_witness: bool,
+    pub(crate) has_witness: bool,
     pub(crate) txid: [u8; 32],
-    wtxid: [u8; 32],
+    pub(crate) wtxid: [u8; 32],
+}
+
+impl TxSpan {
+    /// (size, weight, vsize) as Core counts them: serialized bytes, 3 * stripped + size, and
+    /// weight / 4 rounded up.
+    pub(crate) fn sizes(&self) -> (u32, u32, u32) {
+        let size = (self.end - self.start) as u32;
+        let weight = 3 * self.stripped_size as u32 + size;
+        (size, weight, weight.div_ceil(4))
+    }
 }
 
 /// Reusable parse buffers (cleared per block, never shrunk).
@@ -61,7 +71,7 @@ pub(crate) struct Spans {
     pub(crate) txs: Vec<TxSpan>,
     pub(crate) ins: Vec<InSpan>,
     pub(crate) outs: Vec<OutSpan>,
-    wit: Vec<(usize, usize)>,
+    pub(crate) wit: Vec<(usize, usize)>,
 }
 
 impl Spans {
@@ -604,8 +614,7 @@ impl BodyDecoder {
             c.reserve_block(sp);
             for (pos, t) in sp.txs.iter().enumerate() {
                 let tx_row = c.txs.txid.len() as u32;
-                let size = (t.end - t.start) as u32;
-                let weight = 3 * t.stripped_size as u32 + size;
+                let (size, weight, vsize) = t.sizes();
                 let ins = &sp.ins[t.ins.0..t.ins.1];
                 let outs = &sp.outs[t.outs.0..t.outs.1];
                 let out_value: u64 = outs.iter().map(|o| o.value).sum();
@@ -616,7 +625,7 @@ impl BodyDecoder {
                 c.txs.version.push(t.version);
                 c.txs.lock_time.push(t.lock_time);
                 c.txs.size.push(size);
-                c.txs.vsize.push(weight.div_ceil(4));
+                c.txs.vsize.push(vsize);
                 c.txs.weight.push(weight);
                 c.txs.n_in.push(ins.len() as u32);
                 c.txs.n_out.push(outs.len() as u32);

@@ -2,6 +2,7 @@
 //! values into a RecordBatch. Decoders in `btc` know nothing of Arrow.
 
 pub mod btc_bodies;
+pub mod btc_chain_rows;
 pub mod btc_events;
 pub mod btc_headers;
 pub mod btc_records;

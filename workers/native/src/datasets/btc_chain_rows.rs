@@ -1,0 +1,293 @@
+//! The best-chain rows of the published `transactions` and `inputs` tables, built by the chain
+//! state from a chunk it has just applied: its spends are resolved, so every input's value and
+//! every transaction's fee is known, and the rows are final when first written (no staged copy
+//! read back and joined). Columns are built by name for the schema `schemas/tables.py` declares
+//! and Python hands in, so the declaration stays the one source of the tables' shape.
+
+use crate::btc::decode::Spans;
+use arrow_array::{
+    ArrayRef, BooleanArray, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
+    UInt32Array, UInt64Array,
+};
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, SchemaRef};
+use std::sync::Arc;
+
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// One applied best-chain block: its height, hash (internal order), bytes and parse.
+pub(crate) struct ChainBlock<'a> {
+    pub height: u32,
+    pub hash: &'a [u8; 32],
+    pub data: &'a [u8],
+    pub spans: &'a Spans,
+}
+
+/// A string column filled with lower-case hex without a per-value allocation.
+#[derive(Default)]
+struct HexCol {
+    data: Vec<u8>,
+    offsets: Vec<i32>,
+}
+
+impl HexCol {
+    fn with_capacity(rows: usize, bytes: usize) -> HexCol {
+        let mut offsets = Vec::with_capacity(rows + 1);
+        offsets.push(0);
+        HexCol {
+            data: Vec::with_capacity(2 * bytes),
+            offsets,
+        }
+    }
+
+    /// Bytes in order (scripts, witness items).
+    fn push(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.data.push(DIGITS[(b >> 4) as usize]);
+            self.data.push(DIGITS[(b & 15) as usize]);
+        }
+        self.offsets.push(self.data.len() as i32);
+    }
+
+    /// A 32-byte hash in display (byte-reversed) order.
+    fn push_display(&mut self, hash: &[u8]) {
+        for b in hash.iter().rev() {
+            self.data.push(DIGITS[(b >> 4) as usize]);
+            self.data.push(DIGITS[(b & 15) as usize]);
+        }
+        self.offsets.push(self.data.len() as i32);
+    }
+
+    fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    fn finish(self) -> StringArray {
+        StringArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(self.offsets)),
+            Buffer::from_vec(self.data),
+            None,
+        )
+        .expect("hex is UTF-8 with monotonic offsets")
+    }
+}
+
+fn unknown(table: &str, column: &str) -> String {
+    format!("{table}: the chain state builds no column {column:?}")
+}
+
+fn batch(schema: SchemaRef, cols: Vec<ArrayRef>, table: &str) -> Result<RecordBatch, String> {
+    RecordBatch::try_new(schema, cols).map_err(|e| format!("{table}: {e}"))
+}
+
+/// The `transactions` rows of `blocks`; `values` holds the value of every non-coinbase input,
+/// in block, transaction and input order (the chain state's resolved spends).
+pub(crate) fn transactions(
+    blocks: &[ChainBlock],
+    values: &[u64],
+    schema: SchemaRef,
+) -> Result<RecordBatch, String> {
+    let n: usize = blocks.iter().map(|b| b.spans.txs.len()).sum();
+    let (mut txid, mut wtxid, mut block_hash) = (
+        HexCol::with_capacity(n, 32 * n),
+        HexCol::with_capacity(n, 32 * n),
+        HexCol::with_capacity(n, 32 * n),
+    );
+    let (mut height, mut position, mut version, mut lock_time) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut size, mut vsize, mut weight, mut n_in, mut n_out) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut is_coinbase, mut has_witness) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut output_value, mut input_value, mut fee) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut spent = values.iter();
+    for b in blocks {
+        let sp = b.spans;
+        for (pos, t) in sp.txs.iter().enumerate() {
+            let (s, w, vs) = t.sizes();
+            let outs: u64 = sp.outs[t.outs.0..t.outs.1].iter().map(|o| o.value).sum();
+            let ins = t.ins.1 - t.ins.0;
+            txid.push_display(&t.txid);
+            wtxid.push_display(&t.wtxid);
+            block_hash.push_display(b.hash);
+            height.push(b.height);
+            position.push(pos as u32);
+            version.push(t.version);
+            lock_time.push(t.lock_time);
+            size.push(s);
+            vsize.push(vs);
+            weight.push(w);
+            n_in.push(ins as u32);
+            n_out.push((t.outs.1 - t.outs.0) as u32);
+            is_coinbase.push(pos == 0);
+            has_witness.push(t.has_witness);
+            output_value.push(outs);
+            if pos == 0 {
+                input_value.push(None);
+                fee.push(None);
+            } else {
+                let mut total = 0u64;
+                for _ in 0..ins {
+                    total += *spent
+                        .next()
+                        .ok_or("transactions: fewer resolved spends than inputs")?;
+                }
+                input_value.push(Some(total));
+                fee.push(Some(total as i64 - outs as i64));
+            }
+        }
+    }
+    if spent.next().is_some() {
+        return Err("transactions: more resolved spends than inputs".into());
+    }
+    let rows = txid.len();
+    let (mut txid, mut wtxid, mut block_hash) = (Some(txid), Some(wtxid), Some(block_hash));
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        let col: ArrayRef = match f.name().as_str() {
+            "txid" => Arc::new(txid.take().expect("one txid column").finish()),
+            "wtxid" => Arc::new(wtxid.take().expect("one wtxid column").finish()),
+            "block_hash" => Arc::new(block_hash.take().expect("one block_hash").finish()),
+            "height" => Arc::new(UInt32Array::from(std::mem::take(&mut height))),
+            "in_best_chain" => Arc::new(BooleanArray::from(vec![true; rows])),
+            "position" => Arc::new(UInt32Array::from(std::mem::take(&mut position))),
+            "version" => Arc::new(Int32Array::from(std::mem::take(&mut version))),
+            "lock_time" => Arc::new(UInt32Array::from(std::mem::take(&mut lock_time))),
+            "size" => Arc::new(UInt32Array::from(std::mem::take(&mut size))),
+            "vsize" => Arc::new(UInt32Array::from(std::mem::take(&mut vsize))),
+            "weight" => Arc::new(UInt32Array::from(std::mem::take(&mut weight))),
+            "n_in" => Arc::new(UInt32Array::from(std::mem::take(&mut n_in))),
+            "n_out" => Arc::new(UInt32Array::from(std::mem::take(&mut n_out))),
+            "is_coinbase" => Arc::new(BooleanArray::from(std::mem::take(&mut is_coinbase))),
+            "has_witness" => Arc::new(BooleanArray::from(std::mem::take(&mut has_witness))),
+            "output_value" => Arc::new(UInt64Array::from(std::mem::take(&mut output_value))),
+            "input_value" => Arc::new(UInt64Array::from(std::mem::take(&mut input_value))),
+            "fee" => Arc::new(Int64Array::from(std::mem::take(&mut fee))),
+            other => return Err(unknown("transactions", other)),
+        };
+        cols.push(col);
+    }
+    batch(schema, cols, "transactions")
+}
+
+/// The `inputs` rows of `blocks`; `values` as for `transactions`.
+pub(crate) fn inputs(
+    blocks: &[ChainBlock],
+    values: &[u64],
+    schema: SchemaRef,
+) -> Result<RecordBatch, String> {
+    let n: usize = blocks.iter().map(|b| b.spans.ins.len()).sum();
+    let sig_bytes: usize = blocks
+        .iter()
+        .flat_map(|b| b.spans.ins.iter().map(|i| i.script.1 - i.script.0))
+        .sum();
+    let (wit_n, wit_bytes) = blocks.iter().fold((0, 0), |(n, bytes), b| {
+        let w = &b.spans.wit;
+        (
+            n + w.len(),
+            bytes + w.iter().map(|(s, e)| e - s).sum::<usize>(),
+        )
+    });
+    let (mut txid, mut prev_txid, mut block_hash) = (
+        HexCol::with_capacity(n, 32 * n),
+        HexCol::with_capacity(n, 32 * n),
+        HexCol::with_capacity(n, 32 * n),
+    );
+    let mut script_sig = HexCol::with_capacity(n, sig_bytes);
+    let mut witness = HexCol::with_capacity(wit_n, wit_bytes);
+    let mut witness_offsets: Vec<i32> = Vec::with_capacity(n + 1);
+    witness_offsets.push(0);
+    let (mut vin, mut prev_vout, mut sequence, mut witness_items) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut value, mut tx_position, mut height) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut spent = values.iter();
+    for b in blocks {
+        let (sp, data) = (b.spans, b.data);
+        for (pos, t) in sp.txs.iter().enumerate() {
+            for (k, inp) in sp.ins[t.ins.0..t.ins.1].iter().enumerate() {
+                let prev = &data[inp.prev..inp.prev + 36];
+                txid.push_display(&t.txid);
+                vin.push(k as u32);
+                prev_txid.push_display(&prev[..32]);
+                prev_vout.push(u32::from_le_bytes(prev[32..36].try_into().unwrap()));
+                script_sig.push(&data[inp.script.0..inp.script.1]);
+                sequence.push(inp.sequence);
+                witness_items.push(inp.wit_n as u32);
+                for &(s, e) in &sp.wit[inp.wit_start..inp.wit_start + inp.wit_n] {
+                    witness.push(&data[s..e]);
+                }
+                witness_offsets.push(witness.len() as i32);
+                value.push(if pos == 0 {
+                    None
+                } else {
+                    Some(
+                        *spent
+                            .next()
+                            .ok_or("inputs: fewer resolved spends than inputs")?,
+                    )
+                });
+                block_hash.push_display(b.hash);
+                tx_position.push(pos as u32);
+                height.push(b.height);
+            }
+        }
+    }
+    if spent.next().is_some() {
+        return Err("inputs: more resolved spends than inputs".into());
+    }
+    let rows = txid.len();
+    let (mut txid, mut prev_txid, mut block_hash) = (Some(txid), Some(prev_txid), Some(block_hash));
+    let (mut script_sig, mut witness) = (Some(script_sig), Some(witness));
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        let col: ArrayRef = match f.name().as_str() {
+            "txid" => Arc::new(txid.take().expect("one txid column").finish()),
+            "vin" => Arc::new(UInt32Array::from(std::mem::take(&mut vin))),
+            "prev_txid" => Arc::new(prev_txid.take().expect("one prev_txid").finish()),
+            "prev_vout" => Arc::new(UInt32Array::from(std::mem::take(&mut prev_vout))),
+            "script_sig" => Arc::new(script_sig.take().expect("one script_sig").finish()),
+            "sequence" => Arc::new(UInt32Array::from(std::mem::take(&mut sequence))),
+            "witness_items" => Arc::new(UInt32Array::from(std::mem::take(&mut witness_items))),
+            "witness" => {
+                let DataType::List(item) = f.data_type() else {
+                    return Err(format!("inputs: witness is declared {}", f.data_type()));
+                };
+                let items = witness.take().expect("one witness column").finish();
+                let offsets =
+                    OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut witness_offsets)));
+                Arc::new(
+                    ListArray::try_new(item.clone(), offsets, Arc::new(items), None)
+                        .map_err(|e| format!("inputs: witness: {e}"))?,
+                )
+            }
+            "value" => Arc::new(UInt64Array::from(std::mem::take(&mut value))),
+            "block_hash" => Arc::new(block_hash.take().expect("one block_hash").finish()),
+            "tx_position" => Arc::new(UInt32Array::from(std::mem::take(&mut tx_position))),
+            "height" => Arc::new(UInt32Array::from(std::mem::take(&mut height))),
+            "in_best_chain" => Arc::new(BooleanArray::from(vec![true; rows])),
+            other => return Err(unknown("inputs", other)),
+        };
+        cols.push(col);
+    }
+    batch(schema, cols, "inputs")
+}
