@@ -14,6 +14,12 @@ tries assembled (top-level nodes re-hashed, every trie root compared with its re
 published from the forest. Either way a checkpoint that fails a check leaves the data folder
 as it was.
 
+Stats (`checkpoint stats`, v6, one trie): the same streamed read folds each part's checked
+leaves into counts on its thread (per owner, per register kind, per depth; flow-go's
+`checkpoint-collect-stats`), the owner counts spilled as sorted runs past their share of
+`--memory-budget` and merged while their table is written; the four `flow_checkpoint_*`
+tables are published only once the whole checkpoint checked out.
+
 Writing: the `registers` Parquet table (path order) is streamed into the Rust builder, which
 writes the parts as it goes (memory bounded by one row group, not by the trie). The
 `register_hashes` table published with it gives each leaf's compact hash: a leaf at the same
@@ -339,6 +345,156 @@ def read(
     return report
 
 
+#: Shares of the stats' memory budget: leaf batches (per thread, as the streamed read), and the
+#: owner maps of all threads together (an eighth of the budget), spilled past it.
+_STATS_OWNER_SHARE = 8
+
+
+def stats(
+    cpdir: Path,
+    name: str,
+    data_path: Path,
+    workers: int = 0,
+    trust_hashes: bool = False,
+    memory_budget: int = 1 << 30,
+) -> dict[str, Any]:
+    """`rechain flow checkpoint stats`: counts and sizes of checkpoint `name` (v6, one trie)
+    per owner, per register kind, per depth and for the trie, gathered with the streamed read
+    (every hash checked unless `trust_hashes`), published as the `flow_checkpoint_*` tables
+    only if the whole checkpoint checked out. Returns the summary."""
+    from rechain.schemas import tables
+    from rechain.workers.memory import release_unused_memory
+
+    t0 = time.perf_counter()
+    threads = workers or os.cpu_count() or 1
+    if not (cpdir / name).is_file():
+        raise RechainError(f"{cpdir / name}: checkpoint file not found")
+    try:
+        version = int(_native.flow_checkpoint_version(str(cpdir), name))
+    except _native.FlowCheckpointError as e:
+        _raise(e)
+    if version != 6:
+        raise RechainError(
+            f"{cpdir / name}: version {version}: stats are gathered from v6 checkpoints only"
+        )
+    share = max(64 << 10, memory_budget // (_STREAM_SHARES * threads))
+    with DataDir(data_path) as data:
+        spill = data.path / ".checkpoint-stats-spill"
+        shutil.rmtree(spill, ignore_errors=True)
+        spill.mkdir()
+        try:
+            try:
+                got = _native.flow_checkpoint_stats(
+                    str(cpdir),
+                    name,
+                    str(spill),
+                    threads=threads,
+                    verify="none" if trust_hashes else "full",
+                    batch_bytes=share,
+                    owner_bytes=memory_budget // _STATS_OWNER_SHARE,
+                )
+            except _native.FlowCheckpointError as e:
+                if getattr(e, "kind", "") == "shared_node":
+                    raise RechainError(
+                        f"{cpdir / name}: holds several tries (sharing nodes); stats are "
+                        "gathered from one-trie checkpoints only"
+                    ) from e
+                _raise(e)
+            read_s = time.perf_counter() - t0
+            # The part threads' freed leaf batches and owner maps, back before the merge.
+            release_unused_memory()
+            trie = got["trie_stats"].to_pylist()[0]
+            record = [dict(t) for t in got["tries"]][-1]
+            if int(got["registers"]) != int(record["reg_count"]):
+                got["owners"].close()
+                raise RechainError(
+                    f"{cpdir / name}: the trie record says {record['reg_count']} registers but "
+                    f"the trie holds {got['registers']}"
+                )
+            previous = data.meta_get(fs.META_FLOW_CHECKPOINT_STATS) or {}
+            generation = int(previous.get("generation") or 0) + 1
+            owners = 0
+
+            def owner_batches() -> Iterator[pa.RecordBatch]:
+                nonlocal owners
+                for batch in got["owners"]:
+                    owners += batch.num_rows
+                    yield batch
+
+            # Owners first (the long one), then the small tables, then the record naming the
+            # generation: a rerun after a kill rewrites the same generation.
+            t_pub = time.perf_counter()
+            owners_table = tables.FLOW_CHECKPOINT_OWNERS
+            data.stage_parquet_batches(
+                owners_table.name,
+                generation,
+                owners_table.schema,
+                owner_batches(),
+                owners_table.row_group_rows,
+            )
+            for table, batch in (
+                (tables.FLOW_CHECKPOINT_TRIES, got["trie_stats"]),
+                (tables.FLOW_CHECKPOINT_DEPTHS, got["depths"]),
+                (tables.FLOW_CHECKPOINT_REGISTER_KINDS, got["kinds"]),
+            ):
+                data.stage_parquet_batches(
+                    table.name, generation, table.schema, iter([batch]), table.row_group_rows
+                )
+            kinds = got["kinds"].to_pylist()
+            summary = {
+                "checkpoint": str(cpdir / name),
+                "generation": generation,
+                "root": trie["root"],
+                "reg_count": trie["reg_count"],
+                "reg_size": trie["reg_size"],
+                "registers": trie["registers"],
+                "owners": owners,
+                "key_bytes": trie["key_bytes"],
+                "value_bytes": trie["value_bytes"],
+                "nodes": trie["nodes"],
+                "leaf_nodes": trie["leaf_nodes"],
+                "interim_nodes": trie["interim_nodes"],
+                "max_depth": trie["max_depth"],
+                "kinds": {k["kind"]: k["registers"] for k in kinds},
+            }
+            data.write({layout.CF_META: [(fs.META_FLOW_CHECKPOINT_STATS, summary)]})
+            for t in fs.CHECKPOINT_STATS_TABLES:
+                data.remove_other_generations(t, generation)
+            report = {
+                **summary,
+                "kinds": kinds,
+                "memory_budget": memory_budget,
+                "verified_hashes": not trust_hashes,
+                "parts": [dict(p) for p in got["parts"]],
+                "read_s": read_s,
+                "publish_s": time.perf_counter() - t_pub,
+                "total_s": time.perf_counter() - t0,
+            }
+            data.write_report("flow_checkpoint_stats", report)
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+    return report
+
+
+def _print_stats(r: dict[str, Any]) -> None:
+    mib = 1 << 20
+    print(
+        f"stats of {r['checkpoint']}: root {r['root']}\n"
+        f"  registers {r['registers']:,} of {r['owners']:,} owner(s): keys "
+        f"{r['key_bytes'] / mib:,.1f} MiB, values {r['value_bytes'] / mib:,.1f} MiB\n"
+        f"  nodes {r['nodes']:,}: {r['leaf_nodes']:,} leaves, {r['interim_nodes']:,} interim; "
+        f"max depth {r['max_depth']}"
+    )
+    for k in r["kinds"][:8]:
+        print(
+            f"  {k['kind']:<28} {k['registers']:>12,} registers "
+            f"{k['value_bytes'] / mib:>10,.1f} MiB values"
+        )
+    if len(r["kinds"]) > 8:
+        print(f"  ... {len(r['kinds']) - 8} more kind(s) in flow_checkpoint_register_kinds")
+    print(f"  tables: {', '.join(fs.CHECKPOINT_STATS_TABLES)} ({r['total_s']:.1f} s)")
+
+
 def _registers_files(data: DataDir) -> list[Path]:
     base = data.parquet_dir(fs.REGISTERS)
     gens = (
@@ -439,7 +595,7 @@ def write(
 
 
 def add_cli(flow: Any) -> None:
-    """Adds `flow checkpoint read|write` to the `flow` subparsers."""
+    """Adds `flow checkpoint read|write|stats` to the `flow` subparsers."""
     from rechain.pipeline.cli import parse_size
 
     cp = flow.add_parser("checkpoint", help="Flow v6 checkpoints").add_subparsers(
@@ -483,16 +639,53 @@ def add_cli(flow: Any) -> None:
     )
     w.add_argument("--threads", type=int, default=None)
     w.add_argument("--json", action="store_true")
+    s = cp.add_parser(
+        "stats",
+        help="counts and sizes per owner, register kind and depth (streamed; flow-go's "
+        "checkpoint-collect-stats)",
+    )
+    s.add_argument("--dir", type=Path, required=True, help="folder holding the checkpoint files")
+    s.add_argument("--file", default=None, help="main file name (default: the latest checkpoint)")
+    s.add_argument("--data", type=Path, required=True, help="data folder the tables go into")
+    s.add_argument("--workers", type=int, default=0)
+    s.add_argument(
+        "--trust-hashes",
+        action="store_true",
+        help="do not recompute node hashes (structure, CRCs, roots against records still checked)",
+    )
+    s.add_argument(
+        "--memory-budget",
+        type=parse_size,
+        default=parse_size("1G"),
+        help="bound of the streamed read and of the owner counts held before spilling",
+    )
+    s.add_argument("--json", action="store_true")
+
+
+def _latest(directory: Path, name: str | None) -> str:
+    if name is not None:
+        return name
+    found = list_checkpoints(directory)
+    if not found:
+        raise RechainError(f"{directory}: no checkpoint.NNNNNNNN file here")
+    return found[-1][1]
 
 
 def dispatch(args: argparse.Namespace) -> dict[str, Any]:
+    if args.cp_action == "stats":
+        report = stats(
+            args.dir,
+            _latest(args.dir, args.file),
+            args.data,
+            args.workers,
+            trust_hashes=args.trust_hashes,
+            memory_budget=args.memory_budget,
+        )
+        if not args.json:
+            _print_stats(report)
+        return report
     if args.cp_action == "read":
-        name = args.file
-        if name is None:
-            found = list_checkpoints(args.dir)
-            if not found:
-                raise RechainError(f"{args.dir}: no checkpoint.NNNNNNNN file here")
-            name = found[-1][1]
+        name = _latest(args.dir, args.file)
         result = read(
             args.dir,
             name,

@@ -13,6 +13,19 @@ REGISTERS = "registers"
 #: hash at that height), so a checkpoint write need not rerun every leaf's hash chain.
 REGISTER_HASHES = "register_hashes"
 
+#: `rechain flow checkpoint stats` (flow-go's checkpoint-collect-stats, streamed): one row per
+#: trie (node counts, max depth, register totals), per depth, per register kind, per owner.
+CHECKPOINT_TRIES = "flow_checkpoint_tries"
+CHECKPOINT_DEPTHS = "flow_checkpoint_depths"
+CHECKPOINT_REGISTER_KINDS = "flow_checkpoint_register_kinds"
+CHECKPOINT_OWNERS = "flow_checkpoint_owners"
+CHECKPOINT_STATS_TABLES = (
+    CHECKPOINT_TRIES,
+    CHECKPOINT_DEPTHS,
+    CHECKPOINT_REGISTER_KINDS,
+    CHECKPOINT_OWNERS,
+)
+
 
 META_FLOW_SUMMARY = b"flow/summary"
 #: The last run's report (timings, workers): describes the run, not the state.
@@ -21,4 +34,6 @@ META_FLOW_RUN = b"flow/run"
 META_FLOW_GENERATION = b"flow/generation"
 #: The last checkpoint read into the data folder: path, number, tries, root, reg_count.
 META_FLOW_CHECKPOINT = b"flow/checkpoint"
+#: The generation of the published `flow_checkpoint_*` stats tables, and what they describe.
+META_FLOW_CHECKPOINT_STATS = b"flow/checkpoint_stats"
 REGISTER_VALUE_VERSION = 1

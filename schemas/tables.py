@@ -226,6 +226,22 @@ REGISTER_HASHES = Table(
     row_group_rows=REGISTERS.row_group_rows,
     row_group_bytes=REGISTERS.row_group_bytes,
 )
+#: ``rechain flow checkpoint stats``: small tables, one part each, published together.
+FLOW_CHECKPOINT_TRIES = Table(fs.CHECKPOINT_TRIES, _flow_native(fs.CHECKPOINT_TRIES))
+FLOW_CHECKPOINT_DEPTHS = Table(fs.CHECKPOINT_DEPTHS, _flow_native(fs.CHECKPOINT_DEPTHS))
+FLOW_CHECKPOINT_REGISTER_KINDS = Table(
+    fs.CHECKPOINT_REGISTER_KINDS, _flow_native(fs.CHECKPOINT_REGISTER_KINDS)
+)
+#: One row per account: as many rows as a chain has accounts (tens of millions on mainnet).
+FLOW_CHECKPOINT_OWNERS = Table(
+    fs.CHECKPOINT_OWNERS, _flow_native(fs.CHECKPOINT_OWNERS), row_group_rows=65_536
+)
+FLOW_CHECKPOINT_STATS = (
+    FLOW_CHECKPOINT_TRIES,
+    FLOW_CHECKPOINT_DEPTHS,
+    FLOW_CHECKPOINT_REGISTER_KINDS,
+    FLOW_CHECKPOINT_OWNERS,
+)
 
 #: Ethereum history (schemas in workers/native/src/eth/tables.rs): one part per import unit
 #: (an era1 file, a freezer range), in block order.
@@ -248,6 +264,7 @@ TABLES: dict[str, Table] = {
         TRIE_UPDATES,
         REGISTERS,
         REGISTER_HASHES,
+        *FLOW_CHECKPOINT_STATS,
         *ETH_TABLES,
     )
 }

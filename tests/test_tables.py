@@ -17,7 +17,8 @@ from tests.conftest import SHARED, cli, cli_json, gen_chain, reindex
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder holding a full Bitcoin reindex, a Flow replay and an Ethereum import."""
+    """One folder holding a full Bitcoin reindex, a Flow replay (and checkpoint stats) and an
+    Ethereum import."""
     root = tmp_path_factory.mktemp("tables")
     gen_chain(
         root / "node",
@@ -32,6 +33,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert code == 0, err
     cli_json("flow", "replay", "--wal", root / "wal", "--data", data, "--no-progress", "--json")
+    # The state as a checkpoint, and its stats tables.
+    cli_json("flow", "checkpoint", "write", "--data", data, "--out", root / "cp", "--json")
+    cli_json("flow", "checkpoint", "stats", "--dir", root / "cp", "--data", data, "--json")
     era = root / "era1"
     era.mkdir()
     shutil.copy2(SHARED / "data" / "ethereum" / "era1" / "sepolia-00021-b8814b14.era1", era)

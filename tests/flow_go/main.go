@@ -7,6 +7,7 @@
 //	flowgo checkpoint --wal DIR --out DIR [--name checkpoint.00000000] [--tries last|all]
 //	flowgo read-checkpoint --dir DIR --file NAME [--verify]
 //	flowgo rewrite-checkpoint --dir DIR --file NAME --out DIR [--name NAME] [--version 5|6]
+//	flowgo stats --dir DIR --file NAME
 //
 // Both print one JSON object on stdout; root hashes are lower-case hex.
 package main
@@ -47,8 +48,10 @@ func main() {
 		err = runReadCheckpoint(os.Args[2:])
 	case "rewrite-checkpoint":
 		err = runRewriteCheckpoint(os.Args[2:])
+	case "stats":
+		err = runStats(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (expected gen, replay, checkpoint, read-checkpoint or rewrite-checkpoint)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (expected gen, replay, checkpoint, read-checkpoint, rewrite-checkpoint or stats)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "flowgo:", err)

@@ -28,10 +28,23 @@
 //! fixed_size_binary[32] (`HashLeaf(path, value)`), `node_hash` fixed_size_binary[32] (the
 //! compact leaf hash at that height, the chain a checkpoint writer would otherwise recompute).
 //!
+//! `checkpoint stats` tables (from [`super::checkpoint_stats`]; key bytes are encoded keys):
+//!
+//! * `flow_checkpoint_tries` (one row per trie read): `root` utf8 (hex), `reg_count` and
+//!   `reg_size` uint64 (the trie record's), `nodes`, `leaf_nodes`, `interim_nodes`,
+//!   `registers` (leaves with a value), `key_bytes`, `value_bytes` uint64, `max_depth` uint16.
+//! * `flow_checkpoint_depths`: `depth` uint16 (0 = root), `leaf_nodes`, `interim_nodes`
+//!   uint64; one row per depth holding nodes.
+//! * `flow_checkpoint_register_kinds`: `kind` utf8 (flow-go's register types), `registers`,
+//!   `key_bytes`, `value_bytes`, `min_value_bytes`, `max_value_bytes` uint64.
+//! * `flow_checkpoint_owners` (owner byte order): `owner` binary (null: keys without an owner
+//!   part), then the same counts as the kinds.
+//!
 //! `trie_updates` (one row per WAL record applied, WAL order, from [`trie_updates_batch`]):
 //! `seq` uint64 (0-based), `segment` uint64, `offset` uint64, `parent_root` utf8 (hex; a
 //! delete's deleted root), `root` utf8 (hex; null for a delete), `n_paths` uint32, `op` utf8.
 
+use super::checkpoint_stats::{OwnerRow, Sizes, TrieStats};
 use super::hash::{hash_leaves, Hash, Path};
 use super::mtrie::{Node, Register};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
@@ -468,6 +481,158 @@ pub fn leaf_hashes_batch(leaves: &[Arc<Node>]) -> RecordBatch {
         Arc::new(node.finish()),
     ];
     RecordBatch::try_new(leaf_hashes_schema(), cols).expect("register_hashes columns match")
+}
+
+fn u64_field(name: &str) -> Field {
+    Field::new(name, DataType::UInt64, true)
+}
+
+const SIZE_COLUMNS: [&str; 5] = [
+    "registers",
+    "key_bytes",
+    "value_bytes",
+    "min_value_bytes",
+    "max_value_bytes",
+];
+
+pub fn checkpoint_tries_schema() -> SchemaRef {
+    let mut fields = vec![Field::new("root", DataType::Utf8, true)];
+    for n in [
+        "reg_count",
+        "reg_size",
+        "nodes",
+        "leaf_nodes",
+        "interim_nodes",
+        "registers",
+        "key_bytes",
+        "value_bytes",
+    ] {
+        fields.push(u64_field(n));
+    }
+    fields.push(Field::new("max_depth", DataType::UInt16, true));
+    Arc::new(Schema::new(fields))
+}
+
+/// `flow_checkpoint_tries`: one row per trie.
+pub fn checkpoint_tries_batch(tries: &[TrieStats]) -> RecordBatch {
+    let mut root = StringBuilder::new();
+    let mut cols: Vec<UInt64Builder> = (0..8).map(|_| UInt64Builder::new()).collect();
+    let mut depth = UInt16Builder::new();
+    for t in tries {
+        root.append_value(t.root.to_hex());
+        let values = [
+            t.reg_count,
+            t.reg_size,
+            t.leaf_nodes + t.interim_nodes,
+            t.leaf_nodes,
+            t.interim_nodes,
+            t.registers,
+            t.key_bytes,
+            t.value_bytes,
+        ];
+        for (c, v) in cols.iter_mut().zip(values) {
+            c.append_value(v);
+        }
+        depth.append_value(t.max_depth);
+    }
+    let mut arrays: Vec<ArrayRef> = vec![Arc::new(root.finish())];
+    arrays.extend(cols.iter_mut().map(|c| Arc::new(c.finish()) as ArrayRef));
+    arrays.push(Arc::new(depth.finish()));
+    RecordBatch::try_new(checkpoint_tries_schema(), arrays).expect("tries columns match")
+}
+
+pub fn checkpoint_depths_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("depth", DataType::UInt16, true),
+        u64_field("leaf_nodes"),
+        u64_field("interim_nodes"),
+    ]))
+}
+
+/// `flow_checkpoint_depths`: the depths holding nodes, shallowest first.
+pub fn checkpoint_depths_batch(t: &TrieStats) -> RecordBatch {
+    let (mut depth, mut leaves, mut interim) = (
+        UInt16Builder::new(),
+        UInt64Builder::new(),
+        UInt64Builder::new(),
+    );
+    for (d, (l, i)) in t.leaf_depths.iter().zip(&t.interim_depths).enumerate() {
+        if l + i > 0 {
+            depth.append_value(d as u16);
+            leaves.append_value(*l);
+            interim.append_value(*i);
+        }
+    }
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(depth.finish()),
+        Arc::new(leaves.finish()),
+        Arc::new(interim.finish()),
+    ];
+    RecordBatch::try_new(checkpoint_depths_schema(), cols).expect("depths columns match")
+}
+
+fn sizes_columns(rows: &[&Sizes]) -> Vec<ArrayRef> {
+    let mut cols: Vec<UInt64Builder> = (0..SIZE_COLUMNS.len())
+        .map(|_| UInt64Builder::with_capacity(rows.len()))
+        .collect();
+    for s in rows {
+        let min = if s.registers == 0 {
+            0
+        } else {
+            s.min_value_bytes
+        };
+        let values = [
+            s.registers,
+            s.key_bytes,
+            s.value_bytes,
+            min,
+            s.max_value_bytes,
+        ];
+        for (c, v) in cols.iter_mut().zip(values) {
+            c.append_value(v);
+        }
+    }
+    cols.iter_mut()
+        .map(|c| Arc::new(c.finish()) as ArrayRef)
+        .collect()
+}
+
+pub fn checkpoint_kinds_schema() -> SchemaRef {
+    let mut fields = vec![Field::new("kind", DataType::Utf8, true)];
+    fields.extend(SIZE_COLUMNS.map(u64_field));
+    Arc::new(Schema::new(fields))
+}
+
+/// `flow_checkpoint_register_kinds`, in the order given.
+pub fn checkpoint_kinds_batch(kinds: &[(&str, Sizes)]) -> RecordBatch {
+    let mut kind = StringBuilder::new();
+    for (k, _) in kinds {
+        kind.append_value(k);
+    }
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(kind.finish())];
+    cols.extend(sizes_columns(
+        &kinds.iter().map(|(_, s)| s).collect::<Vec<_>>(),
+    ));
+    RecordBatch::try_new(checkpoint_kinds_schema(), cols).expect("kinds columns match")
+}
+
+pub fn checkpoint_owners_schema() -> SchemaRef {
+    let mut fields = vec![Field::new("owner", DataType::Binary, true)];
+    fields.extend(SIZE_COLUMNS.map(u64_field));
+    Arc::new(Schema::new(fields))
+}
+
+/// `flow_checkpoint_owners` rows (None: registers whose key has no owner part).
+pub fn checkpoint_owners_batch(owners: &[OwnerRow]) -> RecordBatch {
+    let mut owner = BinaryBuilder::with_capacity(owners.len(), owners.len() * 8);
+    for (o, _) in owners {
+        owner.append_option(o.as_deref());
+    }
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(owner.finish())];
+    cols.extend(sizes_columns(
+        &owners.iter().map(|(_, s)| s).collect::<Vec<_>>(),
+    ));
+    RecordBatch::try_new(checkpoint_owners_schema(), cols).expect("owners columns match")
 }
 
 /// `n_paths` of a `wal_records` batch (handy for summaries).

@@ -4,6 +4,8 @@
 //! * `flow_checkpoint_verify_part(dir, name, index) -> dict` (one subtrie part, fully verified)
 //! * `flow_checkpoint_version(dir, name) -> int`
 //! * `flow_checkpoint_stream(dir, name, registers, hashes, ...) -> dict` (bounded memory)
+//! * `flow_checkpoint_stats(dir, name, spill_dir, ...) -> dict` (`checkpoint stats`, streamed;
+//!   its `owners` is a `FlowCheckpointOwners` iterator of record batches)
 //! * `flow_checkpoint_load(dir, name, threads=None, verify_hashes=True, verify_leaves=True)
 //!   -> (FlowForest, dict)`
 //! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
@@ -13,11 +15,16 @@
 //! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> dict`: the keccak floor
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
+use super::batches::{
+    checkpoint_depths_batch, checkpoint_kinds_batch, checkpoint_owners_batch,
+    checkpoint_tries_batch,
+};
 use super::checkpoint::{
     checkpoint_version, count_registers, load, verify_part, write_tries, CachedLeaf,
     CheckpointError, PartInfo, RegisterCheckpointBuilder, Verify, WriteInfo,
 };
-use super::checkpoint_stream::{stream, StreamOptions};
+use super::checkpoint_stats::{collect, OwnerMerge};
+use super::checkpoint_stream::{stream, StreamInfo, StreamOptions, Walk};
 use super::hash::{chain_throughput, Hash, Path};
 use super::py::FlowForest;
 use super::record::Payload;
@@ -202,12 +209,7 @@ fn flow_checkpoint_stream<'py>(
     row_group_bytes: usize,
     batch_bytes: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let verify = match verify {
-        "full" => Verify::Full,
-        "interior" => Verify::Interior,
-        "none" => Verify::None,
-        other => return Err(PyValueError::new_err(format!("verify={other:?}"))),
-    };
+    let verify = parse_verify(verify)?;
     let opts = StreamOptions {
         threads: threads_or_cores(threads),
         verify,
@@ -222,6 +224,19 @@ fn flow_checkpoint_stream<'py>(
     let info = py
         .detach(|| stream(&dir, &name, &opts))
         .map_err(|e| cp_err(py, &e))?;
+    stream_dict(py, &info)
+}
+
+fn parse_verify(verify: &str) -> PyResult<Verify> {
+    match verify {
+        "full" => Ok(Verify::Full),
+        "interior" => Ok(Verify::Interior),
+        "none" => Ok(Verify::None),
+        other => Err(PyValueError::new_err(format!("verify={other:?}"))),
+    }
+}
+
+fn stream_dict<'py>(py: Python<'py>, info: &StreamInfo) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let tries = info
         .tries
@@ -245,6 +260,92 @@ fn flow_checkpoint_stream<'py>(
     d.set_item("rows", info.rows)?;
     d.set_item("registers", info.registers)?;
     Ok(d)
+}
+
+/// `checkpoint stats` of v6 checkpoint `name` of `dir` (one trie), gathered with the streamed
+/// read on `threads` threads (`verify` as `flow_checkpoint_stream`): leaf batches of
+/// `batch_bytes` per part, owner counts spilled as sorted runs into `spill_dir` (the caller's
+/// folder, removed by the caller) past `owner_bytes`. Returns the streamed read's dict plus
+/// `trie_stats`, `depths`, `kinds` (pyarrow record batches of the `flow_checkpoint_tries`,
+/// `_depths`, `_register_kinds` tables) and `owners` (a `FlowCheckpointOwners`: record batches
+/// of `flow_checkpoint_owners` in owner order). Raises `FlowCheckpointError`.
+#[pyfunction]
+#[pyo3(signature = (dir, name, spill_dir, threads=None, verify="full", batch_bytes=1 << 20, owner_bytes=64 << 20))]
+#[allow(clippy::too_many_arguments)]
+fn flow_checkpoint_stats<'py>(
+    py: Python<'py>,
+    dir: PathBuf,
+    name: String,
+    spill_dir: PathBuf,
+    threads: Option<usize>,
+    verify: &str,
+    batch_bytes: usize,
+    owner_bytes: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let walk = Walk {
+        threads: threads_or_cores(threads),
+        verify: parse_verify(verify)?,
+        batch_bytes,
+    };
+    let stats = py
+        .detach(|| collect(&dir, &name, walk, &spill_dir, owner_bytes))
+        .map_err(|e| cp_err(py, &e))?;
+    let d = stream_dict(py, &stats.info)?;
+    let batch = |b| PyRecordBatch::new(b).into_pyarrow(py);
+    d.set_item(
+        "trie_stats",
+        batch(checkpoint_tries_batch(std::slice::from_ref(&stats.trie)))?,
+    )?;
+    d.set_item("depths", batch(checkpoint_depths_batch(&stats.trie))?)?;
+    d.set_item("kinds", batch(checkpoint_kinds_batch(&stats.kinds))?)?;
+    d.set_item(
+        "owners",
+        FlowCheckpointOwners {
+            merge: Some(stats.owners),
+            batch_rows: OWNER_BATCH_ROWS,
+        },
+    )?;
+    Ok(d)
+}
+
+/// Owners merged into one record batch (a few hundred KiB).
+const OWNER_BATCH_ROWS: usize = 8192;
+
+/// `flow_checkpoint_owners` record batches (up to `batch_rows` rows each, owner byte order),
+/// merged from the spilled runs as they are asked for; the runs are removed once it is done
+/// or dropped.
+#[pyclass(name = "FlowCheckpointOwners", module = "rechain.workers._native")]
+pub struct FlowCheckpointOwners {
+    merge: Option<OwnerMerge>,
+    batch_rows: usize,
+}
+
+#[pymethods]
+impl FlowCheckpointOwners {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let Some(merge) = self.merge.as_mut() else {
+            return Ok(None);
+        };
+        let rows = self.batch_rows;
+        let rows = py
+            .detach(|| merge.next_rows(rows))
+            .map_err(PyValueError::new_err)?;
+        if rows.is_empty() {
+            self.merge = None; // removes the runs
+            return Ok(None);
+        }
+        let batch = checkpoint_owners_batch(&rows);
+        Ok(Some(PyRecordBatch::new(batch).into_pyarrow(py)?.unbind()))
+    }
+
+    /// Removes the runs without reading them.
+    fn close(&mut self) {
+        self.merge = None;
+    }
 }
 
 /// Writes the tries of `forest` with these roots (default: its current root) as a v6
@@ -664,6 +765,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_checkpoint_load, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_version, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(flow_checkpoint_stats, m)?)?;
+    m.add_class::<FlowCheckpointOwners>()?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;
     m.add_function(wrap_pyfunction!(flow_register_values, m)?)?;
     m.add_class::<FlowCheckpointBuilder>()?;

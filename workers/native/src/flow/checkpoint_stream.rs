@@ -18,6 +18,10 @@
 //! Nothing here decides what is published: the files are written where the caller says (a
 //! staging folder) and are only meaningful if this returns `Ok` (every CRC, node and root
 //! checked).
+//!
+//! What happens to the checked leaves is the caller's: [`stream`] writes them to Parquet,
+//! [`stream_into`] hands them (and each interior node's height) to any [`PartSink`], one per
+//! part (`checkpoint stats` folds them into counts, see [`super::checkpoint_stats`]).
 
 use super::batches::{leaf_hashes_batch, leaf_hashes_schema, registers_batch, registers_schema};
 use super::checkpoint::{
@@ -67,6 +71,9 @@ pub struct StreamInfo {
     /// Rows written to each table, and how many of them hold a value.
     pub rows: u64,
     pub registers: u64,
+    /// Heights of the top part's interior nodes (the trie's first levels; its top-part
+    /// leaves go to the parts' sinks, in path order).
+    pub top_interior_heights: Vec<u16>,
 }
 
 /// A completed subtree waiting for its parent.
@@ -271,10 +278,40 @@ fn last_trie_slots(top: &Top, starts: &[u64], total: u64) -> CpResult<Vec<Slot>>
     Ok(slots)
 }
 
-/// Output of one part: leaves buffered, then checked (hash chains on SIMD lanes) and written.
-struct PartOut {
+/// Where the checked leaves of one part go, in path order, and what it sees of the part's
+/// interior nodes. One sink per part, on that part's thread.
+pub trait PartSink {
+    /// What the sink hands back once its part is complete.
+    type Done: Send;
+    /// Leaves (every one a `Node::Leaf`) whose hashes checked out, in path order.
+    fn leaves(&mut self, leaves: &[Arc<Node>]) -> Result<(), String>;
+    /// An interior node of the trie, at this height (children first, as stored).
+    fn interior(&mut self, _height: u16) {}
+    fn finish(self) -> Result<Self::Done, String>;
+}
+
+/// The `registers` and `register_hashes` files of one part ([`stream`]'s sink).
+struct RegisterFiles(AlignedTables);
+
+impl PartSink for RegisterFiles {
+    type Done = u64;
+
+    fn leaves(&mut self, leaves: &[Arc<Node>]) -> Result<(), String> {
+        let regs: Vec<&Arc<Register>> = leaves.iter().filter_map(|l| l.register()).collect();
+        self.0
+            .write(&[registers_batch(&regs), leaf_hashes_batch(leaves)])
+    }
+
+    fn finish(self) -> Result<u64, String> {
+        self.0.finish()
+    }
+}
+
+/// Output of one part: leaves buffered, then checked (hash chains on SIMD lanes) and handed
+/// to the sink.
+struct PartOut<S> {
     file: PathBuf,
-    tables: AlignedTables,
+    sink: S,
     batch: Vec<(u64, Arc<Node>)>,
     bytes: usize,
     check_leaves: bool,
@@ -283,7 +320,7 @@ struct PartOut {
     permutations: u64,
 }
 
-impl PartOut {
+impl<S: PartSink> PartOut<S> {
     fn push(&mut self, at: u64, leaf: Arc<Node>, limit: usize) -> CpResult<()> {
         if let Node::Leaf { reg, .. } = &*leaf {
             self.bytes += reg.payload.key.len() + reg.payload.value.len() + 100;
@@ -333,11 +370,14 @@ impl PartOut {
             }
         }
         let leaves: Vec<Arc<Node>> = self.batch.drain(..).map(|(_, n)| n).collect();
-        let regs: Vec<&Arc<Register>> = leaves.iter().filter_map(|l| l.register()).collect();
-        self.registers += regs.iter().filter(|r| !r.payload.value.is_empty()).count() as u64;
+        self.registers += leaves
+            .iter()
+            .filter_map(|l| l.register())
+            .filter(|r| !r.payload.value.is_empty())
+            .count() as u64;
         self.rows += leaves.len() as u64;
-        self.tables
-            .write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])
+        self.sink
+            .leaves(&leaves)
             .map_err(|m| CheckpointError::new(&self.file, 0, "io", m))?;
         self.bytes = 0;
         Ok(())
@@ -360,48 +400,57 @@ fn leaf_node(raw: RawNode) -> Arc<Node> {
     }
 }
 
-/// What one part's stream leaves for the top part: its subtrie root.
-struct PartDone {
+/// What one part's stream leaves for the top part: its subtrie root, and its sink's result.
+struct PartDone<D> {
     info: PartInfo,
     root: Option<Pending>,
     rows: u64,
     registers: u64,
+    sink: D,
 }
 
-/// Streams subtrie part `index`: hashes with the pending stack, leaves out through `out`.
-fn stream_part(
+/// How to walk the parts: threads, hashes to recompute, leaf bytes a part buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct Walk {
+    pub threads: usize,
+    pub verify: Verify,
+    pub batch_bytes: usize,
+}
+
+/// A part's outcome, once its thread is done with it.
+type PartResult<D> = Option<CpResult<PartDone<D>>>;
+
+/// Streams subtrie part `index`: hashes with the pending stack, leaves out through `sink`.
+#[allow(clippy::too_many_arguments)]
+fn stream_part<S: PartSink>(
     dir: &FsPath,
     name: &str,
     index: usize,
     expected_crc: u32,
-    opts: &StreamOptions,
+    walk_opts: Walk,
+    sink: S,
     top_leaf: Option<Arc<Node>>,
     stop: &AtomicBool,
-) -> CpResult<PartDone> {
+) -> CpResult<PartDone<S::Done>> {
     let file = dir.join(part_name(name, index));
     let (mut r, footer) = open_part(&file, MAGIC_SUBTRIE, 8, expected_crc)?;
     let count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
     super::checkpoint::check_count(&file, r.end, count, r.end - 4)?;
-    let io = |m: String| CheckpointError::new(&file, 0, "io", m);
-    let tables = vec![
-        TableWriter::create(&opts.registers[index], registers_schema(), &[]).map_err(io)?,
-        TableWriter::create(&opts.hashes[index], leaf_hashes_schema(), &[]).map_err(io)?,
-    ];
     let mut out = PartOut {
         file: file.clone(),
-        tables: AlignedTables::new(tables, opts.groups),
+        sink,
         batch: Vec::new(),
         bytes: 0,
-        check_leaves: opts.verify == Verify::Full,
+        check_leaves: walk_opts.verify == Verify::Full,
         rows: 0,
         registers: 0,
         permutations: 0,
     };
-    let limit = opts.batch_bytes.max(1);
-    let check_interior = opts.verify != Verify::None;
+    let limit = walk_opts.batch_bytes.max(1);
+    let check_interior = walk_opts.verify != Verify::None;
     let mut stack: Vec<Pending> = Vec::with_capacity(MAX_PENDING);
     let (mut leaves, mut interior_perms) = (0u64, 0u64);
-    let mut walk = |out: &mut PartOut| -> CpResult<()> {
+    let mut walk = |out: &mut PartOut<S>| -> CpResult<()> {
         for i in 1..=count {
             if i % 65_536 == 0 && stop.load(Ordering::Relaxed) {
                 return Err(CheckpointError::new(
@@ -474,6 +523,7 @@ fn stream_part(
                         ));
                     }
                 }
+                out.sink.interior(height);
                 if check_interior {
                     interior_perms += 1;
                     let d = default_hash(height - 1);
@@ -522,11 +572,10 @@ fn stream_part(
             ),
         ));
     }
-    let tables_rows = out
-        .tables
+    let sink = out
+        .sink
         .finish()
         .map_err(|m| CheckpointError::new(&file, 0, "io", m))?;
-    debug_assert_eq!(tables_rows, out.rows);
     Ok(PartDone {
         info: PartInfo {
             index,
@@ -538,6 +587,7 @@ fn stream_part(
         root: stack.pop(),
         rows: out.rows,
         registers: out.registers,
+        sink,
     })
 }
 
@@ -661,6 +711,45 @@ fn resolve_top(
 /// Streams checkpoint `name` of `dir` (v6, one trie; see the module docs) into the files of
 /// `opts`, on `opts.threads` threads.
 pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<StreamInfo> {
+    if opts.registers.len() != SUBTRIE_COUNT || opts.hashes.len() != SUBTRIE_COUNT {
+        return Err(CheckpointError::new(
+            &dir.join(name),
+            0,
+            "config",
+            "one output file per subtrie part expected",
+        ));
+    }
+    let walk = Walk {
+        threads: opts.threads,
+        verify: opts.verify,
+        batch_bytes: opts.batch_bytes,
+    };
+    let (info, rows) = stream_into(dir, name, walk, |index, file| {
+        let io = |m: String| CheckpointError::new(file, 0, "io", m);
+        let tables = vec![
+            TableWriter::create(&opts.registers[index], registers_schema(), &[]).map_err(io)?,
+            TableWriter::create(&opts.hashes[index], leaf_hashes_schema(), &[]).map_err(io)?,
+        ];
+        Ok(RegisterFiles(AlignedTables::new(tables, opts.groups)))
+    })?;
+    debug_assert_eq!(rows.iter().sum::<u64>(), info.rows);
+    Ok(info)
+}
+
+/// Streams checkpoint `name` of `dir` (v6, one trie) on `walk.threads` threads, every part's
+/// checked leaves into the sink `make_sink(part index, part file)` gives it. Returns what was
+/// read and each part's `PartSink::Done`, in part order (only if every CRC, node and root
+/// checked out).
+pub fn stream_into<S, F>(
+    dir: &FsPath,
+    name: &str,
+    walk: Walk,
+    make_sink: F,
+) -> CpResult<(StreamInfo, Vec<S::Done>)>
+where
+    S: PartSink,
+    F: Fn(usize, &FsPath) -> CpResult<S> + Sync,
+{
     let version = checkpoint_version(dir, name)?;
     if version != VERSION_V6 {
         return Err(CheckpointError::new(
@@ -668,14 +757,6 @@ pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<Stream
             2,
             "unsupported_version",
             format!("version {version} has no subtrie parts to stream: read it in memory"),
-        ));
-    }
-    if opts.registers.len() != SUBTRIE_COUNT || opts.hashes.len() != SUBTRIE_COUNT {
-        return Err(CheckpointError::new(
-            &dir.join(name),
-            0,
-            "config",
-            "one output file per subtrie part expected",
         ));
     }
     let header = read_header(dir, name)?;
@@ -706,10 +787,10 @@ pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<Stream
     let slots = last_trie_slots(&top, &starts, total)?;
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let results: Mutex<Vec<Option<CpResult<PartDone>>>> =
+    let results: Mutex<Vec<PartResult<S::Done>>> =
         Mutex::new((0..SUBTRIE_COUNT).map(|_| None).collect());
     std::thread::scope(|s| {
-        for _ in 0..opts.threads.clamp(1, SUBTRIE_COUNT) {
+        for _ in 0..walk.threads.clamp(1, SUBTRIE_COUNT) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= SUBTRIE_COUNT {
@@ -732,7 +813,19 @@ pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<Stream
                     };
                     leaf
                 });
-                let r = stream_part(dir, name, i, header.part_crcs[i], opts, top_leaf, &stop);
+                let file = dir.join(part_name(name, i));
+                let r = make_sink(i, &file).and_then(|sink| {
+                    stream_part(
+                        dir,
+                        name,
+                        i,
+                        header.part_crcs[i],
+                        walk,
+                        sink,
+                        top_leaf,
+                        &stop,
+                    )
+                });
                 if r.is_err() {
                     stop.store(true, Ordering::Relaxed);
                 }
@@ -741,6 +834,7 @@ pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<Stream
         }
     });
     let mut info = StreamInfo::default();
+    let mut sinks = Vec::with_capacity(SUBTRIE_COUNT);
     let mut roots = HashMap::new();
     let mut first_err: Option<CheckpointError> = None;
     for (i, r) in results
@@ -769,6 +863,7 @@ pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<Stream
                 info.rows += done.rows;
                 info.registers += done.registers;
                 info.parts.push(done.info);
+                sinks.push(done.sink);
             }
             // A part stopped because another failed says nothing of its own.
             Err(e) if e.kind == "cancelled" => {}
@@ -791,9 +886,17 @@ pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<Stream
             ));
         }
     }
-    info.tries = resolve_top(&top, &roots, total, opts.verify)?;
+    info.tries = resolve_top(&top, &roots, total, walk.verify)?;
     info.top_nodes = top.nodes.len() as u64;
-    Ok(info)
+    info.top_interior_heights = top
+        .nodes
+        .iter()
+        .filter_map(|n| match n.raw {
+            RawNode::Interior { height, .. } => Some(height),
+            RawNode::Leaf { .. } => None,
+        })
+        .collect();
+    Ok((info, sinks))
 }
 
 #[cfg(test)]

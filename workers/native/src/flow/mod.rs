@@ -25,6 +25,7 @@ pub mod batches;
 pub mod checkpoint;
 pub mod checkpoint_legacy;
 pub mod checkpoint_py;
+pub mod checkpoint_stats;
 pub mod checkpoint_stream;
 pub mod gen;
 pub mod hash;

@@ -489,14 +489,18 @@ impl FlowRegisterEntries {
     }
 }
 
-/// The Arrow schema (pyarrow) of a published Flow table: `trie_updates`, `registers` or
-/// `register_hashes` (see `flow::batches`).
+/// The Arrow schema (pyarrow) of a published Flow table: `trie_updates`, `registers`,
+/// `register_hashes` or a `flow_checkpoint_*` stats table (see `flow::batches`).
 #[pyfunction]
 fn flow_table_schema<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     let schema = match name {
         "trie_updates" => trie_updates_schema(),
         "registers" => registers_schema(),
         "register_hashes" => leaf_hashes_schema(),
+        "flow_checkpoint_tries" => super::batches::checkpoint_tries_schema(),
+        "flow_checkpoint_depths" => super::batches::checkpoint_depths_schema(),
+        "flow_checkpoint_register_kinds" => super::batches::checkpoint_kinds_schema(),
+        "flow_checkpoint_owners" => super::batches::checkpoint_owners_schema(),
         _ => return Err(PyValueError::new_err(format!("no Flow table named {name}"))),
     };
     PySchema::new(schema).into_pyarrow(py)
