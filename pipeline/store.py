@@ -178,11 +178,16 @@ class DataDir:
         opts.sync = sync
         self.db.write(wb, opts)
 
-    def ingest_sorted(self, cf: str, keys: pa.Array, values: pa.Array) -> None:
+    def ingest_sorted(
+        self, cf: str, keys: pa.Array, values: pa.Array, *, compress: bool = True
+    ) -> None:
         """Bulk load of key-sorted binary columns (built by the Rust core): one SST file, then
         moved into the column family by RocksDB's atomic ingestion."""
         self.ingest_sorted_slices(
-            cf, len(keys), lambda lo, hi: (keys.slice(lo, hi - lo), values.slice(lo, hi - lo))
+            cf,
+            len(keys),
+            lambda lo, hi: (keys.slice(lo, hi - lo), values.slice(lo, hi - lo)),
+            compress=compress,
         )
 
     def ingest_sorted_slices(

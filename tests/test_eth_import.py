@@ -398,3 +398,21 @@ def test_export_era1_from_a_freezer_equals_the_chains_era1_files(tmp_path: Path)
     name = Path(era1["files"][1]["path"]).name
     assert [Path(f["path"]).name for f in part["files"]] == [name]
     assert (tmp_path / "part" / name).read_bytes() == (tmp_path / "e" / "era1" / name).read_bytes()
+
+
+def test_grouped_index_entries_merge_in_key_order_later_unit_wins() -> None:
+    """A commit group's index entries are one key-sorted run; a key two units share (the same
+    block in two files) keeps the later unit's value, as unit-by-unit ingestion did."""
+    import pyarrow as pa
+    from rechain.pipeline.stages.ethereum.blocks import _merged
+
+    def part(*kv: tuple[bytes, bytes]) -> tuple[pa.Array, pa.Array]:
+        return pa.array([k for k, _ in kv], pa.binary()), pa.array([v for _, v in kv], pa.binary())
+
+    keys, values = _merged(
+        [part((b"\x01", b"a1"), (b"\x05", b"a5")), part((b"\x00", b"b0"), (b"\x05", b"b5"))]
+    )
+    assert keys.to_pylist() == [b"\x00", b"\x01", b"\x05"]
+    assert values.to_pylist() == [b"b0", b"a1", b"b5"]
+    one = part((b"\x02", b"c2"))
+    assert _merged([one]) == one

@@ -93,9 +93,15 @@ def write_part(batch: pa.RecordBatch, where: str | None, table: str) -> str | by
     return where
 
 
-def import_unit(unit: EthUnit, table_dirs: dict[str, str] | None) -> EthStaged:
+def import_unit(
+    unit: EthUnit, table_dirs: dict[str, str] | None, release_memory: bool = True
+) -> EthStaged:
     """Runs one unit. ``table_dirs``: the folder of each table's current generation, when the
-    worker can write there; None to return the parts' bytes."""
+    worker can write there; None to return the parts' bytes. ``release_memory``: give freed
+    memory back to the OS after the unit (a Ray worker, which lives on between tasks); threads
+    of the coordinator pass False and the stage releases once at its end (a full collection
+    and ``malloc_trim`` per unit cost more than the unit's own work on small units, and the
+    pages trimmed are faulted straight back in by the next unit)."""
     t0 = time.perf_counter()
     try:
         batches, info = _native.eth_import_unit(
@@ -120,5 +126,6 @@ def import_unit(unit: EthUnit, table_dirs: dict[str, str] | None) -> EthStaged:
         where = None if table_dirs is None else os.path.join(table_dirs[name], tmp_name(unit.part))
         staged[name] = write_part(batch, where, name)
     del batches
-    release_unused_memory()
+    if release_memory:
+        release_unused_memory()
     return EthStaged(unit, staged, dict(info), rows, time.perf_counter() - t0)

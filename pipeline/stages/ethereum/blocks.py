@@ -1,11 +1,13 @@
 """Stage ``blocks``: every unit of the input (an era1 file, or 8,192 blocks of a freezer) read,
 checked and converted by the workers, then committed in block order.
 
-A unit's commit: its five Parquet parts made durable and renamed into the tables' folder,
-then one RocksDB write with its index entries (hash → number, number → hash, number → TD) and
-its record (``eth/unit/<key>``: range, counts, verdicts, last header), so a killed run redoes
-at most the units in flight. A rerun does only the units whose input changed (a new era1
-file, a freezer that grew, other options) and drops the units no longer in the input.
+Units are committed in groups of up to ``COMMIT_UNITS``, in block order: their Parquet parts
+made durable and renamed into the tables' folder, their index entries (hash → number, number →
+hash, number → TD) ingested as one SST file per column family, then one RocksDB write with
+their records (``eth/unit/<key>``: range, counts, verdicts, last header), so a killed run
+redoes at most the units of the group being committed and those in flight. A rerun does only
+the units whose input changed (a new era1 file, a freezer that grew, other options) and drops
+the units no longer in the input.
 
 A freezer without TD records gets its TDs here from the last block of the unit before it (or
 from genesis); the links between units are checked by the next stage (``links``).
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rechain.pipeline import local_runner, metrics
 from rechain.pipeline.errors import RechainError
@@ -36,6 +39,7 @@ from rechain.schemas import tables
 from rechain.workers import _native
 from rechain.workers.eth_import import EthStaged, EthUnit, import_unit, tmp_name, write_part
 from rechain.workers.fault_injection import kill_point
+from rechain.workers.memory import release_unused_memory
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,13 @@ STAGE = "eth_import"
 GENERATION = 1
 #: Verdicts kept per unit in its record (all are counted).
 VERDICTS_KEPT = 100
+#: Units committed together (one SST file per index column family, one write of their records).
+#: An ingestion costs fsyncs of its file, the manifest and the folder whatever its size, and the
+#: hash-keyed files of ``eth_numbers`` all overlap one another: ingested unit by unit they cost
+#: more than the units' own decoding and kept RocksDB compacting. A kill redoes at most a group.
+COMMIT_UNITS = 16
+#: The index column families a unit's entries go to.
+INDEX_CFS = (layout.CF_ETH_NUMBERS, layout.CF_ETH_CANONICAL, layout.CF_ETH_TD)
 
 
 def unit_key(key: str) -> bytes:
@@ -109,22 +120,45 @@ class BlocksStage(Stage[EthRun]):
         progress = Progress(total, enabled=opts.progress, label="eth import")
         stats = {"units": 0, "blocks": 0, "worker_s": 0.0, "commit_s": 0.0, "ray_start_s": 0.0}
         units = committed_units(data)
-        try:
-            for staged in _results(ctx, todo, use_ray, stats):
-                t0 = time.perf_counter()
-                blocks = _commit(data, staged, ctx, units)
-                dt = time.perf_counter() - t0
+        pending: list[_Pending] = []
+
+        def flush() -> None:
+            group, pending[:] = list(pending), []
+            if not group:
+                return
+            t0 = time.perf_counter()
+            _commit_group(data, group)
+            dt = time.perf_counter() - t0
+            stats["commit_s"] += dt
+            metrics.COMMIT_SECONDS.labels(STAGE).observe(dt)
+            for p in group:
+                blocks = int(p.record["blocks"])
                 stats["units"] += 1
                 stats["blocks"] += blocks
-                stats["worker_s"] += staged.seconds
-                stats["commit_s"] += dt
-                metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(staged.seconds)
-                metrics.COMMIT_SECONDS.labels(STAGE).observe(dt)
                 metrics.RECORDS.labels(STAGE).inc(blocks)
+                progress.update(_unit_bytes(p.staged.unit), blocks)
+
+        try:
+            for staged in _results(ctx, todo, use_ray, stats):
+                stats["worker_s"] += staged.seconds
+                metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(staged.seconds)
                 metrics.BYTES_READ.labels(STAGE).inc(int(staged.info.get("bytes", 0)))
-                progress.update(_unit_bytes(staged.unit), blocks)
+                t0 = time.perf_counter()
+                if staged.error is not None:
+                    flush()
+                    _commit_unreadable(data, staged, ctx, units)
+                    stats["units"] += 1
+                else:
+                    pending.append(_prepare(data, staged, ctx, units))
+                stats["commit_s"] += time.perf_counter() - t0
+                if len(pending) >= COMMIT_UNITS:
+                    flush()
+        except RechainError:
+            flush()  # the units before a failed one are kept, as those committed before it
+            raise
         finally:
             progress.close()
+        flush()
         ctx.report.update(stats, execution="ray" if use_ray and todo else "threads")
         units = committed_units(data)
         last = max(units.values(), key=lambda u: u["end"], default=None)
@@ -170,10 +204,14 @@ def _results(
     else:
         from rechain.pipeline.local_runner import ordered_local
 
-        for unit, result in ordered_local(lambda u: import_unit(u, dirs), units, workers, window):
-            if isinstance(result, Exception):
-                raise RechainError(f"{unit.key}: {result}") from result
-            yield result
+        run = lambda u: import_unit(u, dirs, release_memory=False)  # noqa: E731
+        try:
+            for unit, result in ordered_local(run, units, workers, window):
+                if isinstance(result, Exception):
+                    raise RechainError(f"{unit.key}: {result}") from result
+                yield result
+        finally:
+            release_unused_memory()
     metrics.QUEUE_DEPTH.labels(STAGE).set(0)
 
 
@@ -188,9 +226,44 @@ def _td_base(units: dict[str, dict[str, Any]], first: int, key: str) -> int | No
     return None
 
 
-def _commit(data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict[str, Any]]) -> int:
-    """Makes a unit's parts durable and records it with its index entries (``units``: the
-    committed units, updated); returns the blocks committed."""
+@dataclasses.dataclass
+class _Pending:
+    """A unit ready to commit: its record (``files`` filled in at the commit), its index
+    entries, and the record it replaces, if any."""
+
+    staged: EthStaged
+    record: dict[str, Any]
+    index: dict[str, tuple[pa.Array, pa.Array]]
+    old: dict[str, Any] | None
+
+
+def _commit_unreadable(
+    data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict[str, Any]]
+) -> None:
+    """Records a unit whose source cannot be opened at all (an era1 file whose layout is
+    broken) as a skip, dropping what an earlier run committed for it."""
+    unit = staged.unit
+    old = units.get(unit.key)
+    if old is not None:
+        _drop_unit(data, unit.key, old)
+    record: dict[str, Any] = {
+        "kind": unit.kind,
+        "fingerprint": ctx.fingerprints[unit.key],
+        "part": unit.part,
+    }
+    record.update(first=unit.first, end=unit.first, blocks=0, transactions=0, violations=1)
+    record["verdicts"] = [{"block": None, "rule": "unreadable", "detail": staged.error}]
+    record["rules"] = {"unreadable": 1}
+    metrics.SKIPS.labels(STAGE, "unreadable").inc()
+    data.write({layout.CF_META: [(unit_key(unit.key), record)]})
+    units[unit.key] = record
+
+
+def _prepare(
+    data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict[str, Any]]
+) -> _Pending:
+    """A unit's record and index entries, its TDs rebased where the source holds none (on the
+    unit before it, committed or pending: ``units`` gets the record at once)."""
     unit = staged.unit
     old = units.get(unit.key)
     record: dict[str, Any] = {
@@ -198,17 +271,6 @@ def _commit(data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict
         "fingerprint": ctx.fingerprints[unit.key],
         "part": unit.part,
     }
-    if staged.error is not None:
-        # The source cannot be opened at all (an era1 file whose layout is broken): a skip.
-        if old is not None:
-            _drop_unit(data, unit.key, old)
-        record.update(first=unit.first, end=unit.first, blocks=0, transactions=0, violations=1)
-        record["verdicts"] = [{"block": None, "rule": "unreadable", "detail": staged.error}]
-        record["rules"] = {"unreadable": 1}
-        metrics.SKIPS.labels(STAGE, "unreadable").inc()
-        data.write({layout.CF_META: [(unit_key(unit.key), record)]})
-        units[unit.key] = record
-        return 0
     info = staged.info
     first = info["first"]
     verdicts = [{"block": b, "rule": r, "detail": d} for b, r, d in info["violations"]]
@@ -223,16 +285,6 @@ def _commit(data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict
             None if base is None or td is None else str(base + int(td))
             for td in (first_td, last_td)
         )
-    renamed = _make_durable(data, staged)
-    kill_point("eth.parts_renamed")
-    # The old entries of a unit done again go first: the new ones are ingested over them.
-    if old is not None:
-        data.write_columns({}, _index_deletes(data, old))
-    for cf in (layout.CF_ETH_NUMBERS, layout.CF_ETH_CANONICAL, layout.CF_ETH_TD):
-        keys, values = index[cf]
-        # Key-sorted per unit (Rust): an SST file, ingested without a write-ahead log.
-        data.ingest_sorted(cf, keys, values)
-    kill_point("eth.index_ingested")
     rules: dict[str, int] = {}
     for v in verdicts:
         rules[v["rule"]] = rules.get(v["rule"], 0) + 1
@@ -254,12 +306,55 @@ def _commit(data: DataDir, staged: EthStaged, ctx: EthRun, units: dict[str, dict
         violations=len(verdicts),
         rules=rules,
         verdicts=verdicts[:VERDICTS_KEPT],
-        files=renamed,
+        files=[],
     )
-    data.write({layout.CF_META: [(unit_key(unit.key), record)]})
     units[unit.key] = record
-    kill_point("eth.unit_committed")
-    return int(info["blocks"])
+    return _Pending(staged, record, dict(index), old)
+
+
+def _commit_group(data: DataDir, group: list[_Pending]) -> None:
+    """Commits prepared units in block order: parts durable and renamed, the entries of units
+    done again deleted, the group's index entries ingested (one SST file per column family),
+    then the units' records in one write."""
+    for p in group:
+        p.record["files"] = _make_durable(data, p.staged)
+        kill_point("eth.parts_renamed")
+    # The old entries of units done again go first: the new ones are ingested over them.
+    deletes: dict[str, list[bytes]] = {}
+    for p in group:
+        if p.old is not None:
+            for cf, keys in _index_deletes(data, p.old).items():
+                deletes.setdefault(cf, []).extend(keys)
+    if deletes:
+        data.write_columns({}, deletes)
+    for cf in INDEX_CFS:
+        keys, values = _merged([p.index[cf] for p in group])
+        # Hashes and numbers: block compression would cost time and save nothing.
+        data.ingest_sorted(cf, keys, values, compress=False)
+    for _ in group:
+        kill_point("eth.index_ingested")
+    data.write({layout.CF_META: [(unit_key(p.staged.unit.key), p.record) for p in group]})
+    for _ in group:
+        kill_point("eth.unit_committed")
+
+
+def _merged(parts: list[tuple[pa.Array, pa.Array]]) -> tuple[pa.Array, pa.Array]:
+    """Key-sorted entries of several units (each key-sorted, in block order) as one key-sorted
+    run. A key in two units (the same block in two files) keeps the later unit's value, as
+    when each unit's file was ingested over the ones before."""
+    if len(parts) == 1:
+        return parts[0]
+    keys = pa.concat_arrays([k for k, _ in parts])
+    values = pa.concat_arrays([v for _, v in parts])
+    if len(keys) < 2:
+        return keys, values
+    order = pc.sort_indices(keys)  # a stable sort: equal keys stay in unit order
+    keys, values = keys.take(order), values.take(order)
+    later_same = pc.equal(keys.slice(0, len(keys) - 1), keys.slice(1))
+    if pc.any(later_same).as_py():
+        keep = pa.concat_arrays([pc.invert(later_same), pa.array([True])])
+        keys, values = keys.filter(keep), values.filter(keep)
+    return keys, values
 
 
 def _rebase_blocks_part(

@@ -172,6 +172,16 @@ fn eth_era1_extent(path: PathBuf) -> PyResult<(u64, u64, String)> {
     Ok((first, end, tables::hex0x(acc.as_slice())))
 }
 
+/// `(headers, last hash hex)` of an era1 file after only decompressing and hashing its headers
+/// (the floor `benchmarks/eth_headers.py` sets an import against).
+#[pyfunction]
+fn eth_era1_header_hashes(py: Python<'_>, path: PathBuf) -> PyResult<(u64, String)> {
+    let (n, last) = py
+        .detach(|| import::era1_header_hashes(&path))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((n, tables::hex0x(last.as_slice())))
+}
+
 /// `(tail, head)` of a geth freezer: the blocks `tail..head` it holds headers for, and the
 /// chain folder it resolved to.
 #[pyfunction]
@@ -238,6 +248,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eth_rebase_td, m)?)?;
     m.add_function(wrap_pyfunction!(eth_index_entries, m)?)?;
     m.add_function(wrap_pyfunction!(eth_era1_extent, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_era1_header_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(eth_freezer_extent, m)?)?;
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! amount_gwei]` and keep their encodings for the withdrawals root.
 
 use super::error::{Error, Result};
-use super::header::{decode_header, list_items, string_payload, DecodedHeader};
+use super::header::{decode_header, list_items, string_payload, DecodedHeader, EMPTY_OMMERS_HASH};
 use alloy_consensus::TxEnvelope;
 use alloy_eips::eip2718::Decodable2718;
 use alloy_eips::eip4895::Withdrawal;
@@ -101,10 +101,20 @@ pub fn decode_body(raw: &[u8]) -> Result<Body> {
         transactions,
         uncles,
         uncle_encodings,
-        uncles_hash: keccak256(parts[1]),
+        uncles_hash: uncles_hash(parts[1]),
         withdrawals,
         withdrawal_encodings,
     })
+}
+
+/// `keccak256` of an uncle list's RLP as read. The empty list (`c0`, nearly every block) has
+/// the known hash [`EMPTY_OMMERS_HASH`], the hash of exactly those bytes (a test checks it).
+fn uncles_hash(list: &[u8]) -> B256 {
+    if list == [0xc0] {
+        EMPTY_OMMERS_HASH
+    } else {
+        keccak256(list)
+    }
 }
 
 /// Decode one element of a body's transaction list (list = legacy, string = typed).
@@ -135,4 +145,19 @@ pub fn decode_transaction_element(item: &[u8]) -> Result<Transaction> {
         tx_type,
         envelope,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_uncle_list_hash_is_the_hash_of_its_bytes() {
+        // rlp([[], []]): no transactions, no uncles.
+        let body = decode_body(&[0xc2, 0xc0, 0xc0]).unwrap();
+        assert_eq!(body.uncles_hash, keccak256([0xc0]));
+        assert_eq!(uncles_hash(&[0xc0]), keccak256([0xc0]));
+        // Anything else is hashed as read.
+        assert_eq!(uncles_hash(&[0xc1, 0x80]), keccak256([0xc1, 0x80]));
+    }
 }

@@ -18,6 +18,7 @@ use super::validate::{
     ChainConfig, Checked, Rule, Violation,
 };
 use super::{Error, B256, U256};
+use alloy_primitives::hex;
 use arrow_array::{
     Array, ArrayRef, BinaryArray, Decimal128Array, RecordBatch, StringArray, UInt64Array,
 };
@@ -104,7 +105,11 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
         ),
         Source::Freezer { .. } => ("freezer".to_string(), 0),
     };
-    let mut rows = Rows::new(label.clone());
+    let expected = match source {
+        Source::Era1(_) => super::era1::MAX_BLOCKS,
+        Source::Freezer { first, end, .. } => end.saturating_sub(*first),
+    };
+    let mut rows = Rows::with_capacity(label.clone(), expected as usize);
     let mut first_header = None;
     let mut last_header = None;
     let (mut first, mut end, mut blocks) = (None, 0, 0u64);
@@ -283,15 +288,9 @@ pub struct IndexEntries {
     pub td: (BinaryArray, BinaryArray),
 }
 
-fn parse_hex0x(s: &str) -> Option<Vec<u8>> {
-    let h = s.strip_prefix("0x")?;
-    if h.len() % 2 != 0 {
-        return None;
-    }
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).ok())
-        .collect()
+/// A block hash from its `0x` hex column value.
+fn parse_hash(s: &str) -> Option<[u8; 32]> {
+    hex::decode_to_array(s.strip_prefix("0x")?).ok()
 }
 
 fn binary<'a>(items: impl Iterator<Item = &'a [u8]>) -> BinaryArray {
@@ -299,7 +298,7 @@ fn binary<'a>(items: impl Iterator<Item = &'a [u8]>) -> BinaryArray {
 }
 
 /// One block's (number key, hash, TD) while the index is built.
-type Entry = ([u8; 8], Vec<u8>, Option<[u8; 32]>);
+type Entry = ([u8; 8], [u8; 32], Option<[u8; 32]>);
 
 pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
     let col = |name: &str| {
@@ -321,7 +320,7 @@ pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
         .ok_or("total_difficulty is not a decimal")?;
     let mut by_number: Vec<Entry> = (0..blocks.num_rows())
         .map(|i| {
-            let hash = parse_hex0x(hashes.value(i)).ok_or("bad hash hex")?;
+            let hash = parse_hash(hashes.value(i)).ok_or("bad hash hex")?;
             let td = tds
                 .is_valid(i)
                 .then(|| U256::from(tds.value(i) as u128).to_be_bytes::<32>());
@@ -357,6 +356,18 @@ pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
 pub fn era1_extent(path: &Path) -> Result<(u64, u64, B256), Error> {
     let era = Era1::open(path)?;
     Ok((era.start(), era.end(), era.accumulator()))
+}
+
+/// The least an import of an era1 file must do: read it, check its layout, decompress every
+/// header and hash it. Returns the number of headers and the last hash (benchmarks measure the
+/// import against this floor).
+pub fn era1_header_hashes(path: &Path) -> Result<(u64, B256), Error> {
+    let era = Era1::open(path)?;
+    let mut last = B256::ZERO;
+    for n in era.start()..era.end() {
+        last = super::keccak256(era.header(n)?);
+    }
+    Ok((era.count(), last))
 }
 
 /// The accumulator list of `network`, where one is shipped (mainnet).

@@ -13,13 +13,14 @@ use super::receipt::Receipt;
 use super::validate::Violation;
 use alloy_consensus::transaction::SignerRecoverable;
 use alloy_consensus::{Eip658Value, Transaction as _};
-use alloy_primitives::{Address, U256};
+use alloy_primitives::{hex, U256};
 use arrow_array::builder::{
     BooleanBuilder, Decimal128Builder, StringBuilder, UInt32Builder, UInt64Builder, UInt8Builder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 pub const BLOCKS: &str = "eth_blocks";
@@ -159,17 +160,32 @@ pub fn schema(name: &str) -> Option<SchemaRef> {
     Some(Arc::new(Schema::new(fields)))
 }
 
-const DIGITS: &[u8; 16] = b"0123456789abcdef";
-
 /// `0x` + lower-case hex of `bytes`.
 pub fn hex0x(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(2 + 2 * bytes.len());
-    out.push_str("0x");
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
+    hex::encode_prefixed(bytes)
+}
+
+/// Appends `0x` + lower-case hex of `bytes` as the next value of `col`, encoded straight into
+/// the column's buffer: no `String` per value (a block has a dozen hex columns).
+fn put_hex(col: &mut StringBuilder, bytes: &[u8]) {
+    const CHUNK: usize = 128;
+    let mut buf = [0u8; 2 * CHUNK];
+    // Writing into a string builder cannot fail.
+    let _ = col.write_str("0x");
+    for chunk in bytes.chunks(CHUNK) {
+        let out = &mut buf[..2 * chunk.len()];
+        if let Ok(s) = hex::encode_to_str(chunk, out) {
+            let _ = col.write_str(s);
+        }
     }
-    out
+    col.append_value("");
+}
+
+fn put_hex_opt(col: &mut StringBuilder, bytes: Option<&[u8]>) {
+    match bytes {
+        Some(b) => put_hex(col, b),
+        None => col.append_null(),
+    }
 }
 
 const DECIMAL_MAX: u128 = 10u128.pow(38) - 1;
@@ -235,40 +251,45 @@ struct BlockCols {
 }
 
 impl BlockCols {
-    fn new() -> Self {
+    /// Columns sized for `n` blocks (a unit's count is known before its first row).
+    fn with_capacity(n: usize) -> Self {
+        // A hex column of `bytes`-byte values; a u64 column.
+        let hexcol = |bytes: usize| StringBuilder::with_capacity(n, n * (2 + 2 * bytes));
+        let u64col = || UInt64Builder::with_capacity(n);
+        let u32col = || UInt32Builder::with_capacity(n);
         BlockCols {
-            number: UInt64Builder::new(),
-            hash: StringBuilder::new(),
-            parent_hash: StringBuilder::new(),
-            ommers_hash: StringBuilder::new(),
-            miner: StringBuilder::new(),
-            state_root: StringBuilder::new(),
-            transactions_root: StringBuilder::new(),
-            receipts_root: StringBuilder::new(),
-            logs_bloom: StringBuilder::new(),
+            number: u64col(),
+            hash: hexcol(32),
+            parent_hash: hexcol(32),
+            ommers_hash: hexcol(32),
+            miner: hexcol(20),
+            state_root: hexcol(32),
+            transactions_root: hexcol(32),
+            receipts_root: hexcol(32),
+            logs_bloom: hexcol(256),
             difficulty: decimals(),
             total_difficulty: decimals(),
-            gas_limit: UInt64Builder::new(),
-            gas_used: UInt64Builder::new(),
-            timestamp: UInt64Builder::new(),
-            extra_data: StringBuilder::new(),
-            mix_hash: StringBuilder::new(),
-            nonce: StringBuilder::new(),
-            base_fee: UInt64Builder::new(),
+            gas_limit: u64col(),
+            gas_used: u64col(),
+            timestamp: u64col(),
+            extra_data: hexcol(32),
+            mix_hash: hexcol(32),
+            nonce: hexcol(8),
+            base_fee: u64col(),
             withdrawals_root: StringBuilder::new(),
             blob_gas_used: UInt64Builder::new(),
             excess_blob_gas: UInt64Builder::new(),
             parent_beacon_block_root: StringBuilder::new(),
             requests_hash: StringBuilder::new(),
-            n_transactions: UInt32Builder::new(),
-            n_uncles: UInt32Builder::new(),
-            n_withdrawals: UInt32Builder::new(),
-            size: UInt64Builder::new(),
-            header_size: UInt32Builder::new(),
-            body_pruned: BooleanBuilder::new(),
-            source: StringBuilder::new(),
-            offset: UInt64Builder::new(),
-            numbers: Vec::new(),
+            n_transactions: u32col(),
+            n_uncles: u32col(),
+            n_withdrawals: u32col(),
+            size: u64col(),
+            header_size: u32col(),
+            body_pruned: BooleanBuilder::with_capacity(n),
+            source: StringBuilder::with_capacity(n, n * 32),
+            offset: u64col(),
+            numbers: Vec::with_capacity(n),
         }
     }
 }
@@ -366,9 +387,15 @@ pub struct Rows {
 impl Rows {
     /// `source`: the file (era1) or freezer the rows come from, as the tables show it.
     pub fn new(source: impl Into<String>) -> Self {
+        Self::with_capacity(source, 0)
+    }
+
+    /// [`Rows::new`] with the block columns sized for `blocks` blocks (capped at one unit's
+    /// 8,192: a hint, not a limit).
+    pub fn with_capacity(source: impl Into<String>, blocks: usize) -> Self {
         Rows {
             source: source.into(),
-            blocks: BlockCols::new(),
+            blocks: BlockCols::with_capacity(blocks.min(8192)),
             txs: TxCols::default(),
             receipts: ReceiptCols::default(),
             logs: LogCols::default(),
@@ -398,32 +425,36 @@ impl Rows {
         b.numbers.push(h.number);
         b.number.append_value(h.number);
         b.hash.append_value(&hash);
-        b.parent_hash.append_value(hex0x(h.parent_hash.as_slice()));
-        b.ommers_hash.append_value(hex0x(h.ommers_hash.as_slice()));
-        b.miner.append_value(hex0x(h.beneficiary.as_slice()));
-        b.state_root.append_value(hex0x(h.state_root.as_slice()));
-        b.transactions_root
-            .append_value(hex0x(h.transactions_root.as_slice()));
-        b.receipts_root
-            .append_value(hex0x(h.receipts_root.as_slice()));
-        b.logs_bloom.append_value(hex0x(h.logs_bloom.as_slice()));
+        put_hex(&mut b.parent_hash, h.parent_hash.as_slice());
+        put_hex(&mut b.ommers_hash, h.ommers_hash.as_slice());
+        put_hex(&mut b.miner, h.beneficiary.as_slice());
+        put_hex(&mut b.state_root, h.state_root.as_slice());
+        put_hex(&mut b.transactions_root, h.transactions_root.as_slice());
+        put_hex(&mut b.receipts_root, h.receipts_root.as_slice());
+        put_hex(&mut b.logs_bloom, h.logs_bloom.as_slice());
         b.difficulty.append_option(wei(h.difficulty));
         b.total_difficulty.append_option(td.and_then(wei));
         b.gas_limit.append_value(h.gas_limit);
         b.gas_used.append_value(h.gas_used);
         b.timestamp.append_value(h.timestamp);
-        b.extra_data.append_value(hex0x(&h.extra_data));
-        b.mix_hash.append_value(hex0x(h.mix_hash.as_slice()));
-        b.nonce.append_value(hex0x(h.nonce.as_slice()));
+        put_hex(&mut b.extra_data, &h.extra_data);
+        put_hex(&mut b.mix_hash, h.mix_hash.as_slice());
+        put_hex(&mut b.nonce, h.nonce.as_slice());
         b.base_fee.append_option(h.base_fee_per_gas);
-        b.withdrawals_root
-            .append_option(h.withdrawals_root.map(|r| hex0x(r.as_slice())));
+        put_hex_opt(
+            &mut b.withdrawals_root,
+            h.withdrawals_root.as_ref().map(|r| r.as_slice()),
+        );
         b.blob_gas_used.append_option(h.blob_gas_used);
         b.excess_blob_gas.append_option(h.excess_blob_gas);
-        b.parent_beacon_block_root
-            .append_option(h.parent_beacon_block_root.map(|r| hex0x(r.as_slice())));
-        b.requests_hash
-            .append_option(h.requests_hash.map(|r| hex0x(r.as_slice())));
+        put_hex_opt(
+            &mut b.parent_beacon_block_root,
+            h.parent_beacon_block_root.as_ref().map(|r| r.as_slice()),
+        );
+        put_hex_opt(
+            &mut b.requests_hash,
+            h.requests_hash.as_ref().map(|r| r.as_slice()),
+        );
         b.n_transactions
             .append_value(body.map_or(0, |x| x.transactions.len() as u32));
         b.n_uncles
@@ -451,7 +482,7 @@ impl Rows {
                 w.position.append_value(i as u32);
                 w.index.append_value(x.index);
                 w.validator.append_value(x.validator_index);
-                w.address.append_value(hex0x(x.address.as_slice()));
+                put_hex(&mut w.address, x.address.as_slice());
                 w.amount.append_value(x.amount);
             }
         }
@@ -486,9 +517,8 @@ impl Rows {
             t.index.append_value(i as u32);
             t.hash.append_value(&tx_hash);
             t.ty.append_value(tx.tx_type);
-            t.from
-                .append_option(from.map(|a: Address| hex0x(a.as_slice())));
-            t.to.append_option(env.to().map(|a| hex0x(a.as_slice())));
+            put_hex_opt(&mut t.from, from.as_ref().map(|a| a.as_slice()));
+            put_hex_opt(&mut t.to, env.to().as_ref().map(|a| a.as_slice()));
             dec(&mut t.value).append_option(wei(env.value()));
             t.nonce.append_value(env.nonce());
             t.gas.append_value(env.gas_limit());
@@ -507,7 +537,7 @@ impl Rows {
             dec(&mut t.max_blob_fee).append_option(env.max_fee_per_blob_gas().and_then(wei128));
             dec(&mut t.effective_gas_price).append_option(effective);
             t.chain_id.append_option(env.chain_id());
-            t.input.append_value(hex0x(env.input()));
+            put_hex(&mut t.input, env.input());
             t.n_access_list
                 .append_value(env.access_list().map_or(0, |l| l.len() as u32));
             t.n_blob_hashes
@@ -553,13 +583,13 @@ impl Rows {
                 l.tx_hash.append_value(&tx_hash);
                 l.log_index.append_value(log_index);
                 log_index += 1;
-                l.address.append_value(hex0x(log.address.as_slice()));
+                put_hex(&mut l.address, log.address.as_slice());
                 let topics = log.data.topics();
                 for (k, col) in l.topics.iter_mut().enumerate() {
-                    col.append_option(topics.get(k).map(|t| hex0x(t.as_slice())));
+                    put_hex_opt(col, topics.get(k).map(|t| t.as_slice()));
                 }
                 l.n_topics.append_value(topics.len().min(255) as u8);
-                l.data.append_value(hex0x(&log.data.data));
+                put_hex(&mut l.data, &log.data.data);
             }
         }
     }

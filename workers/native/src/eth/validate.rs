@@ -842,7 +842,9 @@ pub type Sink<'s> = dyn FnMut(&Checked<'_>, &mut Vec<Violation>) + 's;
 /// ([`ChainWalk::gap`]): the next block is not judged against a parent it cannot see.
 pub struct ChainWalk<'c> {
     cfg: &'c ChainConfig,
-    prev: Option<(DecodedHeader, Option<U256>)>,
+    /// TD of the parent (the first ancestor) as stored, if any.
+    parent_td: Option<U256>,
+    /// The parent first, then older, up to [`UNCLE_GENERATIONS`]; empty after a gap.
     ancestors: std::collections::VecDeque<Ancestor>,
 }
 
@@ -850,7 +852,7 @@ impl<'c> ChainWalk<'c> {
     pub fn new(cfg: &'c ChainConfig) -> Self {
         ChainWalk {
             cfg,
-            prev: None,
+            parent_td: None,
             ancestors: Default::default(),
         }
     }
@@ -858,36 +860,41 @@ impl<'c> ChainWalk<'c> {
     /// Checks `block` (decoded from bytes at its place in the chain) and makes it the parent.
     pub fn block(&mut self, block: &Checked<'_>, out: &mut Vec<Violation>) {
         let h = block.header;
-        if let Some((p, ptd)) = &self.prev {
-            out.extend(check_header(self.cfg, h, p));
-            if let (Some(ptd), Some(td)) = (ptd, block.td) {
-                out.extend(check_total_difficulty(h, *ptd, td));
+        if let Some(p) = self.ancestors.front() {
+            out.extend(check_header(self.cfg, h, &p.header));
+            if let (Some(ptd), Some(td)) = (self.parent_td, block.td) {
+                out.extend(check_total_difficulty(h, ptd, td));
             }
         }
         let uncle_hashes = match block.body {
             Some(body) => {
                 out.extend(check_block(self.cfg, h, body, block.receipts));
-                out.extend(check_uncles(
-                    self.cfg,
-                    h,
-                    body,
-                    self.ancestors.make_contiguous(),
-                ));
+                // (check_uncles has nothing to judge in a block without uncles.)
+                if !body.uncles.is_empty() {
+                    out.extend(check_uncles(
+                        self.cfg,
+                        h,
+                        body,
+                        self.ancestors.make_contiguous(),
+                    ));
+                }
                 body.uncles.iter().map(|u| u.hash).collect()
             }
             None => Vec::new(),
         };
+        // The oldest ancestor drops out before the new one comes in: the deque never grows
+        // past its capacity.
+        self.ancestors.truncate(UNCLE_GENERATIONS - 1);
         self.ancestors.push_front(Ancestor {
             header: h.clone(),
             uncle_hashes,
         });
-        self.ancestors.truncate(UNCLE_GENERATIONS);
-        self.prev = Some((h.clone(), block.td));
+        self.parent_td = block.td;
     }
 
     /// A block that could not be read: the walk restarts after it.
     pub fn gap(&mut self) {
-        self.prev = None;
+        self.parent_td = None;
         self.ancestors.clear();
     }
 }
