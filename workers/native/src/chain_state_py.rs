@@ -73,6 +73,22 @@ struct ChainStateChunk {
     resolved: Mutex<Option<(usize, Vec<u64>)>>,
 }
 
+impl ChainStateChunk {
+    /// The chunk's first `n` blocks, as the table builders take them.
+    fn chain_blocks(&self, n: usize) -> Vec<ChainBlock<'_>> {
+        self.inner
+            .blocks()
+            .take(n)
+            .map(|(height, hash, data, spans)| ChainBlock {
+                height,
+                hash,
+                data,
+                spans,
+            })
+            .collect()
+    }
+}
+
 #[pymethods]
 impl ChainStateChunk {
     /// `hashes` in internal order; `paths` and `offsets` (of each record's magic) from the
@@ -180,17 +196,7 @@ impl ChainStateChunk {
             .map(|(t, schema, path, rows, bytes)| (t, schema.into_inner(), path, rows, bytes))
             .collect();
         py.detach(|| {
-            let blocks: Vec<ChainBlock> = self
-                .inner
-                .blocks()
-                .take(*applied)
-                .map(|(height, hash, data, spans)| ChainBlock {
-                    height,
-                    hash,
-                    data,
-                    spans,
-                })
-                .collect();
+            let blocks = self.chain_blocks(*applied);
             let write = |(table, schema, path, rows, bytes): &(_, _, PathBuf, usize, usize)| {
                 let batch = match String::as_str(table) {
                     "transactions" => {
@@ -268,16 +274,7 @@ impl ChainStateChunk {
         }
         let schema = schema.into_inner();
         py.detach(|| {
-            let blocks: Vec<ChainBlock> = self
-                .inner
-                .blocks()
-                .map(|(height, hash, data, spans)| ChainBlock {
-                    height,
-                    hash,
-                    data,
-                    spans,
-                })
-                .collect();
+            let blocks = self.chain_blocks(usize::MAX);
             let batch = btc_chain_rows::outputs(&blocks, &spent, self.inner.network(), schema)?;
             let groups = RowGroups {
                 rows: group_rows,
