@@ -245,6 +245,16 @@ def test_damaged_checkpoints_name_file_and_offset_and_leave_data_alone(
     assert rows == [{"n": facts["registers"]}]
 
 
+def readme_flow_queries(section: str) -> list[str]:
+    """The queries of the README's Flow examples from the comment starting `# {section}` to
+    the next comment that starts with `# after`."""
+    readme = (REPO / "README.md").read_text()
+    flow_examples = readme.split("\nFlow:\n", 1)[1].split("\n```\n", 1)[0]
+    tail = flow_examples.split(f"\n# {section}", 1)[1]
+    block = re.split(r"^# after ", tail, maxsplit=1, flags=re.M)[0]
+    return re.findall(r'^\$R query --data DATA "(.*)"$', block, re.M)
+
+
 def test_readme_analytics_queries(
     flowgo: Path,  # noqa: F811
     wal: tuple[Path, dict[str, Any]],
@@ -255,12 +265,9 @@ def test_readme_analytics_queries(
     run(flowgo, "checkpoint", "--wal", wal_dir, "--out", cp)
     data = tmp_path / "d"
     read_cp(cp, data)
-    # The last three queries of the README's Flow examples, verbatim.
-    readme = (REPO / "README.md").read_text()
-    flow_examples = readme.split("\nFlow:\n", 1)[1].split("\n```\n", 1)[0]
-    sqls = re.findall(r'^\$R query --data DATA "(.*)"$', flow_examples, re.M)
-    per_owner_sql, largest_sql, dist_sql = sqls[-3:]
-    assert "registers per owner" in readme and "GROUP BY owner" in per_owner_sql
+    # The README's three queries after `flow checkpoint read`, verbatim.
+    per_owner_sql, largest_sql, dist_sql = readme_flow_queries("after `flow checkpoint read`")
+    assert "GROUP BY owner" in per_owner_sql
     per_owner = query(data, per_owner_sql)
     assert per_owner and all(r["registers"] >= 1 for r in per_owner)
     largest = query(data, largest_sql)

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.common import BIN, run_measured
 from tests.conftest import cli, cli_json
-from tests.test_flow_checkpoint import corrupt_cases
+from tests.test_flow_checkpoint import corrupt_cases, readme_flow_queries
 from tests.test_flow_checkpoint_stream import NAME, make_checkpoint
 from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 
@@ -176,6 +176,19 @@ def test_stats_equal_duckdb_over_the_registers_of_a_full_read(
     # The report and the summary in the data folder's meta agree with the tables.
     assert report["registers"] == n["n"] and report["nodes"] == trie["nodes"]
     assert (data / "reports" / "flow_checkpoint_stats.json").is_file()
+    # The README's queries over these tables, verbatim, agree with the registers table.
+    largest_sql, kinds_sql = readme_flow_queries("after `flow checkpoint stats`")
+    largest = query(data, largest_sql)
+    top = query(
+        data,
+        "SELECT hex(owner) AS owner, count(*) AS registers, "
+        "sum(value_size + octet_length(encoded_key)) AS bytes FROM registers "
+        "GROUP BY owner ORDER BY bytes DESC LIMIT 10",
+    )
+    assert largest == top and len(largest) == 10
+    kinds = query(data, kinds_sql)
+    assert sum(r["registers"] for r in kinds) == n["n"]
+    assert sum(r["value_bytes"] for r in kinds) == n["v"]
 
 
 def test_summary_json_and_config(kinds_cp: Path, tmp_path: Path) -> None:
