@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -368,9 +369,11 @@ class DataDir:
 
     def publish_generation(self, table: str, generation: int, tmp: Path) -> Path:
         """Makes every file under a generation's temp folder durable, then renames the folder
-        into place."""
+        into place. A file with other links is a part already published or staged, made
+        durable when it was written: only the folder holding its new link is synced."""
         for path in tmp.rglob("*"):
-            if path.is_file():
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
                 _fsync_file(path)
         for folder in [p for p in tmp.rglob("*") if p.is_dir()]:
             fsync_dir(folder)

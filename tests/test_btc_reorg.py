@@ -110,6 +110,8 @@ def test_a_rerun_after_a_reorg_equals_a_fresh_reindex(
             # Only the segments above the fork were written again.
             assert run["run"]["publish_segments_kept"] >= 5
             assert run["run"]["publish_segments_written"] <= 2
+            # Spends were unwound: every segment's spent flags were checked against all spends.
+            assert run["run"]["publish_spends_appended"] == 0
             # The tx index was updated from what changed, not rebuilt.
             assert run["run"].get("txindex_updated") == 1 and "txindex_rebuilt" not in run["run"]
     assert run["tip_hash"] == facts["tip_hash"]

@@ -135,6 +135,12 @@ def test_a_torn_record_is_read_again_once_the_node_completes_it(
     complete(blocks, later)
     second = reindex(blocks, data, "--mode", mode)
     assert second["tip_hash"] == facts["tip_hash"]
+    if mode == "full":
+        # The completed blocks extend the applied chain: publish read only their spends, kept
+        # every segment below them and the off-chain rows of the parts that did not change.
+        work = second["run"]
+        assert work["publish_spends_appended"] == 1
+        assert work["publish_segments_kept"] >= 1 and work["publish_offchain_parts_kept"] >= 1
     assert second["tip_height"] == facts["tip_height"]
     assert content(data) == content(ref)
     status = cli_json("btc", "status", "--data", data, "--json")

@@ -29,6 +29,7 @@ import contextlib
 import json
 import logging
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -41,7 +42,6 @@ import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.local_runner import ordered_local
-from rechain.pipeline.ray_runtime import release_ray
 from rechain.pipeline.stages.bitcoin import BtcRun
 from rechain.pipeline.stages.engine import Done, Invalidate, Stage
 from rechain.pipeline.store import DataDir, write_file_atomic, write_files_atomic
@@ -118,6 +118,12 @@ def best_chain(data: DataDir) -> bytes:
     return b"".join(v for _, v in data.items(layout.CF_BTC_BEST))
 
 
+def _release_ray() -> bool:
+    from rechain.pipeline.ray_runtime import release_ray
+
+    return release_ray()
+
+
 class ChainStateStage(Stage[BtcRun]):
     name = "chain_state"
 
@@ -137,8 +143,9 @@ class ChainStateStage(Stage[BtcRun]):
     def run(self, ctx: BtcRun) -> Done | Invalidate:
         ctx.close()
         # The body pass is done: its Ray cluster and freed buffers go before this stage
-        # holds chunks (a consensus failure that needs another decode restarts Ray).
-        if release_ray():
+        # holds chunks (a consensus failure that needs another decode restarts Ray). A run
+        # that decoded on threads never imported Ray (a second of start-up).
+        if "rechain.pipeline.ray_runtime" in sys.modules and _release_ray():
             log.info("decode: stopped the embedded Ray cluster")
         release_unused_memory()
         data = ctx.data

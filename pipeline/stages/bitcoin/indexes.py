@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
-from rechain.pipeline.stages.bitcoin.publish import FULL_TABLES, published_rows
+from rechain.pipeline.stages.bitcoin.publish import FULL_TABLES, OFFCHAIN, published_rows
 from rechain.pipeline.stages.bitcoin.session import (
     Slices,
     duckdb_bytes,
@@ -81,11 +82,6 @@ class IndexesStage(Stage[BtcRun]):
         data.write({layout.CF_META: [(layout.META_BTC_FULL, summary)]})
         ctx.full["utxo_s"] = ctx.full.get("utxo_s", 0.0) + time.perf_counter() - t
         return Done(rows=int(utxo["utxo_count"]), detail={"txindex": txs})
-
-
-def _internal_order(txid: str) -> str:
-    """SQL for a published (display-order hex) txid in internal byte order as hex."""
-    return f"regexp_replace(reverse({txid}), '(.)(.)', '\\2\\1', 'g')"
 
 
 def utxo_figures(data: DataDir) -> dict[str, Any]:
@@ -153,9 +149,16 @@ def _apply_txindex_changes(
     # Kept segments are the chain below the fork: a prefix of the new segments.
     kept_tip = max((seg["last"] for seg in kept), default=-1)
     added = [str(new_dir / seg["path"]) for seg in new_segments if seg["path"] not in kept_paths]
-    added += [str(f) for f in new_dir.glob("*/offchain_*.parquet")]
     gone = [str(old_dir / p) for p in sorted({p for p, _ in old} - kept_paths)]
-    gone += [str(f) for f in old_dir.glob("*/offchain_*.parquet")]
+    # Off-chain files publish kept are the same files (links): their rows stay candidates
+    # but change no entry; the others' txids are looked up again.
+    old_off = {f.relative_to(old_dir): f for f in old_dir.glob(f"*/{OFFCHAIN}_*.parquet")}
+    new_off = {f.relative_to(new_dir): f for f in new_dir.glob(f"*/{OFFCHAIN}_*.parquet")}
+    same = {k for k, f in new_off.items() if k in old_off and os.path.samefile(f, old_off[k])}
+    changed = [str(f) for k, f in sorted(new_off.items()) if k not in same]
+    gone += [str(f) for k, f in sorted(old_off.items()) if k not in same]
+    cand_files = added + [str(f) for f in new_off.values()]
+    added += changed
 
     def rows(files: list[str], columns: str) -> str:
         if not files:
@@ -169,19 +172,24 @@ def _apply_txindex_changes(
         "false AS in_best_chain, 0::BIGINT AS height_range WHERE false"
     )
     cand_cols = "txid, block_hash, position, height, in_best_chain, height_range"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE cand AS {rows(added, cand_cols)}")
-    con.execute(
-        f"""CREATE OR REPLACE TEMP TABLE affected AS
-        SELECT DISTINCT txid, from_hex({_internal_order("txid")}) AS k
-        FROM (SELECT txid FROM cand UNION ALL {rows(gone, "txid")})
-        ORDER BY k"""
-    )
-    keys = con.sql("SELECT k FROM affected ORDER BY k").to_arrow_table().column("k").to_pylist()
-    if not keys:
+    con.execute(f"CREATE OR REPLACE TEMP TABLE cand AS {rows(cand_files, cand_cols)}")
+    txids = con.sql(
+        f"""SELECT txid, from_hex(txid) AS raw FROM (SELECT DISTINCT txid
+        FROM (SELECT txid FROM {rows(added, "txid")} UNION ALL {rows(gone, "txid")}))"""
+    ).to_arrow_table()
+    if not txids.num_rows:
         return 0
+    # Database keys: txids in internal byte order, sorted.
+    affected = pa.table(
+        {
+            "txid": txids.column("txid").combine_chunks(),
+            "k": _native.reversed_hashes(txids.column("raw").combine_chunks()),
+        }
+    )
+    affected = affected.take(pc.sort_indices(affected.column("k")))
+    con.register("affected", affected)
+    keys = affected.column("k").to_pylist()
     existing = data.cf(layout.CF_BTC_TXINDEX)[keys]
-    import pyarrow as pa
-
     con.register(
         "stored",
         pa.table({"k": pa.array(keys, pa.binary()), "v": pa.array(existing, pa.binary())}),
@@ -213,6 +221,7 @@ def _apply_txindex_changes(
         ORDER BY a.k"""
     ).to_arrow_table()
     con.unregister("stored")
+    con.unregister("affected")
     new_v = changes.column("v").to_pylist()
     old_v = changes.column("old").to_pylist()
     ks = changes.column("k").to_pylist()

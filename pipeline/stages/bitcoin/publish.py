@@ -15,9 +15,12 @@ keeps every segment whose heights are still a part and whose last block is still
 chain (hard links into the new generation) and writes the others. The one
 column of old rows that new blocks change, ``outputs.spent``, is checked per segment by a
 fingerprint of the best-chain spends into it; a segment whose fingerprint moved gets its
-outputs file rewritten from the published one. Rows of blocks off the best chain (side
-branches, orphans, invalid blocks: few) are written again each time (``offchain_*.parquet``)
-from the staged bodies.
+outputs file rewritten from the published one. When the new parts only extend the chain, the
+fingerprints and rewrites need only the new parts' spends (flags only turn on); after an
+unwind every segment's are counted again. Rows of blocks off the best chain (side branches,
+orphans, invalid blocks: few) are published per staged part holding any
+(``offchain_PART_I.parquet``) from the staged bodies, and kept while the part's off-chain
+blocks (hash, height, status) are the same.
 """
 
 from __future__ import annotations
@@ -192,26 +195,33 @@ def _copy(
 
 
 def _part_blocks(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, Any]:
-    """Which staged parts hold which blocks: (part, height or None, in best chain)."""
+    """Which staged parts hold which blocks: ``best``, (part, height) of best-chain blocks;
+    ``off``, per part holding blocks off the best chain, a print of those blocks (hash,
+    height, status), which is all its off-chain rows depend on besides the part itself."""
     parts = btc_bodies.registered_parts(data)
     if not parts:
-        return {"best": [], "off": set()}
+        return {"best": [], "off": {}}
     files = {str(btc_bodies.part_path(data, p, "blocks")): p for p in parts}
     rows = con.execute(
-        f"""SELECT DISTINCT b.filename, h.height, coalesce(h.in_best_chain, false)
+        f"""SELECT b.filename, h.height, coalesce(h.in_best_chain, false),
+                   hash(h.hash, h.height, h.status, h.invalid_reason)
         FROM read_parquet({sql_list(list(files))}, filename = true) b
         JOIN headers h ON h.hash = {hex_sql("b.hash")}"""
     ).fetchall()
-    best = [(files[f], int(height)) for f, height, on in rows if on]
-    off = {files[f] for f, _, on in rows if not on}
-    return {"best": best, "off": off}
+    best = sorted({(files[f], int(height)) for f, height, on, _ in rows if on})
+    off: dict[str, int] = {}
+    for f, _, on, h in rows:
+        if not on:
+            off[files[f]] = (off.get(files[f], 0) + int(h)) % (1 << 64)
+    return {"best": best, "off": {part: str(h) for part, h in off.items()}}
 
 
 def _partition_spent(
-    con: duckdb.DuckDBPyConnection, folder: Path, new: list[tuple[int, int, str]]
+    con: duckdb.DuckDBPyConnection, folder: Path, new: list[tuple[int, int, str]], spends: str
 ) -> None:
-    """The best-chain spends (``res_all``) of outputs created in the new parts, in one pass
-    (DuckDB spills what the budget cannot hold), as ``folder/part=NAME/*.parquet``."""
+    """The best-chain spends (view ``spends``, holding at least every spend at or above the
+    new parts) of outputs created in the new parts, in one pass (DuckDB spills what the
+    budget cannot hold), as ``folder/part=NAME/*.parquet``."""
     shutil.rmtree(folder, ignore_errors=True)
     if not new:
         return
@@ -220,7 +230,7 @@ def _partition_spent(
     con.execute(
         f"""COPY (
           SELECT p.part, r.prev_height, r.prev_txid, r.prev_vout
-          FROM res_all r ASOF JOIN new_parts p ON r.prev_height >= p.first
+          FROM {spends} r ASOF JOIN new_parts p ON r.prev_height >= p.first
           WHERE r.prev_height <= p.last
         ) TO '{folder}' (FORMAT PARQUET, PARTITION_BY (part), COMPRESSION SNAPPY)"""
     )
@@ -306,12 +316,29 @@ def publish_tables(
         seconds[phase] += now - clock
         clock = now
 
+    # Appended: every old segment is kept and every new one lies above them. The spends that
+    # can set a ``spent`` flag are then those of the new parts (a spend follows its output),
+    # and flags only turn on. Otherwise (an unwind removed spends) every segment's spends are
+    # counted again from all parts.
+    appended = len(kept) == len(old) and all(a > seg["last"] for a, _, _ in new for seg in kept)
     spends_view(con, "res_all", chain_state.spend_files(data))
+    spends_view(con, "res_new", [str(chain_state.spends_dir(data) / name) for _, _, name in new])
+    changes = "res_new" if appended else "res_all"
     # Fingerprint of the spends into each segment's outputs: a moved one means some of its
     # ``spent`` flags changed.
     segs = sorted([(s["first"], s["last"]) for s in kept] + [(a, b) for a, b, _ in new])
-    prints = _spent_prints(con, segs)
+    prints = _spent_prints(con, segs, changes)
+    if appended:
+        for seg in kept:
+            key = (seg["first"], seg["last"])
+            prints[key] = _add_prints(seg["spent"], prints[key])
     placement = _part_blocks(con, data)
+    # Off-chain rows are published per staged part holding any; a part's are kept while the
+    # blocks it holds off the best chain are the same.
+    old_off = manifest.get("offchain") if old else None
+    old_off = old_off if isinstance(old_off, dict) else {}
+    off_kept = {part for part, p in placement["off"].items() if old_off.get(part) == p}
+    off_new = sorted(set(placement["off"]) - off_kept)
     lap("prints_s")
     # The staged parts holding best-chain blocks, by SEGMENT_BLOCKS run of heights.
     buckets: dict[int, set[str]] = {}
@@ -330,7 +357,9 @@ def publish_tables(
             dest.parent.mkdir(parents=True, exist_ok=True)
             assert old_dir is not None
             if name == ds.OUTPUTS and prints[(seg["first"], seg["last"])] != seg["spent"]:
-                _rewrite_outputs(con, old_dir / seg["path"], dest, seg, group_bytes)
+                _rewrite_outputs(
+                    con, old_dir / seg["path"], dest, seg, group_bytes, changes, appended
+                )
                 work["outputs_rewritten"] += 1
             else:
                 os.link(old_dir / seg["path"], dest)
@@ -339,7 +368,7 @@ def publish_tables(
             # Written from the parts' blocks, which the chain state reads again from the blk
             # files, with the spends of their outputs (known only now).
             spent = data.path / "tmp" / "duckdb" / "spent"
-            _partition_spent(con, spent, new)
+            _partition_spent(con, spent, new, changes)
             write = partial(_write_outputs, load, spent, tmp, group_bytes=group_bytes)
             for _, result in ordered_local(write, new, threads, max(1, threads)):
                 if isinstance(result, Exception):
@@ -361,30 +390,36 @@ def publish_tables(
             sql = _select_sql(name, "_seg", where, _spent_sql("res_all", first, last))
             _copy(con, name, sql, tmp / segment_path(first, last), group_bytes)
         lap("new_s")
-        # Rows of blocks off the best chain, from the parts that hold any.
-        staged_views(con, data, sorted(placement["off"]), "_off")
+        for part in sorted(off_kept):
+            assert old_dir is not None
+            for f in old_dir.glob(f"*/{OFFCHAIN}_{part}_*.parquet"):
+                dest = tmp / f.relative_to(old_dir)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.link(f, dest)
+        # Rows of blocks off the best chain, from each part that holds any.
         spends_view(con, "res_off", [])
-        off = tmp.parent / f".{generation:06d}.{OFFCHAIN}"
-        shutil.rmtree(off, ignore_errors=True)
         off_chain = "NOT coalesce(h.in_best_chain, false)"
         sql = _select_sql(name, "_off", off_chain, _spent_sql("res_off"))
-        _copy(con, name, sql, off, group_bytes, partition=OFFCHAIN)
-        for f in off.rglob("*.parquet"):
-            dest = tmp / f.relative_to(off)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(f, dest)
-        shutil.rmtree(off, ignore_errors=True)
+        for part in off_new:
+            staged_views(con, data, [part], "_off")
+            off = tmp.parent / f".{generation:06d}.{OFFCHAIN}"
+            shutil.rmtree(off, ignore_errors=True)
+            _copy(con, name, sql, off, group_bytes, partition=f"{OFFCHAIN}_{part}")
+            for f in off.rglob("*.parquet"):
+                dest = tmp / f.relative_to(off)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(f, dest)
+            shutil.rmtree(off, ignore_errors=True)
         lap("offchain_s")
-        # Row counts from the Parquet footers, not by running the queries twice.
-        written = con.execute(
-            f"SELECT count(*) FROM read_parquet('{tmp}/**/*.parquet', hive_partitioning = true)"
-        ).fetchall()
-        rows[name] = int(written[0][0])
+        rows[name] = _count_rows(con, tmp)
         data.publish_generation(name, generation, tmp)
         lap("sync_s")
     work.update(seconds)
     work["segments_kept"] = len(kept)
     work["segments_written"] = len(new)
+    work["offchain_parts_kept"] = len(off_kept)
+    work["offchain_parts_written"] = len(off_new)
+    work["spends_appended"] = int(appended)
     for first, last in segs:
         segments_out.append(
             {
@@ -399,17 +434,39 @@ def publish_tables(
         {
             layout.CF_META: [
                 (layout.META_BTC_FULL_GENERATION, generation),
-                (layout.META_BTC_PUBLISHED, {"generation": generation, "segments": segments_out}),
+                (
+                    layout.META_BTC_PUBLISHED,
+                    {
+                        "generation": generation,
+                        "segments": segments_out,
+                        "offchain": placement["off"],
+                    },
+                ),
             ]
         }
     )
     return rows, work
 
 
+def _count_rows(con: duckdb.DuckDBPyConnection, folder: Path) -> int:
+    """Rows under a table generation's folder, from the Parquet footers."""
+    got = con.execute(
+        f"SELECT count(*) FROM read_parquet('{folder}/**/*.parquet', hive_partitioning = true)"
+    ).fetchall()
+    return int(got[0][0])
+
+
+def _add_prints(a: str, b: str) -> str:
+    """The print of two disjoint sets of spends (count and hash sum add up)."""
+    (na, ha), (nb, hb) = (map(int, p.split(":")) for p in (a, b))
+    return f"{na + nb}:{ha + hb}"
+
+
 def _spent_prints(
-    con: duckdb.DuckDBPyConnection, segs: list[tuple[int, int]]
+    con: duckdb.DuckDBPyConnection, segs: list[tuple[int, int]], spends: str
 ) -> dict[tuple[int, int], str]:
-    """Per segment (first, last): count and hash sum of the best-chain spends of its outputs."""
+    """Per segment (first, last): count and hash sum of the spends (view ``spends``) of its
+    outputs."""
     if not segs:
         return {}
     import pyarrow as pa
@@ -419,9 +476,10 @@ def _spent_prints(
         pa.table({"first": [a for a, _ in segs], "last": [b for _, b in segs]}),
     )
     got = con.execute(
-        """SELECT g.first, g.last, count(r.prev_height),
-                  coalesce(sum(hash(r.prev_height, r.prev_txid, r.prev_vout)::HUGEINT), 0)
-        FROM segs g LEFT JOIN res_all r ON r.prev_height BETWEEN g.first AND g.last
+        f"""SELECT g.first, g.last, count(r.prev_height),
+                  coalesce(sum(hash(r.prev_height, r.prev_txid, r.prev_vout)::HUGEINT)
+                    FILTER (WHERE r.prev_height IS NOT NULL), 0)
+        FROM segs g LEFT JOIN {spends} r ON r.prev_height BETWEEN g.first AND g.last
         GROUP BY ALL"""
     ).fetchall()
     con.unregister("segs")
@@ -429,16 +487,24 @@ def _spent_prints(
 
 
 def _rewrite_outputs(
-    con: duckdb.DuckDBPyConnection, src: Path, dest: Path, seg: dict[str, Any], group_bytes: int
+    con: duckdb.DuckDBPyConnection,
+    src: Path,
+    dest: Path,
+    seg: dict[str, Any],
+    group_bytes: int,
+    spends: str,
+    appended: bool,
 ) -> None:
-    """A published outputs segment again, with ``spent`` from the current spends."""
+    """A published outputs segment again, with ``spent`` from the spends of view ``spends``:
+    all of them, or (``appended``) the new ones, which can only add spent flags."""
+    spent = "o.spent OR " if appended else ""
     _copy(
         con,
         ds.OUTPUTS,
-        f"""SELECT o.* REPLACE (s.prev_height IS NOT NULL AS spent),
+        f"""SELECT o.* REPLACE ({spent}s.prev_height IS NOT NULL AS spent),
                {_height_range(seg["first"])}::BIGINT AS {tables.HEIGHT_RANGE}
         FROM read_parquet('{src}') o
-        LEFT JOIN ({_spent_sql("res_all", seg["first"], seg["last"])}) s
+        LEFT JOIN ({_spent_sql(spends, seg["first"], seg["last"])}) s
           ON s.prev_height = o.height AND s.prev_txid = o.txid AND s.prev_vout = o.vout""",
         dest,
         group_bytes,
