@@ -36,6 +36,9 @@ class Table:
     partition_by: str | None = None
     #: Columns dictionary-encoded in Parquet.
     dictionary_columns: tuple[str, ...] = ()
+    #: Columns written without min/max statistics where the Rust core writes the table:
+    #: random hashes and scripts, whose ranges per row group prune nothing.
+    unsorted_columns: tuple[str, ...] = ()
     #: Rows per row group.
     row_group_rows: int = BTC_ROW_GROUP_ROWS
     #: A row group is also closed at this many encoded bytes where the writer can (None: the
@@ -162,6 +165,7 @@ TRANSACTIONS = Table(
         ("fee", _I64),
     ),  # fmt: skip
     partition_by=HEIGHT_RANGE,
+    unsorted_columns=("txid", "wtxid", "block_hash"),
 )
 INPUTS = Table(
     "inputs",
@@ -181,6 +185,7 @@ INPUTS = Table(
         ("in_best_chain", _BOOL),
     ),  # fmt: skip
     partition_by=HEIGHT_RANGE,
+    unsorted_columns=("txid", "prev_txid", "script_sig", "witness", "block_hash"),
 )
 OUTPUTS = Table(
     "outputs",
@@ -198,6 +203,7 @@ OUTPUTS = Table(
         ("spent", _BOOL),
     ),  # fmt: skip
     partition_by=HEIGHT_RANGE,
+    unsorted_columns=("txid", "address", "script_pubkey", "block_hash"),
 )
 HEADERS = Table(
     "headers",

@@ -383,7 +383,14 @@ def _apply_chunk(
     def write_rows(tmps: list[Path]) -> None:
         chunk.write_rows(
             [
-                (t, tables.TABLES[t].schema, tmp, tables.TABLES[t].row_group_rows, group_bytes)
+                (
+                    t,
+                    tables.TABLES[t].schema,
+                    tmp,
+                    tables.TABLES[t].row_group_rows,
+                    group_bytes,
+                    list(tables.TABLES[t].unsorted_columns),
+                )
                 for t, tmp in zip(ROW_TABLES, tmps, strict=True)
             ]
         )

@@ -263,6 +263,7 @@ def _write_outputs(
         dest,
         declared.row_group_rows,
         group_bytes,
+        list(declared.unsorted_columns),
         spent.column("prev_height").combine_chunks(),
         spent.column("prev_txid").combine_chunks(),
         spent.column("prev_vout").combine_chunks(),

@@ -12,7 +12,7 @@ use crate::parquet_out::{write_batch, RowGroups};
 use crate::{key8, network};
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyIterator, PyList};
@@ -181,11 +181,12 @@ impl ChainStateChunk {
     /// Writes the final rows of each table named in `specs` ("transactions", "inputs") for
     /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
-    /// a row group closes early). Returns the rows written per spec.
+    /// a row group closes early, columns written without statistics). Returns the rows
+    /// written per spec.
     fn write_rows(
         &self,
         py: Python<'_>,
-        specs: Vec<(String, PySchema, PathBuf, usize, usize)>,
+        specs: Vec<(String, PySchema, PathBuf, usize, usize, Vec<String>)>,
     ) -> PyResult<Vec<u64>> {
         let guard = self.resolved.lock().expect("not poisoned");
         let Some((applied, values)) = guard.as_ref() else {
@@ -193,11 +194,14 @@ impl ChainStateChunk {
         };
         let specs: Vec<_> = specs
             .into_iter()
-            .map(|(t, schema, path, rows, bytes)| (t, schema.into_inner(), path, rows, bytes))
+            .map(|(t, schema, path, rows, bytes, unsorted)| {
+                (t, schema.into_inner(), path, rows, bytes, unsorted)
+            })
             .collect();
         py.detach(|| {
             let blocks = self.chain_blocks(*applied);
-            let write = |(table, schema, path, rows, bytes): &(_, _, PathBuf, usize, usize)| {
+            let write = |spec: &(String, SchemaRef, PathBuf, usize, usize, Vec<String>)| {
+                let (table, schema, path, rows, bytes, unsorted) = spec;
                 let batch = match String::as_str(table) {
                     "transactions" => {
                         btc_chain_rows::transactions(&blocks, values, Arc::clone(schema))
@@ -209,7 +213,8 @@ impl ChainStateChunk {
                     rows: *rows,
                     bytes: *bytes,
                 };
-                write_batch(path, &batch, &[], groups)
+                let unsorted: Vec<&str> = unsorted.iter().map(String::as_str).collect();
+                write_batch(path, &batch, &[], &unsorted, groups)
             };
             std::thread::scope(|scope| {
                 let running: Vec<_> = specs
@@ -240,6 +245,7 @@ impl ChainStateChunk {
         path: PathBuf,
         group_rows: usize,
         group_bytes: usize,
+        unsorted_columns: Vec<String>,
         spent_heights: PyArray,
         spent_txids: PyArray,
         spent_vouts: PyArray,
@@ -280,7 +286,8 @@ impl ChainStateChunk {
                 rows: group_rows,
                 bytes: group_bytes,
             };
-            write_batch(&path, &batch, &[], groups)
+            let unsorted: Vec<&str> = unsorted_columns.iter().map(String::as_str).collect();
+            write_batch(&path, &batch, &[], &unsorted, groups)
         })
         .map_err(PyValueError::new_err)
     }

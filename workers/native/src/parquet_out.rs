@@ -1,13 +1,14 @@
 //! Parquet files written by the Rust core, with the settings `DataDir.stage_parquet_parts` gives
-//! pyarrow's writer (zstd, statistics, dictionary encoding only for the columns named), so a
+//! pyarrow's writer (zstd, statistics, dictionary encoding only for the columns named; the
+//! tables may also name columns whose min/max statistics prune nothing), so a
 //! stage can publish a table without loading pyarrow. Where the file goes and when it becomes
 //! visible stays with `DataDir` (Python): this only writes the file it is given.
 
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
+use arrow_schema::{DataType, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use std::fs::File;
 use std::path::Path;
@@ -32,12 +33,38 @@ impl TableWriter {
         schema: SchemaRef,
         dictionary_columns: &[&str],
     ) -> Result<TableWriter, String> {
+        TableWriter::create_with(path, schema, dictionary_columns, &[])
+    }
+
+    /// `create`, with no statistics for `unsorted_columns`: values such as random hashes or
+    /// scripts, whose min and max per page and row group would prune nothing and cost a
+    /// comparison per value.
+    pub fn create_with(
+        path: &Path,
+        schema: SchemaRef,
+        dictionary_columns: &[&str],
+        unsorted_columns: &[&str],
+    ) -> Result<TableWriter, String> {
         let mut props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
             .set_dictionary_enabled(false)
             .set_max_row_group_row_count(None);
         for c in dictionary_columns {
             props = props.set_column_dictionary_enabled(ColumnPath::from(*c), true);
+        }
+        for c in unsorted_columns {
+            let field = schema
+                .field_with_name(c)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            // A list's values are the leaf `name.list.<item>` of the Parquet schema.
+            let leaf = match field.data_type() {
+                DataType::List(item) | DataType::LargeList(item) => {
+                    vec![c.to_string(), "list".into(), item.name().clone()]
+                }
+                _ => vec![c.to_string()],
+            };
+            props =
+                props.set_column_statistics_enabled(ColumnPath::new(leaf), EnabledStatistics::None);
         }
         let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let writer = ArrowWriter::try_new(file, schema, Some(props.build()))
@@ -65,19 +92,21 @@ impl TableWriter {
 /// row group closes near its byte limit.
 const STEP_ROWS: usize = 8_192;
 
-/// Writes `batch` as one Parquet file at `path`, closing row groups at `groups`' limits;
-/// returns the rows written.
+/// Writes `batch` as one Parquet file at `path` (columns as for `TableWriter::create_with`),
+/// closing row groups at `groups`' limits; returns the rows written.
 pub fn write_batch(
     path: &Path,
     batch: &RecordBatch,
     dictionary_columns: &[&str],
+    unsorted_columns: &[&str],
     groups: RowGroups,
 ) -> Result<u64, String> {
     let mut t = AlignedTables::new(
-        vec![TableWriter::create(
+        vec![TableWriter::create_with(
             path,
             batch.schema(),
             dictionary_columns,
+            unsorted_columns,
         )?],
         groups,
     );
