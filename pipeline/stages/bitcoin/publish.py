@@ -18,13 +18,15 @@ fingerprint of the best-chain spends into it; a segment whose fingerprint moved 
 outputs file rewritten from the published one. When the new parts only extend the chain, the
 fingerprints and rewrites need only the new parts' spends (flags only turn on); after an
 unwind every segment's are counted again. Rows of blocks off the best chain (side branches,
-orphans, invalid blocks: few) are published per staged part holding any
-(``offchain_PART_I.parquet``) from the staged bodies, and kept while the part's off-chain
-blocks (hash, height, status) are the same.
+orphans, invalid blocks: few) are published from the staged bodies in groups of the staged
+parts holding any (``offchain_GROUP_I.parquet``), a group kept while each of its parts holds
+the same off-chain blocks (hash, height, status); parts whose blocks changed are written
+again, a group each.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -58,6 +60,8 @@ log = logging.getLogger(__name__)
 #: The tables this stage publishes, in publication order.
 FULL_TABLES = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)
 OFFCHAIN = "offchain"
+#: More staged parts than this with off-chain rows to write go in one group (one query).
+OFFCHAIN_GROUP_PARTS = 8
 
 
 class PublishStage(Stage[BtcRun]):
@@ -334,12 +338,7 @@ def publish_tables(
             key = (seg["first"], seg["last"])
             prints[key] = _add_prints(seg["spent"], prints[key])
     placement = _part_blocks(con, data)
-    # Off-chain rows are published per staged part holding any; a part's are kept while the
-    # blocks it holds off the best chain are the same.
-    old_off = manifest.get("offchain") if old else None
-    old_off = old_off if isinstance(old_off, dict) else {}
-    off_kept = {part for part, p in placement["off"].items() if old_off.get(part) == p}
-    off_new = sorted(set(placement["off"]) - off_kept)
+    off_kept, off_new = _offchain_groups(manifest.get("offchain") if old else None, placement)
     lap("prints_s")
     # The staged parts holding best-chain blocks, by SEGMENT_BLOCKS run of heights.
     buckets: dict[int, set[str]] = {}
@@ -391,21 +390,21 @@ def publish_tables(
             sql = _select_sql(name, "_seg", where, _spent_sql("res_all", first, last))
             _copy(con, name, sql, tmp / segment_path(first, last), group_bytes)
         lap("new_s")
-        for part in sorted(off_kept):
+        for group in sorted(off_kept):
             assert old_dir is not None
-            for f in old_dir.glob(f"*/{OFFCHAIN}_{part}_*.parquet"):
+            for f in old_dir.glob(f"*/{OFFCHAIN}_{group}_*.parquet"):
                 dest = tmp / f.relative_to(old_dir)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.link(f, dest)
-        # Rows of blocks off the best chain, from each part that holds any.
+        # Rows of blocks off the best chain, from the parts of each group written.
         spends_view(con, "res_off", [])
         off_chain = "NOT coalesce(h.in_best_chain, false)"
         sql = _select_sql(name, "_off", off_chain, _spent_sql("res_off"))
-        for part in off_new:
-            staged_views(con, data, [part], "_off")
+        for group, group_parts in sorted(off_new.items()):
+            staged_views(con, data, sorted(group_parts), "_off")
             off = tmp.parent / f".{generation:06d}.{OFFCHAIN}"
             shutil.rmtree(off, ignore_errors=True)
-            _copy(con, name, sql, off, group_bytes, partition=f"{OFFCHAIN}_{part}")
+            _copy(con, name, sql, off, group_bytes, partition=f"{OFFCHAIN}_{group}")
             for f in off.rglob("*.parquet"):
                 dest = tmp / f.relative_to(off)
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -418,8 +417,8 @@ def publish_tables(
     work.update(seconds)
     work["segments_kept"] = len(kept)
     work["segments_written"] = len(new)
-    work["offchain_parts_kept"] = len(off_kept)
-    work["offchain_parts_written"] = len(off_new)
+    work["offchain_parts_kept"] = sum(len(off_kept[g]) for g in off_kept)
+    work["offchain_parts_written"] = sum(len(off_new[g]) for g in off_new)
     work["spends_appended"] = int(appended)
     for first, last in segs:
         segments_out.append(
@@ -440,13 +439,36 @@ def publish_tables(
                     {
                         "generation": generation,
                         "segments": segments_out,
-                        "offchain": placement["off"],
+                        "offchain": {**off_kept, **off_new},
                     },
                 ),
             ]
         }
     )
     return rows, work
+
+
+def _offchain_groups(
+    old: Any, placement: dict[str, Any]
+) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+    """The groups of staged parts whose off-chain rows share files (``offchain_GROUP_I``):
+    (kept, to write), each group as {part: print of its off-chain blocks}. An old group is
+    kept while each of its parts holds the same off-chain blocks and no other part joined it.
+    The other parts are written in a group each, or in one group when many are (a first run:
+    one query per table, not one per part)."""
+    prints: dict[str, str] = placement["off"]
+    old_groups = old if isinstance(old, dict) else {}
+    kept = {
+        group: parts
+        for group, parts in old_groups.items()
+        if isinstance(parts, dict) and all(prints.get(p) == h for p, h in parts.items())
+    }
+    grouped = {p for parts in kept.values() for p in parts}
+    rest = sorted(set(prints) - grouped)
+    if len(rest) > OFFCHAIN_GROUP_PARTS:
+        name = hashlib.sha256("\n".join(rest).encode()).hexdigest()[:16]
+        return kept, {name: {p: prints[p] for p in rest}}
+    return kept, {p: {p: prints[p]} for p in rest}
 
 
 def _count_rows(con: duckdb.DuckDBPyConnection, folder: Path) -> int:
