@@ -11,7 +11,7 @@ from rechain.pipeline.stages.bitcoin.publish import (
 
 
 def placement(prints: dict[str, str]) -> dict[str, object]:
-    return {"best": [], "off": prints}
+    return {"off": prints}
 
 
 def test_a_first_run_writes_many_parts_as_one_group_and_few_one_group_each() -> None:

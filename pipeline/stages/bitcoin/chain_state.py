@@ -16,9 +16,9 @@ block that breaks one is recorded invalid and the link stage invalidated, as Cor
 to the best valid chain; the blocks below it stay applied.
 
 A chunk never crosses a multiple of ``SEGMENT_BLOCKS`` heights, and each one leaves a *part*
-named by its heights in three folders under ``DATADIR/stage``: ``spends/`` (one row per
-best-chain input: its value and the output it spent, for the publish stage's fees and
-``spent`` flags), and ``rows/transactions/`` and ``rows/inputs/``: those tables' final rows
+named by its heights in four folders under ``DATADIR/stage``: ``spends/`` (one row per
+best-chain input: its value and the output it spent, for the publish stage's ``spent``
+flags), and ``rows/blocks/``, ``rows/transactions/`` and ``rows/inputs/``: those tables' final rows
 for the chunk's blocks, written once by the Rust core while the chunk's blocks are in memory
 and its spends resolved; the publish stage links them into the tables as they are.
 """
@@ -66,9 +66,9 @@ INDEX_READ_BLOCKS = 1_024
 #: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
 SEGMENT_BLOCKS = 1_000
 #: The tables whose best-chain rows the chain state writes itself (``write_rows``).
-ROW_TABLES = (ds.TRANSACTIONS, ds.INPUTS)
+ROW_TABLES = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS)
 #: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block.
-LAYOUT = 2
+LAYOUT = 3
 
 
 def spends_dir(data: DataDir) -> Path:
@@ -335,6 +335,7 @@ def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]
             first,
             hashes,
             [paths[int(e["file"])] for e in entries],
+            [int(e["file"]) for e in entries],
             [int(e["offset"]) for e in entries],
         )
     except (OSError, KeyError) as e:

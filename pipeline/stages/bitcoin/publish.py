@@ -6,11 +6,11 @@ becomes the current one.
 
 The best chain's rows are published in *segments*, one per chain-state part (a run of
 heights inside one partition, ``height_range=R/seg-FIRST-LAST.parquet``), listed in a manifest
-(``META_BTC_PUBLISHED``). ``transactions`` and ``inputs`` segments are the rows the chain
-state wrote for its part, linked in as they are; ``outputs`` segments are written by the Rust
-core from the part's blocks (read again from the blk files) and the best-chain spends of
-their outputs (partitioned by part in one DuckDB pass over the parts' spends), and ``blocks``
-segments by DuckDB (``session``) from the staged bodies, the headers and the spends. A rerun
+(``META_BTC_PUBLISHED``). ``blocks``, ``transactions`` and ``inputs`` segments are the rows
+the chain state wrote for its part, linked in as they are; ``outputs`` segments are written
+by the Rust core from the part's blocks (read again from the blk files) and the best-chain
+spends of their outputs (partitioned by part in one DuckDB pass over the parts' spends). A
+rerun
 keeps every segment whose heights are still a part and whose last block is still on the best
 chain (hard links into the new generation) and writes the others. The one
 column of old rows that new blocks change, ``outputs.spent``, is checked per segment by a
@@ -91,10 +91,6 @@ class PublishStage(Stage[BtcRun]):
 
 def _height_range(height: int) -> int:
     return height // ds.HEIGHT_RANGE_BLOCKS * ds.HEIGHT_RANGE_BLOCKS
-
-
-def _bucket(height: int) -> int:
-    return height // chain_state.SEGMENT_BLOCKS
 
 
 def segment_path(first: int, last: int) -> str:
@@ -199,25 +195,21 @@ def _copy(
 
 
 def _part_blocks(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, Any]:
-    """Which staged parts hold which blocks: ``best``, (part, height) of best-chain blocks;
-    ``off``, per part holding blocks off the best chain, a print of those blocks (hash,
-    height, status), which is all its off-chain rows depend on besides the part itself."""
+    """Which staged parts hold blocks off the best chain: ``off``, per such part, a print of
+    those blocks (hash, height, status), which is all its off-chain rows depend on besides
+    the part itself."""
     parts = btc_bodies.registered_parts(data)
     if not parts:
-        return {"best": [], "off": {}}
+        return {"off": {}}
     files = {str(btc_bodies.part_path(data, p, "blocks")): p for p in parts}
     rows = con.execute(
-        f"""SELECT b.filename, h.height, coalesce(h.in_best_chain, false),
-                   hash(h.hash, h.height, h.status, h.invalid_reason)
+        f"""SELECT b.filename, sum(hash(h.hash, h.height, h.status, h.invalid_reason))
         FROM read_parquet({sql_list(list(files))}, filename = true) b
-        JOIN headers h ON h.hash = {hex_sql("b.hash")}"""
+        JOIN headers h ON h.hash = {hex_sql("b.hash")}
+        WHERE NOT coalesce(h.in_best_chain, false)
+        GROUP BY ALL"""
     ).fetchall()
-    best = sorted({(files[f], int(height)) for f, height, on, _ in rows if on})
-    off: dict[str, int] = {}
-    for f, _, on, h in rows:
-        if not on:
-            off[files[f]] = (off.get(files[f], 0) + int(h)) % (1 << 64)
-    return {"best": best, "off": {part: str(h) for part, h in off.items()}}
+    return {"off": {files[f]: str(int(h) % (1 << 64)) for f, h in rows}}
 
 
 def _partition_spent(
@@ -340,11 +332,6 @@ def publish_tables(
     placement = _part_blocks(con, data)
     off_kept, off_new = _offchain_groups(manifest.get("offchain") if old else None, placement)
     lap("prints_s")
-    # The staged parts holding best-chain blocks, by SEGMENT_BLOCKS run of heights.
-    buckets: dict[int, set[str]] = {}
-    for part, h in placement["best"]:
-        buckets.setdefault(_bucket(h), set()).add(part)
-
     rows: dict[str, int] = {}
     work: dict[str, float] = {"segments_kept": 0, "segments_written": 0, "outputs_rewritten": 0}
     segments_out: list[dict[str, Any]] = []
@@ -374,21 +361,12 @@ def publish_tables(
                 if isinstance(result, Exception):
                     raise result
             shutil.rmtree(spent, ignore_errors=True)
-        for first, last, part in new:
-            if name == ds.OUTPUTS:
-                continue
-            if name in chain_state.ROW_TABLES:
+        else:
+            # The rows the chain state wrote for the part, final as they are.
+            for first, last, part in new:
                 dest = tmp / segment_path(first, last)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.link(chain_state.rows_dir(data, name) / part, dest)
-                continue
-            runs = range(_bucket(first), _bucket(last) + 1)
-            parts = sorted(set().union(*(buckets.get(b, set()) for b in runs)))
-            staged_views(con, data, parts, "_seg")
-            spends_view(con, "res_seg", chain_state.spend_files(data, first, last))
-            where = f"h.in_best_chain AND h.height BETWEEN {first} AND {last}"
-            sql = _select_sql(name, "_seg", where, _spent_sql("res_all", first, last))
-            _copy(con, name, sql, tmp / segment_path(first, last), group_bytes)
         lap("new_s")
         for group in sorted(off_kept):
             assert old_dir is not None

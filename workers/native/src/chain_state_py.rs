@@ -68,6 +68,8 @@ fn hash32(b: &[u8]) -> PyResult<[u8; 32]> {
 #[pyclass(module = "rechain.workers._native", frozen)]
 struct ChainStateChunk {
     inner: Chunk,
+    /// Each block's blk file number and record offset (its place in the `blocks` table).
+    places: Vec<(u32, u64)>,
     /// What the last `apply` resolved: blocks applied, and each of their non-coinbase
     /// inputs' value in order (for `write_rows`).
     resolved: Mutex<Option<(usize, Vec<u64>)>>,
@@ -78,22 +80,29 @@ impl ChainStateChunk {
     fn chain_blocks(&self, n: usize) -> Vec<ChainBlock<'_>> {
         self.inner
             .blocks()
+            .zip(&self.places)
             .take(n)
-            .map(|(height, hash, data, spans)| ChainBlock {
-                height,
-                hash,
-                data,
-                spans,
-            })
+            .map(
+                |((height, hash, data, spans), &(file, offset))| ChainBlock {
+                    height,
+                    hash,
+                    data,
+                    spans,
+                    file,
+                    offset,
+                },
+            )
             .collect()
     }
 }
 
 #[pymethods]
 impl ChainStateChunk {
-    /// `hashes` in internal order; `paths` and `offsets` (of each record's magic) from the
-    /// block index; heights consecutive from `first_height`.
+    /// `hashes` in internal order; `paths`, `files` (their blk file numbers) and `offsets`
+    /// (of each record's magic) from the block index; heights consecutive from
+    /// `first_height`.
     #[new]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         network_name: &str,
@@ -101,15 +110,20 @@ impl ChainStateChunk {
         first_height: u32,
         hashes: Vec<Vec<u8>>,
         paths: Vec<PathBuf>,
+        files: Vec<u32>,
         offsets: Vec<u64>,
     ) -> PyResult<Self> {
         let net = network(network_name)?;
         let key = key8(xor_key)?;
-        if hashes.len() != paths.len() || hashes.len() != offsets.len() {
+        if hashes.len() != paths.len()
+            || hashes.len() != offsets.len()
+            || hashes.len() != files.len()
+        {
             return Err(PyValueError::new_err(
-                "hashes, paths and offsets differ in length",
+                "hashes, paths, files and offsets differ in length",
             ));
         }
+        let places = files.into_iter().zip(offsets.iter().copied()).collect();
         let mut blocks = Vec::with_capacity(hashes.len());
         for (i, ((h, path), offset)) in hashes.iter().zip(paths).zip(offsets).enumerate() {
             blocks.push(SourceBlock {
@@ -124,6 +138,7 @@ impl ChainStateChunk {
             .map_err(PyOSError::new_err)?;
         Ok(ChainStateChunk {
             inner,
+            places,
             resolved: Mutex::new(None),
         })
     }
@@ -178,7 +193,8 @@ impl ChainStateChunk {
         Ok(d)
     }
 
-    /// Writes the final rows of each table named in `specs` ("transactions", "inputs") for
+    /// Writes the final rows of each table named in `specs` ("blocks", "transactions",
+    /// "inputs") for
     /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
     /// a row group closes early, columns written without statistics). Returns the rows
@@ -203,6 +219,7 @@ impl ChainStateChunk {
             let write = |spec: &(String, SchemaRef, PathBuf, usize, usize, Vec<String>)| {
                 let (table, schema, path, rows, bytes, unsorted) = spec;
                 let batch = match String::as_str(table) {
+                    "blocks" => btc_chain_rows::blocks(&blocks, values, Arc::clone(schema)),
                     "transactions" => {
                         btc_chain_rows::transactions(&blocks, values, Arc::clone(schema))
                     }

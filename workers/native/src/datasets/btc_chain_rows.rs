@@ -1,12 +1,15 @@
-//! The best-chain rows of the published `transactions`, `inputs` and `outputs` tables, built
-//! from a chain-state chunk's blocks. `transactions` and `inputs` are built by the chain state
+//! The best-chain rows of the published `blocks`, `transactions`, `inputs` and `outputs`
+//! tables, built from a chain-state chunk's blocks. `blocks`, `transactions` and `inputs` are
+//! built by the chain state
 //! from a chunk it has just applied: its spends are resolved, so every input's value and every
 //! transaction's fee is known, and the rows are final when first written (no staged copy read
 //! back and joined). `outputs` waits for the publish stage, which knows which outputs the best
 //! chain has spent. Columns are built by name for the schema `schemas/tables.py` declares and
 //! Python hands in, so the declaration stays the one source of the tables' shape.
 
-use crate::btc::decode::{Spans, StrCol};
+use crate::btc::decode::{coinbase_height, Spans, StrCol};
+use crate::btc::header::HEADER_LEN;
+use crate::btc::link::EntryState;
 use crate::btc::network::Network;
 use crate::btc::script::{address_into, classify};
 use crate::datasets::btc_bodies::strings;
@@ -27,6 +30,9 @@ pub(crate) struct ChainBlock<'a> {
     pub hash: &'a [u8; 32],
     pub data: &'a [u8],
     pub spans: &'a Spans,
+    /// The blk file and record offset the block was read from.
+    pub file: u32,
+    pub offset: u64,
 }
 
 /// A string column filled with lower-case hex without a per-value allocation.
@@ -90,6 +96,135 @@ fn unknown(table: &str, column: &str) -> String {
 
 fn batch(schema: SchemaRef, cols: Vec<ArrayRef>, table: &str) -> Result<RecordBatch, String> {
     RecordBatch::try_new(schema, cols).map_err(|e| format!("{table}: {e}"))
+}
+
+/// The `blocks` rows of `blocks` (best-chain blocks the chain state applied: active, valid);
+/// `values` as for `transactions`, from which each block's fees follow.
+pub(crate) fn blocks(
+    blocks: &[ChainBlock],
+    values: &[u64],
+    schema: SchemaRef,
+) -> Result<RecordBatch, String> {
+    let n = blocks.len();
+    let (mut hash, mut prev_hash, mut merkle_root) = (
+        HexCol::with_capacity(n, 32 * n),
+        HexCol::with_capacity(n, 32 * n),
+        HexCol::with_capacity(n, 32 * n),
+    );
+    let mut status = HexCol::with_capacity(n, 8 * n);
+    let (mut version, mut time, mut bits) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut size, mut stripped_size, mut weight) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut n_tx, mut n_inputs, mut n_outputs, mut output_value) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut fees, mut cb_heights) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut spent = values.iter();
+    for b in blocks {
+        let sp = b.spans;
+        let header = b
+            .data
+            .get(..HEADER_LEN)
+            .ok_or("blocks: a block shorter than its header")?;
+        let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap());
+        hash.push_display(b.hash);
+        status.push_str(EntryState::Active.name());
+        version.push(u32_at(0) as i32);
+        prev_hash.push_display(&header[4..36]);
+        merkle_root.push_display(&header[36..68]);
+        time.push(u32_at(68));
+        bits.push(u32_at(72));
+        // Stripped size: the header, the transaction count and each transaction without
+        // its witness (a transaction's weight is 3 * stripped + size).
+        let count_len = match b.data.get(HEADER_LEN) {
+            Some(0xfd) => 3,
+            Some(0xfe) => 5,
+            Some(0xff) => 9,
+            _ => 1,
+        };
+        let mut stripped = (HEADER_LEN + count_len) as u64;
+        let (mut ins_total, mut outs_total, mut value_total) = (0u64, 0u64, 0u64);
+        let mut block_fees: Option<i64> = None;
+        let mut cb_height = None;
+        for (pos, t) in sp.txs.iter().enumerate() {
+            let (s, w, _) = t.sizes();
+            stripped += u64::from((w - s) / 3);
+            let ins = &sp.ins[t.ins.0..t.ins.1];
+            let outs: u64 = sp.outs[t.outs.0..t.outs.1].iter().map(|o| o.value).sum();
+            ins_total += ins.len() as u64;
+            outs_total += (t.outs.1 - t.outs.0) as u64;
+            value_total += outs;
+            if pos == 0 {
+                for i in ins {
+                    cb_height = coinbase_height(&b.data[i.script.0..i.script.1]);
+                }
+                continue;
+            }
+            let mut total = 0u64;
+            for _ in ins {
+                total += *spent
+                    .next()
+                    .ok_or("blocks: fewer resolved spends than inputs")?;
+            }
+            *block_fees.get_or_insert(0) += total as i64 - outs as i64;
+        }
+        size.push(b.data.len() as u32);
+        stripped_size.push(stripped as u32);
+        weight.push(3 * stripped + b.data.len() as u64);
+        n_tx.push(sp.txs.len() as u64);
+        n_inputs.push(ins_total);
+        n_outputs.push(outs_total);
+        output_value.push(value_total);
+        fees.push(block_fees);
+        cb_heights.push(cb_height);
+    }
+    if spent.next().is_some() {
+        return Err("blocks: more resolved spends than inputs".into());
+    }
+    let mut hex = [Some(hash), Some(prev_hash), Some(merkle_root), Some(status)];
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        let col: ArrayRef = match f.name().as_str() {
+            "hash" => Arc::new(hex[0].take().expect("one hash column").finish()),
+            "prev_hash" => Arc::new(hex[1].take().expect("one prev_hash column").finish()),
+            "merkle_root" => Arc::new(hex[2].take().expect("one merkle_root").finish()),
+            "status" => Arc::new(hex[3].take().expect("one status column").finish()),
+            "height" => Arc::new(UInt32Array::from_iter_values(
+                blocks.iter().map(|b| b.height),
+            )),
+            "in_best_chain" | "valid" => Arc::new(BooleanArray::from(vec![true; n])),
+            "invalid_reason" => Arc::new(StringArray::new_null(n)),
+            "version" => Arc::new(Int32Array::from(std::mem::take(&mut version))),
+            "time" => Arc::new(UInt32Array::from(std::mem::take(&mut time))),
+            "bits" => Arc::new(UInt32Array::from(std::mem::take(&mut bits))),
+            "size" => Arc::new(UInt32Array::from(std::mem::take(&mut size))),
+            "stripped_size" => Arc::new(UInt32Array::from(std::mem::take(&mut stripped_size))),
+            "weight" => Arc::new(UInt64Array::from(std::mem::take(&mut weight))),
+            "n_tx" => Arc::new(UInt64Array::from(std::mem::take(&mut n_tx))),
+            "n_inputs" => Arc::new(UInt64Array::from(std::mem::take(&mut n_inputs))),
+            "n_outputs" => Arc::new(UInt64Array::from(std::mem::take(&mut n_outputs))),
+            "output_value" => Arc::new(UInt64Array::from(std::mem::take(&mut output_value))),
+            "fees" => Arc::new(Int64Array::from(std::mem::take(&mut fees))),
+            "coinbase_height" => Arc::new(Int64Array::from(std::mem::take(&mut cb_heights))),
+            "file" => Arc::new(UInt32Array::from_iter_values(blocks.iter().map(|b| b.file))),
+            "offset" => Arc::new(UInt64Array::from_iter_values(
+                blocks.iter().map(|b| b.offset),
+            )),
+            other => return Err(unknown("blocks", other)),
+        };
+        cols.push(col);
+    }
+    batch(schema, cols, "blocks")
 }
 
 /// The `transactions` rows of `blocks`; `values` holds the value of every non-coinbase input,
