@@ -260,14 +260,24 @@ def ratios(results: dict[str, Result]) -> list[Ratio]:
         )
     add("btc_core_index", "core-index speed-up (wall)", lambda r: r["speedup_wall"], 2, True)
     add("btc_core_index", "export seconds (wall)", lambda r: r["export"]["wall_s"], 10, False)
-    add("flow_replay", "rechain / flow-go speed", lambda r: r["speedup_vs_flowgo"], 2, True)
-    add(
-        "flow_replay",
-        "RSS rechain / flow-go",
-        lambda r: r["peak_rss_mib"]["rechain_process"] / r["peak_rss_mib"]["flowgo"],
-        1,
-        False,
-    )
+    for size in (results.get("flow_replay") or {}).get("sizes", {}):
+        add(
+            "flow_replay",
+            f"rechain / flow-go speed, {size} registers/update",
+            lambda r, k=size: r["sizes"][k]["speedup_vs_flowgo"],
+            3,
+            True,
+        )
+        add(
+            "flow_replay",
+            f"RSS rechain / flow-go, {size} registers/update",
+            lambda r, k=size: (
+                r["sizes"][k]["peak_rss_mib"]["rechain_process"]
+                / r["sizes"][k]["peak_rss_mib"]["flowgo"]
+            ),
+            1,
+            False,
+        )
     add(
         "scaling",
         "time growth at top size (1.0 = linear)",

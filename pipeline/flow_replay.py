@@ -67,6 +67,8 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
             "updates": summary["updates_applied"],
             "workers": workers,
             "decode": ctx.report.get("decode", "skipped"),
+            "hash_permutations": ctx.report.get("hash_permutations"),
+            "parallel_subtries": ctx.report.get("parallel_subtries"),
             "stages_run": driver.ran,
             "placement": placement.report(driver.ran),
         }

@@ -126,6 +126,37 @@ def test_flow_go_wal_replays_to_flow_go_roots(go_wal: tuple[Path, dict[str, Any]
     assert pc.all(pc.equal(pc.binary_length(regs["owner"]), 8)).as_py()
 
 
+def test_large_updates_replay_in_parallel_to_flow_go_roots(flowgo: Path, tmp_path: Path) -> None:
+    """Updates of 2,500 registers: both halves of the root hold far more than the 64 items
+    (`PARALLEL_MIN_ITEMS`) that make the update split them into subtries updated and hashed
+    on their own threads, and every root is still flow-go's, as with one thread."""
+    updates, per_update = 4, 2500
+    wal = tmp_path / "wal"
+    out = run(
+        flowgo, "gen", "--out", wal, "--updates", updates,
+        "--registers-per-update", per_update, "--seed", 21,
+    )  # fmt: skip
+    parallel = _native.FlowForest(threads=2)
+    sequential = _native.FlowForest(threads=1)
+    roots: dict[int, list[str]] = {1: [], 2: []}
+    for n, path in segments(wal):
+        batch, info = _native.flow_decode_segment(str(path), n)
+        assert info["error"] is None, info["error"]
+        for threads, forest in ((2, parallel), (1, sequential)):
+            roots[threads].extend(r for r in forest.apply(batch) if r is not None)
+    assert roots[2] == out["roots"] == roots[1]
+    assert len(roots[2]) == updates
+    assert parallel.root_hex == out["final_root"]
+    assert parallel.register_count() == out["registers"] == sequential.register_count()
+    assert parallel.reg_size() == out["reg_size"] == sequential.reg_size()
+    # The parallel path was taken (at least at every update's root), the sequential never.
+    assert parallel.parallel_subtries >= updates
+    assert sequential.parallel_subtries == 0
+    # ~240 chained permutations per new leaf, the same work on either path.
+    assert parallel.hash_permutations == sequential.hash_permutations
+    assert parallel.hash_permutations > updates * per_update * 200
+
+
 def test_rechain_wal_replays_in_flow_go(flowgo: Path, tmp_path: Path) -> None:
     wal = tmp_path / "wal"
     gen = _native.flow_generate(str(wal), UPDATES, PER_UPDATE, seed=12, segment_size=SEGMENT)

@@ -108,7 +108,14 @@ class ReplayStage(Stage[FlowRun]):
         steps.close()  # a replay that stopped early leaves no decode running
         progress.close()
         ctx.report.update(
-            {"ray_start_s": ray_start, "decode": "ray" if decode_on_ray else "in_process"}
+            {
+                "ray_start_s": ray_start,
+                "decode": "ray" if decode_on_ray else "in_process",
+                # The hashing work, the floor of the replay's time, and how much of it large
+                # updates split across threads.
+                "hash_permutations": int(forest.hash_permutations),
+                "parallel_subtries": int(forest.parallel_subtries),
+            }
         )
         return Done(rows=int(forest.updates_applied), detail={"segments": len(segments)})
 

@@ -15,12 +15,13 @@
 //!   (`Forest.NewTrie`), and the forest keeps the existing trie when a root hash is already there.
 
 use super::hash::{
-    compact_value, compact_values, default_hash, empty_root, hash_inter, Hash, LeafJob, Path,
-    MAX_HEIGHT,
+    compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
+    hash_inter, Hash, LeafJob, Path, MAX_HEIGHT,
 };
 use super::record::{Payload, TrieUpdate};
 use super::ErrorKind;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A register as leaves hold it: path and payload in one allocation, shared by every leaf node
@@ -93,7 +94,8 @@ impl Node {
 /// A node of an update's result before hashing. The update first decides the new trie's
 /// shape (flow-go's `update`), then hashes all new leaves in one batch, whose compact-value
 /// chains (up to 256 permutations each) are independent and run on SIMD lanes and both
-/// cores, and only then builds the hashed, immutable [`Node`]s bottom up.
+/// cores, and only then builds the hashed, immutable [`Node`]s bottom up. A large update does
+/// this per subtrie, each on its own thread (see [`update`]).
 enum Pending {
     /// An existing node, unchanged (shared with the parent trie).
     Done(Arc<Node>),
@@ -217,7 +219,12 @@ impl Pending {
     }
 
     /// The hashed node; `leaf_hashes` yields the new leaves' hashes in `collect_leaves` order.
-    fn build(self, leaf_hashes: &mut impl Iterator<Item = Hash>) -> Arc<Node> {
+    /// Adds one to `interior_nodes` per interior node hashed.
+    fn build(
+        self,
+        leaf_hashes: &mut impl Iterator<Item = Hash>,
+        interior_nodes: &mut u64,
+    ) -> Arc<Node> {
         match self {
             Pending::Done(n) => n,
             Pending::Leaf { height, reg } => Arc::new(Node::Leaf {
@@ -230,8 +237,9 @@ impl Pending {
                 left,
                 right,
             } => {
-                let left = left.map(|c| c.build(leaf_hashes));
-                let right = right.map(|c| c.build(leaf_hashes));
+                let left = left.map(|c| c.build(leaf_hashes, interior_nodes));
+                let right = right.map(|c| c.build(leaf_hashes, interior_nodes));
+                *interior_nodes += 1;
                 Node::interior(height, left, right)
             }
         }
@@ -241,12 +249,27 @@ impl Pending {
 /// Minimum number of new leaves before their hashing is shared with a second thread.
 const PARALLEL_MIN_LEAVES: usize = 8;
 
+/// What updates did, counted across threads: the hashing work and how often it was split.
+#[derive(Debug, Default)]
+pub struct UpdateStats {
+    /// Keccak-f[1600] permutations run: the new leaves' compact-value chains (with their
+    /// `HashLeaf` sponges) and one per new interior node.
+    pub permutations: AtomicU64,
+    /// Subtries updated and hashed on a thread of their own.
+    pub parallel_subtries: AtomicU64,
+}
+
 /// Hashes the new leaves of `plan` (on up to `threads` threads) and builds the trie nodes.
-fn finish(plan: Option<Box<Pending>>, threads: usize) -> Option<Arc<Node>> {
+fn finish(plan: Option<Box<Pending>>, threads: usize, stats: &UpdateStats) -> Option<Arc<Node>> {
     let plan = plan?;
     let hashes = {
         let mut jobs = Vec::new();
         plan.collect_leaves(&mut jobs);
+        let chains: u64 = jobs
+            .iter()
+            .map(|j| compact_value_permutations(j.value.len(), j.height))
+            .sum();
+        stats.permutations.fetch_add(chains, Ordering::Relaxed);
         let threads = threads.min(jobs.len() / (PARALLEL_MIN_LEAVES / 2)).max(1);
         if threads == 1 {
             compact_values(&jobs)
@@ -269,7 +292,12 @@ fn finish(plan: Option<Box<Pending>>, threads: usize) -> Option<Arc<Node>> {
         }
     };
     let mut it = hashes.into_iter();
-    Some(plan.build(&mut it))
+    let mut interior_nodes = 0;
+    let node = plan.build(&mut it, &mut interior_nodes);
+    stats
+        .permutations
+        .fetch_add(interior_nodes, Ordering::Relaxed);
+    Some(node)
 }
 
 /// `Payload.ValueEquals`: both empty, or equal values.
@@ -332,13 +360,43 @@ impl Updated {
     }
 }
 
+/// Fewest items on each side of a node before its two subtries are updated and hashed on two
+/// threads. flow-go splits at 16 (goroutines are cheap); a scoped thread costs tens of
+/// microseconds, which a subtrie of 64 new leaves (about 15,000 permutations) repays many
+/// times over, while a small update stays on one thread and shares only its leaf hashing.
+pub const PARALLEL_MIN_ITEMS: usize = 64;
+
+/// [`update`] of one subtrie, then its new leaves hashed and nodes built ([`finish`]) on the
+/// calling thread's share of `threads`: a subtrie updated on its own thread comes back
+/// finished, so its hashing runs there too, not later on the thread that joins it.
+fn update_finished(
+    height: u16,
+    cur: Option<&Arc<Node>>,
+    items: &mut [Item],
+    compact: Option<&Arc<Node>>,
+    threads: usize,
+    stats: &UpdateStats,
+) -> Updated {
+    let u = update(height, cur, items, compact, threads, stats);
+    Updated {
+        node: finish(u.node, threads, stats).map(|n| Box::new(Pending::Done(n))),
+        ..u
+    }
+}
+
 /// flow-go's `update` (prune = true), deciding the new trie's shape; hashing is left to
-/// [`finish`].
+/// [`finish`], except in subtries split off on their own thread (`threads` > 1 and at least
+/// [`PARALLEL_MIN_ITEMS`] items on both sides), which come back hashed. A finished subtrie
+/// is an unchanged-or-new `Pending::Done` node, so the pruning and lifting above it treat it
+/// as flow-go treats any hashed child (a lifted leaf extends its compact value by one level):
+/// the result is the same trie, node for node, as the sequential update.
 fn update(
     height: u16,
     cur: Option<&Arc<Node>>,
     items: &mut [Item],
     compact: Option<&Arc<Node>>,
+    threads: usize,
+    stats: &UpdateStats,
 ) -> Updated {
     if items.is_empty() {
         if let Some(Node::Leaf { reg, .. }) = compact.map(|c| &**c) {
@@ -390,8 +448,45 @@ fn update(
         Some(Node::Leaf { .. }) => (compact, None),
         _ => (None, None),
     };
-    let l = update(height - 1, old_left.as_ref(), litems, lcompact);
-    let r = update(height - 1, old_right.as_ref(), ritems, rcompact);
+    let (l, r) = if threads > 1
+        && litems.len() >= PARALLEL_MIN_ITEMS
+        && ritems.len() >= PARALLEL_MIN_ITEMS
+    {
+        stats.parallel_subtries.fetch_add(1, Ordering::Relaxed);
+        let (lthreads, rthreads) = (threads / 2, threads - threads / 2);
+        let (old_left, old_right) = (old_left.as_ref(), old_right.as_ref());
+        std::thread::scope(|s| {
+            let left = s.spawn(move || {
+                update_finished(height - 1, old_left, litems, lcompact, lthreads, stats)
+            });
+            let right = update_finished(height - 1, old_right, ritems, rcompact, rthreads, stats);
+            match left.join() {
+                Ok(left) => (left, right),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    } else {
+        // One side too small to be worth a thread: both stay here, and the larger one may
+        // still split further down with the whole budget.
+        (
+            update(
+                height - 1,
+                old_left.as_ref(),
+                litems,
+                lcompact,
+                threads,
+                stats,
+            ),
+            update(
+                height - 1,
+                old_right.as_ref(),
+                ritems,
+                rcompact,
+                threads,
+                stats,
+            ),
+        )
+    };
     count += l.count + r.count;
     size += l.size + r.size;
 
@@ -428,11 +523,13 @@ impl Trie {
     }
 
     /// `NewTrieWithUpdatedRegisters(parent, paths, payloads, prune = true)` with paths already
-    /// de-duplicated. `threads` > 1 shares the new leaves' hashing between threads.
-    pub fn with_updates(&self, items: &mut [Item], threads: usize) -> Trie {
-        let u = update(MAX_HEIGHT, self.root.as_ref(), items, None);
+    /// de-duplicated. `threads` > 1 updates and hashes large subtries on their own threads
+    /// and shares the remaining new leaves' hashing between threads; the work is added to
+    /// `stats`.
+    pub fn with_updates(&self, items: &mut [Item], threads: usize, stats: &UpdateStats) -> Trie {
+        let u = update(MAX_HEIGHT, self.root.as_ref(), items, None, threads, stats);
         Trie {
-            root: finish(u.node, threads),
+            root: finish(u.node, threads, stats),
             reg_count: (self.reg_count as i64).wrapping_add(u.count) as u64,
             reg_size: (self.reg_size as i64).wrapping_add(u.size) as u64,
         }
@@ -542,6 +639,7 @@ pub struct Forest {
     tries: HashMap<Hash, Trie>,
     order: VecDeque<Hash>,
     threads: usize,
+    stats: UpdateStats,
 }
 
 /// flow-go's default `--mtrie-cache-size`.
@@ -555,6 +653,7 @@ impl Forest {
             tries: HashMap::new(),
             order: VecDeque::new(),
             threads: threads.max(1),
+            stats: UpdateStats::default(),
         };
         f.add(Trie::empty());
         f
@@ -575,6 +674,11 @@ impl Forest {
     /// The most recently added trie (`MostRecentTouchedRootHash`).
     pub fn last_added(&self) -> Option<&Trie> {
         self.order.back().and_then(|h| self.tries.get(h))
+    }
+
+    /// The hashing work of every update so far, and how much of it ran split.
+    pub fn stats(&self) -> &UpdateStats {
+        &self.stats
     }
 
     /// Root hashes, oldest first.
@@ -623,7 +727,10 @@ impl Forest {
             }
         }
         let distinct = items.len();
-        Ok((parent.with_updates(&mut items, self.threads), distinct))
+        Ok((
+            parent.with_updates(&mut items, self.threads, &self.stats),
+            distinct,
+        ))
     }
 
     /// `Forest.Update`: apply `u` and add the result; returns the new root hash.
@@ -932,5 +1039,70 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Large batches (writes, overwrites, deletes, clustered prefixes) give the same tries,
+    /// counters and root hashes whether subtries are updated on one thread or split across
+    /// two to four, and the split path is really taken.
+    #[test]
+    fn parallel_subtrie_updates_match_sequential() {
+        let mut x = 7u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut forests: Vec<Forest> = [1, 2, 3, 4].map(|t| Forest::new(4, t)).into();
+        let mut pool: Vec<Path> = Vec::new();
+        let mut root = empty_root();
+        for round in 0..8 {
+            let n = [150, 3000, 700, 2500, 64, 1800, 4000, 129][round];
+            let mut writes = Vec::with_capacity(n);
+            for _ in 0..n {
+                let p = if !pool.is_empty() && next() % 3 == 0 {
+                    pool[(next() % pool.len() as u64) as usize]
+                } else {
+                    let mut b = [0u8; 32];
+                    for c in b.iter_mut() {
+                        *c = next() as u8;
+                    }
+                    if next() % 8 == 0 {
+                        // Deep shared prefixes: long single-child chains under a split.
+                        b[1..28].fill(round as u8);
+                    }
+                    pool.push(Path(b));
+                    Path(b)
+                };
+                let v = if next() % 5 == 0 {
+                    vec![]
+                } else {
+                    vec![next() as u8; 1 + (next() % 300) as usize]
+                };
+                writes.push((p, payload("o", "k", &v)));
+            }
+            let u = upd(root, writes);
+            let applied: Vec<Applied> = forests.iter_mut().map(|f| f.update(&u).unwrap()).collect();
+            root = applied[0].root;
+            let seq = forests[0].get(&root).unwrap();
+            assert!(seq.verify_hashes());
+            for (f, a) in forests.iter().zip(&applied).skip(1) {
+                assert_eq!(a, &applied[0], "round {round}");
+                let t = f.get(&root).unwrap();
+                assert_eq!((t.reg_count, t.reg_size), (seq.reg_count, seq.reg_size));
+                assert!(t.verify_hashes());
+            }
+        }
+        let split = |f: &Forest| f.stats().parallel_subtries.load(Ordering::Relaxed);
+        assert_eq!(split(&forests[0]), 0);
+        // Both halves of the root hold over PARALLEL_MIN_ITEMS in the large rounds; with four
+        // threads the halves split again.
+        assert!(split(&forests[1]) >= 5, "{}", split(&forests[1]));
+        assert!(split(&forests[3]) > split(&forests[1]));
+        // The same hashing work, however it was split (no subtrie here shrinks to one leaf,
+        // whose lift above a split would cost one permutation that is not counted).
+        let perms = |f: &Forest| f.stats().permutations.load(Ordering::Relaxed);
+        assert!(perms(&forests[0]) > 0);
+        assert!(forests.iter().all(|f| perms(f) == perms(&forests[0])));
     }
 }

@@ -4,7 +4,8 @@
 //! * `flow_decode_segment(path, segment_no, strict=False) -> (wal_records batch, info)`
 //! * `flow_list_segments(dir) -> [(number, path)]`
 //! * `FlowForest(capacity=500, threads=None)`: `apply(batch)`, `replay_segment(path, no)`,
-//!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`;
+//!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`,
+//!   `hash_permutations`, `parallel_subtries` (the updates' hashing work, and how much ran split);
 //!   publication without pyarrow: `write_trie_updates()`, `write_registers()`,
 //!   `write_register_hashes()` (Parquet files), `register_entries()`, `root_entries()` (RocksDB
 //!   key/value slices as Python bytes)
@@ -33,6 +34,7 @@ use pyo3::types::PyBytes;
 use pyo3::types::{PyDict, PyList};
 use pyo3_arrow::{PyRecordBatch, PySchema};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 
 create_exception!(
     _native,
@@ -361,6 +363,27 @@ impl FlowForest {
     #[getter]
     fn updates_applied(&self) -> u64 {
         self.state.updates_applied()
+    }
+
+    /// Keccak-f[1600] permutations the updates so far ran (new leaves' compact-value chains
+    /// and new interior nodes): the hashing floor of the replay.
+    #[getter]
+    fn hash_permutations(&self) -> u64 {
+        self.state
+            .forest()
+            .stats()
+            .permutations
+            .load(Ordering::Relaxed)
+    }
+
+    /// Subtries that updates so far updated and hashed on a thread of their own.
+    #[getter]
+    fn parallel_subtries(&self) -> u64 {
+        self.state
+            .forest()
+            .stats()
+            .parallel_subtries
+            .load(Ordering::Relaxed)
     }
 
     /// flow-go's `AllocatedRegCount` of a trie (default: the current root).
