@@ -1,5 +1,6 @@
-"""The publish stage's bookkeeping for incremental runs: which off-chain groups a rerun keeps
-and which parts it writes again, and spend prints that add up across runs."""
+"""The bookkeeping that lets a rerun do only the new blocks' work: which off-chain groups
+publish keeps and which parts it writes again, spend prints that add up across runs, and the
+coins the chain state reads through a chunk it has applied but not yet committed."""
 
 from __future__ import annotations
 
@@ -42,3 +43,19 @@ def test_a_group_is_kept_only_while_every_part_holds_the_same_blocks() -> None:
 def test_spend_prints_add_up() -> None:
     assert _add_prints("3:100", "0:0") == "3:100"
     assert _add_prints("3:100", "2:-7") == "5:93"
+
+
+def test_a_chunk_sees_the_coins_of_the_uncommitted_chunk_before_it() -> None:
+    """The chain state applies a chunk before the previous one is committed: the stored
+    coins are read through that chunk's changes (deletes, then puts, as they are written)."""
+    from rechain.pipeline.stages.bitcoin.chain_state import _overlay
+
+    needed = [b"stored", b"spent-before", b"created-before", b"absent", b"re-created"]
+    stored = [b"s", b"x", None, None, b"old"]
+    before = {
+        "puts": ([b"created-before", b"re-created"], [b"c", b"new"]),
+        "deletes": [b"spent-before", b"re-created"],
+    }
+    assert _overlay(needed, stored, before) == [b"s", None, b"c", None, b"new"]
+    # A chunk before that changed nothing of these leaves them as stored.
+    assert _overlay(needed, stored, {"puts": ([], []), "deletes": []}) == stored
