@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rechain.pipeline.errors import DataFolderBusy, RechainError
 from rechain.schemas import rocksdb as layout
+from rechain.workers import _native
 from rocksdict import (
     AccessType,
-    DBCompressionType,
     IngestExternalFileOptions,
     Options,
     Rdict,
-    SstFileWriter,
     WriteBatch,
     WriteOptions,
 )
@@ -126,14 +125,20 @@ class DataDir:
         return None if raw is None else json.loads(raw)
 
     def items(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Entries of ``cf`` under ``prefix`` in key order. A read error (a corrupt block)
+        raises: RocksDB's iterator would just stop there, as if the data ended."""
         it = self._cfs[cf].iter()
         it.seek(prefix)
         while it.valid():
             key = bytes(it.key())
             if not key.startswith(prefix):
-                break
+                return
             yield key, bytes(it.value())
             it.next()
+        try:
+            it.status()
+        except Exception as e:
+            raise RechainError(f"{self.path}: column family {cf} cannot be read: {e}") from e
 
     def write(
         self,
@@ -214,12 +219,14 @@ class DataDir:
         batches: Iterator[tuple[KeyColumn, KeyColumn]],
         *,
         compress: bool = True,
+        sort_chunks: bool = False,
     ) -> None:
         """The one SST writer: key-sorted (keys, values) chunks (keys increasing across
         chunks, each chunk of a bounded size) streamed into one SST file, then ingested.
         ``compress=False`` for values that are mostly hashes, where block compression costs
-        time and saves nothing."""
-        sst = self.write_sst(cf, batches, compress=compress)
+        time and saves nothing. ``sort_chunks``: each chunk is sorted by key on the way in
+        (the chunks themselves still come in key order)."""
+        sst = self.write_sst(cf, batches, compress=compress, sort_chunks=sort_chunks)
         if sst is not None:
             self.ingest_sst(cf, sst)
 
@@ -229,34 +236,23 @@ class DataDir:
         batches: Iterator[tuple[KeyColumn, KeyColumn]],
         *,
         compress: bool = True,
+        sort_chunks: bool = False,
     ) -> Path | None:
-        """The SST file of ``ingest_sorted_batches`` (``DATADIR/tmp/<cf>.sst``), without
-        touching the database: a stage can build it while other work runs and ingest it with
-        ``ingest_sst`` once everything is ready. Chunks are Arrow binary arrays or lists of
-        bytes. None when there were no rows."""
+        """The SST file of ``ingest_sorted_batches`` (``DATADIR/tmp/<cf>.sst``), written by
+        the Rust core (``workers/native/src/sst.rs``) without touching the database: a stage
+        can build it while other work runs and ingest it with ``ingest_sst`` once everything
+        is ready. Chunks are Arrow binary arrays or lists of bytes. None when there were no
+        rows."""
         tmp = self.path / "tmp"
         tmp.mkdir(exist_ok=True)
         sst = tmp / f"{cf}.sst"
         sst.unlink(missing_ok=True)
-        opts = Options(raw_mode=True)
-        if not compress:
-            opts.set_compression_type(DBCompressionType.none())
-        writer = SstFileWriter(opts)
-        writer.open(str(sst))
-        put = writer.__setitem__
-        rows = 0
+        writer = _native.SstWriter(str(sst), compress)
         for keys, values in batches:
             if len(keys) != len(values):
                 raise ValueError(f"{cf}: {len(keys)} keys but {len(values)} values")
-            # map() drives the writer from C: no interpreter loop per key.
-            deque(map(put, _as_list(keys), _as_list(values)), maxlen=0)
-            rows += len(keys)
-        if rows == 0:
-            del writer
-            sst.unlink(missing_ok=True)
-            return None
-        writer.finish()
-        return sst
+            writer.add(keys, values, sort_chunks)
+        return sst if writer.finish() else None
 
     def ingest_sst(self, cf: str, sst: Path) -> None:
         """Moves an SST file from ``write_sst`` into column family ``cf`` (atomic)."""
@@ -448,10 +444,6 @@ def _fsync_file(path: Path) -> None:
 
 def part_file_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
-
-
-def _as_list(values: KeyColumn) -> list[bytes]:
-    return values if isinstance(values, list) else values.to_pylist()
 
 
 def fsync_dir(path: Path) -> None:

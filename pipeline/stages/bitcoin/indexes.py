@@ -44,9 +44,6 @@ from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
 log = logging.getLogger(__name__)
-#: Rows per batch handed to the SST writer: each batch is also held as Python objects while
-#: the writer takes it, so it is kept small (a few MiB).
-STREAM_BATCH_ROWS = 16_384
 
 
 class IndexesStage(Stage[BtcRun]):
@@ -265,19 +262,16 @@ def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) ->
     rows = 0
 
     def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
-        # A slice's winners in the database's key order: txids byte-reversed to internal
-        # order and sorted here (a slice fits the budget, as DuckDB's sort of it would).
+        # A slice's winners, txids byte-reversed to internal order: the SST writer sorts
+        # each slice (a slice fits the budget, as DuckDB's sort of it would).
         nonlocal rows
         for k in range(slices.count):
             winners = con.sql(index(k)).to_arrow_table()
             keys = _native.reversed_hashes(winners.column("txid").combine_chunks())
-            order = pc.sort_indices(keys)
-            keys, values = keys.take(order), winners.column("v").combine_chunks().take(order)
             rows += len(keys)
-            for at in range(0, len(keys), STREAM_BATCH_ROWS):
-                yield keys.slice(at, STREAM_BATCH_ROWS), values.slice(at, STREAM_BATCH_ROWS)
+            yield keys, winners.column("v").combine_chunks()
 
     data.reset_column_family(layout.CF_BTC_TXINDEX)
-    data.ingest_sorted_batches(layout.CF_BTC_TXINDEX, chunks())
+    data.ingest_sorted_batches(layout.CF_BTC_TXINDEX, chunks(), sort_chunks=True)
     shutil.rmtree(work, ignore_errors=True)
     return rows

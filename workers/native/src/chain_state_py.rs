@@ -279,13 +279,7 @@ impl ChainStateChunk {
         let vouts = vouts
             .as_primitive_opt::<UInt32Type>()
             .ok_or_else(|| bad("vouts must be uint32"))?;
-        let txids: Vec<&[u8]> = if let Some(a) = txids.as_binary_opt::<i32>() {
-            a.iter().map(|v| v.unwrap_or_default()).collect()
-        } else if let Some(a) = txids.as_fixed_size_binary_opt() {
-            a.iter().map(|v| v.unwrap_or_default()).collect()
-        } else {
-            return Err(bad("txids must be binary"));
-        };
+        let txids = crate::binary_values(&txids)?;
         if heights.len() != txids.len() || vouts.len() != txids.len() {
             return Err(bad("arrays differ in length"));
         }

@@ -13,6 +13,8 @@ mod eth_gen_py;
 mod eth_py;
 pub mod flow;
 pub mod parquet_out;
+pub mod sst;
+mod sst_py;
 pub mod store;
 
 use btc::network::Network;
@@ -265,6 +267,26 @@ fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny
     PyRecordBatch::new(batch).into_pyarrow(py)
 }
 
+/// The values of a binary, large binary or fixed-size binary array without nulls, in place.
+pub(crate) fn binary_values(array: &arrow_array::ArrayRef) -> PyResult<Vec<&[u8]>> {
+    use arrow_array::cast::AsArray;
+    if array.null_count() > 0 {
+        return Err(PyValueError::new_err("binary values must not be null"));
+    }
+    Ok(if let Some(a) = array.as_fixed_size_binary_opt() {
+        a.iter().map(|v| v.unwrap_or_default()).collect()
+    } else if let Some(a) = array.as_binary_opt::<i32>() {
+        a.iter().map(|v| v.unwrap_or_default()).collect()
+    } else if let Some(a) = array.as_binary_opt::<i64>() {
+        a.iter().map(|v| v.unwrap_or_default()).collect()
+    } else {
+        return Err(PyValueError::new_err(format!(
+            "expected binary values, not {}",
+            array.data_type()
+        )));
+    })
+}
+
 pub(crate) fn binary<'py>(
     py: Python<'py>,
     a: arrow_array::BinaryArray,
@@ -352,21 +374,9 @@ fn display_hash(internal: &[u8]) -> String {
 /// way the database sorts them.
 #[pyfunction]
 fn reversed_hashes<'py>(py: Python<'py>, hashes: PyArray) -> PyResult<Bound<'py, PyAny>> {
-    use arrow_array::cast::AsArray;
     let (array, _) = hashes.into_inner();
-    let values: Vec<&[u8]> = if let Some(a) = array.as_fixed_size_binary_opt() {
-        a.iter().map(|v| v.unwrap_or_default()).collect()
-    } else if let Some(a) = array.as_binary_opt::<i32>() {
-        a.iter().map(|v| v.unwrap_or_default()).collect()
-    } else if let Some(a) = array.as_binary_opt::<i64>() {
-        a.iter().map(|v| v.unwrap_or_default()).collect()
-    } else {
-        return Err(PyValueError::new_err(format!(
-            "hashes must be binary, not {}",
-            array.data_type()
-        )));
-    };
-    if array.null_count() > 0 || values.iter().any(|v| v.len() != 32) {
+    let values = binary_values(&array)?;
+    if values.iter().any(|v| v.len() != 32) {
         return Err(PyValueError::new_err("every hash must be 32 bytes"));
     }
     let mut out: Vec<u8> = Vec::with_capacity(32 * values.len());
@@ -475,6 +485,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(empty_batch, m)?)?;
     m.add_function(wrap_pyfunction!(decode_blk_bodies, m)?)?;
     m.add_class::<UtxoHasher>()?;
+    m.add_class::<sst_py::SstWriter>()?;
     m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_key, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_slot, m)?)?;

@@ -1,0 +1,421 @@
+//! RocksDB external SST files (block-based table, `format_version` 2), written from sorted
+//! key/value runs for `IngestExternalFile`: the bulk-load path of every column family that a
+//! stage rebuilds whole (tx index, block index, Flow registers, Ethereum header index).
+//!
+//! What RocksDB's own `SstFileWriter` writes, minus what ingestion does not read:
+//!
+//! ```text
+//! file       data block* | properties block | metaindex block | index block | footer (53)
+//! block      entry* | restart offset u32 LE* | restart count u32 LE
+//!            trailer: compression type u8 (0 none, 1 snappy) | masked crc32c u32 LE of the
+//!            stored block bytes and the type byte
+//! entry      shared varint32 | unshared varint32 | value length varint32 | key suffix | value
+//! data key   internal key: user key | (sequence 0 << 8 | type 1 = value) u64 LE
+//! index      one entry per data block: its last internal key -> block handle
+//!            (offset varint64 | size varint64, size without the trailer)
+//! metaindex  "rocksdb.properties" -> properties block handle
+//! properties sorted names -> varint64 numbers, fixed-width external-file fields, strings
+//! footer     checksum type u8 (1 = crc32c) | metaindex handle | index handle | zero padding
+//!            to 41 bytes | format version u32 LE | magic u64 LE
+//! ```
+//!
+//! The reader that checks these files is RocksDB itself: `tests/test_sst.py` ingests them into
+//! a real database and reads every entry back.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// `kBlockBasedTableMagicNumber`.
+const MAGIC: u64 = 0x88e2_41b7_85f4_cff7;
+/// Oldest format every RocksDB since 2015 reads and current ones still write; later versions
+/// change the footer and index encodings, which buys ingestion nothing.
+const FORMAT_VERSION: u32 = 2;
+const CHECKSUM_CRC32C: u8 = 1;
+const NO_COMPRESSION: u8 = 0;
+const SNAPPY_COMPRESSION: u8 = 1;
+/// RocksDB's defaults: `block_size` and `block_restart_interval`.
+const BLOCK_SIZE: usize = 4096;
+const RESTART_INTERVAL: usize = 16;
+const BLOCK_TRAILER: u64 = 5;
+const FOOTER_LEN: usize = 53;
+/// Sequence 0, type `kTypeValue`: what `SstFileWriter` stamps on every entry.
+const VALUE_TRAILER: [u8; 8] = 1u64.to_le_bytes();
+/// `TablePropertiesCollectorFactory::Context::kUnknownColumnFamily`: the file is not tied to
+/// one column family, as `SstFileWriter` without a handle writes it.
+const UNKNOWN_COLUMN_FAMILY: u64 = i32::MAX as u64;
+/// `SstFileWriter`'s external-file layout: ingestion refuses files without it.
+const EXTERNAL_FILE_VERSION: u32 = 2;
+
+#[derive(Debug)]
+pub enum SstError {
+    Io(io::Error),
+    /// Keys must arrive strictly increasing (RocksDB cannot hold two entries of one key).
+    Unsorted {
+        entry: u64,
+    },
+}
+
+impl std::fmt::Display for SstError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SstError::Io(e) => write!(f, "{e}"),
+            SstError::Unsorted { entry } => write!(
+                f,
+                "entry {entry}: keys must be strictly increasing (a key equal to or below the one before it)"
+            ),
+        }
+    }
+}
+
+impl From<io::Error> for SstError {
+    fn from(e: io::Error) -> Self {
+        SstError::Io(e)
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Prefix-compressed entries with a restart point every `interval` entries.
+struct BlockBuilder {
+    buf: Vec<u8>,
+    restarts: Vec<u32>,
+    since_restart: usize,
+    interval: usize,
+    last_key: Vec<u8>,
+}
+
+impl BlockBuilder {
+    fn new(interval: usize) -> Self {
+        BlockBuilder {
+            buf: Vec::with_capacity(BLOCK_SIZE * 2),
+            restarts: vec![0],
+            since_restart: 0,
+            interval,
+            last_key: Vec::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    fn size(&self) -> usize {
+        self.buf.len() + 4 * self.restarts.len() + 4
+    }
+
+    /// `key` is given in two pieces so an internal key needs no temporary buffer.
+    fn add(&mut self, key: &[u8], key_tail: &[u8], value: &[u8]) {
+        let shared = if self.since_restart == self.interval {
+            self.restarts.push(self.buf.len() as u32);
+            self.since_restart = 0;
+            0
+        } else {
+            let full = key.iter().chain(key_tail);
+            full.zip(&self.last_key).take_while(|(a, b)| a == b).count()
+        };
+        let key_len = key.len() + key_tail.len();
+        put_varint(&mut self.buf, shared as u64);
+        put_varint(&mut self.buf, (key_len - shared) as u64);
+        put_varint(&mut self.buf, value.len() as u64);
+        if shared < key.len() {
+            self.buf.extend_from_slice(&key[shared..]);
+            self.buf.extend_from_slice(key_tail);
+        } else {
+            self.buf.extend_from_slice(&key_tail[shared - key.len()..]);
+        }
+        self.buf.extend_from_slice(value);
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        self.last_key.extend_from_slice(key_tail);
+        self.since_restart += 1;
+    }
+
+    /// The block's bytes; the builder starts over empty.
+    fn finish(&mut self) -> Vec<u8> {
+        let mut out = std::mem::take(&mut self.buf);
+        for r in &self.restarts {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        self.buf = Vec::with_capacity(BLOCK_SIZE * 2);
+        self.restarts = vec![0];
+        self.since_restart = 0;
+        self.last_key.clear();
+        out
+    }
+}
+
+/// Offset and size (without trailer) of a block in the file.
+#[derive(Clone, Copy)]
+struct BlockHandle {
+    offset: u64,
+    size: u64,
+}
+
+impl BlockHandle {
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.offset);
+        put_varint(out, self.size);
+    }
+}
+
+/// Streams strictly increasing keys into one SST file.
+pub struct SstWriter {
+    path: PathBuf,
+    file: BufWriter<File>,
+    offset: u64,
+    compress: bool,
+    data: BlockBuilder,
+    index: BlockBuilder,
+    compressed: Vec<u8>,
+    last_user_key: Vec<u8>,
+    entries: u64,
+    raw_key_bytes: u64,
+    raw_value_bytes: u64,
+    data_blocks: u64,
+}
+
+impl SstWriter {
+    /// `compress`: Snappy data blocks, each kept only when it shrinks by an eighth (RocksDB's
+    /// rule); off for values that are mostly hashes.
+    pub fn create(path: &Path, compress: bool) -> io::Result<Self> {
+        Ok(SstWriter {
+            path: path.to_path_buf(),
+            file: BufWriter::with_capacity(1 << 20, File::create(path)?),
+            offset: 0,
+            compress,
+            data: BlockBuilder::new(RESTART_INTERVAL),
+            index: BlockBuilder::new(1),
+            compressed: Vec::new(),
+            last_user_key: Vec::new(),
+            entries: 0,
+            raw_key_bytes: 0,
+            raw_value_bytes: 0,
+            data_blocks: 0,
+        })
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    pub fn add(&mut self, key: &[u8], value: &[u8]) -> Result<(), SstError> {
+        if self.entries > 0 && key <= self.last_user_key.as_slice() {
+            return Err(SstError::Unsorted {
+                entry: self.entries,
+            });
+        }
+        self.data.add(key, &VALUE_TRAILER, value);
+        self.last_user_key.clear();
+        self.last_user_key.extend_from_slice(key);
+        self.entries += 1;
+        self.raw_key_bytes += (key.len() + VALUE_TRAILER.len()) as u64;
+        self.raw_value_bytes += value.len() as u64;
+        if self.data.size() >= BLOCK_SIZE {
+            self.flush_data_block()?;
+        }
+        Ok(())
+    }
+
+    fn flush_data_block(&mut self) -> io::Result<()> {
+        // The block's last key separates it from the next one (RocksDB would shorten it).
+        let separator = std::mem::take(&mut self.data.last_key);
+        let block = self.data.finish();
+        let handle = self.write_block(&block, self.compress)?;
+        let mut value = Vec::with_capacity(20);
+        handle.encode(&mut value);
+        self.index.add(&separator, &[], &value);
+        self.data_blocks += 1;
+        Ok(())
+    }
+
+    fn write_block(&mut self, raw: &[u8], compress: bool) -> io::Result<BlockHandle> {
+        let mut kind = NO_COMPRESSION;
+        if compress {
+            let max = snap::raw::max_compress_len(raw.len());
+            self.compressed.resize(max, 0);
+            let n = snap::raw::Encoder::new()
+                .compress(raw, &mut self.compressed)
+                .map_err(io::Error::other)?;
+            self.compressed.truncate(n);
+            if n < raw.len() - raw.len() / 8 {
+                kind = SNAPPY_COMPRESSION;
+            }
+        }
+        let stored: &[u8] = if kind == SNAPPY_COMPRESSION {
+            &self.compressed
+        } else {
+            raw
+        };
+        let crc = crc32c::crc32c_append(crc32c::crc32c(stored), &[kind]);
+        let handle = BlockHandle {
+            offset: self.offset,
+            size: stored.len() as u64,
+        };
+        self.file.write_all(stored)?;
+        self.file.write_all(&[kind])?;
+        self.file.write_all(&mask_crc(crc).to_le_bytes())?;
+        self.offset += stored.len() as u64 + BLOCK_TRAILER;
+        Ok(handle)
+    }
+
+    /// Writes the meta blocks and footer. A file with no entries is removed (RocksDB refuses
+    /// to ingest one); returns the entry count.
+    pub fn finish(mut self) -> io::Result<u64> {
+        if self.entries == 0 {
+            drop(self.file);
+            std::fs::remove_file(&self.path)?;
+            return Ok(0);
+        }
+        if !self.data.is_empty() {
+            self.flush_data_block()?;
+        }
+        let data_size = self.offset;
+        let index = self.index.finish();
+        let properties = self.properties(data_size, index.len() as u64 + BLOCK_TRAILER);
+        let properties_handle = self.write_block(&properties, false)?;
+        let mut metaindex = BlockBuilder::new(1);
+        let mut handle = Vec::new();
+        properties_handle.encode(&mut handle);
+        metaindex.add(b"rocksdb.properties", &[], &handle);
+        let metaindex_handle = self.write_block(&metaindex.finish(), false)?;
+        let index_handle = self.write_block(&index, false)?;
+        let mut footer = Vec::with_capacity(FOOTER_LEN);
+        footer.push(CHECKSUM_CRC32C);
+        metaindex_handle.encode(&mut footer);
+        index_handle.encode(&mut footer);
+        footer.resize(FOOTER_LEN - 12, 0);
+        footer.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        footer.extend_from_slice(&MAGIC.to_le_bytes());
+        self.file.write_all(&footer)?;
+        self.file.flush()?;
+        Ok(self.entries)
+    }
+
+    fn properties(&self, data_size: u64, index_size: u64) -> Vec<u8> {
+        let number = |v: u64| {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            out
+        };
+        let compression: &[u8] = if self.compress {
+            b"Snappy"
+        } else {
+            b"NoCompression"
+        };
+        let mut props: Vec<(&[u8], Vec<u8>)> = vec![
+            (
+                b"rocksdb.block.based.table.index.type",
+                0u32.to_le_bytes().to_vec(), // binary search
+            ),
+            (b"rocksdb.column.family.id", number(UNKNOWN_COLUMN_FAMILY)),
+            (
+                b"rocksdb.comparator",
+                b"leveldb.BytewiseComparator".to_vec(),
+            ),
+            (b"rocksdb.compression", compression.to_vec()),
+            (b"rocksdb.data.size", number(data_size)),
+            (
+                b"rocksdb.external_sst_file.global_seqno",
+                0u64.to_le_bytes().to_vec(),
+            ),
+            (
+                b"rocksdb.external_sst_file.version",
+                EXTERNAL_FILE_VERSION.to_le_bytes().to_vec(),
+            ),
+            (b"rocksdb.format.version", number(FORMAT_VERSION as u64)),
+            (b"rocksdb.index.key.is.user.key", number(0)),
+            (b"rocksdb.index.size", number(index_size)),
+            (b"rocksdb.index.value.is.delta.encoded", number(0)),
+            (b"rocksdb.num.data.blocks", number(self.data_blocks)),
+            (b"rocksdb.num.entries", number(self.entries)),
+            (b"rocksdb.raw.key.size", number(self.raw_key_bytes)),
+            (b"rocksdb.raw.value.size", number(self.raw_value_bytes)),
+        ];
+        props.sort_by(|a, b| a.0.cmp(b.0));
+        let mut block = BlockBuilder::new(usize::MAX);
+        for (name, value) in &props {
+            block.add(name, &[], value);
+        }
+        block.finish()
+    }
+}
+
+/// LevelDB's checksum mask: a CRC stored next to data that itself holds CRCs stays useful.
+fn mask_crc(crc: u32) -> u32 {
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_entries_share_prefixes_between_restarts() {
+        let mut b = BlockBuilder::new(2);
+        b.add(b"abc", &[], b"1");
+        b.add(b"abd", &[], b"2");
+        b.add(b"abe", &[], b"3");
+        let block = b.finish();
+        #[rustfmt::skip]
+        let expected: Vec<u8> = [
+            &[0, 3, 1][..], b"abc", b"1",
+            &[2, 1, 1], b"d", b"2",
+            &[0, 3, 1], b"abe", b"3",
+            &0u32.to_le_bytes(), &12u32.to_le_bytes(), &2u32.to_le_bytes(),
+        ]
+        .concat();
+        assert_eq!(block, expected);
+    }
+
+    #[test]
+    fn key_tail_is_part_of_the_shared_prefix() {
+        let mut b = BlockBuilder::new(16);
+        b.add(b"k", &[9, 9], b"");
+        b.add(b"k", &[9, 8], b"");
+        let block = b.finish();
+        assert_eq!(&block[..9], &[0, 3, 0, b'k', 9, 9, 2, 1, 0]);
+        assert_eq!(block[9], 8);
+    }
+
+    #[test]
+    fn masked_crc_of_the_check_string() {
+        // crc32c("123456789") = 0xe3069283 (the CRC-32C check value); LevelDB's mask rotates
+        // it right by 15 and adds 0xa282ead8.
+        let crc = crc32c::crc32c(b"123456789");
+        assert_eq!(crc, 0xe306_9283);
+        assert_eq!(mask_crc(crc), 0xc78a_b0e5);
+    }
+
+    #[test]
+    fn unsorted_keys_are_refused_and_empty_files_removed() {
+        let dir = std::env::temp_dir().join(format!("rechain-sst-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.sst");
+        let mut w = SstWriter::create(&path, false).unwrap();
+        w.add(b"b", b"1").unwrap();
+        assert!(matches!(
+            w.add(b"b", b"2"),
+            Err(SstError::Unsorted { entry: 1 })
+        ));
+        assert!(matches!(
+            w.add(b"a", b"2"),
+            Err(SstError::Unsorted { entry: 1 })
+        ));
+        assert_eq!(w.finish().unwrap(), 1);
+        let empty = dir.join("b.sst");
+        assert_eq!(
+            SstWriter::create(&empty, true).unwrap().finish().unwrap(),
+            0
+        );
+        assert!(!empty.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
