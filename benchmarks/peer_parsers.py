@@ -15,7 +15,10 @@ UTXO count, every output) and shrunk before the parse, no longer holds some unsp
 250,000,000, all 272 do. The test runs it with the default; the benchmark with both (the
 mismatches it reports are real).
 
-Used by ``btc_full.py`` and ``tests/test_bench_peers.py``.
+Bitcoin Core's own reindex runs through the oracle harness of ``tests/bitcoin_core``
+(``core_reindex``), checked on tip, best chain and UTXO count and amount.
+
+Used by ``btc_full.py``, ``tests/test_bench_peers.py`` and ``tests/test_btc_core_oracle.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BIN, TreeRss  # noqa: E402
 
 PEERS = Path(__file__).resolve().parent / "peers"
+CORE_HARNESS = Path(__file__).resolve().parent.parent / "tests" / "bitcoin_core"
+CORE_CACHE = Path(
+    os.environ.get(
+        "RECHAIN_BITCOIN_CORE_CACHE", Path.home() / ".cache" / "rechain" / "bitcoin_core"
+    )
+)
 #: Subcommand of the peers binary, by the name results use.
 SUBCOMMANDS = {
     "block_parser": "block-parser",
@@ -63,7 +72,40 @@ def run(binary: Path, peer: str, blocks: Path, *extra: str) -> dict[str, Any]:
     """One peer on ``blocks``: its JSON, plus the child's CPU seconds (user + system over all
     its threads, as the kernel accounted them at exit), peak RSS (sampled: the kernel's
     ``ru_maxrss`` of a child counts the forking Python's pages) and MB/s of wall and of CPU."""
-    cmd = [str(binary), SUBCOMMANDS[peer], str(blocks), *extra]
+    result = run_json([str(binary), SUBCOMMANDS[peer], str(blocks), *extra])
+    result["mb_per_s"] = result["block_bytes"] / result["wall_s"] / MB
+    result["mb_per_cpu_s"] = result["block_bytes"] / result["cpu_s"] / MB
+    return result
+
+
+def build_core_oracle() -> Path:
+    """Bitcoin Core's validation engine as a binary (``tests/bitcoin_core``, the oracle of
+    tests/test_btc_core_oracle.py), from its cache unless its sources changed (the first
+    build is 10-25 minutes of C++)."""
+    done = subprocess.run(
+        ["nice", "-n", "10", "bash", str(CORE_HARNESS / "build.sh"), str(CORE_CACHE)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"tests/bitcoin_core/build.sh failed:\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def core_reindex(binary: Path, blocks: Path, tip_hash: str, threads: int) -> dict[str, Any]:
+    """Bitcoin Core's ``-reindex`` of ``blocks`` (copied into a fresh data directory with its
+    ``xor.dat``) as a node runs it: ``-assumevalid`` at the tip, so scripts are checked only in
+    the last blocks. ``wall_s`` is Core's own import time, without the harness's copy."""
+    result = run_json(
+        [str(binary), "--network", "regtest", "--blocks", str(blocks),
+         "--assumevalid", tip_hash, "--threads", str(threads)]
+    )  # fmt: skip
+    result["wall_s"] = result["import_seconds"]
+    return result
+
+
+def run_json(cmd: list[str]) -> dict[str, Any]:
+    """A child that prints one JSON object: that object, with its process wall and CPU
+    seconds, cores used and sampled peak RSS."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err)
@@ -82,12 +124,10 @@ def run(binary: Path, peer: str, blocks: Path, *extra: str) -> dict[str, Any]:
     result["cpu_s"] = cpu
     result["cores_used"] = cpu / elapsed
     result["peak_rss_mib"] = rss.peak_root / 2**20
-    result["mb_per_s"] = result["block_bytes"] / result["wall_s"] / MB
-    result["mb_per_cpu_s"] = result["block_bytes"] / cpu / MB
     return result
 
 
-def rechain_counts(data: Path, max_height: int | None = None) -> dict[str, int]:
+def rechain_counts(data: Path, max_height: int | None = None) -> dict[str, Any]:
     """The peers' counts computed from a full reindex's tables (best chain only, optionally up
     to ``max_height``) and its UTXO set (``rechain btc status``)."""
     from rechain.pipeline.query import run_query
@@ -130,6 +170,7 @@ def rechain_counts(data: Path, max_height: int | None = None) -> dict[str, int]:
         counts["utxo_count"] = int(status["utxo_count"])
         counts["utxo_value"] = int(status["total_amount"])
         counts["tip_height"] = int(status["tip_height"])
+        counts["tip_hash"] = status["tip_hash"]
     return counts
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,10 @@ from bitcoin.core import CBlock
 from tests.conftest import BTC_DATA, REPO, cli_json, gen_chain, reindex
 from tests.test_btc_full import read_records
 
-HARNESS = REPO / "tests" / "bitcoin_core"
-CACHE = Path(
-    os.environ.get(
-        "RECHAIN_BITCOIN_CORE_CACHE", Path.home() / ".cache" / "rechain" / "bitcoin_core"
-    )
-)
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import peer_parsers  # noqa: E402
+
 REAL_BLK = BTC_DATA / "real-blk"
 # shared/data/bitcoin/README.md, real-blk/: mainnet blocks 1..255 (no genesis) in height order.
 MAINNET_GENESIS = "000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f"
@@ -47,14 +45,10 @@ def core() -> Path:
     missing = [t for t in ("cargo", "cmake", "c++") if shutil.which(t) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed: the Bitcoin Core oracle cannot be built")
-    proc = subprocess.run(
-        ["nice", "-n", "10", "bash", str(HARNESS / "build.sh"), str(CACHE)],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    assert proc.returncode == 0, f"building the Bitcoin Core oracle failed:\n{proc.stderr[-4000:]}"
-    binary = Path(proc.stdout.strip().splitlines()[-1])
+    try:
+        binary = peer_parsers.build_core_oracle()
+    except RuntimeError as e:
+        pytest.fail(f"building the Bitcoin Core oracle failed: {e}")
     assert binary.is_file()
     return binary
 
