@@ -15,7 +15,7 @@ the oracle harness of ``tests/bitcoin_core`` (``-assumevalid`` at the tip, as a 
 which must end on rechain's tip and UTXO count and amount. ``ratios`` holds issue 17's
 targets, each with its value.
 
-    .venv/bin/python benchmarks/btc_full.py [--blocks 11000] [--tx-per-block 100:400]
+    .venv/bin/python benchmarks/btc_full.py [--blocks 13500] [--tx-per-block 100:400]
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def ratio(value: float | None, target: float, note: str = "") -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--blocks", type=int, default=11_000, help="11,000 blocks: about 1.1 GB")
+    ap.add_argument("--blocks", type=int, default=13_500, help="13,500 blocks: about 1.06 GB")
     ap.add_argument("--tx-per-block", default="100:400")
     ap.add_argument("--memory-budget", default="1G", help="passed to rechain btc reindex")
     args = ap.parse_args()
