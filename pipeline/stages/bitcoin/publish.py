@@ -418,6 +418,7 @@ def publish_tables(
                         "generation": generation,
                         "segments": segments_out,
                         "offchain": {**off_kept, **off_new},
+                        "rows": rows,
                     },
                 ),
             ]
@@ -513,18 +514,15 @@ def _rewrite_outputs(
 
 
 def published_rows(data: DataDir) -> dict[str, int]:
-    """Row counts of the current generation's tables, from their Parquet footers."""
+    """Row counts of the current generation's tables, as the publication that wrote it
+    counted them from its Parquet footers (its manifest, ``META_BTC_PUBLISHED``)."""
+    manifest = data.meta_get(layout.META_BTC_PUBLISHED) or {}
     gen = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
+    if manifest.get("generation") == gen and "rows" in manifest:
+        return {table: int(manifest["rows"][table]) for table in FULL_TABLES}
+    # A generation published before manifests held their row counts.
     con = duckdb.connect(":memory:")
     try:
-        rows = {}
-        for table in FULL_TABLES:
-            folder = data.parquet_dir(table) / f"{gen:06d}"
-            n = con.execute(
-                f"SELECT count(*) FROM read_parquet('{folder}/**/*.parquet', "
-                "hive_partitioning = true)"
-            ).fetchall()
-            rows[table] = int(n[0][0])
-        return rows
+        return {t: _count_rows(con, data.parquet_dir(t) / f"{gen:06d}") for t in FULL_TABLES}
     finally:
         con.close()
