@@ -332,6 +332,13 @@ def publish_tables(
     placement = _part_blocks(con, data)
     off_kept, off_new = _offchain_groups(manifest.get("offchain") if old else None, placement)
     lap("prints_s")
+    # Views over each off-chain group's staged parts, made once for the four tables (binding
+    # a view reads its files' footers). No spend is resolved off the best chain: their
+    # ``res`` views are empty.
+    off_views = {group: f"_off{i}" for i, group in enumerate(sorted(off_new))}
+    for group, suffix in off_views.items():
+        staged_views(con, data, sorted(off_new[group]), suffix)
+        spends_view(con, f"res{suffix}", [])
     rows: dict[str, int] = {}
     work: dict[str, float] = {"segments_kept": 0, "segments_written": 0, "outputs_rewritten": 0}
     segments_out: list[dict[str, Any]] = []
@@ -375,11 +382,9 @@ def publish_tables(
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.link(f, dest)
         # Rows of blocks off the best chain, from the parts of each group written.
-        spends_view(con, "res_off", [])
         off_chain = "NOT coalesce(h.in_best_chain, false)"
-        sql = _select_sql(name, "_off", off_chain, _spent_sql("res_off"))
-        for group, group_parts in sorted(off_new.items()):
-            staged_views(con, data, sorted(group_parts), "_off")
+        for group, suffix in off_views.items():
+            sql = _select_sql(name, suffix, off_chain, _spent_sql(f"res{suffix}"))
             off = tmp.parent / f".{generation:06d}.{OFFCHAIN}"
             shutil.rmtree(off, ignore_errors=True)
             _copy(con, name, sql, off, group_bytes, partition=f"{OFFCHAIN}_{group}")
