@@ -176,11 +176,9 @@ def _apply_txindex_changes(
     )
     affected = affected.take(pc.sort_indices(affected.column("k")))
     con.register("affected", affected)
-    keys = affected.column("k").to_pylist()
-    existing = data.cf(layout.CF_BTC_TXINDEX)[keys]
+    existing = data.cf(layout.CF_BTC_TXINDEX)[affected.column("k").to_pylist()]
     con.register(
-        "stored",
-        pa.table({"k": pa.array(keys, pa.binary()), "v": pa.array(existing, pa.binary())}),
+        "stored", pa.table({"k": affected.column("k"), "v": pa.array(existing, pa.binary())})
     )
     # An entry pointing at a best-chain block at or below the kept tip outranks every new row;
     # any other is resolved again among the new rows (best chain first, then lowest, then by
@@ -210,17 +208,15 @@ def _apply_txindex_changes(
     ).to_arrow_table()
     con.unregister("stored")
     con.unregister("affected")
-    new_v = changes.column("v").to_pylist()
-    old_v = changes.column("old").to_pylist()
-    ks = changes.column("k").to_pylist()
-    puts = [(k, v) for k, v in zip(ks, new_v, strict=True) if v is not None]
-    deletes = [k for k, v in zip(ks, new_v, strict=True) if v is None]
+    # A change with no winner deletes its entry; one with a winner and no stored entry adds one.
+    put = pc.is_valid(changes.column("v"))
+    puts = changes.filter(put)
+    deletes = changes.filter(pc.invert(put)).column("k")
     data.write_columns(
-        {layout.CF_BTC_TXINDEX: ([k for k, _ in puts], [v for _, v in puts])},
-        {layout.CF_BTC_TXINDEX: deletes},
+        {layout.CF_BTC_TXINDEX: (puts.column("k").to_pylist(), puts.column("v").to_pylist())},
+        {layout.CF_BTC_TXINDEX: deletes.to_pylist()},
     )
-    added_entries = sum(1 for v, o in zip(new_v, old_v, strict=True) if v is not None and o is None)
-    return added_entries - len(deletes)
+    return int(pc.count(puts.column("old"), mode="only_null").as_py()) - len(deletes)
 
 
 def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> int:
