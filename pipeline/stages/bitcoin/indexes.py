@@ -37,6 +37,7 @@ from rechain.pipeline.stages.bitcoin.session import (
     duckdb_memory_errors,
     slice_bits,
     sql_list,
+    staged_views,
 )
 from rechain.pipeline.stages.engine import Done, Stage
 from rechain.pipeline.store import DataDir
@@ -223,6 +224,7 @@ def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) ->
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
     side branches) points at its best-chain copy, else its lowest one."""
     rng = ds.HEIGHT_RANGE_BLOCKS
+    staged_views(con, data, btc_bodies.registered_parts(data))
     count = con.execute("SELECT count(*) FROM st_raw").fetchall()[0][0]
     work = data.path / "tmp" / "duckdb" / "slices"
     shutil.rmtree(work, ignore_errors=True)

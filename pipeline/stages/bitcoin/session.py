@@ -1,6 +1,7 @@
 """The DuckDB session the ``publish`` and ``indexes`` stages read: the current headers
-generation, the staged body parts and the chain state's resolved spends as views, the best
-chain, and each best-chain transaction's input value (``tx_in``).
+generation as a view, and the helpers they use to add views over staged body parts
+(``staged_views``) and the chain state's resolved spends (``spends_view``), each over the
+parts the stage reads.
 
 Memory: DuckDB's buffer pool gets ``DUCKDB_BUDGET_SHARE`` of the budget (it spills to
 DATADIR/tmp/duckdb beyond that); the other half is for what the coordinator holds beside the
@@ -88,8 +89,9 @@ STAGED_ALIASES = (("sb", "blocks"), ("st", "transactions"), ("si", "inputs"), ("
 
 
 def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnection:
-    """DuckDB over the current headers generation (``headers``), every registered staged part
-    (``staged_views``) and the chain state's resolved spends (``res``)."""
+    """DuckDB over the current headers generation (``headers``). A stage adds the views of
+    the staged parts and spends it reads: binding a view reads its files' footers, a cost
+    that grows with the chain."""
     spill = data.path / "tmp" / "duckdb"
     spill.mkdir(parents=True, exist_ok=True)
     # A database file rather than memory: its tables (the best chain's outputs and resolved
@@ -109,8 +111,6 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     if gen is None:
         raise RechainError("the header pass published no headers table")
     con.execute(f"CREATE VIEW headers AS SELECT * FROM read_parquet('{gen}/*.parquet')")
-    staged_views(con, data, btc_bodies.registered_parts(data))
-    spends_view(con, "res", chain_state.spend_files(data))
     return con
 
 
