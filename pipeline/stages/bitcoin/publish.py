@@ -346,27 +346,41 @@ def publish_tables(
         log.info("publish: %s", name)
         tmp = data.begin_generation(name, generation)
         old_dir = None if old_gen is None else data.parquet_dir(name) / f"{old_gen:06d}"
+        rewrite: list[dict[str, Any]] = []
         for seg in kept:
             dest = tmp / seg["path"]
             dest.parent.mkdir(parents=True, exist_ok=True)
             assert old_dir is not None
             if name == ds.OUTPUTS and prints[(seg["first"], seg["last"])] != seg["spent"]:
-                _rewrite_outputs(
-                    con, old_dir / seg["path"], dest, seg, group_bytes, changes, appended
-                )
-                work["outputs_rewritten"] += 1
+                rewrite.append(seg)
             else:
                 os.link(old_dir / seg["path"], dest)
         lap("kept_s")
         if name == ds.OUTPUTS:
-            # Written from the parts' blocks, which the chain state reads again from the blk
-            # files, with the spends of their outputs (known only now).
+            # New segments are written from the parts' blocks, which the chain state reads
+            # again from the blk files, with the spends of their outputs (known only now).
             spent = data.path / "tmp" / "duckdb" / "spent"
             _partition_spent(con, spent, new, changes)
             write = partial(_write_outputs, load, spent, tmp, group_bytes=group_bytes)
-            for _, result in ordered_local(write, new, threads, max(1, threads)):
-                if isinstance(result, Exception):
-                    raise result
+            # Kept segments whose flags moved are rewritten alongside, each by a connection
+            # of its own: a segment is one row group, which DuckDB writes on one thread.
+            cursors: list[duckdb.DuckDBPyConnection] = []
+            jobs: list[Callable[[], Any]] = []
+            for seg in rewrite:
+                assert old_dir is not None
+                cursors.append(con.cursor())
+                src, dest = old_dir / seg["path"], tmp / seg["path"]
+                args = (seg, group_bytes, changes, appended)
+                jobs.append(partial(_rewrite_outputs, cursors[-1], src, dest, *args))
+            jobs += [partial(write, part) for part in new]
+            try:
+                for _, result in ordered_local(_call, jobs, threads, max(1, threads)):
+                    if isinstance(result, Exception):
+                        raise result
+            finally:
+                for cur in cursors:
+                    cur.close()
+            work["outputs_rewritten"] += len(rewrite)
             shutil.rmtree(spent, ignore_errors=True)
         else:
             # The rows the chain state wrote for the part, final as they are.
@@ -430,6 +444,10 @@ def publish_tables(
         }
     )
     return rows, work
+
+
+def _call(job: Callable[[], Any]) -> Any:
+    return job()
 
 
 def _offchain_groups(
