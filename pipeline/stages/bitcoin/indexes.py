@@ -23,9 +23,8 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from rechain.pipeline import btc_bodies
@@ -44,6 +43,9 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+
+if TYPE_CHECKING:
+    import duckdb
 
 log = logging.getLogger(__name__)
 #: Rows per batch handed to the SST writer: each batch is also held as Python objects while

@@ -34,9 +34,8 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.local_runner import ordered_local
@@ -54,6 +53,9 @@ from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
+
+if TYPE_CHECKING:
+    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -544,6 +546,8 @@ def published_rows(data: DataDir) -> dict[str, int]:
     if manifest.get("generation") == gen and "rows" in manifest:
         return {table: int(manifest["rows"][table]) for table in FULL_TABLES}
     # A generation published before manifests held their row counts.
+    import duckdb
+
     con = duckdb.connect(":memory:")
     try:
         return {t: _count_rows(con, data.parquet_dir(t) / f"{gen:06d}") for t in FULL_TABLES}

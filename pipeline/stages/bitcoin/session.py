@@ -15,8 +15,8 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
@@ -24,6 +24,10 @@ from rechain.pipeline.query import current_generation
 from rechain.pipeline.stages.bitcoin import chain_state
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
+
+# DuckDB is imported when a session opens: a rerun that finds nothing new never loads it.
+if TYPE_CHECKING:
+    import duckdb
 
 log = logging.getLogger(__name__)
 #: DuckDB's memory limit never goes below this, whatever the budget (its fixed working set:
@@ -48,6 +52,8 @@ PARTITION_FLUSH_ROWS = 16_384
 @contextlib.contextmanager
 def duckdb_memory_errors(data: DataDir, budget: int) -> Iterator[None]:
     """DuckDB running out of its share of the budget, as the user's error."""
+    import duckdb
+
     try:
         yield
     except (duckdb.OutOfMemoryException, OSError) as e:
@@ -92,6 +98,8 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     """DuckDB over the current headers generation (``headers``). A stage adds the views of
     the staged parts and spends it reads: binding a view reads its files' footers, a cost
     that grows with the chain."""
+    import duckdb
+
     spill = data.path / "tmp" / "duckdb"
     spill.mkdir(parents=True, exist_ok=True)
     # A database file rather than memory: its tables (the best chain's outputs and resolved
