@@ -127,10 +127,9 @@ def staged_blocks(
     files = [str(part_path(data, p, "blocks")) for p in names]
     schema = ds.schema(ds.BODY_STAGED["blocks"])
     if not files:
-        table = pa.Table.from_batches([], schema=schema)
-    else:
-        table = pq.read_table(files, schema=schema)
-    return table.select(columns) if columns else table
+        return pa.Table.from_batches([], schema=schema).select(columns or schema.names)
+    # Only the columns asked for are read: every part is read at each run.
+    return pq.read_table(files, schema=schema, columns=columns)
 
 
 def invalid_blocks(data: DataDir) -> dict[str, str]:
