@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.local_runner import ordered_local
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
@@ -244,8 +245,6 @@ def _write_outputs(
 ) -> int:
     """A new part's ``outputs`` segment in ``generation``, from its blocks and the spends of
     its outputs."""
-    import pyarrow.parquet as pq
-
     first, last, name = part
     dest = generation / segment_path(first, last)
     files = sorted((spent_folder / f"part={name}").glob("*.parquet"))
@@ -344,6 +343,7 @@ def publish_tables(
     rows: dict[str, int] = {}
     work: dict[str, float] = {"segments_kept": 0, "segments_written": 0, "outputs_rewritten": 0}
     segments_out: list[dict[str, Any]] = []
+    seg_rows: dict[str, dict[str, int]] = {}
     for name in FULL_TABLES:
         log.info("publish: %s", name)
         tmp = data.begin_generation(name, generation)
@@ -410,7 +410,8 @@ def publish_tables(
                 os.rename(f, dest)
             shutil.rmtree(off, ignore_errors=True)
         lap("offchain_s")
-        rows[name] = _count_rows(con, tmp)
+        linked = {seg["path"]: seg for seg in kept if seg not in rewrite}
+        rows[name] = _count_rows(tmp, linked, name, seg_rows)
         data.publish_generation(name, generation, tmp)
         lap("sync_s")
     work.update(seconds)
@@ -427,6 +428,7 @@ def publish_tables(
                 "hash": best_hash(last),
                 "path": segment_path(first, last),
                 "spent": prints[(first, last)],
+                "rows": seg_rows.get(segment_path(first, last), {}),
             }
         )
     data.write(
@@ -475,12 +477,24 @@ def _offchain_groups(
     return kept, {p: {p: prints[p]} for p in rest}
 
 
-def _count_rows(con: duckdb.DuckDBPyConnection, folder: Path) -> int:
-    """Rows under a table generation's folder, from the Parquet footers."""
-    got = con.execute(
-        f"SELECT count(*) FROM read_parquet('{folder}/**/*.parquet', hive_partitioning = true)"
-    ).fetchall()
-    return int(got[0][0])
+def _count_rows(
+    folder: Path,
+    linked: dict[str, dict[str, Any]] | None = None,
+    table: str = "",
+    seg_rows: dict[str, dict[str, int]] | None = None,
+) -> int:
+    """Rows under a table generation's folder, from the Parquet footers, except for the
+    ``linked`` segments (unchanged since the manifest counted them). Each file's count goes
+    in ``seg_rows`` (file -> table -> rows)."""
+    total = 0
+    for f in folder.rglob("*.parquet"):
+        path = str(f.relative_to(folder))
+        known = (linked or {}).get(path, {}).get("rows", {}).get(table)
+        n = int(known) if known is not None else pq.read_metadata(f).num_rows
+        if seg_rows is not None:
+            seg_rows.setdefault(path, {})[table] = n
+        total += n
+    return total
 
 
 def _add_prints(a: str, b: str) -> str:
@@ -546,10 +560,4 @@ def published_rows(data: DataDir) -> dict[str, int]:
     if manifest.get("generation") == gen and "rows" in manifest:
         return {table: int(manifest["rows"][table]) for table in FULL_TABLES}
     # A generation published before manifests held their row counts.
-    import duckdb
-
-    con = duckdb.connect(":memory:")
-    try:
-        return {t: _count_rows(con, data.parquet_dir(t) / f"{gen:06d}") for t in FULL_TABLES}
-    finally:
-        con.close()
+    return {t: _count_rows(data.parquet_dir(t) / f"{gen:06d}") for t in FULL_TABLES}
