@@ -119,14 +119,17 @@ def forget_failed_parts(data: DataDir, file_no: int, start: int) -> list[bytes]:
     return keys
 
 
-def staged_blocks(data: DataDir, columns: list[str] | None = None) -> pa.Table:
-    files = part_files(data, "blocks")
+def staged_blocks(
+    data: DataDir, columns: list[str] | None = None, parts: list[str] | None = None
+) -> pa.Table:
+    """The staged ``blocks`` rows of the given parts (default: every registered part)."""
+    names = registered_parts(data) if parts is None else parts
+    files = [str(part_path(data, p, "blocks")) for p in names]
     schema = ds.schema(ds.BODY_STAGED["blocks"])
     if not files:
-        table = pa.Table.from_batches([], schema=schema)
-    else:
-        table = pq.read_table(files, schema=schema)
-    return table.select(columns) if columns else table
+        return pa.Table.from_batches([], schema=schema).select(columns or schema.names)
+    # Only the columns asked for are read: every part is read at each run.
+    return pq.read_table(files, schema=schema, columns=columns)
 
 
 def invalid_blocks(data: DataDir) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Reading a finished (or running) Bitcoin reindex: status summary and single-block lookups."""
+"""Reading a finished (or running) Bitcoin reindex: status summary, the UTXO set's
+statistics (``gettxoutsetinfo``) and single-block lookups."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 
 from rechain.pipeline.btc_committer import skipped_from
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.stages.bitcoin import chain_state
 from rechain.pipeline.store import DataDir
 from rechain.schemas import rocksdb as layout
+from rechain.workers import _native
 
 
 def status(data_path: Path) -> dict[str, Any]:
@@ -35,15 +38,30 @@ def status(data_path: Path) -> dict[str, Any]:
         }
         full = data.meta_get(layout.META_BTC_FULL)
         if full is not None:
+            # Count, amount and digest of the set as it is now, from one pass over it.
             out.update(
                 mode="full",
-                utxo_count=full["utxo_count"],
-                total_amount=full["total_amount"],
-                hash_serialized_3=full["hash_serialized_3"],
+                **utxo_set_info(data),
                 tables=full["tables"],
                 invalid_blocks=full["invalid_blocks"],
             )
         return out
+
+
+def utxo_set_info(data: DataDir) -> dict[str, Any]:
+    """Count, amount and ``hash_serialized_3`` of ``btc_utxo``, computed over the whole set
+    in key order as Core's ``gettxoutsetinfo`` does (on demand: a reindex keeps only the
+    running count and amount, so its work grows with the new blocks, not with the set). The
+    set must agree with the chain state's running figures."""
+    digest, count, total = _native.hash_utxo_entries(data.cf(layout.CF_BTC_UTXO).items())
+    cp = chain_state.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
+    if (count, total) != (cp["utxo_count"], cp["total_amount"]):
+        raise RechainError(
+            f"the UTXO set holds {count} outputs / {total} sat but the chain state applied "
+            f"{cp['utxo_count']} / {cp['total_amount']}: rerun the reindex with "
+            "--from-stage chain_state"
+        )
+    return {"utxo_count": count, "total_amount": total, "hash_serialized_3": digest}
 
 
 def block(

@@ -64,10 +64,12 @@ class BodiesStage(Stage[BtcRun]):
 
         headers = pq.read_table(gen, columns=["file", "offset", "size", "status", "copy_status"])
         budget = ctx.opts.memory_budget
-        units = plan_units(data, headers, ctx.paths, ctx.opts.network, ctx.key, unit_bytes(budget))
+        staged = btc_bodies.staged_blocks(data, ["file", "offset"])
+        units = plan_units(
+            headers, staged, ctx.paths, ctx.opts.network, ctx.key, unit_bytes(budget)
+        )
         if not units:
-            return Done(rows=btc_bodies.staged_blocks(data, ["offset"]).num_rows)
-        failed_before = _failed_copies(data)
+            return Done(rows=staged.num_rows)
         t_decode = time.perf_counter()
         on_ray = use_ray(ctx.opts.ray_address, sum(u.block_bytes for u in units))
         log.info("decode: %d unit(s) on %s", len(units), "Ray" if on_ray else "threads")
@@ -80,18 +82,15 @@ class BodiesStage(Stage[BtcRun]):
         got = decode_units(units, data, ctx.workers, budget, ctx.opts.progress, shared, on_ray)
         got["decode_s"] = time.perf_counter() - t_decode
         ctx.add(got)
-        if _failed_copies(data) != failed_before:
+        # Only this run's parts hold new verdicts (staged parts are never decoded again).
+        decoded = btc_bodies.staged_blocks(data, ["valid"], [u.part for u in units])
+        if not pc.all(decoded.column("valid")).as_py():
             # Copies that failed their checks change which copy the linker picks.
             return Invalidate("link", "block copies failed their body checks")
         return Done(
-            rows=btc_bodies.staged_blocks(data, ["offset"]).num_rows,
+            rows=staged.num_rows + decoded.num_rows,
             detail={"units": len(units), "bytes_decoded": int(got["bytes_decoded"])},
         )
-
-
-def _failed_copies(data: DataDir) -> int:
-    valid = btc_bodies.staged_blocks(data, ["valid"]).column("valid")
-    return int(pc.sum(pc.invert(valid)).as_py() or 0) if len(valid) else 0
 
 
 def unit_bytes(budget: int) -> int:
@@ -103,21 +102,21 @@ def unit_bytes(budget: int) -> int:
 
 
 def plan_units(
-    data: DataDir,
     headers: pa.Table,
+    done: pa.Table,
     paths: dict[int, str],
     network: str,
     key: bytes,
     unit_size: int = UNIT_BYTES,
 ) -> list[BodyUnit]:
-    """Units for the chosen copies that have no staged verdict yet, by file and offset."""
+    """Units for the chosen copies that have no staged verdict yet (``done``: the staged
+    copies' file and offset), by file and offset."""
     chosen = headers.filter(
         pc.and_(
             pc.equal(headers.column("copy_status"), "ok"),
             pc.not_equal(headers.column("status"), "invalid"),
         )
     ).select(["file", "offset", "size"])
-    done = btc_bodies.staged_blocks(data, ["file", "offset"])
     todo = chosen.join(done, keys=["file", "offset"], join_type="left anti")
     todo = todo.filter(pc.is_in(todo.column("file"), pa.array(list(paths), pa.uint32())))
     todo = todo.sort_by([("file", "ascending"), ("offset", "ascending")])

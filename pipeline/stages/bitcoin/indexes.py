@@ -8,8 +8,10 @@ new rows unless its entry points at a block still on the best chain below the fo
 outranks every new row). The record ``META_BTC_TXINDEX`` says which table generation the
 index matches; this stage then removes the older generations.
 
-The summary carries the UTXO set's figures: count and amount as the chain state keeps them,
-checked against Core's ``hash_serialized_3`` computed over ``btc_utxo`` in key order.
+The summary carries the UTXO set's count and amount, the chain state's running figures.
+Core's ``hash_serialized_3`` is not computed here: it hashes the whole set, so its cost grows
+with the set, not with the new blocks; ``btc status`` computes it on demand, as Core's
+``gettxoutsetinfo`` does (``rechain.pipeline.btc_status.utxo_set_info``).
 """
 
 from __future__ import annotations
@@ -21,13 +23,11 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from rechain.pipeline import btc_bodies
-from rechain.pipeline.errors import RechainError
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
 from rechain.pipeline.stages.bitcoin.publish import FULL_TABLES, OFFCHAIN, published_rows
 from rechain.pipeline.stages.bitcoin.session import (
@@ -36,12 +36,16 @@ from rechain.pipeline.stages.bitcoin.session import (
     duckdb_memory_errors,
     slice_bits,
     sql_list,
+    staged_views,
 )
 from rechain.pipeline.stages.engine import Done, Stage
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+
+if TYPE_CHECKING:
+    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +65,8 @@ class IndexesStage(Stage[BtcRun]):
     def run(self, ctx: BtcRun) -> Done:
         data = ctx.data
         t = time.perf_counter()
-        log.info("indexes: utxo set digest")
-        utxo = utxo_figures(data)
+        cp = chain_state.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
+        utxo = {"utxo_count": int(cp["utxo_count"]), "total_amount": int(cp["total_amount"])}
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             log.info("indexes: tx index")
             txs, how = update_txindex(ctx.session(), data, ctx.opts.memory_budget)
@@ -79,19 +83,6 @@ class IndexesStage(Stage[BtcRun]):
         data.write({layout.CF_META: [(layout.META_BTC_FULL, summary)]})
         ctx.full["utxo_s"] = ctx.full.get("utxo_s", 0.0) + time.perf_counter() - t
         return Done(rows=int(utxo["utxo_count"]), detail={"txindex": txs})
-
-
-def utxo_figures(data: DataDir) -> dict[str, Any]:
-    """Count, amount and ``hash_serialized_3`` of ``btc_utxo``, which must agree with the
-    chain state's running count and amount."""
-    digest, count, total = _native.hash_utxo_entries(data.cf(layout.CF_BTC_UTXO).items())
-    cp = chain_state.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
-    if (count, total) != (cp["utxo_count"], cp["total_amount"]):
-        raise RechainError(
-            f"the UTXO set holds {count} outputs / {total} sat but the chain state applied "
-            f"{cp['utxo_count']} / {cp['total_amount']}: rerun with --from-stage chain_state"
-        )
-    return {"utxo_count": count, "total_amount": total, "hash_serialized_3": digest}
 
 
 def update_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> tuple[int, str]:
@@ -185,11 +176,9 @@ def _apply_txindex_changes(
     )
     affected = affected.take(pc.sort_indices(affected.column("k")))
     con.register("affected", affected)
-    keys = affected.column("k").to_pylist()
-    existing = data.cf(layout.CF_BTC_TXINDEX)[keys]
+    existing = data.cf(layout.CF_BTC_TXINDEX)[affected.column("k").to_pylist()]
     con.register(
-        "stored",
-        pa.table({"k": pa.array(keys, pa.binary()), "v": pa.array(existing, pa.binary())}),
+        "stored", pa.table({"k": affected.column("k"), "v": pa.array(existing, pa.binary())})
     )
     # An entry pointing at a best-chain block at or below the kept tip outranks every new row;
     # any other is resolved again among the new rows (best chain first, then lowest, then by
@@ -219,23 +208,22 @@ def _apply_txindex_changes(
     ).to_arrow_table()
     con.unregister("stored")
     con.unregister("affected")
-    new_v = changes.column("v").to_pylist()
-    old_v = changes.column("old").to_pylist()
-    ks = changes.column("k").to_pylist()
-    puts = [(k, v) for k, v in zip(ks, new_v, strict=True) if v is not None]
-    deletes = [k for k, v in zip(ks, new_v, strict=True) if v is None]
+    # A change with no winner deletes its entry; one with a winner and no stored entry adds one.
+    put = pc.is_valid(changes.column("v"))
+    puts = changes.filter(put)
+    deletes = changes.filter(pc.invert(put)).column("k")
     data.write_columns(
-        {layout.CF_BTC_TXINDEX: ([k for k, _ in puts], [v for _, v in puts])},
-        {layout.CF_BTC_TXINDEX: deletes},
+        {layout.CF_BTC_TXINDEX: (puts.column("k").to_pylist(), puts.column("v").to_pylist())},
+        {layout.CF_BTC_TXINDEX: deletes.to_pylist()},
     )
-    added_entries = sum(1 for v, o in zip(new_v, old_v, strict=True) if v is not None and o is None)
-    return added_entries - len(deletes)
+    return int(pc.count(puts.column("old"), mode="only_null").as_py()) - len(deletes)
 
 
 def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
     side branches) points at its best-chain copy, else its lowest one."""
     rng = ds.HEIGHT_RANGE_BLOCKS
+    staged_views(con, data, btc_bodies.registered_parts(data))
     count = con.execute("SELECT count(*) FROM st_raw").fetchall()[0][0]
     work = data.path / "tmp" / "duckdb" / "slices"
     shutil.rmtree(work, ignore_errors=True)

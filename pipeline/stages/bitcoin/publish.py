@@ -34,10 +34,10 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.local_runner import ordered_local
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
@@ -54,6 +54,9 @@ from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
+
+if TYPE_CHECKING:
+    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +245,6 @@ def _write_outputs(
 ) -> int:
     """A new part's ``outputs`` segment in ``generation``, from its blocks and the spends of
     its outputs."""
-    import pyarrow.parquet as pq
-
     first, last, name = part
     dest = generation / segment_path(first, last)
     files = sorted((spent_folder / f"part={name}").glob("*.parquet"))
@@ -332,34 +333,56 @@ def publish_tables(
     placement = _part_blocks(con, data)
     off_kept, off_new = _offchain_groups(manifest.get("offchain") if old else None, placement)
     lap("prints_s")
+    # Views over each off-chain group's staged parts, made once for the four tables (binding
+    # a view reads its files' footers). No spend is resolved off the best chain: their
+    # ``res`` views are empty.
+    off_views = {group: f"_off{i}" for i, group in enumerate(sorted(off_new))}
+    for group, suffix in off_views.items():
+        staged_views(con, data, sorted(off_new[group]), suffix)
+        spends_view(con, f"res{suffix}", [])
     rows: dict[str, int] = {}
     work: dict[str, float] = {"segments_kept": 0, "segments_written": 0, "outputs_rewritten": 0}
     segments_out: list[dict[str, Any]] = []
+    seg_rows: dict[str, dict[str, int]] = {}
     for name in FULL_TABLES:
         log.info("publish: %s", name)
         tmp = data.begin_generation(name, generation)
         old_dir = None if old_gen is None else data.parquet_dir(name) / f"{old_gen:06d}"
+        rewrite: list[dict[str, Any]] = []
         for seg in kept:
             dest = tmp / seg["path"]
             dest.parent.mkdir(parents=True, exist_ok=True)
             assert old_dir is not None
             if name == ds.OUTPUTS and prints[(seg["first"], seg["last"])] != seg["spent"]:
-                _rewrite_outputs(
-                    con, old_dir / seg["path"], dest, seg, group_bytes, changes, appended
-                )
-                work["outputs_rewritten"] += 1
+                rewrite.append(seg)
             else:
                 os.link(old_dir / seg["path"], dest)
         lap("kept_s")
         if name == ds.OUTPUTS:
-            # Written from the parts' blocks, which the chain state reads again from the blk
-            # files, with the spends of their outputs (known only now).
+            # New segments are written from the parts' blocks, which the chain state reads
+            # again from the blk files, with the spends of their outputs (known only now).
             spent = data.path / "tmp" / "duckdb" / "spent"
             _partition_spent(con, spent, new, changes)
             write = partial(_write_outputs, load, spent, tmp, group_bytes=group_bytes)
-            for _, result in ordered_local(write, new, threads, max(1, threads)):
-                if isinstance(result, Exception):
-                    raise result
+            # Kept segments whose flags moved are rewritten alongside, each by a connection
+            # of its own: a segment is one row group, which DuckDB writes on one thread.
+            cursors: list[duckdb.DuckDBPyConnection] = []
+            jobs: list[Callable[[], Any]] = []
+            for seg in rewrite:
+                assert old_dir is not None
+                cursors.append(con.cursor())
+                src, dest = old_dir / seg["path"], tmp / seg["path"]
+                args = (seg, group_bytes, changes, appended)
+                jobs.append(partial(_rewrite_outputs, cursors[-1], src, dest, *args))
+            jobs += [partial(write, part) for part in new]
+            try:
+                for _, result in ordered_local(_call, jobs, threads, max(1, threads)):
+                    if isinstance(result, Exception):
+                        raise result
+            finally:
+                for cur in cursors:
+                    cur.close()
+            work["outputs_rewritten"] += len(rewrite)
             shutil.rmtree(spent, ignore_errors=True)
         else:
             # The rows the chain state wrote for the part, final as they are.
@@ -375,11 +398,9 @@ def publish_tables(
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.link(f, dest)
         # Rows of blocks off the best chain, from the parts of each group written.
-        spends_view(con, "res_off", [])
         off_chain = "NOT coalesce(h.in_best_chain, false)"
-        sql = _select_sql(name, "_off", off_chain, _spent_sql("res_off"))
-        for group, group_parts in sorted(off_new.items()):
-            staged_views(con, data, sorted(group_parts), "_off")
+        for group, suffix in off_views.items():
+            sql = _select_sql(name, suffix, off_chain, _spent_sql(f"res{suffix}"))
             off = tmp.parent / f".{generation:06d}.{OFFCHAIN}"
             shutil.rmtree(off, ignore_errors=True)
             _copy(con, name, sql, off, group_bytes, partition=f"{OFFCHAIN}_{group}")
@@ -389,7 +410,8 @@ def publish_tables(
                 os.rename(f, dest)
             shutil.rmtree(off, ignore_errors=True)
         lap("offchain_s")
-        rows[name] = _count_rows(con, tmp)
+        linked = {seg["path"]: seg for seg in kept if seg not in rewrite}
+        rows[name] = _count_rows(tmp, linked, name, seg_rows)
         data.publish_generation(name, generation, tmp)
         lap("sync_s")
     work.update(seconds)
@@ -406,6 +428,7 @@ def publish_tables(
                 "hash": best_hash(last),
                 "path": segment_path(first, last),
                 "spent": prints[(first, last)],
+                "rows": seg_rows.get(segment_path(first, last), {}),
             }
         )
     data.write(
@@ -418,12 +441,17 @@ def publish_tables(
                         "generation": generation,
                         "segments": segments_out,
                         "offchain": {**off_kept, **off_new},
+                        "rows": rows,
                     },
                 ),
             ]
         }
     )
     return rows, work
+
+
+def _call(job: Callable[[], Any]) -> Any:
+    return job()
 
 
 def _offchain_groups(
@@ -449,12 +477,24 @@ def _offchain_groups(
     return kept, {p: {p: prints[p]} for p in rest}
 
 
-def _count_rows(con: duckdb.DuckDBPyConnection, folder: Path) -> int:
-    """Rows under a table generation's folder, from the Parquet footers."""
-    got = con.execute(
-        f"SELECT count(*) FROM read_parquet('{folder}/**/*.parquet', hive_partitioning = true)"
-    ).fetchall()
-    return int(got[0][0])
+def _count_rows(
+    folder: Path,
+    linked: dict[str, dict[str, Any]] | None = None,
+    table: str = "",
+    seg_rows: dict[str, dict[str, int]] | None = None,
+) -> int:
+    """Rows under a table generation's folder, from the Parquet footers, except for the
+    ``linked`` segments (unchanged since the manifest counted them). Each file's count goes
+    in ``seg_rows`` (file -> table -> rows)."""
+    total = 0
+    for f in folder.rglob("*.parquet"):
+        path = str(f.relative_to(folder))
+        known = (linked or {}).get(path, {}).get("rows", {}).get(table)
+        n = int(known) if known is not None else pq.read_metadata(f).num_rows
+        if seg_rows is not None:
+            seg_rows.setdefault(path, {})[table] = n
+        total += n
+    return total
 
 
 def _add_prints(a: str, b: str) -> str:
@@ -513,18 +553,11 @@ def _rewrite_outputs(
 
 
 def published_rows(data: DataDir) -> dict[str, int]:
-    """Row counts of the current generation's tables, from their Parquet footers."""
+    """Row counts of the current generation's tables, as the publication that wrote it
+    counted them from its Parquet footers (its manifest, ``META_BTC_PUBLISHED``)."""
+    manifest = data.meta_get(layout.META_BTC_PUBLISHED) or {}
     gen = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
-    con = duckdb.connect(":memory:")
-    try:
-        rows = {}
-        for table in FULL_TABLES:
-            folder = data.parquet_dir(table) / f"{gen:06d}"
-            n = con.execute(
-                f"SELECT count(*) FROM read_parquet('{folder}/**/*.parquet', "
-                "hive_partitioning = true)"
-            ).fetchall()
-            rows[table] = int(n[0][0])
-        return rows
-    finally:
-        con.close()
+    if manifest.get("generation") == gen and "rows" in manifest:
+        return {table: int(manifest["rows"][table]) for table in FULL_TABLES}
+    # A generation published before manifests held their row counts.
+    return {t: _count_rows(data.parquet_dir(t) / f"{gen:06d}") for t in FULL_TABLES}

@@ -1,6 +1,7 @@
 """The DuckDB session the ``publish`` and ``indexes`` stages read: the current headers
-generation, the staged body parts and the chain state's resolved spends as views, the best
-chain, and each best-chain transaction's input value (``tx_in``).
+generation as a view, and the helpers they use to add views over staged body parts
+(``staged_views``) and the chain state's resolved spends (``spends_view``), each over the
+parts the stage reads.
 
 Memory: DuckDB's buffer pool gets ``DUCKDB_BUDGET_SHARE`` of the budget (it spills to
 DATADIR/tmp/duckdb beyond that); the other half is for what the coordinator holds beside the
@@ -14,8 +15,8 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
@@ -23,6 +24,10 @@ from rechain.pipeline.query import current_generation
 from rechain.pipeline.stages.bitcoin import chain_state
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
+
+# DuckDB is imported when a session opens: a rerun that finds nothing new never loads it.
+if TYPE_CHECKING:
+    import duckdb
 
 log = logging.getLogger(__name__)
 #: DuckDB's memory limit never goes below this, whatever the budget (its fixed working set:
@@ -47,6 +52,8 @@ PARTITION_FLUSH_ROWS = 16_384
 @contextlib.contextmanager
 def duckdb_memory_errors(data: DataDir, budget: int) -> Iterator[None]:
     """DuckDB running out of its share of the budget, as the user's error."""
+    import duckdb
+
     try:
         yield
     except (duckdb.OutOfMemoryException, OSError) as e:
@@ -88,8 +95,11 @@ STAGED_ALIASES = (("sb", "blocks"), ("st", "transactions"), ("si", "inputs"), ("
 
 
 def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnection:
-    """DuckDB over the current headers generation (``headers``), every registered staged part
-    (``staged_views``) and the chain state's resolved spends (``res``)."""
+    """DuckDB over the current headers generation (``headers``). A stage adds the views of
+    the staged parts and spends it reads: binding a view reads its files' footers, a cost
+    that grows with the chain."""
+    import duckdb
+
     spill = data.path / "tmp" / "duckdb"
     spill.mkdir(parents=True, exist_ok=True)
     # A database file rather than memory: its tables (the best chain's outputs and resolved
@@ -109,8 +119,6 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     if gen is None:
         raise RechainError("the header pass published no headers table")
     con.execute(f"CREATE VIEW headers AS SELECT * FROM read_parquet('{gen}/*.parquet')")
-    staged_views(con, data, btc_bodies.registered_parts(data))
-    spends_view(con, "res", chain_state.spend_files(data))
     return con
 
 
