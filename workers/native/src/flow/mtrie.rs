@@ -759,6 +759,51 @@ mod tests {
         }
     }
 
+    /// xorshift64 from `seed`: the randomized tests' deterministic stream.
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// `n` random writes: about a third overwrite a path of `pool`, the rest are new paths
+    /// (`cluster` may give one a shared prefix, from the draw it is handed); one in
+    /// `delete_one_in` deletes, the others write 1 to `max_len` bytes.
+    fn random_writes(
+        next: &mut impl FnMut() -> u64,
+        pool: &mut Vec<Path>,
+        n: u64,
+        delete_one_in: u64,
+        max_len: u64,
+        cluster: impl Fn(&mut [u8; 32], u64),
+    ) -> Vec<(Path, Arc<Payload>)> {
+        (0..n)
+            .map(|_| {
+                let p = if !pool.is_empty() && next() % 3 == 0 {
+                    pool[(next() % pool.len() as u64) as usize]
+                } else {
+                    let mut b = [0u8; 32];
+                    for c in b.iter_mut() {
+                        *c = next() as u8;
+                    }
+                    cluster(&mut b, next());
+                    pool.push(Path(b));
+                    Path(b)
+                };
+                let v = if next() % delete_one_in == 0 {
+                    vec![]
+                } else {
+                    vec![next() as u8; 1 + (next() % max_len) as usize]
+                };
+                (p, payload("o", "k", &v))
+            })
+            .collect()
+    }
+
     fn q() -> Path {
         path("0100000000000000000000000000000000000000000000000000000000000000")
     }
@@ -977,42 +1022,20 @@ mod tests {
             let (l, r) = regs.split_at_mut(split);
             hash_inter(&naive(l, depth + 1), &naive(r, depth + 1))
         }
-        let mut x = 42u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(42);
         for threads in [1, 2] {
             let mut f = Forest::new(4, threads);
             let mut model: HashMap<Path, Vec<u8>> = HashMap::new();
             let mut pool: Vec<Path> = Vec::new();
             let mut root = empty_root();
             for round in 0..24 {
-                let mut writes = Vec::new();
-                for _ in 0..(1 + next() % 40) {
-                    let p = if !pool.is_empty() && next() % 3 == 0 {
-                        pool[(next() % pool.len() as u64) as usize]
-                    } else {
-                        let mut b = [0u8; 32];
-                        for c in b.iter_mut() {
-                            *c = next() as u8;
-                        }
-                        // Clustered prefixes make deep shared prefixes likely.
-                        if next() % 2 == 0 {
-                            b[..30].fill(round as u8 % 3);
-                        }
-                        pool.push(Path(b));
-                        Path(b)
-                    };
-                    let v = if next() % 4 == 0 {
-                        vec![]
-                    } else {
-                        vec![next() as u8; 1 + (next() % 5) as usize]
-                    };
-                    writes.push((p, payload("o", "k", &v)));
-                }
+                let n = 1 + next() % 40;
+                // Clustered prefixes make deep shared prefixes likely.
+                let writes = random_writes(&mut next, &mut pool, n, 4, 5, |b, draw| {
+                    if draw % 2 == 0 {
+                        b[..30].fill(round as u8 % 3);
+                    }
+                });
                 for (p, pl) in &writes {
                     if pl.value.is_empty() {
                         model.remove(p);
@@ -1046,41 +1069,18 @@ mod tests {
     /// two to four, and the split path is really taken.
     #[test]
     fn parallel_subtrie_updates_match_sequential() {
-        let mut x = 7u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(7);
         let mut forests: Vec<Forest> = [1, 2, 3, 4].map(|t| Forest::new(4, t)).into();
         let mut pool: Vec<Path> = Vec::new();
         let mut root = empty_root();
         for round in 0..8 {
             let n = [150, 3000, 700, 2500, 64, 1800, 4000, 129][round];
-            let mut writes = Vec::with_capacity(n);
-            for _ in 0..n {
-                let p = if !pool.is_empty() && next() % 3 == 0 {
-                    pool[(next() % pool.len() as u64) as usize]
-                } else {
-                    let mut b = [0u8; 32];
-                    for c in b.iter_mut() {
-                        *c = next() as u8;
-                    }
-                    if next() % 8 == 0 {
-                        // Deep shared prefixes: long single-child chains under a split.
-                        b[1..28].fill(round as u8);
-                    }
-                    pool.push(Path(b));
-                    Path(b)
-                };
-                let v = if next() % 5 == 0 {
-                    vec![]
-                } else {
-                    vec![next() as u8; 1 + (next() % 300) as usize]
-                };
-                writes.push((p, payload("o", "k", &v)));
-            }
+            // Deep shared prefixes: long single-child chains under a split.
+            let writes = random_writes(&mut next, &mut pool, n, 5, 300, |b, draw| {
+                if draw % 8 == 0 {
+                    b[1..28].fill(round as u8);
+                }
+            });
             let u = upd(root, writes);
             let applied: Vec<Applied> = forests.iter_mut().map(|f| f.update(&u).unwrap()).collect();
             root = applied[0].root;
