@@ -783,7 +783,7 @@ mod tests {
     ) -> Vec<(Path, Arc<Payload>)> {
         (0..n)
             .map(|_| {
-                let p = if !pool.is_empty() && next() % 3 == 0 {
+                let p = if !pool.is_empty() && next().is_multiple_of(3) {
                     pool[(next() % pool.len() as u64) as usize]
                 } else {
                     let mut b = [0u8; 32];
@@ -794,7 +794,7 @@ mod tests {
                     pool.push(Path(b));
                     Path(b)
                 };
-                let v = if next() % delete_one_in == 0 {
+                let v = if next().is_multiple_of(delete_one_in) {
                     vec![]
                 } else {
                     vec![next() as u8; 1 + (next() % max_len) as usize]
