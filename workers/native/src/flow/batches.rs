@@ -439,7 +439,7 @@ pub fn leaf_hashes_batch(leaves: &[Arc<Node>]) -> RecordBatch {
         .iter()
         .filter_map(|l| match &**l {
             Node::Leaf { reg, .. } => Some((&reg.path, &reg.payload.value[..])),
-            Node::Interior { .. } => None,
+            Node::Interior { .. } | Node::Paged { .. } => None,
         })
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());

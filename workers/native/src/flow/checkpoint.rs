@@ -788,7 +788,7 @@ fn check_leaf_hashes(
                 value: &reg.payload.value,
                 height: *height,
             }),
-            Node::Interior { .. } => None,
+            Node::Interior { .. } | Node::Paged { .. } => None,
         })
         .collect();
     let computed = compact_values(&jobs);
@@ -818,19 +818,16 @@ pub fn verify_part(dir: &FsPath, name: &str, index: usize, verify: Verify) -> Cp
 }
 
 /// Allocated registers (leaves with a value) of a trie, counted by walking it.
-pub fn count_registers(trie: &Trie) -> u64 {
+pub fn count_registers(trie: &Trie) -> CpResult<u64> {
     let mut n = 0u64;
-    let mut stack: Vec<&Node> = trie.root.as_deref().into_iter().collect();
-    while let Some(node) = stack.pop() {
-        match node {
-            Node::Leaf { reg, .. } => n += u64::from(!reg.payload.value.is_empty()),
-            Node::Interior { left, right, .. } => {
-                stack.extend(left.as_deref());
-                stack.extend(right.as_deref());
-            }
+    let mut cursor = trie.leaves();
+    loop {
+        let chunk = cursor.next_leaf_nodes(LEAF_BATCH).map_err(store_err)?;
+        if chunk.is_empty() {
+            return Ok(n);
         }
+        n += chunk.len() as u64;
     }
-    n
 }
 
 /// The tries of a checkpoint, in file order.
@@ -1212,19 +1209,31 @@ fn write_header(staged: &Staged, crcs: &[u32; SUBTRIE_COUNT + 1]) -> CpResult<()
     Ok(())
 }
 
-/// Node identity (flow-go de-duplicates by pointer): the address of the shared node.
-fn ptr_key(n: &Arc<Node>) -> usize {
-    Arc::as_ptr(n) as usize
+/// Node identity (flow-go de-duplicates by pointer): see [`Node::identity`].
+type NodeKey = (bool, u64);
+
+fn node_key(n: &Arc<Node>) -> NodeKey {
+    n.identity()
+}
+
+/// A node store failure while writing a checkpoint of a paged forest.
+fn store_err(e: super::node_store::StoreError) -> CheckpointError {
+    CheckpointError::new(&e.file, e.offset, "io", e.message)
 }
 
 /// `getNodesAtLevel(root, 4)`: the 16 nodes at depth 4, breadth-first order, nil where the trie
-/// is shallower.
-fn nodes_at_level(root: &Option<Arc<Node>>) -> Vec<Option<Arc<Node>>> {
+/// is shallower. Paged-out nodes above depth 4 are loaded; those at depth 4 stay placeholders.
+fn nodes_at_level(root: &Option<Arc<Node>>) -> CpResult<Vec<Option<Arc<Node>>>> {
     let mut nodes = vec![root.clone()];
     for _ in 0..SUBTRIE_LEVEL {
         let mut next = Vec::with_capacity(nodes.len() * 2);
         for n in &nodes {
-            match n.as_deref() {
+            let loaded = n
+                .as_ref()
+                .map(|n| n.resolve())
+                .transpose()
+                .map_err(store_err)?;
+            match loaded.as_deref() {
                 Some(Node::Interior { left, right, .. }) => {
                     next.push(left.clone());
                     next.push(right.clone());
@@ -1237,30 +1246,32 @@ fn nodes_at_level(root: &Option<Arc<Node>>) -> Vec<Option<Arc<Node>>> {
         }
         nodes = next;
     }
-    nodes
+    Ok(nodes)
 }
 
 /// `storeUniqueNodes`: the nodes under `root` not yet in `visited`, descendants first (left
-/// subtree, right subtree, node), each encoded and written as it is reached.
+/// subtree, right subtree, node), each encoded and written as it is reached (paged-out nodes
+/// loaded one at a time).
 fn store_unique_nodes(
     root: &Arc<Node>,
-    visited: &mut HashMap<usize, u64>,
+    visited: &mut HashMap<NodeKey, u64>,
     counter: &mut u64,
     out: &mut CrcWriter,
     scratch: &mut Vec<u8>,
 ) -> CpResult<()> {
-    if visited.contains_key(&ptr_key(root)) {
+    if visited.contains_key(&node_key(root)) {
         return Ok(());
     }
-    // (node, children pushed)
-    let mut stack: Vec<(&Arc<Node>, bool)> = vec![(root, false)];
-    while let Some((n, expanded)) = stack.pop() {
-        match &**n {
+    // (node as its parent holds it, the node loaded, children pushed)
+    let mut stack: Vec<(Arc<Node>, Arc<Node>, bool)> =
+        vec![(root.clone(), root.resolve().map_err(store_err)?, false)];
+    while let Some((held, n, expanded)) = stack.pop() {
+        match &*n {
             Node::Interior { left, right, .. } if !expanded => {
-                stack.push((n, true));
+                stack.push((held.clone(), n.clone(), true));
                 for c in [right, left].into_iter().flatten() {
-                    if !visited.contains_key(&ptr_key(c)) {
-                        stack.push((c, false));
+                    if !visited.contains_key(&node_key(c)) {
+                        stack.push((c.clone(), c.resolve().map_err(store_err)?, false));
                     }
                 }
             }
@@ -1272,21 +1283,29 @@ fn store_unique_nodes(
             } => {
                 let idx = |c: &Option<Arc<Node>>| {
                     c.as_ref()
-                        .map_or(0, |c| visited.get(&ptr_key(c)).copied().unwrap_or(0))
+                        .map_or(0, |c| visited.get(&node_key(c)).copied().unwrap_or(0))
                 };
                 encode_interior(scratch, *height, hash, idx(left), idx(right));
                 out.put(scratch)?;
-                visited.insert(ptr_key(n), *counter);
+                visited.insert(node_key(&held), *counter);
                 *counter += 1;
             }
             Node::Leaf { height, reg, hash } => {
-                if visited.contains_key(&ptr_key(n)) {
+                if visited.contains_key(&node_key(&held)) {
                     continue;
                 }
                 encode_leaf(scratch, *height, hash, &reg.path, &reg.payload);
                 out.put(scratch)?;
-                visited.insert(ptr_key(n), *counter);
+                visited.insert(node_key(&held), *counter);
                 *counter += 1;
+            }
+            Node::Paged { .. } => {
+                return Err(CheckpointError::new(
+                    &out.file,
+                    0,
+                    "io",
+                    "node store record of the wrong kind",
+                ))
             }
         }
     }
@@ -1340,21 +1359,21 @@ pub fn write_tries(
     // subtrie_roots[i][t] = trie t's node at position i of depth 4.
     let mut subtrie_roots: Vec<Vec<Option<Arc<Node>>>> = vec![Vec::new(); SUBTRIE_COUNT];
     for t in tries {
-        for (i, n) in nodes_at_level(&t.root).into_iter().enumerate() {
+        for (i, n) in nodes_at_level(&t.root)?.into_iter().enumerate() {
             subtrie_roots[i].push(n);
         }
     }
-    type PartOut = CpResult<(u32, u64, Vec<(usize, u64)>)>;
+    type PartOut = CpResult<(u32, u64, Vec<(NodeKey, u64)>)>;
     let store_part = |i: usize| -> PartOut {
         let mut w = CrcWriter::create(staged.temp(i))?;
         w.put(&version_bytes(MAGIC_SUBTRIE))?;
-        let mut visited: HashMap<usize, u64> = HashMap::new();
+        let mut visited: HashMap<NodeKey, u64> = HashMap::new();
         let mut counter = 1u64;
         let mut scratch = Vec::with_capacity(4096);
         let mut roots = Vec::new();
         for n in subtrie_roots[i].iter().flatten() {
             store_unique_nodes(n, &mut visited, &mut counter, &mut w, &mut scratch)?;
-            roots.push((ptr_key(n), visited[&ptr_key(n)]));
+            roots.push((node_key(n), visited[&node_key(n)]));
         }
         let count = counter - 1;
         w.put(&count.to_be_bytes())?;
@@ -1377,7 +1396,7 @@ pub fn write_tries(
     });
     let mut crcs = [0u32; SUBTRIE_COUNT + 1];
     let mut part_nodes = Vec::with_capacity(SUBTRIE_COUNT);
-    let mut visited: HashMap<usize, u64> = HashMap::new();
+    let mut visited: HashMap<NodeKey, u64> = HashMap::new();
     let mut offset = 0u64;
     for (i, r) in results.into_iter().enumerate() {
         let (c, count, roots) = r.expect("every part was written")?;
@@ -1406,7 +1425,7 @@ pub fn write_tries(
         let idx = t
             .root
             .as_ref()
-            .map_or(0, |r| visited.get(&ptr_key(r)).copied().unwrap_or(0));
+            .map_or(0, |r| visited.get(&node_key(r)).copied().unwrap_or(0));
         encode_trie_record(&mut recs, idx, t.reg_count, t.reg_size, &t.root_hash());
         infos.push((t.root_hash(), t.reg_count, t.reg_size));
     }
@@ -2155,8 +2174,12 @@ mod tests {
                     ),
                 ]
             );
-            assert!(l.tries.iter().all(|t| t.verify_hashes()));
-            let counted: Vec<u64> = l.tries.iter().map(count_registers).collect();
+            assert!(l.tries.iter().all(|t| t.verify_hashes().unwrap()));
+            let counted: Vec<u64> = l
+                .tries
+                .iter()
+                .map(|t| count_registers(t).unwrap())
+                .collect();
             assert_eq!(counted, vec![0, 2, 2]);
             assert_eq!(l.parts[0].nodes, 11);
             assert_eq!(l.top_nodes, 8);
@@ -2256,7 +2279,7 @@ mod tests {
         let mut f = Forest::new(4, 1);
         let root = f.update(&upd(empty_root(), regs.clone())).unwrap().root;
         let trie = f.get(&root).unwrap().clone();
-        let leaves = trie.leaves().next_leaf_nodes(usize::MAX);
+        let leaves = trie.leaves().next_leaf_nodes(usize::MAX).unwrap();
         assert_eq!(leaves.len(), regs.len());
         let mut cache: Vec<Option<CachedLeaf>> = leaves
             .iter()
@@ -2266,7 +2289,7 @@ mod tests {
                     leaf_hash: crate::flow::hash::hash_leaf(&reg.path, &reg.payload.value),
                     node_hash: *hash,
                 }),
-                Node::Interior { .. } => None,
+                Node::Interior { .. } | Node::Paged { .. } => None,
             })
             .collect();
         let name = checkpoint_name(2);

@@ -515,7 +515,11 @@ mod tests {
             let counts: Vec<(u64, u64)> =
                 l.tries.iter().map(|t| (t.reg_count, t.reg_size)).collect();
             assert_eq!(counts, [(0, 0), (2, 20), (4, 40), (4, 40)], "{name}");
-            let walked: Vec<u64> = l.tries.iter().map(count_registers).collect();
+            let walked: Vec<u64> = l
+                .tries
+                .iter()
+                .map(|t| count_registers(t).unwrap())
+                .collect();
             assert_eq!(walked, [0, 2, 4, 4], "{name}");
         }
     }

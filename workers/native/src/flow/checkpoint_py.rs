@@ -172,7 +172,11 @@ fn flow_checkpoint_load<'py>(
     // Walked, not read from the trie record: the register count the last trie really holds.
     info.set_item(
         "last_trie_registers",
-        loaded.tries.last().map_or(0, count_registers),
+        loaded
+            .tries
+            .last()
+            .map_or(Ok(0), count_registers)
+            .map_err(|e| cp_err(py, &e))?,
     )?;
     if loaded.tries.is_empty() {
         return Err(cp_err(

@@ -572,6 +572,7 @@ mod tests {
                     walk_counts(c, depth + 1, leaves, interim);
                 }
             }
+            Node::Paged { .. } => unreachable!("an in-memory load has no paged nodes"),
         }
     }
 
@@ -610,7 +611,7 @@ mod tests {
         }
         let mut owners: BTreeMap<Vec<u8>, Sizes> = BTreeMap::new();
         let mut kinds: BTreeMap<&str, Sizes> = BTreeMap::new();
-        for reg in t.leaves().next_chunk(usize::MAX) {
+        for reg in t.leaves().next_chunk(usize::MAX).unwrap() {
             let p = &reg.payload;
             let (k, v) = (p.key.len() as u64, p.value.len() as u64);
             let owner = p.key_part(KEY_PART_OWNER).unwrap().to_vec();

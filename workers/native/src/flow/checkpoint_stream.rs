@@ -354,7 +354,7 @@ impl<S: PartSink> PartOut<S> {
                             height: *height,
                         })
                     }
-                    Node::Interior { .. } => None,
+                    Node::Interior { .. } | Node::Paged { .. } => None,
                 })
                 .collect();
             for ((at, n), computed) in self.batch.iter().zip(compact_values(&jobs)) {

@@ -31,6 +31,7 @@ pub mod gen;
 pub mod hash;
 pub mod keccak;
 pub mod mtrie;
+pub mod node_store;
 pub mod py;
 pub mod record;
 pub mod replay;

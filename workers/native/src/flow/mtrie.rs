@@ -18,6 +18,7 @@ use super::hash::{
     compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
     hash_inter, Hash, LeafJob, Path, MAX_HEIGHT,
 };
+use super::node_store::{Loc, NodeStore, NodeWriter, StoreError, StoreResult};
 use super::record::{Payload, TrieUpdate};
 use super::ErrorKind;
 use std::collections::{HashMap, VecDeque};
@@ -55,26 +56,66 @@ pub enum Node {
         right: Option<Arc<Node>>,
         hash: Hash,
     },
+    /// A node written to a [`NodeStore`] and not in memory: what a parent needs of it (height,
+    /// hash, kind) and where to load it from ([`Node::resolve`]).
+    Paged {
+        height: u16,
+        leaf: bool,
+        hash: Hash,
+        loc: Loc,
+        store: Arc<NodeStore>,
+    },
 }
 
 impl Node {
     pub fn hash(&self) -> Hash {
         match self {
-            Node::Leaf { hash, .. } | Node::Interior { hash, .. } => *hash,
+            Node::Leaf { hash, .. } | Node::Interior { hash, .. } | Node::Paged { hash, .. } => {
+                *hash
+            }
         }
     }
 
     pub fn height(&self) -> u16 {
         match self {
-            Node::Leaf { height, .. } | Node::Interior { height, .. } => *height,
+            Node::Leaf { height, .. }
+            | Node::Interior { height, .. }
+            | Node::Paged { height, .. } => *height,
         }
     }
 
-    /// A leaf's register; None for an interior node.
+    /// Whether this is a leaf, in memory or paged out.
+    pub fn is_leaf(&self) -> bool {
+        match self {
+            Node::Leaf { .. } => true,
+            Node::Interior { .. } => false,
+            Node::Paged { leaf, .. } => *leaf,
+        }
+    }
+
+    /// A leaf's register; None for an interior node (or a node not in memory).
     pub fn register(&self) -> Option<&Arc<Register>> {
         match self {
             Node::Leaf { reg, .. } => Some(reg),
-            Node::Interior { .. } => None,
+            Node::Interior { .. } | Node::Paged { .. } => None,
+        }
+    }
+
+    /// The node itself, loaded from its store if it is paged out: always a `Leaf` or an
+    /// `Interior` (whose children may be placeholders).
+    pub fn resolve(self: &Arc<Node>) -> StoreResult<Arc<Node>> {
+        match &**self {
+            Node::Paged { loc, store, .. } => store.load(*loc),
+            _ => Ok(self.clone()),
+        }
+    }
+
+    /// The identity flow-go de-duplicates shared nodes by: the store location of a paged node
+    /// (every placeholder of it), the address of a node in memory.
+    pub fn identity(self: &Arc<Node>) -> (bool, u64) {
+        match &**self {
+            Node::Paged { loc, .. } => (true, *loc),
+            _ => (false, Arc::as_ptr(self) as usize as u64),
         }
     }
 
@@ -121,12 +162,13 @@ impl Pending {
         }
     }
 
-    /// `NewInterimCompactifiedNode`: prunes default children and lifts a lone leaf child.
+    /// `NewInterimCompactifiedNode`: prunes default children and lifts a lone leaf child (a
+    /// paged-out one is loaded for its register).
     fn compactified(
         height: u16,
         left: Option<Box<Pending>>,
         right: Option<Box<Pending>>,
-    ) -> Option<Box<Pending>> {
+    ) -> StoreResult<Option<Box<Pending>>> {
         let left = if Pending::is_default(&left) {
             None
         } else {
@@ -138,59 +180,54 @@ impl Pending {
             right
         };
         let (lone, is_left) = match (left, right) {
-            (None, None) => return None,
+            (None, None) => return Ok(None),
             (Some(l), None) => (l, true),
             (None, Some(r)) => (r, false),
             (left, right) => {
-                return Some(Box::new(Pending::Interior {
+                return Ok(Some(Box::new(Pending::Interior {
                     height,
                     left,
                     right,
-                }))
+                })))
             }
         };
-        match *lone {
+        let wrap = |lone: Pending| {
+            let lone = Some(Box::new(lone));
+            let (left, right) = if is_left { (lone, None) } else { (None, lone) };
+            Some(Box::new(Pending::Interior {
+                height,
+                left,
+                right,
+            }))
+        };
+        Ok(match *lone {
             // A new leaf lifted one level is the same leaf one level higher (its chain is
             // hashed later, once, at its final height).
             Pending::Leaf { reg, .. } => Some(Box::new(Pending::Leaf { height, reg })),
-            Pending::Done(n) => match &*n {
-                Node::Leaf {
+            Pending::Done(n) if n.is_leaf() => {
+                let r = n.resolve()?;
+                let Node::Leaf {
                     reg,
                     hash,
                     height: h,
-                } => {
-                    let d = default_hash(*h);
-                    let hash = if is_left {
-                        hash_inter(hash, &d)
-                    } else {
-                        hash_inter(&d, hash)
-                    };
-                    Some(Box::new(Pending::Done(Arc::new(Node::Leaf {
-                        height,
-                        reg: reg.clone(),
-                        hash,
-                    }))))
-                }
-                Node::Interior { .. } => {
-                    let lone = Some(Box::new(Pending::Done(n)));
-                    let (left, right) = if is_left { (lone, None) } else { (None, lone) };
-                    Some(Box::new(Pending::Interior {
-                        height,
-                        left,
-                        right,
-                    }))
-                }
-            },
-            lone @ Pending::Interior { .. } => {
-                let lone = Some(Box::new(lone));
-                let (left, right) = if is_left { (lone, None) } else { (None, lone) };
-                Some(Box::new(Pending::Interior {
+                } = &*r
+                else {
+                    return Err(kind_mismatch(&n));
+                };
+                let d = default_hash(*h);
+                let hash = if is_left {
+                    hash_inter(hash, &d)
+                } else {
+                    hash_inter(&d, hash)
+                };
+                Some(Box::new(Pending::Done(Arc::new(Node::Leaf {
                     height,
-                    left,
-                    right,
-                }))
+                    reg: reg.clone(),
+                    hash,
+                }))))
             }
-        }
+            lone => wrap(lone),
+        })
     }
 
     fn is_same(n: &Option<Box<Pending>>, old: &Option<Arc<Node>>) -> bool {
@@ -246,6 +283,19 @@ impl Pending {
     }
 }
 
+/// A paged node whose record is not of the kind its parent says: the store is damaged.
+fn kind_mismatch(n: &Node) -> StoreError {
+    let (file, loc) = match n {
+        Node::Paged { store, loc, .. } => (format!("{store:?}"), *loc),
+        _ => (String::new(), 0),
+    };
+    StoreError {
+        file: file.into(),
+        offset: loc,
+        message: "node record of another kind than its parent says".into(),
+    }
+}
+
 /// Minimum number of new leaves before their hashing is shared with a second thread.
 const PARALLEL_MIN_LEAVES: usize = 8;
 
@@ -257,7 +307,15 @@ pub struct UpdateStats {
     pub permutations: AtomicU64,
     /// Subtries updated and hashed on a thread of their own.
     pub parallel_subtries: AtomicU64,
+    /// Estimated bytes of the nodes updates created (what a paged forest holds in memory
+    /// until it writes them out).
+    pub new_node_bytes: AtomicU64,
 }
+
+/// Estimated memory of a new interior node (the node and its `Arc`), and of a new leaf beyond
+/// its key and value (node, register, boxes).
+const INTERIOR_BYTES: u64 = 72;
+const LEAF_BYTES: u64 = 160;
 
 /// Hashes the new leaves of `plan` (on up to `threads` threads) and builds the trie nodes.
 fn finish(plan: Option<Box<Pending>>, threads: usize, stats: &UpdateStats) -> Option<Arc<Node>> {
@@ -270,6 +328,10 @@ fn finish(plan: Option<Box<Pending>>, threads: usize, stats: &UpdateStats) -> Op
             .map(|j| compact_value_permutations(j.value.len(), j.height))
             .sum();
         stats.permutations.fetch_add(chains, Ordering::Relaxed);
+        let leaf_bytes: u64 = jobs.iter().map(|j| LEAF_BYTES + j.value.len() as u64).sum();
+        stats
+            .new_node_bytes
+            .fetch_add(leaf_bytes, Ordering::Relaxed);
         let threads = threads.min(jobs.len() / (PARALLEL_MIN_LEAVES / 2)).max(1);
         if threads == 1 {
             compact_values(&jobs)
@@ -297,6 +359,9 @@ fn finish(plan: Option<Box<Pending>>, threads: usize, stats: &UpdateStats) -> Op
     stats
         .permutations
         .fetch_add(interior_nodes, Ordering::Relaxed);
+    stats
+        .new_node_bytes
+        .fetch_add(interior_nodes * INTERIOR_BYTES, Ordering::Relaxed);
     Some(node)
 }
 
@@ -376,12 +441,12 @@ fn update_finished(
     compact: Option<&Arc<Node>>,
     threads: usize,
     stats: &UpdateStats,
-) -> Updated {
-    let u = update(height, cur, items, compact, threads, stats);
-    Updated {
+) -> StoreResult<Updated> {
+    let u = update(height, cur, items, compact, threads, stats)?;
+    Ok(Updated {
         node: finish(u.node, threads, stats).map(|n| Box::new(Pending::Done(n))),
         ..u
-    }
+    })
 }
 
 /// flow-go's `update` (prune = true), deciding the new trie's shape; hashing is left to
@@ -397,12 +462,12 @@ fn update(
     compact: Option<&Arc<Node>>,
     threads: usize,
     stats: &UpdateStats,
-) -> Updated {
+) -> StoreResult<Updated> {
     if items.is_empty() {
         if let Some(Node::Leaf { reg, .. }) = compact.map(|c| &**c) {
-            return Updated::leaf(height, reg.clone(), 0, 0);
+            return Ok(Updated::leaf(height, reg.clone(), 0, 0));
         }
-        return Updated::unchanged(cur);
+        return Ok(Updated::unchanged(cur));
     }
     if items.len() == 1 && cur.is_none() && compact.is_none() {
         let reg = &items[0];
@@ -411,8 +476,13 @@ fn update(
         } else {
             (1, reg.payload.size() as i64)
         };
-        return Updated::leaf(height, reg.clone(), count, size);
+        return Ok(Updated::leaf(height, reg.clone(), count, size));
     }
+    // A paged-out node is loaded to be descended; an unchanged result is still the
+    // placeholder (`original`), so nothing loaded is ever written out again.
+    let original = cur;
+    let loaded = cur.map(|c| c.resolve()).transpose()?;
+    let cur = loaded.as_ref();
 
     let mut compact = compact;
     let (mut count, mut size) = (0i64, 0i64);
@@ -425,10 +495,10 @@ fn update(
             Some(i) if items.len() == 1 => {
                 let new = &items[i];
                 if value_equals(&old.payload, &new.payload) {
-                    return Updated::unchanged(cur);
+                    return Ok(Updated::unchanged(original));
                 }
                 let (c, s) = reg_deltas(&old.payload, &new.payload);
-                return Updated::leaf(height, new.clone(), c, s);
+                return Ok(Updated::leaf(height, new.clone(), c, s));
             }
             Some(_) => (count, size) = reg_deltas_from_higher(&old.payload),
             None => compact = cur,
@@ -438,7 +508,7 @@ fn update(
     if height == 0 {
         // Unreachable with distinct paths (two of them cannot share all 256 bits); kept total.
         let reg = &items[items.len() - 1];
-        return Updated::leaf(0, reg.clone(), count, size);
+        return Ok(Updated::leaf(0, reg.clone(), count, size));
     }
     let depth = (MAX_HEIGHT - height) as usize;
     let split = split_by_bit(items, depth);
@@ -455,7 +525,7 @@ fn update(
         stats.parallel_subtries.fetch_add(1, Ordering::Relaxed);
         let (lthreads, rthreads) = (threads / 2, threads - threads / 2);
         let (old_left, old_right) = (old_left.as_ref(), old_right.as_ref());
-        std::thread::scope(|s| {
+        let (l, r) = std::thread::scope(|s| {
             let left = s.spawn(move || {
                 update_finished(height - 1, old_left, litems, lcompact, lthreads, stats)
             });
@@ -464,7 +534,8 @@ fn update(
                 Ok(left) => (left, right),
                 Err(panic) => std::panic::resume_unwind(panic),
             }
-        })
+        });
+        (l?, r?)
     } else {
         // One side too small to be worth a thread: both stay here, and the larger one may
         // still split further down with the whole budget.
@@ -476,7 +547,7 @@ fn update(
                 lcompact,
                 threads,
                 stats,
-            ),
+            )?,
             update(
                 height - 1,
                 old_right.as_ref(),
@@ -484,7 +555,7 @@ fn update(
                 rcompact,
                 threads,
                 stats,
-            ),
+            )?,
         )
     };
     count += l.count + r.count;
@@ -494,13 +565,13 @@ fn update(
         && Pending::is_same(&l.node, &old_left)
         && Pending::is_same(&r.node, &old_right)
     {
-        return Updated::unchanged(cur);
+        return Ok(Updated::unchanged(original));
     }
-    Updated {
-        node: Pending::compactified(height, l.node, r.node),
+    Ok(Updated {
+        node: Pending::compactified(height, l.node, r.node)?,
         count,
         size,
-    }
+    })
 }
 
 /// One trie: its root node (`None` = empty) and flow-go's register counters.
@@ -526,29 +597,46 @@ impl Trie {
     /// de-duplicated. `threads` > 1 updates and hashes large subtries on their own threads
     /// and shares the remaining new leaves' hashing between threads; the work is added to
     /// `stats`.
-    pub fn with_updates(&self, items: &mut [Item], threads: usize, stats: &UpdateStats) -> Trie {
-        let u = update(MAX_HEIGHT, self.root.as_ref(), items, None, threads, stats);
-        Trie {
+    pub fn with_updates(
+        &self,
+        items: &mut [Item],
+        threads: usize,
+        stats: &UpdateStats,
+    ) -> StoreResult<Trie> {
+        let u = update(MAX_HEIGHT, self.root.as_ref(), items, None, threads, stats)?;
+        Ok(Trie {
             root: finish(u.node, threads, stats),
             reg_count: (self.reg_count as i64).wrapping_add(u.count) as u64,
             reg_size: (self.reg_size as i64).wrapping_add(u.size) as u64,
-        }
+        })
     }
 
     /// Value stored at `path` (`None` if unallocated).
-    pub fn get(&self, path: &Path) -> Option<Arc<Register>> {
-        let mut n = self.root.as_ref()?;
+    pub fn get(&self, path: &Path) -> StoreResult<Option<Arc<Register>>> {
+        let Some(mut n) = self.root.clone() else {
+            return Ok(None);
+        };
         let mut depth = 0usize;
         loop {
-            match &**n {
+            n = n.resolve()?;
+            let next = match &*n {
                 Node::Leaf { reg, .. } => {
-                    return (reg.path == *path && !reg.payload.is_empty()).then(|| reg.clone());
+                    return Ok((reg.path == *path && !reg.payload.is_empty()).then(|| reg.clone()));
                 }
                 Node::Interior { left, right, .. } => {
-                    n = if path.bit(depth) == 0 { left } else { right }.as_ref()?;
-                    depth += 1;
+                    if path.bit(depth) == 0 {
+                        left
+                    } else {
+                        right
+                    }
                 }
-            }
+                Node::Paged { .. } => return Err(kind_mismatch(&n)),
+            };
+            let Some(next) = next.clone() else {
+                return Ok(None);
+            };
+            n = next;
+            depth += 1;
         }
     }
 
@@ -560,9 +648,10 @@ impl Trie {
     }
 
     /// Recomputes every node hash from the leaves up and compares (`MTrie.IsAValidTrie`).
-    pub fn verify_hashes(&self) -> bool {
-        fn check(n: &Node) -> bool {
-            match n {
+    pub fn verify_hashes(&self) -> StoreResult<bool> {
+        fn check(n: &Arc<Node>) -> StoreResult<bool> {
+            let n = n.resolve()?;
+            Ok(match &*n {
                 Node::Leaf { height, reg, hash } => {
                     compact_value(&reg.path, &reg.payload.value, *height) == *hash
                 }
@@ -575,37 +664,43 @@ impl Trie {
                     let d = default_hash(height - 1);
                     let hl = left.as_ref().map_or(d, |c| c.hash());
                     let hr = right.as_ref().map_or(d, |c| c.hash());
-                    left.as_deref().is_none_or(check)
-                        && right.as_deref().is_none_or(check)
-                        && hash_inter(&hl, &hr) == *hash
+                    for c in [left, right].into_iter().flatten() {
+                        if !check(c)? {
+                            return Ok(false);
+                        }
+                    }
+                    hash_inter(&hl, &hr) == *hash
                 }
-            }
+                Node::Paged { .. } => return Err(kind_mismatch(&n)),
+            })
         }
-        self.root.as_deref().is_none_or(check)
+        self.root.as_ref().map_or(Ok(true), check)
     }
 }
 
-/// Walks a trie's leaves left to right (path order); owns its stack, so it outlives borrows.
+/// Walks a trie's leaves left to right (path order), loading paged-out nodes as it reaches
+/// them; owns its stack, so it outlives borrows.
 pub struct LeafCursor {
     stack: Vec<Arc<Node>>,
 }
 
 impl LeafCursor {
     /// Up to `max` leaves with a non-empty value (allocated registers).
-    pub fn next_chunk(&mut self, max: usize) -> Vec<Arc<Register>> {
-        let leaves = self.next_leaf_nodes(max);
-        leaves
+    pub fn next_chunk(&mut self, max: usize) -> StoreResult<Vec<Arc<Register>>> {
+        let leaves = self.next_leaf_nodes(max)?;
+        Ok(leaves
             .iter()
             .filter_map(|n| n.register().cloned())
-            .collect()
+            .collect())
     }
 
     /// Up to `max` leaf nodes with a non-empty value (the same leaves as [`Self::next_chunk`],
     /// with their height and stored hash).
-    pub fn next_leaf_nodes(&mut self, max: usize) -> Vec<Arc<Node>> {
+    pub fn next_leaf_nodes(&mut self, max: usize) -> StoreResult<Vec<Arc<Node>>> {
         let mut out = Vec::with_capacity(max.min(1 << 16));
         while out.len() < max {
             let Some(n) = self.stack.pop() else { break };
+            let n = n.resolve()?;
             match &*n {
                 Node::Leaf { reg, .. } => {
                     if !reg.payload.is_empty() {
@@ -616,9 +711,10 @@ impl LeafCursor {
                     self.stack.extend(right.iter().cloned());
                     self.stack.extend(left.iter().cloned());
                 }
+                Node::Paged { .. } => return Err(kind_mismatch(&n)),
             }
         }
-        out
+        Ok(out)
     }
 }
 
@@ -640,6 +736,25 @@ pub struct Forest {
     order: VecDeque<Hash>,
     threads: usize,
     stats: UpdateStats,
+    paging: Option<Paging>,
+}
+
+/// How a forest keeps its nodes out of memory: new nodes are written to the store once more
+/// than `hold_bytes` of them are in memory, every trie's root becoming a placeholder.
+struct Paging {
+    store: Arc<NodeStore>,
+    writer: NodeWriter,
+    hold_bytes: u64,
+    /// `stats.new_node_bytes` when the forest was last paged out.
+    paged_at: u64,
+}
+
+impl Drop for Forest {
+    fn drop(&mut self) {
+        if let Some(p) = &self.paging {
+            p.store.clear_cache();
+        }
+    }
 }
 
 /// flow-go's default `--mtrie-cache-size`.
@@ -654,9 +769,48 @@ impl Forest {
             order: VecDeque::new(),
             threads: threads.max(1),
             stats: UpdateStats::default(),
+            paging: None,
         };
         f.add(Trie::empty());
         f
+    }
+
+    /// Pages this forest's nodes out to `store` from now on: whenever updates have made more
+    /// than `hold_bytes` of new nodes, they are written out (and the tries already here are
+    /// written out at once).
+    pub fn with_paging(mut self, store: Arc<NodeStore>, hold_bytes: u64) -> StoreResult<Forest> {
+        let writer = store.writer()?;
+        self.paging = Some(Paging {
+            store,
+            writer,
+            hold_bytes: hold_bytes.max(1),
+            paged_at: self.stats.new_node_bytes.load(Ordering::Relaxed),
+        });
+        self.page_out()?;
+        Ok(self)
+    }
+
+    /// The node store of a paged forest.
+    pub fn store(&self) -> Option<&Arc<NodeStore>> {
+        self.paging.as_ref().map(|p| &p.store)
+    }
+
+    /// Writes every node in memory to the store (each shared node once) and makes every
+    /// trie's root a placeholder; a no-op for a forest without paging.
+    pub fn page_out(&mut self) -> StoreResult<()> {
+        let Some(paging) = self.paging.as_mut() else {
+            return Ok(());
+        };
+        let mut seen = HashMap::new();
+        for root in &self.order {
+            let trie = self.tries.get_mut(root).expect("ordered roots are held");
+            if let Some(n) = &trie.root {
+                trie.root = Some(paging.writer.page_out(n, &mut seen)?);
+            }
+        }
+        paging.writer.flush()?;
+        paging.paged_at = self.stats.new_node_bytes.load(Ordering::Relaxed);
+        Ok(())
     }
 
     pub fn len(&self) -> usize {
@@ -727,18 +881,32 @@ impl Forest {
             }
         }
         let distinct = items.len();
-        Ok((
-            parent.with_updates(&mut items, self.threads, &self.stats),
-            distinct,
-        ))
+        let trie = parent
+            .with_updates(&mut items, self.threads, &self.stats)
+            .map_err(store_error)?;
+        Ok((trie, distinct))
     }
 
-    /// `Forest.Update`: apply `u` and add the result; returns the new root hash.
+    /// `Forest.Update`: apply `u` and add the result; returns the new root hash. A paged
+    /// forest holding too many new nodes then writes them out.
     pub fn update(&mut self, u: &TrieUpdate) -> Result<Applied, ErrorKind> {
         let (trie, paths) = self.new_trie(u)?;
         let root = trie.root_hash();
         let added = self.add(trie);
+        if let Some(p) = &self.paging {
+            let held = self.stats.new_node_bytes.load(Ordering::Relaxed) - p.paged_at;
+            if held > p.hold_bytes {
+                self.page_out().map_err(store_error)?;
+            }
+        }
         Ok(Applied { root, paths, added })
+    }
+}
+
+fn store_error(e: StoreError) -> ErrorKind {
+    ErrorKind::Io {
+        op: "node store",
+        message: e.to_string(),
     }
 }
 
@@ -822,7 +990,7 @@ mod tests {
 
     fn counters(f: &Forest, root: &str) -> (u64, u64) {
         let t = f.get(&h(root)).unwrap();
-        assert!(t.verify_hashes());
+        assert!(t.verify_hashes().unwrap());
         (t.reg_count, t.reg_size)
     }
 
@@ -915,7 +1083,7 @@ mod tests {
                 for _ in 0..8 {
                     n = match &*n {
                         Node::Interior { left, .. } => left.clone().unwrap(),
-                        Node::Leaf { .. } => break,
+                        Node::Leaf { .. } | Node::Paged { .. } => break,
                     };
                 }
                 n
@@ -1051,14 +1219,17 @@ mod tests {
                     model.iter().map(|(p, v)| (*p, v.clone())).collect();
                 assert_eq!(root, naive(&mut regs, 0), "round {round}");
                 let t = f.get(&root).unwrap();
-                assert!(t.verify_hashes());
+                assert!(t.verify_hashes().unwrap());
                 let mut c = t.leaves();
-                let listed = c.next_chunk(usize::MAX);
+                let listed = c.next_chunk(usize::MAX).unwrap();
                 assert_eq!(listed.len(), model.len());
                 assert!(listed.windows(2).all(|w| w[0].path.0 < w[1].path.0));
                 for reg in &listed {
                     assert_eq!(&*reg.payload.value, model[&reg.path].as_slice());
-                    assert_eq!(t.get(&reg.path).unwrap().payload.value, reg.payload.value);
+                    assert_eq!(
+                        t.get(&reg.path).unwrap().unwrap().payload.value,
+                        reg.payload.value
+                    );
                 }
             }
         }
@@ -1085,12 +1256,12 @@ mod tests {
             let applied: Vec<Applied> = forests.iter_mut().map(|f| f.update(&u).unwrap()).collect();
             root = applied[0].root;
             let seq = forests[0].get(&root).unwrap();
-            assert!(seq.verify_hashes());
+            assert!(seq.verify_hashes().unwrap());
             for (f, a) in forests.iter().zip(&applied).skip(1) {
                 assert_eq!(a, &applied[0], "round {round}");
                 let t = f.get(&root).unwrap();
                 assert_eq!((t.reg_count, t.reg_size), (seq.reg_count, seq.reg_size));
-                assert!(t.verify_hashes());
+                assert!(t.verify_hashes().unwrap());
             }
         }
         let split = |f: &Forest| f.stats().parallel_subtries.load(Ordering::Relaxed);
@@ -1104,5 +1275,147 @@ mod tests {
         let perms = |f: &Forest| f.stats().permutations.load(Ordering::Relaxed);
         assert!(perms(&forests[0]) > 0);
         assert!(forests.iter().all(|f| perms(f) == perms(&forests[0])));
+    }
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("rechain-paged-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    /// Leaves of a trie as (path, value, height, hash).
+    fn leaf_rows(t: &Trie) -> Vec<(Path, Vec<u8>, u16, Hash)> {
+        t.leaves()
+            .next_leaf_nodes(usize::MAX)
+            .unwrap()
+            .iter()
+            .map(|n| match &**n {
+                Node::Leaf { height, reg, hash } => {
+                    (reg.path, reg.payload.value.to_vec(), *height, *hash)
+                }
+                _ => panic!("a cursor yields leaves"),
+            })
+            .collect()
+    }
+
+    /// A forest paged out to a node store (new nodes written out every few KiB, a cache of a
+    /// few KiB) gives the in-memory forest's roots, counters, leaves and lookups after every
+    /// update, forks included, on one and two threads; and a checkpoint written from it has
+    /// the in-memory forest's bytes (flow-go's de-duplication of shared nodes holds through
+    /// the store).
+    #[test]
+    fn paged_forest_matches_the_in_memory_one() {
+        let dir = scratch("match");
+        for threads in [1usize, 2] {
+            let cache = 16 << 10;
+            let store = NodeStore::create(&dir.join(format!("store{threads}")), cache).unwrap();
+            let mut mem = Forest::new(6, threads);
+            let mut paged = Forest::new(6, threads)
+                .with_paging(store.clone(), 8 << 10)
+                .unwrap();
+            let mut next = xorshift(11 + threads as u64);
+            let mut pool: Vec<Path> = Vec::new();
+            let mut roots = vec![empty_root()];
+            for round in 0..30 {
+                let n = [1, 40, 300, 7, 2000, 130][round % 6];
+                let writes = random_writes(&mut next, &mut pool, n, 4, 90, |b, draw| {
+                    if draw % 5 == 0 {
+                        b[..20].fill(0x5a);
+                    }
+                });
+                // Every seventh update forks from an older trie still in the forest.
+                let base = if round % 7 == 6 {
+                    roots[roots.len() - 3]
+                } else {
+                    roots[roots.len() - 1]
+                };
+                let u = upd(base, writes);
+                let a = mem.update(&u).unwrap();
+                assert_eq!(paged.update(&u).unwrap(), a, "round {round}");
+                roots.push(a.root);
+                let (tm, tp) = (mem.get(&a.root).unwrap(), paged.get(&a.root).unwrap());
+                assert_eq!((tp.reg_count, tp.reg_size), (tm.reg_count, tm.reg_size));
+                let rows = leaf_rows(tm);
+                assert_eq!(leaf_rows(tp), rows, "round {round}");
+                for (p, v, _, _) in rows.iter().step_by(97) {
+                    let got = tp.get(p).unwrap().expect("allocated register");
+                    assert_eq!(&*got.payload.value, v.as_slice());
+                }
+                let absent = Path([0xee; 32]);
+                assert_eq!(
+                    tp.get(&absent).unwrap().is_none(),
+                    tm.get(&absent).unwrap().is_none()
+                );
+            }
+            let last = roots[roots.len() - 1];
+            assert!(paged.get(&last).unwrap().verify_hashes().unwrap());
+            let stats = &store.stats;
+            assert!(stats.loads.load(Ordering::Relaxed) > 1000);
+            assert!(stats.nodes_written.load(Ordering::Relaxed) > 10_000);
+            assert!(store.cached_bytes() <= cache, "{}", store.cached_bytes());
+
+            paged.page_out().unwrap();
+            let tries = |f: &Forest| -> Vec<Trie> {
+                f.roots().map(|r| f.get(r).unwrap().clone()).collect()
+            };
+            let name = "checkpoint.00000001";
+            let (dm, dp) = (
+                dir.join(format!("mem{threads}")),
+                dir.join(format!("paged{threads}")),
+            );
+            std::fs::create_dir_all(&dm).unwrap();
+            std::fs::create_dir_all(&dp).unwrap();
+            let wm = crate::flow::checkpoint::write_tries(&tries(&mem), &dm, name, 2).unwrap();
+            let wp = crate::flow::checkpoint::write_tries(&tries(&paged), &dp, name, 2).unwrap();
+            assert_eq!(wp, wm);
+            let mut files = 0;
+            for e in std::fs::read_dir(&dm).unwrap() {
+                let f = e.unwrap().file_name();
+                let want = std::fs::read(dm.join(&f)).unwrap();
+                assert_eq!(std::fs::read(dp.join(&f)).unwrap(), want, "{f:?}");
+                files += 1;
+            }
+            assert_eq!(files, 18);
+
+            // The store's folder goes with the forest and the last placeholder.
+            let folder = dir.join(format!("store{threads}"));
+            drop(paged);
+            assert!(folder.exists());
+            drop(store);
+            assert!(!folder.exists());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A flipped byte in a node file is found by its record checksum when the node is loaded:
+    /// the update fails with the file and offset, it does not panic or build a wrong trie.
+    #[test]
+    fn damaged_node_store_fails_the_update_with_file_and_offset() {
+        let dir = scratch("damage");
+        let store = NodeStore::create(&dir, 1 << 20).unwrap();
+        let mut f = Forest::new(4, 1).with_paging(store.clone(), 1).unwrap();
+        let mut next = xorshift(5);
+        let mut pool = Vec::new();
+        let writes = random_writes(&mut next, &mut pool, 200, 9, 40, |_, _| {});
+        let root = f.update(&upd(empty_root(), writes)).unwrap().root;
+        // The last record written is the new trie's root.
+        let file = dir.join("nodes-000000.bin");
+        let mut bytes = std::fs::read(&file).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x10;
+        std::fs::write(&file, bytes).unwrap();
+        store.clear_cache();
+        let writes = random_writes(&mut next, &mut pool, 10, 9, 40, |_, _| {});
+        match f.update(&upd(root, writes)) {
+            Err(ErrorKind::Io { op, message }) => {
+                assert_eq!(op, "node store");
+                assert!(message.contains("nodes-000000.bin"), "{message}");
+                assert!(message.contains("checksum"), "{message}");
+            }
+            other => panic!("expected a node store error, got {other:?}"),
+        }
+        drop(f);
+        drop(store);
+        assert!(!dir.exists());
     }
 }

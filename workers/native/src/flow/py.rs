@@ -21,6 +21,7 @@ use super::batches::{
 use super::gen::{generate, GenConfig};
 use super::hash::{empty_root, Hash};
 use super::mtrie::{LeafCursor, DEFAULT_CAPACITY};
+use super::node_store::StoreError;
 use super::record::WalRecord;
 use super::replay::ReplayState;
 use super::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
@@ -53,6 +54,11 @@ fn flow_err(py: Python<'_>, e: &FlowError) -> PyErr {
     let _ = v.setattr("kind", e.kind.name());
     let _ = v.setattr("retryable", e.kind.is_retryable());
     err
+}
+
+/// A paged forest's node store failed (its scratch files: the disk, not the input).
+fn store_err(e: StoreError) -> PyErr {
+    pyo3::exceptions::PyOSError::new_err(e.to_string())
 }
 
 fn error_dict<'py>(py: Python<'py>, e: &FlowError) -> PyResult<Bound<'py, PyDict>> {
@@ -468,10 +474,11 @@ impl FlowPayloads {
         let n = self.batch_rows;
         let cursor = &mut self.cursor;
         let batch = py.detach(|| {
-            let chunk = cursor.next_chunk(n);
-            (!chunk.is_empty()).then(|| registers_batch(&chunk))
+            let chunk = cursor.next_chunk(n)?;
+            Ok::<_, StoreError>((!chunk.is_empty()).then(|| registers_batch(&chunk)))
         });
         batch
+            .map_err(store_err)?
             .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
             .transpose()
     }
@@ -495,7 +502,7 @@ impl FlowRegisterEntries {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>)>> {
-        let chunk = self.cursor.next_chunk(self.batch_rows);
+        let chunk = self.cursor.next_chunk(self.batch_rows).map_err(store_err)?;
         if chunk.is_empty() {
             return Ok(None);
         }

@@ -195,7 +195,9 @@ impl ReplayState {
         ];
         let mut out = AlignedTables::new(tables, groups);
         loop {
-            let leaves = cursor.next_leaf_nodes(out.step_rows(PUBLISH_CHUNK));
+            let leaves = cursor
+                .next_leaf_nodes(out.step_rows(PUBLISH_CHUNK))
+                .map_err(|e| e.to_string())?;
             if leaves.is_empty() {
                 return out.finish();
             }
