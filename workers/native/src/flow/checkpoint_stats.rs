@@ -274,8 +274,9 @@ impl PartSink for StatsSink {
         Ok(())
     }
 
-    fn interior(&mut self, height: u16) {
+    fn interior(&mut self, height: u16, _hash: &Hash, _children: [bool; 2]) -> Result<(), String> {
         self.interim_depths[(MAX_HEIGHT - height) as usize] += 1;
+        Ok(())
     }
 
     fn finish(mut self) -> Result<PartStats, String> {

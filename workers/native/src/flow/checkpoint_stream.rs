@@ -32,7 +32,8 @@ use super::checkpoint::{
 use super::hash::{
     compact_values, default_hash, empty_root, hash_inter, Hash, LeafJob, MAX_HEIGHT,
 };
-use super::mtrie::{Node, Register};
+use super::mtrie::{Node, Register, Trie};
+use super::node_store::{NodeStore, NodeWriter, StoreError};
 use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
@@ -285,8 +286,16 @@ pub trait PartSink {
     type Done: Send;
     /// Leaves (every one a `Node::Leaf`) whose hashes checked out, in path order.
     fn leaves(&mut self, leaves: &[Arc<Node>]) -> Result<(), String>;
-    /// An interior node of the trie, at this height (children first, as stored).
-    fn interior(&mut self, _height: u16) {}
+    /// An interior node of the trie as read (children first, as stored): its height, stored
+    /// hash, and which children it has (the subtrees completed just before it, right last).
+    fn interior(&mut self, _height: u16, _hash: &Hash, _children: [bool; 2]) -> Result<(), String> {
+        Ok(())
+    }
+    /// A leaf of the part's subtrie as read, before its hash is checked (in the order of
+    /// [`Self::interior`]; the checked leaves come later through [`Self::leaves`]).
+    fn leaf_read(&mut self, _leaf: &Arc<Node>) -> Result<(), String> {
+        Ok(())
+    }
     fn finish(self) -> Result<Self::Done, String>;
 }
 
@@ -523,7 +532,9 @@ fn stream_part<S: PartSink>(
                         ));
                     }
                 }
-                out.sink.interior(height);
+                out.sink
+                    .interior(height, &stored, [lc.is_some(), rc.is_some()])
+                    .map_err(|m| CheckpointError::new(&file, at, "io", m))?;
                 if check_interior {
                     interior_perms += 1;
                     let d = default_hash(height - 1);
@@ -536,7 +547,11 @@ fn stream_part<S: PartSink>(
                 }
             } else {
                 leaves += 1;
-                out.push(at, leaf_node(raw), limit)?;
+                let leaf = leaf_node(raw);
+                out.sink
+                    .leaf_read(&leaf)
+                    .map_err(|m| CheckpointError::new(&file, at, "io", m))?;
+                out.push(at, leaf, limit)?;
             }
             stack.push(Pending {
                 index: i,
@@ -750,6 +765,28 @@ where
     S: PartSink,
     F: Fn(usize, &FsPath) -> CpResult<S> + Sync,
 {
+    stream_checked(dir, name, walk, make_sink).map(|s| (s.info, s.sinks))
+}
+
+/// A checked stream: what [`stream_into`] returns, and the top part and each part's first
+/// global node index (with one past the last), for a caller that rebuilds the top.
+struct Streamed<D> {
+    info: StreamInfo,
+    sinks: Vec<D>,
+    top: Top,
+    starts: Vec<u64>,
+}
+
+fn stream_checked<S, F>(
+    dir: &FsPath,
+    name: &str,
+    walk: Walk,
+    make_sink: F,
+) -> CpResult<Streamed<S::Done>>
+where
+    S: PartSink,
+    F: Fn(usize, &FsPath) -> CpResult<S> + Sync,
+{
     let version = checkpoint_version(dir, name)?;
     if version != VERSION_V6 {
         return Err(CheckpointError::new(
@@ -896,14 +933,162 @@ where
             RawNode::Leaf { .. } => None,
         })
         .collect();
-    Ok((info, sinks))
+    Ok(Streamed {
+        info,
+        sinks,
+        top,
+        starts,
+    })
+}
+
+/// Builds a one-trie checkpoint's trie into `store` while it is streamed and checked: each
+/// part's nodes are written to a node file of their own as they are read (on the part's
+/// thread), then the top part's nodes above them. Returns what was read and the trie, whose
+/// root is a placeholder: memory stays at one node path per part, whatever the checkpoint's
+/// size. Nothing of the store is referenced unless every CRC, node and root checked out.
+pub fn page_in(
+    dir: &FsPath,
+    name: &str,
+    walk: Walk,
+    store: &Arc<NodeStore>,
+) -> CpResult<(StreamInfo, Trie)> {
+    let s = stream_checked(dir, name, walk, |_, file| PagingSink::new(store, file))?;
+    let store_err = |e: StoreError| CheckpointError::new(&e.file, e.offset, "io", e.message);
+    // A part's subtrie root is its last node.
+    let mut placed: HashMap<u64, Arc<Node>> = HashMap::new();
+    for (i, root) in s.sinks.into_iter().enumerate() {
+        if let Some(root) = root {
+            placed.insert(s.starts[i + 1] - 1, root);
+        }
+    }
+    let total = s.starts[SUBTRIE_COUNT] - 1;
+    let mut w = store.writer().map_err(store_err)?;
+    let mut top: Vec<Arc<Node>> = Vec::with_capacity(s.top.nodes.len());
+    let child = |top: &Vec<Arc<Node>>, g: u64, at: u64| -> CpResult<Option<Arc<Node>>> {
+        if g == 0 {
+            return Ok(None);
+        }
+        let found = if g <= total {
+            placed.get(&g).cloned()
+        } else {
+            top.get((g - total - 1) as usize).cloned()
+        };
+        found.map(Some).ok_or_else(|| {
+            CheckpointError::new(
+                &s.top.file,
+                at,
+                "bad_child_index",
+                format!("node index {g}"),
+            )
+        })
+    };
+    for n in &s.top.nodes {
+        let placeholder = match &n.raw {
+            RawNode::Leaf {
+                height,
+                hash,
+                path,
+                payload,
+            } => w
+                .leaf(*height, *hash, &Register::new(*path, payload.clone()))
+                .map_err(store_err)?,
+            RawNode::Interior {
+                height,
+                hash,
+                left,
+                right,
+            } => {
+                let l = child(&top, *left, n.at + 35)?;
+                let r = child(&top, *right, n.at + 43)?;
+                w.interior(*height, *hash, l.as_ref(), r.as_ref())
+                    .map_err(store_err)?
+            }
+        };
+        top.push(placeholder);
+    }
+    w.flush().map_err(store_err)?;
+    let Some(record) = s.top.tries.last() else {
+        return Ok((s.info, Trie::empty()));
+    };
+    let trie = Trie {
+        root: child(&top, record.root_index, record.at)?,
+        reg_count: record.reg_count,
+        reg_size: record.reg_size,
+    };
+    Ok((s.info, trie))
+}
+
+/// [`page_in`]'s sink: writes the part's nodes to a node file as they are read, keeping the
+/// placeholders of the completed subtrees not yet under a parent (at most one per level).
+struct PagingSink {
+    writer: NodeWriter,
+    file: PathBuf,
+    stack: Vec<Arc<Node>>,
+}
+
+impl PagingSink {
+    fn new(store: &Arc<NodeStore>, file: &FsPath) -> CpResult<Self> {
+        let writer = store
+            .writer()
+            .map_err(|e| CheckpointError::new(&e.file, e.offset, "io", e.message))?;
+        Ok(PagingSink {
+            writer,
+            file: file.to_path_buf(),
+            stack: Vec::new(),
+        })
+    }
+}
+
+impl PartSink for PagingSink {
+    type Done = Option<Arc<Node>>;
+
+    fn leaves(&mut self, _leaves: &[Arc<Node>]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn leaf_read(&mut self, leaf: &Arc<Node>) -> Result<(), String> {
+        let Node::Leaf { height, reg, hash } = &**leaf else {
+            return Err("a leaf expected".into());
+        };
+        let p = self
+            .writer
+            .leaf(*height, *hash, reg)
+            .map_err(|e| e.to_string())?;
+        self.stack.push(p);
+        Ok(())
+    }
+
+    fn interior(&mut self, height: u16, hash: &Hash, children: [bool; 2]) -> Result<(), String> {
+        // The walk checked that the children are the subtrees just completed, right on top.
+        let mut pop = |present: bool| -> Result<Option<Arc<Node>>, String> {
+            if !present {
+                return Ok(None);
+            }
+            self.stack.pop().map(Some).ok_or_else(|| {
+                format!("{}: interior node without its subtree", self.file.display())
+            })
+        };
+        let r = pop(children[1])?;
+        let l = pop(children[0])?;
+        let p = self
+            .writer
+            .interior(height, *hash, l.as_ref(), r.as_ref())
+            .map_err(|e| e.to_string())?;
+        self.stack.push(p);
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Self::Done, String> {
+        self.writer.flush().map_err(|e| e.to_string())?;
+        Ok(self.stack.pop())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::flow::checkpoint::{load, write_tries};
-    use crate::flow::mtrie::{Forest, Trie};
+    use crate::flow::mtrie::Forest;
     use crate::flow::record::tests::payload;
     use crate::flow::record::TrieUpdate;
 
@@ -991,6 +1176,110 @@ mod tests {
         write_tries(&t, &dir, "checkpoint.00000002", 1).unwrap();
         let e = stream(&dir, "checkpoint.00000002", &opts(&dir, Verify::Full)).unwrap_err();
         assert_eq!(e.kind, "shared_node");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A checkpoint paged into a node store while streamed: the trie has the in-memory
+    /// load's root, counters and leaves, takes updates to the in-memory forest's roots, and
+    /// written out again it is byte for byte the checkpoint it came from (flow-go's bytes).
+    /// A damaged checkpoint fails with its file and offset.
+    #[test]
+    fn pages_a_checkpoint_into_a_node_store() {
+        let dir = tmp("pagein");
+        let name = "checkpoint.00000001";
+        let t = tries();
+        write_tries(&t[1..], &dir, name, 1).unwrap();
+        let loaded = load(&dir, name, 1, Verify::Full).unwrap();
+        let want = &loaded.tries[0];
+        let walk = Walk {
+            threads: 2,
+            verify: Verify::Full,
+            batch_bytes: 1 << 10,
+        };
+        let store = NodeStore::create(&dir.join("store"), 4 << 10).unwrap();
+        let (info, trie) = page_in(&dir, name, walk, &store).unwrap();
+        assert!(matches!(trie.root.as_deref(), Some(Node::Paged { .. })));
+        assert_eq!(
+            info.tries,
+            vec![(want.root_hash(), want.reg_count, want.reg_size)]
+        );
+        assert_eq!(
+            (trie.root_hash(), trie.reg_count, trie.reg_size),
+            (want.root_hash(), want.reg_count, want.reg_size)
+        );
+        let leaves = |t: &Trie| -> Vec<(u16, Hash, Vec<u8>)> {
+            t.leaves()
+                .next_leaf_nodes(usize::MAX)
+                .unwrap()
+                .iter()
+                .map(|n| match &**n {
+                    Node::Leaf { height, hash, reg } => {
+                        (*height, *hash, reg.payload.value.to_vec())
+                    }
+                    _ => panic!("a cursor yields leaves"),
+                })
+                .collect()
+        };
+        assert_eq!(leaves(&trie), leaves(want));
+        assert!(trie.verify_hashes().unwrap());
+        let out = dir.join("again");
+        std::fs::create_dir_all(&out).unwrap();
+        write_tries(std::slice::from_ref(&trie), &out, name, 2).unwrap();
+        for i in 0..=SUBTRIE_COUNT {
+            let f = crate::flow::checkpoint::part_name(name, i);
+            assert_eq!(
+                std::fs::read(out.join(&f)).unwrap(),
+                std::fs::read(dir.join(&f)).unwrap()
+            );
+        }
+        assert_eq!(
+            std::fs::read(out.join(name)).unwrap(),
+            std::fs::read(dir.join(name)).unwrap()
+        );
+
+        // Updates on top of the paged trie give the in-memory forest's roots.
+        let mut mem = Forest::new(4, 1);
+        mem.add(want.clone());
+        let mut paged = Forest::new(4, 2)
+            .with_paging(store.clone(), 2 << 10)
+            .unwrap();
+        paged.add(trie);
+        let mut root = want.root_hash();
+        for round in 0u8..5 {
+            let writes: Vec<_> = (0..60u32)
+                .map(|i| {
+                    let mut p = [round; 32];
+                    p[..4].copy_from_slice(&(i.wrapping_mul(2_654_435_761)).to_be_bytes());
+                    (
+                        crate::flow::hash::Path(p),
+                        payload("o", "u", &[round, i as u8]),
+                    )
+                })
+                .collect();
+            let u = TrieUpdate {
+                root,
+                paths: writes.iter().map(|w| w.0).collect(),
+                payloads: writes.iter().map(|w| w.1.clone()).collect(),
+            };
+            let a = mem.update(&u).unwrap();
+            assert_eq!(paged.update(&u).unwrap(), a);
+            root = a.root;
+        }
+        assert_eq!(
+            leaves(paged.get(&root).unwrap()),
+            leaves(mem.get(&root).unwrap())
+        );
+        drop(paged);
+
+        // A flipped byte in a part: the part's file and offset, as the other reads say.
+        let part = dir.join(crate::flow::checkpoint::part_name(name, 3));
+        let mut bytes = std::fs::read(&part).unwrap();
+        bytes[40] ^= 1;
+        std::fs::write(&part, bytes).unwrap();
+        let store2 = NodeStore::create(&dir.join("store2"), 4 << 10).unwrap();
+        let e = page_in(&dir, name, walk, &store2).unwrap_err();
+        assert_eq!(e.file, part);
+        drop((store, store2));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
