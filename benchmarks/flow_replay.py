@@ -9,6 +9,13 @@ Keccak permutations), so each size also reports the permutations rechain's repla
 multi-lane keccak rate measured in the same run: the fastest any replay of that WAL could go.
 
     .venv/bin/python benchmarks/flow_replay.py [--sizes 20:7500,500:300,5000:30] [--workers 2]
+    .venv/bin/python benchmarks/flow_replay.py --out-of-core 16M [--ooc-size 500:2400]
+
+``--out-of-core BUDGET`` measures instead a replay that resumes from a checkpoint at least ten
+times the budget: flow-go writes the WAL, rechain replays its first 90% and checkpoints there,
+then the remaining segments are replayed on top of that checkpoint by rechain within
+``--memory-budget BUDGET`` (the checkpoint paged into a node store), by rechain in memory, and
+by flow-go (which loads the checkpoint whole), each with its time and peak RSS.
 
 A size is REGISTERS_PER_UPDATE:UPDATES; the defaults write ~150,000 registers at each size, so
 flow-go takes a comparable time (tens of seconds) at each.
@@ -30,6 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import BIN, machine, run_measured, write_result  # noqa: E402
+from rechain.pipeline.cli import parse_size  # noqa: E402
+from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "20:7500,500:300,5000:30"
@@ -178,13 +187,129 @@ def measure_size(
     return out
 
 
+#: The issue's goal for a replay on top of a checkpoint ten times the budget: at least this
+#: fraction of flow-go's speed, in at most a tenth of its memory.
+OOC_SPEED_GOAL = 0.5
+OOC_MEMORY_GOAL = 0.1
+
+
+def _replay(wal: Path, data: Path, workers: int, *extra: str) -> tuple[dict[str, Any], Any, float]:
+    out, rss, wall = run_measured(
+        [str(BIN), "flow", "replay", "--wal", str(wal), "--data", str(data),
+         "--workers", str(workers), "--no-progress", "--json", *extra]
+    )  # fmt: skip
+    return json.loads(out.stdout), rss, wall
+
+
+def measure_out_of_core(
+    flowgo: Path, work: Path, per_update: int, updates: int, workers: int, budget: int
+) -> dict[str, Any]:
+    wal = work / "wal-ooc"
+    subprocess.run(
+        [str(flowgo), "gen", "--out", str(wal), "--updates", str(updates),
+         "--registers-per-update", str(per_update), "--seed", "9",
+         "--segment-size", str(4 << 20)],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=3600,
+    )  # fmt: skip
+    segments = sorted(p.name for p in wal.iterdir() if p.name.isdigit())
+    base = work / "wal-base"
+    base.mkdir()
+    keep = segments[: max(1, len(segments) * 9 // 10)]
+    for name in keep:
+        shutil.copy(wal / name, base / name)
+    cps = work / "cps"
+    _replay(base, work / "d-base", workers, "--checkpoint-every", str(len(keep)),
+            "--checkpoint-dir", str(cps))  # fmt: skip
+    [(_, cp_name)] = list_checkpoints(cps)
+    cp_bytes = checkpoint_bytes(cps, cp_name)
+    paged, paged_rss, _ = _replay(wal, work / "d-paged", workers, "--checkpoint", str(cps),
+                                  "--memory-budget", str(budget))  # fmt: skip
+    inmem, inmem_rss, _ = _replay(wal, work / "d-mem", workers, "--checkpoint", str(cps),
+                                  "--memory-budget", str(64 * cp_bytes))  # fmt: skip
+    node = work / "node"
+    shutil.copytree(wal, node)
+    for p in cps.iterdir():
+        shutil.copy(p, node / p.name)
+    theirs, go_rss, _ = run_measured([str(flowgo), "replay", "--wal", str(node), "--roots=false"])
+    go = json.loads(theirs.stdout)
+    go_s = float(go["elapsed_seconds"])
+    baseline = _baseline_rss()
+
+    def seconds(r: dict[str, Any]) -> float:
+        return float(r["run"]["total_s"] - r["run"]["ray_start_s"])
+
+    paged_s, inmem_s = seconds(paged), seconds(inmem)
+    above = paged_rss.peak_root - baseline
+    return {
+        "input": {
+            "updates": updates,
+            "registers_per_update": per_update,
+            "segments": len(segments),
+            "replayed_segments": paged["segments"],
+            "checkpoint_bytes": cp_bytes,
+            "memory_budget": budget,
+            "checkpoint_over_budget": round(cp_bytes / budget, 2),
+        },
+        "same_final_root": paged["root"] == inmem["root"] == go["final_root"],
+        "same_updates": paged["updates_applied"] == inmem["updates_applied"] == go["updates"],
+        "seconds": {
+            "rechain_paged": round(paged_s, 3),
+            "rechain_in_memory": round(inmem_s, 3),
+            "flowgo_load_and_replay": round(go_s, 3),
+        },
+        "paged_over_flowgo_speed": round(go_s / paged_s, 3),
+        "paged_over_in_memory_speed": round(inmem_s / paged_s, 3),
+        "peak_rss_mib": {
+            "baseline_python_process": round(baseline / 2**20),
+            "rechain_paged": round(paged_rss.peak_root / 2**20),
+            "rechain_in_memory": round(inmem_rss.peak_root / 2**20),
+            "flowgo": round(go_rss.peak_root / 2**20),
+        },
+        "node_store": paged["run"]["node_store"],
+        "targets": {
+            "checkpoint >= 10x budget": cp_bytes >= 10 * budget,
+            "paged rss <= baseline + budget": above <= budget,
+            f"paged speed >= {OOC_SPEED_GOAL}x flowgo": go_s / paged_s >= OOC_SPEED_GOAL,
+            f"paged rss <= {OOC_MEMORY_GOAL} flowgo": paged_rss.peak_root
+            <= OOC_MEMORY_GOAL * go_rss.peak_root,
+        },
+    }
+
+
+def _baseline_rss() -> int:
+    """Peak RSS of the CLI doing nothing but start (Python, the native module, pyarrow)."""
+    _, rss, _ = run_measured([str(BIN), "--help"])
+    return int(rss.peak_root)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help="PER_UPDATE:UPDATES,...")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out-of-core", type=parse_size, default=None, metavar="BUDGET")
+    ap.add_argument("--ooc-size", default="500:2400", help="PER_UPDATE:UPDATES")
     args = ap.parse_args()
     flowgo = flowgo_binary()
     work = Path(tempfile.mkdtemp(prefix="rechain-flow-bench-"))
+    if args.out_of_core is not None:
+        try:
+            [(per_update, updates)] = _parse_sizes(args.ooc_size)
+            out = {
+                "benchmark": "flow_replay_out_of_core",
+                "machine": machine(),
+                "workers": args.workers,
+                **measure_out_of_core(
+                    flowgo, work, per_update, updates, args.workers, args.out_of_core
+                ),
+            }
+            path = write_result("flow_replay_out_of_core", out)
+            print(json.dumps(out, indent=1))
+            print(f"wrote {path}")
+            if not out["same_final_root"]:
+                raise SystemExit("final roots differ")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         rates = [_keccak_rate(args.workers)]
         sizes: dict[str, Any] = {}

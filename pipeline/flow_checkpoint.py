@@ -126,6 +126,48 @@ def load_forest(
     return _load_forest_on_ray(directory, name, workers, ray_address, verify_leaves, t0)
 
 
+def checkpoint_bytes(directory: Path, name: str) -> int:
+    """Bytes of checkpoint ``name``: its header and every part file."""
+    return sum(p.stat().st_size for p in directory.glob(f"{name}*") if p.is_file())
+
+
+#: How many times its size an in-memory read of a checkpoint peaks at (nodes and payloads
+#: as objects, with the parts' read buffers).
+IN_MEMORY_FACTOR = 3
+
+
+def needs_paging(directory: Path, name: str, memory_budget: int) -> bool:
+    """Whether checkpoint ``name`` is too large to hold in memory within the budget."""
+    return checkpoint_bytes(directory, name) * IN_MEMORY_FACTOR > memory_budget
+
+
+def page_forest(
+    directory: Path, name: str, store_dir: Path, memory_budget: int, workers: int
+) -> tuple[Any, dict[str, Any]]:
+    """A forest holding checkpoint ``name``'s trie paged out to a node store in
+    ``store_dir`` (scratch: emptied first, removed with the forest), streamed and fully
+    verified: half the budget caches loaded nodes, a quarter holds new ones before they are
+    written out, so replaying on top of it stays within the budget whatever the checkpoint's
+    size. Returns the forest and what was read, as ``load_forest`` does."""
+    t0 = time.perf_counter()
+    shutil.rmtree(store_dir, ignore_errors=True)
+    try:
+        forest, info = _native.flow_checkpoint_page_in(
+            str(directory),
+            name,
+            str(store_dir),
+            cache_bytes=memory_budget // 2,
+            hold_bytes=memory_budget // 4,
+            threads=workers or None,
+        )
+    except _native.FlowCheckpointError as e:
+        _raise(e)
+    info = dict(info)
+    load_s = time.perf_counter() - t0
+    info.update({"name": name, "ray_start_s": 0.0, "load_s": load_s, "verify": "paged"})
+    return forest, info
+
+
 def _load_forest_on_ray(
     directory: Path,
     name: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from rechain.pipeline import placement
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.stages.engine import Driver
 from rechain.pipeline.stages.flow import PIPELINE, FlowRun, source_token, stages
+from rechain.pipeline.stages.flow.replay import NODE_STORE
 from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
@@ -56,7 +58,13 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
     with DataDir(opts.data) as data:
         ctx = FlowRun(opts, data, segments, workers)
         driver = Driver(PIPELINE, stages(), data)
-        driver.run(ctx, opts.from_stage, source=source_token(opts, segments))
+        try:
+            driver.run(ctx, opts.from_stage, source=source_token(opts, segments))
+        finally:
+            # A paged forest's node store is scratch: gone with the run, killed or not (a
+            # later run empties the folder before using it).
+            ctx.forest = None
+            shutil.rmtree(opts.data / NODE_STORE, ignore_errors=True)
         summary = data.meta_get(fs.META_FLOW_SUMMARY)
         if ctx.written:
             summary["checkpoints_written"] = ctx.written
@@ -69,6 +77,7 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
             "decode": ctx.report.get("decode", "skipped"),
             "hash_permutations": ctx.report.get("hash_permutations"),
             "parallel_subtries": ctx.report.get("parallel_subtries"),
+            "node_store": ctx.report.get("node_store"),
             "stages_run": driver.ran,
             "placement": placement.report(driver.ran),
         }

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline.flow_checkpoint import list_checkpoints
+from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import verify
 from rechain.schemas import rocksdb as layout
@@ -178,6 +178,29 @@ def test_replay_writes_checkpoints_and_resumes_from_them(
     assert 0 < resumed["updates_applied"] < first["updates_applied"] < UPDATES
     # The resumed state passes verify: its first update starts from the checkpoint's root.
     checked = verify(tmp_path / "d2")
+    assert checked["ok"], checked["problems"]
+    assert checked["flow"]["root_recomputed"] == facts["final_root"]
+    assert resumed["resumed_from"]["paged"] is False and resumed["run"]["node_store"] is None
+    # The same resume under a budget the checkpoint does not fit in (an in-memory read takes
+    # about three times its size): the checkpoint is paged into a node store while it is
+    # verified, the replay loads nodes through a cache of half the budget, and the state,
+    # registers and checks are the same. The node store is scratch, gone after the run.
+    budget = checkpoint_bytes(cps, f"checkpoint.{numbers[-1]:08d}")
+    paged = cli_json("flow", "replay", "--wal", wal_dir, "--data", tmp_path / "d3",
+                     "--no-progress", "--checkpoint", cps, "--memory-budget", str(budget),
+                     "--json")  # fmt: skip
+    assert paged["resumed_from"]["paged"] is True
+    for key in ("root", "registers", "updates_applied", "segments"):
+        assert paged[key] == resumed[key], key
+    store = paged["run"]["node_store"]
+    assert store["loads"] > 0 and store["nodes_written"] > 0
+    assert store["cached_bytes"] <= budget // 2
+    assert not (tmp_path / "d3" / "stage" / "flow_nodes").exists()
+    registers = (
+        "SELECT hex(path) AS p, hex(encoded_key) AS k, hex(value) AS v FROM registers ORDER BY p"
+    )
+    assert query(tmp_path / "d3", registers) == query(tmp_path / "d2", registers)
+    checked = verify(tmp_path / "d3")
     assert checked["ok"], checked["problems"]
     assert checked["flow"]["root_recomputed"] == facts["final_root"]
     # flow-go's own replay picks up rechain's latest checkpoint and replays the rest.

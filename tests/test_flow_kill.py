@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import verify
 from rechain.schemas import flow as fs
@@ -26,7 +27,7 @@ from tests.conftest import cli, cli_json, kill_after
 
 KILL_POINTS = int(os.environ.get("RECHAIN_KILL_POINTS", "3"))
 #: Summary fields that time the run rather than describe the state.
-TIMINGS = {"publish_s"}
+TIMINGS = {"publish_s", "load_s"}
 
 
 def replay_cmd(wal: Path, data: Path) -> list[str]:
@@ -51,9 +52,10 @@ def checkpoint_files(data: Path) -> dict[str, str]:
     }
 
 
-def run_to_end(wal: Path, data: Path) -> float:
+def run_to_end(wal: Path, data: Path, *extra: str) -> float:
     t0 = time.monotonic()
-    proc = subprocess.run(replay_cmd(wal, data), capture_output=True, text=True, timeout=300)
+    cmd = replay_cmd(wal, data) + list(extra)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return time.monotonic() - t0
 
@@ -71,6 +73,10 @@ def state(data: Path) -> dict[str, Any]:
             out[cf] = (n, h.hexdigest())
         summary = d.meta_get(fs.META_FLOW_SUMMARY)
         out["summary"] = {k: v for k, v in summary.items() if k not in TIMINGS}
+        if out["summary"].get("resumed_from"):
+            out["summary"]["resumed_from"] = {
+                k: v for k, v in summary["resumed_from"].items() if k not in TIMINGS
+            }
     for table, order in (("trie_updates", "seq"), ("registers", "path")):
         code, rows, err = cli(
             "query", "--data", data, f"SELECT * FROM {table} ORDER BY {order}", "--format", "csv"
@@ -119,3 +125,43 @@ def test_killed_replays_rerun_to_the_same_state(wal: Path, tmp_path: Path) -> No
     assert checkpoint_files(data) == written
     st = cli_json("flow", "status", "--data", data, "--json")
     assert st["root"] == facts["final_root"]
+
+
+def test_killed_paged_replays_rerun_to_the_same_state(wal: Path, tmp_path: Path) -> None:
+    """Replays resuming from a checkpoint too large for their memory budget (so the forest is
+    paged into a node store), killed at random moments: the rerun ends in the uninterrupted
+    paged run's state, which holds the WAL's final root, and no node store is left behind."""
+    segments = sorted(p.name for p in wal.iterdir() if p.name.isdigit())
+    half = tmp_path / "half"
+    half.mkdir()
+    for name in segments[: len(segments) // 2]:
+        shutil.copy(wal / name, half / name)
+    cps = tmp_path / "cps"
+    base = tmp_path / "base"
+    run_to_end(half, base, "--checkpoint-every", str(len(segments) // 2), "--checkpoint-dir",
+               str(cps))  # fmt: skip
+    [(_, name)] = list_checkpoints(cps)
+    # An in-memory read takes about three times the checkpoint's size: this budget pages.
+    paged = ["--checkpoint", str(cps), "--memory-budget", str(checkpoint_bytes(cps, name))]
+    ref = tmp_path / "ref"
+    full = run_to_end(wal, ref, *paged)
+    want = state(ref)
+    facts = json.loads((wal / "expected.json").read_text())
+    assert want["summary"]["root"] == facts["final_root"]
+    with DataDir(ref, readonly=True) as d:
+        run = d.meta_get(fs.META_FLOW_RUN)
+    assert run["node_store"]["loads"] > 0
+    rng = random.Random(99)
+    data = tmp_path / "killed"
+    kills = attempts = 0
+    while kills < KILL_POINTS and attempts < 3 * KILL_POINTS:
+        attempts += 1
+        if kill_after(replay_cmd(wal, data) + paged, rng.uniform(0.3, full)):
+            kills += 1
+        else:
+            shutil.rmtree(data)
+            shutil.rmtree(checkpoint_dir(data), ignore_errors=True)
+    assert kills == KILL_POINTS
+    run_to_end(wal, data, *paged)
+    assert state(data) == want
+    assert not (data / "stage" / "flow_nodes").exists()

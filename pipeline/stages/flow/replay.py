@@ -7,7 +7,11 @@ ahead of the apply. With ``--checkpoint-every N`` a checkpoint is written every 
 the forest reaches it. Bad input stops the replay where flow-go would, but says what it found
 (segment, offset, reason, as a skip); nothing past the last good update is applied.
 
-The forest lives in this process: the stage is ephemeral.
+The forest lives in this process: the stage is ephemeral. Resumed from a checkpoint too large
+for ``--memory-budget`` (``flow_checkpoint.needs_paging``), the forest is paged: the checkpoint
+is streamed into a node store under ``DATADIR/stage/flow_nodes`` (scratch) and nodes are loaded
+through a cache as updates reach them, new ones written out as they pile up
+(``workers/native/src/flow/node_store.rs``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
 
 #: The metrics label of the replay.
 STAGE = "flow_wal"
+#: Scratch folder (under the data folder) of the node store a checkpoint too large for the
+#: memory budget is paged into.
+NODE_STORE = Path("stage") / "flow_nodes"
 
 
 class ReplayStage(Stage[FlowRun]):
@@ -115,6 +122,7 @@ class ReplayStage(Stage[FlowRun]):
                 # updates split across threads.
                 "hash_permutations": int(forest.hash_permutations),
                 "parallel_subtries": int(forest.parallel_subtries),
+                "node_store": forest.node_store(),
             }
         )
         return Done(rows=int(forest.updates_applied), detail={"segments": len(segments)})
@@ -132,7 +140,13 @@ def _resume(
     if not found:
         raise RechainError(f"{opts.checkpoint}: no checkpoint.NNNNNNNN file to resume from")
     number, name = found[-1]
-    forest, info = flow_checkpoint.load_forest(opts.checkpoint, name, workers, opts.ray_address)
+    paged = flow_checkpoint.needs_paging(opts.checkpoint, name, opts.memory_budget)
+    if paged:
+        forest, info = flow_checkpoint.page_forest(
+            opts.checkpoint, name, opts.data / NODE_STORE, opts.memory_budget, workers
+        )
+    else:
+        forest, info = flow_checkpoint.load_forest(opts.checkpoint, name, workers, opts.ray_address)
     rest = [s for s in segments if s[0] > number]
     if rest and rest[0][0] != number + 1:
         raise RechainError(
@@ -146,6 +160,7 @@ def _resume(
         "roots": [t["root"] for t in info["tries"]],
         "tries": len(info["tries"]),
         "load_s": info["load_s"],
+        "paged": paged,
     }
     return forest, resumed, rest
 

@@ -4,6 +4,8 @@
 //! * `flow_checkpoint_verify_part(dir, name, index) -> dict` (one subtrie part, fully verified)
 //! * `flow_checkpoint_version(dir, name) -> int`
 //! * `flow_checkpoint_stream(dir, name, registers, hashes, ...) -> dict` (bounded memory)
+//! * `flow_checkpoint_page_in(dir, name, store_dir, cache_bytes, hold_bytes, ...)
+//!   -> (FlowForest, dict)`: a forest paged out to a node store (bounded memory)
 //! * `flow_checkpoint_stats(dir, name, spill_dir, ...) -> dict` (`checkpoint stats`, streamed;
 //!   its `owners` is a `FlowCheckpointOwners` iterator of record batches)
 //! * `flow_checkpoint_load(dir, name, threads=None, verify_hashes=True, verify_leaves=True)
@@ -24,10 +26,13 @@ use super::checkpoint::{
     CheckpointError, PartInfo, RegisterCheckpointBuilder, Verify, WriteInfo,
 };
 use super::checkpoint_stats::{collect, OwnerMerge};
-use super::checkpoint_stream::{stream, StreamInfo, StreamOptions, Walk};
+use super::checkpoint_stream::{page_in, stream, StreamInfo, StreamOptions, Walk};
 use super::hash::{chain_throughput, Hash, Path};
+use super::mtrie::{Forest, DEFAULT_CAPACITY};
+use super::node_store::NodeStore;
 use super::py::FlowForest;
 use super::record::Payload;
+use super::replay::ReplayState;
 use crate::parquet_out::RowGroups;
 use crate::store::encode_register_value;
 use arrow_array::cast::AsArray;
@@ -229,6 +234,43 @@ fn flow_checkpoint_stream<'py>(
         .detach(|| stream(&dir, &name, &opts))
         .map_err(|e| cp_err(py, &e))?;
     stream_dict(py, &info)
+}
+
+/// Pages v6 checkpoint `name` of `dir` (one trie) into a node store in the new folder
+/// `store_dir` while streaming and checking it (`verify` as for `flow_checkpoint_stream`), and
+/// returns a paged `FlowForest` holding its trie: loaded nodes cached up to `cache_bytes`,
+/// new ones written out past `hold_bytes`, so a replay on top of it runs in about their sum
+/// whatever the checkpoint's size. The folder is scratch, removed with the forest.
+#[pyfunction]
+#[pyo3(signature = (dir, name, store_dir, cache_bytes, hold_bytes, threads=None, verify="full"))]
+#[allow(clippy::too_many_arguments)]
+fn flow_checkpoint_page_in<'py>(
+    py: Python<'py>,
+    dir: PathBuf,
+    name: String,
+    store_dir: PathBuf,
+    cache_bytes: usize,
+    hold_bytes: u64,
+    threads: Option<usize>,
+    verify: &str,
+) -> PyResult<(FlowForest, Bound<'py, PyDict>)> {
+    let walk = Walk {
+        threads: threads_or_cores(threads),
+        verify: parse_verify(verify)?,
+        batch_bytes: (cache_bytes / 32).clamp(64 << 10, 4 << 20),
+    };
+    let paged = py.detach(|| {
+        let store = NodeStore::create(&store_dir, cache_bytes)
+            .map_err(|e| CheckpointError::new(&e.file, e.offset, "io", e.message))?;
+        let (info, trie) = page_in(&dir, &name, walk, &store)?;
+        let forest = Forest::new(DEFAULT_CAPACITY, walk.threads)
+            .with_paging(store, hold_bytes)
+            .map_err(|e| CheckpointError::new(&e.file, e.offset, "io", e.message))?;
+        Ok::<_, CheckpointError>((info, ReplayState::with_forest(forest, vec![trie])))
+    });
+    let (info, state) = paged.map_err(|e| cp_err(py, &e))?;
+    let d = stream_dict(py, &info)?;
+    Ok((FlowForest::from_state(state), d))
 }
 
 fn parse_verify(verify: &str) -> PyResult<Verify> {
@@ -769,6 +811,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_checkpoint_load, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_version, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(flow_checkpoint_page_in, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_stats, m)?)?;
     m.add_class::<FlowCheckpointOwners>()?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;

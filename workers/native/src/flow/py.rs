@@ -4,6 +4,7 @@
 //! * `flow_decode_segment(path, segment_no, strict=False) -> (wal_records batch, info)`
 //! * `flow_list_segments(dir) -> [(number, path)]`
 //! * `FlowForest(capacity=500, threads=None)`: `apply(batch)`, `replay_segment(path, no)`,
+//!   `node_store()` (a paged forest's store traffic),
 //!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`,
 //!   `hash_permutations`, `parallel_subtries` (the updates' hashing work, and how much ran split);
 //!   publication without pyarrow: `write_trie_updates()`, `write_registers()`,
@@ -417,6 +418,22 @@ impl FlowForest {
         self.state.forest().len()
     }
 
+    /// A paged forest's node store traffic (`nodes_written`, `disk_bytes`, `loads`,
+    /// `cache_hits`, `cached_bytes`); None for a forest in memory.
+    fn node_store<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(store) = self.state.forest().store() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        let s = &store.stats;
+        d.set_item("nodes_written", s.nodes_written.load(Ordering::Relaxed))?;
+        d.set_item("disk_bytes", store.disk_bytes())?;
+        d.set_item("loads", s.loads.load(Ordering::Relaxed))?;
+        d.set_item("cache_hits", s.cache_hits.load(Ordering::Relaxed))?;
+        d.set_item("cached_bytes", store.cached_bytes())?;
+        Ok(Some(d))
+    }
+
     /// The registers (non-empty payloads) of a trie in path order, as an iterator of
     /// `registers` batches of at most `batch_rows` rows.
     #[pyo3(signature = (root=None, batch_rows=65_536))]
@@ -429,6 +446,11 @@ impl FlowForest {
 }
 
 impl FlowForest {
+    /// A forest of `state`.
+    pub(crate) fn from_state(state: ReplayState) -> Self {
+        FlowForest { state }
+    }
+
     /// A forest holding `tries` (file order: the last one is the current state).
     pub(crate) fn from_tries(tries: Vec<super::mtrie::Trie>, threads: Option<usize>) -> Self {
         FlowForest {

@@ -50,7 +50,18 @@ impl ReplayState {
 
     /// A state holding `tries` (file order: the last one is the current state).
     pub fn from_tries(tries: Vec<Trie>, threads: usize) -> Self {
-        let mut s = ReplayState::new(DEFAULT_CAPACITY.max(tries.len() + 1), threads);
+        let capacity = DEFAULT_CAPACITY.max(tries.len() + 1);
+        ReplayState::with_forest(Forest::new(capacity, threads), tries)
+    }
+
+    /// A state of `forest` (a paged one, say) with `tries` added, the last being current.
+    pub fn with_forest(forest: Forest, tries: Vec<Trie>) -> Self {
+        let mut s = ReplayState {
+            forest,
+            current: empty_root(),
+            applied: 0,
+            log: Vec::new(),
+        };
         if let Some(last) = tries.last() {
             s.current = last.root_hash();
         }
