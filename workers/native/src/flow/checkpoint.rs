@@ -1251,13 +1251,16 @@ fn nodes_at_level(root: &Option<Arc<Node>>) -> CpResult<Vec<Option<Arc<Node>>>> 
 
 /// `storeUniqueNodes`: the nodes under `root` not yet in `visited`, descendants first (left
 /// subtree, right subtree, node), each encoded and written as it is reached (paged-out nodes
-/// loaded one at a time).
+/// loaded one at a time). With `single_trie` no node has two parents, so a child's index is
+/// forgotten once its parent is written: `visited` then holds one path's worth of nodes, not
+/// the trie's, which is what lets a paged trie larger than memory be written.
 fn store_unique_nodes(
     root: &Arc<Node>,
     visited: &mut HashMap<NodeKey, u64>,
     counter: &mut u64,
     out: &mut CrcWriter,
     scratch: &mut Vec<u8>,
+    single_trie: bool,
 ) -> CpResult<()> {
     if visited.contains_key(&node_key(root)) {
         return Ok(());
@@ -1287,6 +1290,11 @@ fn store_unique_nodes(
                 };
                 encode_interior(scratch, *height, hash, idx(left), idx(right));
                 out.put(scratch)?;
+                if single_trie {
+                    for c in [left, right].into_iter().flatten() {
+                        visited.remove(&node_key(c));
+                    }
+                }
                 visited.insert(node_key(&held), *counter);
                 *counter += 1;
             }
@@ -1356,6 +1364,7 @@ pub fn write_tries(
         }
     }
     let staged = Staged::new(dir, name)?;
+    let single = tries.len() == 1;
     // subtrie_roots[i][t] = trie t's node at position i of depth 4.
     let mut subtrie_roots: Vec<Vec<Option<Arc<Node>>>> = vec![Vec::new(); SUBTRIE_COUNT];
     for t in tries {
@@ -1372,7 +1381,7 @@ pub fn write_tries(
         let mut scratch = Vec::with_capacity(4096);
         let mut roots = Vec::new();
         for n in subtrie_roots[i].iter().flatten() {
-            store_unique_nodes(n, &mut visited, &mut counter, &mut w, &mut scratch)?;
+            store_unique_nodes(n, &mut visited, &mut counter, &mut w, &mut scratch, single)?;
             roots.push((node_key(n), visited[&node_key(n)]));
         }
         let count = counter - 1;
@@ -1415,7 +1424,14 @@ pub fn write_tries(
     let mut scratch = Vec::with_capacity(4096);
     for t in tries {
         if let Some(root) = &t.root {
-            store_unique_nodes(root, &mut visited, &mut counter, &mut w, &mut scratch)?;
+            store_unique_nodes(
+                root,
+                &mut visited,
+                &mut counter,
+                &mut w,
+                &mut scratch,
+                single,
+            )?;
         }
     }
     let top_nodes = counter - offset - 1;
