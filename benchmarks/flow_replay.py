@@ -9,7 +9,7 @@ Keccak permutations), so each size also reports the permutations rechain's repla
 multi-lane keccak rate measured in the same run: the fastest any replay of that WAL could go.
 
     .venv/bin/python benchmarks/flow_replay.py [--sizes 20:7500,500:300,5000:30] [--workers 2]
-    .venv/bin/python benchmarks/flow_replay.py --out-of-core 16M [--ooc-size 500:2400]
+    .venv/bin/python benchmarks/flow_replay.py --out-of-core 16M [--ooc-size 500:2000]
 
 ``--out-of-core BUDGET`` measures instead a replay that resumes from a checkpoint at least ten
 times the budget: flow-go writes the WAL, rechain replays its first 90% and checkpoints there,
@@ -233,7 +233,7 @@ def measure_out_of_core(
     theirs, go_rss, _ = run_measured([str(flowgo), "replay", "--wal", str(node), "--roots=false"])
     go = json.loads(theirs.stdout)
     go_s = float(go["elapsed_seconds"])
-    baseline = _baseline_rss()
+    baseline = _baseline_rss(work / "d-paged")
 
     def seconds(r: dict[str, Any]) -> float:
         return float(r["run"]["total_s"] - r["run"]["ray_start_s"])
@@ -276,9 +276,10 @@ def measure_out_of_core(
     }
 
 
-def _baseline_rss() -> int:
-    """Peak RSS of the CLI doing nothing but start (Python, the native module, pyarrow)."""
-    _, rss, _ = run_measured([str(BIN), "--help"])
+def _baseline_rss(data: Path) -> int:
+    """Peak RSS of the same CLI opening the same data folder without replaying anything
+    (`flow status`): Python, the native module, RocksDB; what no budget covers."""
+    _, rss, _ = run_measured([str(BIN), "flow", "status", "--data", str(data), "--json"])
     return int(rss.peak_root)
 
 
@@ -287,7 +288,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help="PER_UPDATE:UPDATES,...")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out-of-core", type=parse_size, default=None, metavar="BUDGET")
-    ap.add_argument("--ooc-size", default="500:2400", help="PER_UPDATE:UPDATES")
+    ap.add_argument("--ooc-size", default="500:2000", help="PER_UPDATE:UPDATES")
     args = ap.parse_args()
     flowgo = flowgo_binary()
     work = Path(tempfile.mkdtemp(prefix="rechain-flow-bench-"))
