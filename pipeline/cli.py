@@ -131,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     fr.add_argument(
         "--checkpoint", type=Path, default=None, help="resume from its latest checkpoint"
     )
+    fr.add_argument(
+        "--trust-hashes",
+        action="store_true",
+        help="resuming, take the checkpoint's stored node hashes as flow-go does (roots checked)",
+    )
     fr.add_argument("--checkpoint-every", type=int, default=0, metavar="N")
     fr.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the WAL folder")
     fr.add_argument(
@@ -316,6 +321,7 @@ def dispatch(args: argparse.Namespace) -> int:
                     memory_budget=args.memory_budget,
                     progress=not args.no_progress,
                     checkpoint=args.checkpoint,
+                    trust_hashes=args.trust_hashes,
                     checkpoint_every=args.checkpoint_every,
                     checkpoint_dir=args.checkpoint_dir,
                     from_stage=args.from_stage,

@@ -142,13 +142,19 @@ def needs_paging(directory: Path, name: str, memory_budget: int) -> bool:
 
 
 def page_forest(
-    directory: Path, name: str, store_dir: Path, memory_budget: int, workers: int
+    directory: Path,
+    name: str,
+    store_dir: Path,
+    memory_budget: int,
+    workers: int,
+    trust_hashes: bool = False,
 ) -> tuple[Any, dict[str, Any]]:
     """A forest holding checkpoint ``name``'s trie paged out to a node store in
     ``store_dir`` (scratch: emptied first, removed with the forest), streamed and fully
     verified: half the budget caches loaded nodes, a quarter holds new ones before they are
     written out, so replaying on top of it stays within the budget whatever the checkpoint's
-    size. Returns the forest and what was read, as ``load_forest`` does."""
+    size. ``trust_hashes`` takes the stored node hashes as flow-go does (the root is still
+    compared with its record). Returns the forest and what was read, as ``load_forest`` does."""
     t0 = time.perf_counter()
     shutil.rmtree(store_dir, ignore_errors=True)
     try:
@@ -159,6 +165,7 @@ def page_forest(
             cache_bytes=memory_budget // 2,
             hold_bytes=memory_budget // 4,
             threads=workers or None,
+            verify="none" if trust_hashes else "full",
         )
     except _native.FlowCheckpointError as e:
         _raise(e)

@@ -34,6 +34,8 @@ class ReplayOptions:
     progress: bool = True
     #: Resume from the latest checkpoint in this folder (replay only the segments after it).
     checkpoint: Path | None = None
+    #: Resuming, take the checkpoint's stored hashes as flow-go does (each root still checked).
+    trust_hashes: bool = False
     #: Write a checkpoint after every N segments (0: never), as flow-go's checkpointer does.
     checkpoint_every: int = 0
     #: Where those checkpoints go (default: the WAL folder, like flow-go).

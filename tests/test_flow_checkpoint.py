@@ -203,6 +203,14 @@ def test_replay_writes_checkpoints_and_resumes_from_them(
     checked = verify(tmp_path / "d3")
     assert checked["ok"], checked["problems"]
     assert checked["flow"]["root_recomputed"] == facts["final_root"]
+    # Taking the stored hashes as flow-go does (paged and in memory): the same state.
+    for d, extra in (("d4", ["--memory-budget", str(budget)]), ("d5", [])):
+        trusted = cli_json("flow", "replay", "--wal", wal_dir, "--data", tmp_path / d,
+                           "--no-progress", "--checkpoint", cps, "--trust-hashes", "--json",
+                           *extra)  # fmt: skip
+        assert trusted["resumed_from"]["paged"] is bool(extra)
+        assert trusted["root"] == facts["final_root"]
+        assert query(tmp_path / d, registers) == query(tmp_path / "d2", registers)
     # flow-go's own replay picks up rechain's latest checkpoint and replays the rest.
     node_dir = tmp_path / "node"
     shutil.copytree(wal_dir, node_dir)

@@ -46,7 +46,8 @@ def source_token(opts: ReplayOptions, segments: list[tuple[int, str]]) -> str:
     ]
     if opts.checkpoint is not None:
         found = sorted(opts.checkpoint.glob("checkpoint.*"))
-        items.append(("resume", str(opts.checkpoint), [(f.name, f.stat().st_size) for f in found]))
+        resume = [(f.name, f.stat().st_size) for f in found]
+        items.append(("resume", str(opts.checkpoint), resume, opts.trust_hashes))
     items.append(("every", opts.checkpoint_every, str(opts.checkpoint_dir or opts.wal)))
     return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:32]
 

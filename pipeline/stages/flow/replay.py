@@ -143,10 +143,17 @@ def _resume(
     paged = flow_checkpoint.needs_paging(opts.checkpoint, name, opts.memory_budget)
     if paged:
         forest, info = flow_checkpoint.page_forest(
-            opts.checkpoint, name, opts.data / NODE_STORE, opts.memory_budget, workers
+            opts.checkpoint,
+            name,
+            opts.data / NODE_STORE,
+            opts.memory_budget,
+            workers,
+            trust_hashes=opts.trust_hashes,
         )
     else:
-        forest, info = flow_checkpoint.load_forest(opts.checkpoint, name, workers, opts.ray_address)
+        forest, info = flow_checkpoint.load_forest(
+            opts.checkpoint, name, workers, opts.ray_address, trust_hashes=opts.trust_hashes
+        )
     rest = [s for s in segments if s[0] > number]
     if rest and rest[0][0] != number + 1:
         raise RechainError(
