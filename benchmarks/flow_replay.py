@@ -14,8 +14,9 @@ multi-lane keccak rate measured in the same run: the fastest any replay of that 
 ``--out-of-core BUDGET`` measures instead a replay that resumes from a checkpoint at least ten
 times the budget: flow-go writes the WAL, rechain replays its first 90% and checkpoints there,
 then the remaining segments are replayed on top of that checkpoint by rechain within
-``--memory-budget BUDGET`` (the checkpoint paged into a node store), by rechain in memory, and
-by flow-go (which loads the checkpoint whole), each with its time and peak RSS.
+``--memory-budget BUDGET`` (the checkpoint paged into a node store; once verifying every hash,
+once with ``--trust-hashes`` as flow-go reads it), by rechain in memory, and by flow-go (which
+loads the checkpoint whole), each with its time and peak RSS.
 
 A size is REGISTERS_PER_UPDATE:UPDATES; the defaults write ~150,000 registers at each size, so
 flow-go takes a comparable time (tens of seconds) at each.
@@ -224,6 +225,9 @@ def measure_out_of_core(
     cp_bytes = checkpoint_bytes(cps, cp_name)
     paged, paged_rss, _ = _replay(wal, work / "d-paged", workers, "--checkpoint", str(cps),
                                   "--memory-budget", str(budget))  # fmt: skip
+    # Like for like with flow-go, which takes the checkpoint's stored hashes.
+    trusted, trusted_rss, _ = _replay(wal, work / "d-trusted", workers, "--checkpoint", str(cps),
+                                      "--memory-budget", str(budget), "--trust-hashes")  # fmt: skip
     inmem, inmem_rss, _ = _replay(wal, work / "d-mem", workers, "--checkpoint", str(cps),
                                   "--memory-budget", str(64 * cp_bytes))  # fmt: skip
     node = work / "node"
@@ -238,7 +242,7 @@ def measure_out_of_core(
     def seconds(r: dict[str, Any]) -> float:
         return float(r["run"]["total_s"] - r["run"]["ray_start_s"])
 
-    paged_s, inmem_s = seconds(paged), seconds(inmem)
+    paged_s, inmem_s, trusted_s = seconds(paged), seconds(inmem), seconds(trusted)
     above = paged_rss.peak_root - baseline
     return {
         "input": {
@@ -250,10 +254,11 @@ def measure_out_of_core(
             "memory_budget": budget,
             "checkpoint_over_budget": round(cp_bytes / budget, 2),
         },
-        "same_final_root": paged["root"] == inmem["root"] == go["final_root"],
+        "same_final_root": paged["root"] == trusted["root"] == inmem["root"] == go["final_root"],
         "same_updates": paged["updates_applied"] == inmem["updates_applied"] == go["updates"],
         "seconds": {
             "rechain_paged": round(paged_s, 3),
+            "rechain_paged_trusting_hashes": round(trusted_s, 3),
             "rechain_in_memory": round(inmem_s, 3),
             "flowgo_load_and_replay": round(go_s, 3),
             # Of rechain's: reading the checkpoint (every hash recomputed; flow-go trusts them).
@@ -261,10 +266,12 @@ def measure_out_of_core(
             "rechain_in_memory_checkpoint_read": round(inmem["resumed_from"]["load_s"], 3),
         },
         "paged_over_flowgo_speed": round(go_s / paged_s, 3),
+        "paged_trusting_hashes_over_flowgo_speed": round(go_s / trusted_s, 3),
         "paged_over_in_memory_speed": round(inmem_s / paged_s, 3),
         "peak_rss_mib": {
             "baseline_python_process": round(baseline / 2**20),
             "rechain_paged": round(paged_rss.peak_root / 2**20),
+            "rechain_paged_trusting_hashes": round(trusted_rss.peak_root / 2**20),
             "rechain_in_memory": round(inmem_rss.peak_root / 2**20),
             "flowgo": round(go_rss.peak_root / 2**20),
         },
