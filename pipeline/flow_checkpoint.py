@@ -141,6 +141,12 @@ def needs_paging(directory: Path, name: str, memory_budget: int) -> bool:
     return checkpoint_bytes(directory, name) * IN_MEMORY_FACTOR > memory_budget
 
 
+def paging_split(memory_budget: int) -> dict[str, int]:
+    """How a paged forest spends the budget: half caches loaded nodes, a quarter holds new
+    ones before they are written out (the rest is the update at hand and the output)."""
+    return {"cache_bytes": memory_budget // 2, "hold_bytes": memory_budget // 4}
+
+
 def page_forest(
     directory: Path,
     name: str,
@@ -151,10 +157,10 @@ def page_forest(
 ) -> tuple[Any, dict[str, Any]]:
     """A forest holding checkpoint ``name``'s trie paged out to a node store in
     ``store_dir`` (scratch: emptied first, removed with the forest), streamed and fully
-    verified: half the budget caches loaded nodes, a quarter holds new ones before they are
-    written out, so replaying on top of it stays within the budget whatever the checkpoint's
-    size. ``trust_hashes`` takes the stored node hashes as flow-go does (the root is still
-    compared with its record). Returns the forest and what was read, as ``load_forest`` does."""
+    verified, the budget split as ``paging_split`` says, so replaying on top of it stays
+    within the budget whatever the checkpoint's size. ``trust_hashes`` takes the stored node
+    hashes as flow-go does (the root is still compared with its record). Returns the forest
+    and what was read, as ``load_forest`` does."""
     t0 = time.perf_counter()
     shutil.rmtree(store_dir, ignore_errors=True)
     try:
@@ -162,8 +168,7 @@ def page_forest(
             str(directory),
             name,
             str(store_dir),
-            cache_bytes=memory_budget // 2,
-            hold_bytes=memory_budget // 4,
+            **paging_split(memory_budget),
             threads=workers or None,
             verify="none" if trust_hashes else "full",
         )

@@ -72,6 +72,24 @@ def test_replay_reaches_the_generators_roots(tmp_path: Path) -> None:
         "json",
     )
     assert regs[0]["n"] == facts["registers"]
+    assert result["run"]["node_store"] is None
+    # Under a budget the state could outgrow (the WAL's size: the forest's objects take about
+    # three times the payloads), the forest is paged to a node store from the first update:
+    # the same roots, registers and tables, and the scratch store is gone after the run.
+    wal_bytes = sum(p.stat().st_size for p in (tmp_path / "wal").iterdir() if p.name.isdigit())
+    paged = cli_json("flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "p",
+                     "--no-progress", "--memory-budget", str(wal_bytes), "--json")  # fmt: skip
+    store = paged["run"]["node_store"]
+    assert store["nodes_written"] > 0 and store["loads"] > 0
+    for key in ("root", "registers", "updates_applied", "segments"):
+        assert paged[key] == result[key], key
+    assert not (tmp_path / "p" / "stage" / "flow_nodes").exists()
+    for sql in (
+        "SELECT seq, root, parent_root, n_paths FROM trie_updates ORDER BY seq",
+        "SELECT hex(path) AS p, hex(encoded_key) AS k, hex(value) AS v FROM registers ORDER BY p",
+    ):
+        want = cli_json("query", "--data", tmp_path / "d", sql, "--format", "json")
+        assert cli_json("query", "--data", tmp_path / "p", sql, "--format", "json") == want
 
 
 def test_a_flipped_byte_is_reported_with_segment_and_offset(tmp_path: Path) -> None:

@@ -8,14 +8,16 @@ the forest reaches it. Bad input stops the replay where flow-go would, but says 
 (segment, offset, reason, as a skip); nothing past the last good update is applied.
 
 The forest lives in this process: the stage is ephemeral. Resumed from a checkpoint too large
-for ``--memory-budget`` (``flow_checkpoint.needs_paging``), the forest is paged: the checkpoint
-is streamed into a node store under ``DATADIR/stage/flow_nodes`` (scratch) and nodes are loaded
-through a cache as updates reach them, new ones written out as they pile up
+for ``--memory-budget`` (``flow_checkpoint.needs_paging``), or replaying a WAL that could build
+a state too large for it, the forest is paged: nodes live in a node store under
+``DATADIR/stage/flow_nodes`` (scratch; a checkpoint is streamed into it), loaded through a cache
+as updates reach them, new ones written out as they pile up
 (``workers/native/src/flow/node_store.rs``).
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -55,7 +57,7 @@ class ReplayStage(Stage[FlowRun]):
         if opts.checkpoint is not None:
             forest, ctx.resumed, segments = _resume(opts, segments, workers)
         else:
-            forest = _native.FlowForest(threads=workers)
+            forest = _new_forest(opts, segments, workers)
         ctx.forest = forest
         ctx.report["replayed_segments"] = segments
         resumed = ctx.resumed
@@ -170,6 +172,21 @@ def _resume(
         "paged": paged,
     }
     return forest, resumed, rest
+
+
+def _new_forest(opts: Any, segments: list[tuple[int, str]], workers: int) -> Any:
+    """An empty forest, paged when the WAL could build a state too large for the budget (the
+    state holds at most the payloads the WAL writes, and memory about three times that)."""
+    from rechain.pipeline import flow_checkpoint
+
+    wal_bytes = sum(Path(p).stat().st_size for _, p in segments)
+    if wal_bytes * flow_checkpoint.IN_MEMORY_FACTOR <= opts.memory_budget:
+        return _native.FlowForest(threads=workers)
+    store = opts.data / NODE_STORE
+    shutil.rmtree(store, ignore_errors=True)
+    return _native.FlowForest(
+        threads=workers, node_store=str(store), **flow_checkpoint.paging_split(opts.memory_budget)
+    )
 
 
 def _write_checkpoint(forest: Any, directory: Path, segment: int) -> str:

@@ -3,7 +3,8 @@
 //!
 //! * `flow_decode_segment(path, segment_no, strict=False) -> (wal_records batch, info)`
 //! * `flow_list_segments(dir) -> [(number, path)]`
-//! * `FlowForest(capacity=500, threads=None)`: `apply(batch)`, `replay_segment(path, no)`,
+//! * `FlowForest(capacity=500, threads=None, node_store=None, cache_bytes=0, hold_bytes=0)`
+//!   (paged with a node store folder): `apply(batch)`, `replay_segment(path, no)`,
 //!   `node_store()` (a paged forest's store traffic),
 //!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`,
 //!   `hash_permutations`, `parallel_subtries` (the updates' hashing work, and how much ran split);
@@ -21,8 +22,9 @@ use super::batches::{
 };
 use super::gen::{generate, GenConfig};
 use super::hash::{empty_root, Hash};
+use super::mtrie::Forest;
 use super::mtrie::{LeafCursor, DEFAULT_CAPACITY};
-use super::node_store::StoreError;
+use super::node_store::{NodeStore, StoreError};
 use super::record::WalRecord;
 use super::replay::ReplayState;
 use super::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
@@ -220,12 +222,29 @@ fn resolve_threads(threads: Option<usize>) -> usize {
 
 #[pymethods]
 impl FlowForest {
+    /// With `node_store` (a new folder, scratch: removed with the forest) the forest is paged:
+    /// loaded nodes cached up to `cache_bytes`, new ones written out past `hold_bytes`.
     #[new]
-    #[pyo3(signature = (capacity=DEFAULT_CAPACITY, threads=None))]
-    fn new(capacity: usize, threads: Option<usize>) -> Self {
-        FlowForest {
-            state: ReplayState::new(capacity, resolve_threads(threads)),
-        }
+    #[pyo3(signature = (capacity=DEFAULT_CAPACITY, threads=None, node_store=None, cache_bytes=0, hold_bytes=0))]
+    fn new(
+        capacity: usize,
+        threads: Option<usize>,
+        node_store: Option<PathBuf>,
+        cache_bytes: usize,
+        hold_bytes: u64,
+    ) -> PyResult<Self> {
+        let threads = resolve_threads(threads);
+        let Some(dir) = node_store else {
+            return Ok(FlowForest {
+                state: ReplayState::new(capacity, threads),
+            });
+        };
+        let forest = NodeStore::create(&dir, cache_bytes)
+            .and_then(|store| Forest::new(capacity, threads).with_paging(store, hold_bytes))
+            .map_err(store_err)?;
+        Ok(FlowForest {
+            state: ReplayState::with_forest(forest, Vec::new()),
+        })
     }
 
     /// Applies the rows of a `wal_records` batch in order. Returns, per row, the new root (hex)
