@@ -2,10 +2,10 @@
 //! `body_outputs` (`build`), to which the publish stage adds chain context (height,
 //! `in_best_chain`, fees) for blocks off the best chain, and what the body pass stages per unit
 //! (`build_verdicts`): `body_blocks` and `body_txids` (each transaction's txid, block, position).
-//! Hashes are staged as 32 raw bytes in display order (`fixed_size_binary(32)`), scripts and
+//! Hashes are given as 32 raw bytes in display order (`fixed_size_binary(32)`), scripts and
 //! witness items as raw bytes (`large_binary`): half the size of hex and no hex pass in the
-//! workers. The committer's SQL (`pipeline/btc_full.py`) reads the hashes as display hex, as
-//! Core's RPC shows them, and publishes scripts and witness items as hex.
+//! workers. The publish stage's SQL (`pipeline/stages/bitcoin/publish.py`) reads the hashes as
+//! display hex, as Core's RPC shows them, and publishes scripts and witness items as hex.
 
 use crate::btc::decode::{BinCol, BlockCols, BodyColumns, StrCol};
 use crate::btc::script::ScriptType;
