@@ -2,7 +2,8 @@
 SHA-256 limit and with the crates.io parsers (``peer_parsers.py``) on the same blk files.
 
 Reports: the Rust decoder's MB/s on one core (every transaction, input and output to Arrow
-columns, merkle/witness checks: rechain's decode-only rate) against hashlib's SHA-256 MB/s on one
+columns, merkle/witness checks: rechain's decode-only rate; beside it the body pass's decoder,
+which checks the same and builds only verdict rows and txids) against hashlib's SHA-256 MB/s on one
 core measured now, restated as the hashing ceiling: ``sha256_work`` counts the bytes any full
 decoder must hash per block byte on this chain (txid, wtxid for segwit, merkle trees, base58
 checksums), so ``limit / sha256_work`` is the most a decoder can reach and the decoder is reported
@@ -73,6 +74,18 @@ def decoder_rate(blocks: Path) -> tuple[float, int, int]:
         txs += r.transactions.num_rows
         nbytes += r.bytes_decoded
     return nbytes / (time.perf_counter() - t0) / MB, txs, nbytes
+
+
+def verdicts_rate(blocks: Path) -> float:
+    """The body pass's decoder on one core (``decode_blk_verdicts``: every block checked as the
+    full decoder checks it, only the verdict rows and txids built), page cache warm: MB/s."""
+    files = [(str(f), block_offsets(f)) for f in sorted(blocks.glob("blk*.dat"))]
+    nbytes = 0
+    t0 = time.perf_counter()
+    for i, (path, offsets) in enumerate(files):
+        _, n = _native.decode_blk_verdicts(path, i, offsets, "regtest", b"\0" * 8)
+        nbytes += n
+    return nbytes / (time.perf_counter() - t0) / MB
 
 
 def real_block_rate(work: Path, copies: int = 40) -> float:
@@ -180,6 +193,7 @@ def main() -> None:
         file_bytes = sum(f.stat().st_size for f in blocks.glob("blk*.dat"))
         limit = sha256_limit()
         rate, txs, nbytes = decoder_rate(blocks)
+        body_rate = verdicts_rate(blocks)
         real_rate = real_block_rate(work)
         runs = {}
         for workers in (1, 2):
@@ -220,6 +234,7 @@ def main() -> None:
             "sha256_limit_mb_per_s_per_core": limit,
             "decoder_mb_per_s_per_core": rate,
             "decoder_vs_sha256_limit": rate / limit,
+            "body_pass_decoder_mb_per_s_per_core": body_rate,
             "decoder_mainnet_block_mb_per_s_per_core": real_rate,
             "decoder_mainnet_block_vs_sha256_limit": real_rate / limit,
             "sha256_work": ceiling,

@@ -1,8 +1,18 @@
 """Staged block bodies of the full decode, and the verdicts they carry.
 
-Each body unit's four batches are written as Parquet files under ``DATADIR/stage/bodies/``
-(temp name, fsync, rename) and only then registered in the ``btc_bodies`` column family, so a
-killed run leaves either a registered part or an unregistered file that the next run deletes.
+Each body unit's staged tables (``ds.BODY_SLIM``: ``blocks``, the copies' verdict rows, and
+``txids``, each transaction's txid, block and position) are written as Parquet files under
+``DATADIR/stage/bodies/`` (temp name, fsync, rename) and only then registered in the
+``btc_bodies`` column family, so a killed run leaves either a registered part or an
+unregistered file that the next run deletes. No other row is staged: the chain state writes
+the best chain's rows from the blocks, and the publish stage decodes the few blocks off the
+best chain again from their files (``stages/bitcoin/publish.py``).
+
+Parts staged before that (registry entries without ``tables``) hold the four tables of
+``ds.BODY_STAGED_V1``; they are still read as they are: their ``blocks`` are the same verdict
+rows and their ``transactions`` hold the ``txids`` columns (``txid_files``), and their
+``inputs`` and ``outputs`` are no longer read (they go with the part).
+
 The staged ``blocks`` rows are the body verdicts: a copy that failed to decode or check is
 linked as ``invalid_body`` (another copy of the hash is used), and blocks found breaking a
 consensus rule later (BIP34 height, spends) are linked as ``invalid_block``.
@@ -34,12 +44,28 @@ def part_path(data: DataDir, part: str, table: str) -> Path:
     return stage_dir(data) / f"{part}.{table}.parquet"
 
 
+def registered(data: DataDir) -> dict[str, dict[str, Any]]:
+    """Registered part name -> its registry entry (``file``, ``records``, ``tables``)."""
+    return {k.decode(): json.loads(v) for k, v in data.items(layout.CF_BTC_BODIES)}
+
+
 def registered_parts(data: DataDir) -> list[str]:
     return [k.decode() for k, _ in data.items(layout.CF_BTC_BODIES)]
 
 
-def part_files(data: DataDir, table: str) -> list[str]:
-    return [str(part_path(data, p, table)) for p in registered_parts(data)]
+def part_tables(entry: dict[str, Any]) -> tuple[str, ...]:
+    """The staged tables of a part, by its registry entry (parts staged before ``BODY_SLIM``
+    have no ``tables``)."""
+    return tuple(entry.get("tables") or ds.BODY_STAGED_V1)
+
+
+def txid_files(data: DataDir) -> list[str]:
+    """Per registered part, the staged file holding its transactions' ``txid``,
+    ``block_hash`` and ``position``: ``txids``, or an older part's ``transactions``."""
+    return [
+        str(part_path(data, p, "txids" if "txids" in part_tables(e) else "transactions"))
+        for p, e in registered(data).items()
+    ]
 
 
 def remove_unregistered(data: DataDir) -> int:
@@ -47,7 +73,7 @@ def remove_unregistered(data: DataDir) -> int:
     folder = stage_dir(data)
     if not folder.exists():
         return 0
-    keep = {part_path(data, p, t).name for p in registered_parts(data) for t in ds.BODY_STAGED}
+    keep = {part_path(data, p, t).name for p, e in registered(data).items() for t in part_tables(e)}
     removed = 0
     for f in folder.iterdir():
         if f.name not in keep:
@@ -62,8 +88,8 @@ def commit_part(data: DataDir, staged: StagedBody) -> None:
     folder = stage_dir(data)
     folder.mkdir(parents=True, exist_ok=True)
     part = staged.unit.part
-    if sorted(staged.tables) != sorted(ds.BODY_STAGED):
-        raise ValueError(f"unit {part} staged {sorted(staged.tables)}, not {ds.BODY_STAGED}")
+    if sorted(staged.tables) != sorted(ds.BODY_SLIM):
+        raise ValueError(f"unit {part} staged {sorted(staged.tables)}, not {list(ds.BODY_SLIM)}")
     for table, content in staged.tables.items():
         tmp = folder / tmp_name(part, table)
         if isinstance(content, bytes):
@@ -85,7 +111,11 @@ def commit_part(data: DataDir, staged: StagedBody) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    entry = {"file": staged.unit.file_no, "records": len(staged.unit.offsets)}
+    entry = {
+        "file": staged.unit.file_no,
+        "records": len(staged.unit.offsets),
+        "tables": list(ds.BODY_SLIM),
+    }
     data.write({layout.CF_BTC_BODIES: [(part.encode(), entry)]})
 
 
@@ -93,11 +123,11 @@ def forget_file_parts(data: DataDir, file_no: int) -> list[bytes]:
     """Keys of the parts staged from ``file_no`` (to delete with the file's scan log); their
     files go at once, as unregistered files would at the next start anyway."""
     keys = []
-    for key, value in data.items(layout.CF_BTC_BODIES):
-        if json.loads(value)["file"] == file_no:
-            keys.append(key)
-            for table in ds.BODY_STAGED:
-                part_path(data, key.decode(), table).unlink(missing_ok=True)
+    for part, entry in registered(data).items():
+        if entry["file"] == file_no:
+            keys.append(part.encode())
+            for table in part_tables(entry):
+                part_path(data, part, table).unlink(missing_ok=True)
     return keys
 
 
@@ -106,16 +136,15 @@ def forget_failed_parts(data: DataDir, file_no: int, start: int) -> list[bytes]:
     (a provisional tail a node may since have completed; see ``btc_committer``). Their files
     go at once; their other blocks are decoded again, as any block without a verdict."""
     keys = []
-    for key, value in data.items(layout.CF_BTC_BODIES):
-        if json.loads(value)["file"] != file_no:
+    for part, entry in registered(data).items():
+        if entry["file"] != file_no:
             continue
-        blocks = pq.read_table(part_path(data, key.decode(), "blocks"), columns=["offset", "valid"])
+        blocks = pq.read_table(part_path(data, part, "blocks"), columns=["offset", "valid"])
         late = pc.greater_equal(blocks.column("offset"), start)
         if pc.any(pc.and_(late, pc.invert(blocks.column("valid")))).as_py():
-            keys.append(key)
-    for key in keys:
-        for table in ds.BODY_STAGED:
-            part_path(data, key.decode(), table).unlink(missing_ok=True)
+            keys.append(part.encode())
+            for table in part_tables(entry):
+                part_path(data, part, table).unlink(missing_ok=True)
     return keys
 
 

@@ -13,7 +13,8 @@ EVENTS = "btc_events"
 #: The linked block tree, one row per distinct hash (Parquet table ``headers``).
 HEADERS = "headers"
 
-#: Full decode (``--mode full``): staged per unit, then published with chain context.
+#: Full decode (``--mode full``): the four batches the Rust decoder gives for a run of block
+#: records, which the published tables take with chain context.
 BODY_STAGED = {
     "blocks": "body_blocks",
     "transactions": "body_transactions",
@@ -21,6 +22,13 @@ BODY_STAGED = {
     "outputs": "body_outputs",
 }
 BLOCKS, TRANSACTIONS, INPUTS, OUTPUTS = BODY_STAGED
+#: What the body pass stages per unit (``pipeline/btc_bodies.py``): the copies' verdict rows
+#: and each transaction's txid, block and position (for the tx index). The other rows are
+#: written from the blocks themselves by the later stages.
+BODY_SLIM = {"blocks": "body_blocks", "txids": "body_txids"}
+#: What a body part held when it was staged before ``BODY_SLIM`` (its ``transactions``
+#: file holds the ``txids`` columns; its ``inputs`` and ``outputs`` are no longer read).
+BODY_STAGED_V1 = tuple(BODY_STAGED)
 #: Full-decode tables are Hive-partitioned by ``height_range`` = height // this * this
 #: (-1 for blocks not connected to the root).
 HEIGHT_RANGE_BLOCKS = 10_000

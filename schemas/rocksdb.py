@@ -26,7 +26,8 @@ CF_BTC_INDEX = "btc_index"
 #: ``best_chain_hash``.
 CF_BTC_BEST = "btc_best"
 
-#: Full decode: staged body parts (part name -> JSON {file, records}), see pipeline/btc_bodies.
+#: Full decode: staged body parts (part name -> JSON {file, records, tables}), see
+#: pipeline/btc_bodies.
 CF_BTC_BODIES = "btc_bodies"
 #: UTXO set at the best tip: Core's chainstate key ('C' | txid internal | VARINT(vout)) ->
 #: code u32 LE (height * 2 + coinbase) | value u64 LE | script (encoded in btc/utxo.rs).

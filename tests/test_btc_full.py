@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 from bitcoin.core import CBlock, b2lx
+from rechain.pipeline import btc_bodies
 from rechain.pipeline.query import run_query
+from rechain.pipeline.store import DataDir
 from rechain.workers import _native
 
 from tests.conftest import BTC_DATA, cli, cli_json, gen_chain, reindex
@@ -186,6 +188,56 @@ def test_real_mainnet_block_decodes_to_its_facts(tmp_path: Path) -> None:
     assert [t for (t,) in first_last] == [fact["first_txid"], fact["last_txid"]]
 
 
+def record_offsets(path: Path, key: bytes) -> list[int]:
+    """Magic offsets of a blk file's records (python, independent of Rust)."""
+    raw = path.read_bytes()
+    plain = bytes(b ^ key[i % 8] for i, b in enumerate(raw)) if any(key) else raw
+    offsets, pos = [], 0
+    while pos + 8 <= len(plain) and plain[pos : pos + 4] == REGTEST_MAGIC:
+        offsets.append(pos)
+        pos += 8 + struct.unpack_from("<I", plain, pos + 4)[0]
+    return offsets
+
+
+def test_the_body_pass_stages_the_full_decoders_verdicts_and_txids_only(
+    chain: tuple[Path, dict, dict], tmp_path: Path
+) -> None:
+    """The body pass checks every copy as the full decoder does and stages its verdict row
+    and its transactions' txids, nothing else: the later stages write the other rows (the
+    off-chain ones from blocks decoded again)."""
+    root, expected, _ = chain
+    blocks = root / "node" / "blocks"
+    key = (blocks / "xor.dat").read_bytes()
+    files = sorted(blocks.glob("blk*.dat"))
+    # A damaged copy too: a byte flipped inside a block's last transaction.
+    damaged = tmp_path / "blk00000.dat"
+    plain = bytearray(b ^ key[i % 8] for i, b in enumerate(files[0].read_bytes()))
+    offsets = record_offsets(files[0], key)
+    plain[offsets[3] - 5] ^= 0xFF
+    damaged.write_bytes(bytes(b ^ key[i % 8] for i, b in enumerate(plain)))
+    records = 0
+    for path in [*files, damaged]:
+        offsets = record_offsets(path, key)
+        records += len(offsets) if path != damaged else 0
+        (blocks_full, txs, _, _), n_full = _native.decode_blk_bodies(
+            str(path), 7, offsets, "regtest", key
+        )
+        (blocks_slim, txids), n_slim = _native.decode_blk_verdicts(
+            str(path), 7, offsets, "regtest", key
+        )
+        assert n_full == n_slim
+        assert blocks_slim.equals(blocks_full)
+        assert txids.to_pydict() == txs.select(["txid", "block_hash", "position"]).to_pydict()
+    assert records == expected["records"]
+    assert not blocks_slim.column("valid").to_pylist()[2]
+    # The stage folder holds only those two tables per part.
+    with DataDir(root / "data", readonly=True) as data:
+        parts = btc_bodies.registered(data)
+    assert parts and all(e["tables"] == ["blocks", "txids"] for e in parts.values())
+    staged = {f.name for f in (root / "data" / "stage" / "bodies").iterdir()}
+    assert staged == {f"{p}.{t}.parquet" for p in parts for t in ("blocks", "txids")}
+
+
 def _swap_record(blocks: Path, bad: bytes) -> None:
     """Puts a damaged copy of a block before everything else in blk00000.dat."""
     key = (blocks / "xor.dat").read_bytes()
@@ -273,6 +325,12 @@ def test_consensus_invalid_block_is_excluded_like_core(
     row = q(tmp_path / "data", f"SELECT valid, invalid_reason, in_best_chain FROM blocks "
             f"WHERE hash = '{inv['hash']}'")  # fmt: skip
     assert row == [(False, reason, False)]
+    # Its rows are published off the best chain, decoded again from its file.
+    for table, n in (("transactions", 1), ("outputs", 1), ("inputs", 1)):
+        n += case == "missing"
+        got = q(tmp_path / "data", f"SELECT count(*), bool_or(in_best_chain) FROM {table} "
+                f"WHERE block_hash = '{inv['hash']}'")  # fmt: skip
+        assert got == [(n, False)], table
 
 
 def test_tx_lookup_through_the_index(chain: tuple[Path, dict, dict]) -> None:

@@ -139,3 +139,58 @@ def test_a_reorg_run_killed_in_the_chain_state_resumes_to_the_fresh_result(
     # The resumed run did not start over: at most the reorg's blocks were applied again.
     assert run["run"].get("chain_state_applied", 0) <= 7
     assert verify(data)["ok"]
+
+
+def _restage_as_before_slim(data: Path, blocks: Path) -> int:
+    """Rewrites every staged body part as versions before slim staging wrote them (the four
+    full tables, a registry entry without ``tables``); returns how many."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rechain.pipeline import btc_bodies
+    from rechain.schemas import bitcoin as ds
+    from rechain.schemas import rocksdb as layout
+    from rechain.workers import _native
+
+    key = (blocks / "xor.dat").read_bytes()
+    with DataDir(data) as d:
+        parts = btc_bodies.registered(d)
+        for part, entry in parts.items():
+            staged = pq.read_table(btc_bodies.part_path(d, part, "blocks"))
+            path = blocks / f"blk{entry['file']:05d}.dat"
+            offsets = staged.column("offset").to_pylist()
+            batches, _ = _native.decode_blk_bodies(
+                str(path), entry["file"], offsets, "regtest", key
+            )
+            assert pa.Table.from_batches([batches[0]]).equals(staged)
+            for table, batch in zip(ds.BODY_STAGED_V1, batches, strict=True):
+                pq.write_table(pa.Table.from_batches([batch]), btc_bodies.part_path(d, part, table))
+            btc_bodies.part_path(d, part, "txids").unlink()
+            old = {"file": entry["file"], "records": entry["records"]}
+            d.write({layout.CF_BTC_BODIES: [(part.encode(), old)]})
+    return len(parts)
+
+
+def test_parts_staged_before_slim_staging_are_still_read(chains: Any, tmp_path: Path) -> None:
+    """A data folder whose body parts hold the four full tables of older versions: its tx
+    index is rebuilt from their transactions, its tables republished to the same content, and
+    a reorg that moves their blocks off the best chain ends as a fresh reindex does."""
+    root, _, cuts = chains["6-deep"]
+    blocks, data = tmp_path / "blocks", tmp_path / "data"
+    node_folder(root, blocks, cuts[0])
+    reindex(blocks, data, "--mode", "full")
+    before = content(data)
+    assert _restage_as_before_slim(data, blocks) > 0
+    run = reindex(blocks, data, "--mode", "full", "--from-stage", "publish")
+    assert run["run"].get("txindex_rebuilt") == 1
+    assert content(data) == before
+    node_folder(root, blocks, None)
+    run = reindex(blocks, data, "--mode", "full")
+    assert run["run"]["chain_state_unwound"] == 6 and run["run"]["publish_offchain_blocks_decoded"]
+    assert content(data) == fresh_content(blocks, tmp_path)
+    # Old parts and the new one side by side: the tx index rebuilt from both equals.
+    kinds = {f.name.split(".")[1] for f in (data / "stage" / "bodies").iterdir()}
+    assert kinds == {"blocks", "transactions", "inputs", "outputs", "txids"}
+    run = reindex(blocks, data, "--mode", "full", "--from-stage", "indexes")
+    assert run["run"].get("txindex_rebuilt") == 1
+    assert content(data) == fresh_content(blocks, tmp_path)
+    assert verify(data)["ok"]

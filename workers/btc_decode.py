@@ -1,5 +1,12 @@
 """The Bitcoin body task of ``--mode full``: decode the block records at known offsets of one
-blk file (located by the header pass) into the four staged body batches.
+blk file (located by the header pass) and stage what later stages read of them.
+
+A unit stages two batches (``decode_and_stage_unit``): each copy's verdict row
+(``body_blocks``: hash, place, sizes, validity and reject reason, counts) and each transaction's
+txid, block and position (``body_txids``, for the tx index). Nothing else is staged: the chain
+state and publish stages read the best chain's blocks again from the blk files and write
+their rows once, and the rows of the few blocks off the best chain are decoded again, in full,
+when they are published (``decode_unit``: every transaction, input and output).
 
 Pure and stateless like the scan task, so Ray may retry it anywhere; the Rust core reads,
 de-obfuscates, checks and decodes, and hands back Arrow batches without per-row Python work.
@@ -16,8 +23,8 @@ import pyarrow.parquet as pq
 from rechain.workers import _native
 from rechain.workers.memory import release_unused_memory
 
-#: Staged parts are scratch data read back once. Uncompressed (Parquet's dictionary encoding
-#: still folds the repeated hashes): encoding took ~40% less time than lz4 for ~5% more bytes.
+#: Staged parts are scratch data. Uncompressed (Parquet's dictionary encoding still folds the
+#: repeated block hashes): encoding took ~40% less time than lz4 for ~5% more bytes.
 STAGE_COMPRESSION = "none"
 
 
@@ -42,6 +49,8 @@ class BodyUnit:
 
 @dataclass
 class BodyResult:
+    """A unit decoded in full: the four ``ds.BODY_STAGED`` batches."""
+
     unit: BodyUnit
     blocks: pa.RecordBatch
     transactions: pa.RecordBatch
@@ -52,6 +61,8 @@ class BodyResult:
 
 
 def decode_unit(unit: BodyUnit) -> BodyResult:
+    """Every row of the unit's blocks (transactions, inputs, outputs): what the publish stage
+    needs of blocks off the best chain, and the benchmark's decode-only rate."""
     t0 = time.perf_counter()
     (blocks, txs, inputs, outputs), decoded = _native.decode_blk_bodies(
         unit.path, unit.file_no, list(unit.offsets), unit.network, unit.xor_key
@@ -59,14 +70,25 @@ def decode_unit(unit: BodyUnit) -> BodyResult:
     return BodyResult(unit, blocks, txs, inputs, outputs, decoded, time.perf_counter() - t0)
 
 
+def decode_verdicts(unit: BodyUnit) -> tuple[dict[str, pa.RecordBatch], int]:
+    """The unit's staged batches (``ds.BODY_SLIM``: verdict rows and txids) and the bytes
+    decoded. The blocks are checked exactly as ``decode_unit`` checks them; only the rows
+    nothing reads from the stage are not built."""
+    (blocks, txids), decoded = _native.decode_blk_verdicts(
+        unit.path, unit.file_no, list(unit.offsets), unit.network, unit.xor_key
+    )
+    return {"blocks": blocks, "txids": txids}, decoded
+
+
 @dataclass
 class StagedBody:
-    """A unit's four staged tables, encoded as Parquet by the worker (so encoding runs in
-    parallel), per table either the path of the file the worker wrote under a temporary name
-    in the stage folder (``tmp_name``; not yet durable: the committer fsyncs, renames and
-    registers it), or, for a worker that cannot reach the data folder (a cluster's other
-    nodes), the file's bytes. Files keep the rows out of Ray's object store, where each unit
-    would stay resident, counted in the worker and in the coordinator that maps it (issue #7)."""
+    """A unit's staged tables (``ds.BODY_SLIM``), encoded as Parquet by the worker (so
+    encoding runs in parallel), per table either the path of the file the worker wrote under
+    a temporary name in the stage folder (``tmp_name``; not yet durable: the committer fsyncs,
+    renames and registers it), or, for a worker that cannot reach the data folder (a
+    cluster's other nodes), the file's bytes. Files keep the rows out of Ray's object store,
+    where each unit would stay resident, counted in the worker and in the coordinator that
+    maps it (issue #7)."""
 
     unit: BodyUnit
     tables: dict[str, str | bytes]
@@ -84,18 +106,13 @@ def tmp_name(part: str, table: str) -> str:
 
 
 def decode_and_stage_unit(unit: BodyUnit, stage_dir: str | None) -> StagedBody:
-    """Decodes a unit and encodes its staged tables: into files in ``stage_dir`` when the
-    worker shares the coordinator's file system, else as bytes returned through Ray."""
+    """Decodes a unit's verdicts and txids and encodes them as its staged tables: into files
+    in ``stage_dir`` when the worker shares the coordinator's file system, else as bytes
+    returned through Ray."""
     t0 = time.perf_counter()
-    r = decode_unit(unit)
-    tables = {
-        "blocks": r.blocks,
-        "transactions": r.transactions,
-        "inputs": r.inputs,
-        "outputs": r.outputs,
-    }
+    batches, decoded = decode_verdicts(unit)
     staged_tables: dict[str, str | bytes] = {}
-    for name, batch in tables.items():
+    for name, batch in batches.items():
         table = pa.Table.from_batches([batch])
         if stage_dir is None:
             sink = pa.BufferOutputStream()
@@ -108,12 +125,12 @@ def decode_and_stage_unit(unit: BodyUnit, stage_dir: str | None) -> StagedBody:
     staged = StagedBody(
         unit=unit,
         tables=staged_tables,
-        blocks=r.blocks.num_rows,
-        transactions=r.transactions.num_rows,
-        bytes_decoded=r.bytes_decoded,
+        blocks=batches["blocks"].num_rows,
+        transactions=batches["txids"].num_rows,
+        bytes_decoded=decoded,
         seconds=time.perf_counter() - t0,
     )
-    del r, tables, batch, table
+    del batches, batch, table
     # The decoded columns are garbage now: a worker that keeps their pages holds several times
     # a unit's bytes between tasks, on top of the budget's units in flight (issue #7).
     release_unused_memory()

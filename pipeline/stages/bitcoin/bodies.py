@@ -1,11 +1,12 @@
 """Stage ``bodies``: decodes the block copies the link stage chose into staged parts.
 
 The copies the header pass chose (every linked, side-branch, orphan and unlinked block) that
-have no staged verdict yet are read by file and offset on Ray workers and decoded by the Rust
-core into staged parts (``pipeline/btc_bodies.py``). Already staged copies are never decoded
-again, so after the node appended blocks only the new ones are. A copy that fails its checks
-invalidates the link stage: the linker then picks another copy of the same hash, which this
-stage decodes next.
+have no staged verdict yet are read by file and offset on Ray workers, checked and decoded
+by the Rust core, which stages each copy's verdict row and its transactions' txids (the
+parts of ``pipeline/btc_bodies.py``); the later stages write every other row from the blocks
+themselves. Already staged copies are never decoded again here, so after the node appended
+blocks only the new ones are. A copy that fails its checks invalidates the link stage: the
+linker then picks another copy of the same hash, which this stage decodes next.
 """
 
 from __future__ import annotations
@@ -119,6 +120,19 @@ def plan_units(
     ).select(["file", "offset", "size"])
     todo = chosen.join(done, keys=["file", "offset"], join_type="left anti")
     todo = todo.filter(pc.is_in(todo.column("file"), pa.array(list(paths), pa.uint32())))
+    return cut_units(todo, paths, network, key, unit_size)
+
+
+def cut_units(
+    todo: pa.Table,
+    paths: dict[int, str],
+    network: str,
+    key: bytes,
+    unit_size: int = UNIT_BYTES,
+) -> list[BodyUnit]:
+    """Units of the block records ``todo`` (``file``, ``offset``, ``size``; every file in
+    ``paths``), in file and offset order, each within one file and of at most ``unit_size``
+    block bytes (or one record)."""
     todo = todo.sort_by([("file", "ascending"), ("offset", "ascending")])
     if not todo.num_rows:
         return []

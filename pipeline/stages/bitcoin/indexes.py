@@ -36,7 +36,7 @@ from rechain.pipeline.stages.bitcoin.session import (
     duckdb_memory_errors,
     slice_bits,
     sql_list,
-    staged_views,
+    txids_view,
 )
 from rechain.pipeline.stages.engine import Done, Stage
 from rechain.pipeline.store import DataDir
@@ -221,10 +221,11 @@ def _apply_txindex_changes(
 
 def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
-    side branches) points at its best-chain copy, else its lowest one."""
+    side branches) points at its best-chain copy, else its lowest one. Read from the staged
+    txids of every decoded copy (``session.txids_view``), which the tables hold once each."""
     rng = ds.HEIGHT_RANGE_BLOCKS
-    staged_views(con, data, btc_bodies.registered_parts(data))
-    count = con.execute("SELECT count(*) FROM st_raw").fetchall()[0][0]
+    txids_view(con, data)
+    count = con.execute("SELECT count(*) FROM txids_raw").fetchall()[0][0]
     work = data.path / "tmp" / "duckdb" / "slices"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -236,7 +237,7 @@ def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) ->
         f"""SELECT {slices.bucket("t.txid")} AS bucket, t.txid, t.block_hash, t.position,
                h.height, h.in_best_chain,
                coalesce(h.height // {rng} * {rng}, -1)::BIGINT AS height_range
-        FROM st_raw t JOIN headers h ON from_hex(h.hash) = t.block_hash""",
+        FROM txids_raw t JOIN headers h ON from_hex(h.hash) = t.block_hash""",
     )
 
     def index(k: int) -> str:

@@ -18,10 +18,12 @@ fingerprint of the best-chain spends into it; a segment whose fingerprint moved 
 outputs file rewritten from the published one. When the new parts only extend the chain, the
 fingerprints and rewrites need only the new parts' spends (flags only turn on); after an
 unwind every segment's are counted again. Rows of blocks off the best chain (side branches,
-orphans, invalid blocks: few) are published from the staged bodies in groups of the staged
-parts holding any (``offchain_GROUP_I.parquet``), a group kept while each of its parts holds
-the same off-chain blocks (hash, height, status); parts whose blocks changed are written
-again, a group each.
+orphans, invalid blocks: few) are published in groups of the staged body parts holding any
+(``offchain_GROUP_I.parquet``), a group kept while each of its parts holds the same off-chain
+blocks (hash, height, status); parts whose blocks changed are written again, a group each.
+A group's rows come from its parts' staged verdict rows (``blocks``) and from its off-chain
+copies decoded again in full from their blk files (the body pass stages no other rows,
+``OffchainDecoder``) into scratch files under ``DATADIR/tmp/offchain`` for the run.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,8 +42,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
+from rechain.pipeline.errors import RechainError
 from rechain.pipeline.local_runner import ordered_local
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
+from rechain.pipeline.stages.bitcoin.bodies import cut_units, unit_bytes
 from rechain.pipeline.stages.bitcoin.session import (
     duckdb_memory_errors,
     hex_sql,
@@ -54,6 +59,7 @@ from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
+from rechain.workers.btc_decode import STAGE_COMPRESSION, BodyUnit, decode_unit
 
 if TYPE_CHECKING:
     import duckdb
@@ -82,14 +88,84 @@ class PublishStage(Stage[BtcRun]):
         t = time.perf_counter()
         generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0) + 1
         load = partial(chain_state.load_blocks, ctx, chain_state.best_chain(data))
+        redecode = OffchainDecoder(
+            ctx.paths, ctx.opts.network, ctx.key, unit_bytes(ctx.opts.memory_budget), ctx.workers
+        )
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             rows, work = publish_tables(
-                ctx.session(), data, generation, ctx.opts.memory_budget, load, ctx.workers
+                ctx.session(),
+                data,
+                generation,
+                ctx.opts.memory_budget,
+                load,
+                ctx.workers,
+                redecode,
             )
         # The older generations stay until the indexes stage has read what changed.
         ctx.full["publish_s"] = ctx.full.get("publish_s", 0.0) + time.perf_counter() - t
         ctx.full.update({f"publish_{k}": v for k, v in work.items()})
         return Done(rows=sum(rows.values()), detail={"tables": rows, "generation": generation})
+
+
+@dataclass(frozen=True)
+class OffchainDecoder:
+    """Decodes the off-chain copies of an off-chain group's staged parts again, in full, from
+    their blk files (by file number in ``paths``), in units of ``unit_size`` block bytes on
+    ``threads`` threads (the Rust core releases the GIL), and writes their transactions,
+    inputs and outputs as Parquet files in a folder."""
+
+    paths: dict[int, str]
+    network: str
+    key: bytes
+    unit_size: int
+    threads: int = 1
+
+    def __call__(self, copies: pa.Table, folder: Path) -> dict[str, list[str]]:
+        """The files of ``copies`` (``hash`` as staged, ``file``, ``offset``, ``size``) per
+        table (``transactions``, ``inputs``, ``outputs``). A copy that no longer decodes to
+        the valid block its verdict says (its file changed since the scan read it) stops the
+        run: its rows would silently differ."""
+        missing = set(copies.column("file").to_pylist()) - set(self.paths)
+        if missing:
+            raise RechainError(
+                f"publish: blk file(s) {sorted(missing)} of staged off-chain blocks are gone: "
+                "rerun the reindex"
+            )
+        units = cut_units(copies, self.paths, self.network, self.key, self.unit_size)
+        places = zip(
+            copies.column("file").to_pylist(), copies.column("offset").to_pylist(), strict=True
+        )
+        expect = dict(zip(places, copies.column("hash").to_pylist(), strict=True))
+        folder.mkdir(parents=True, exist_ok=True)
+        files: dict[str, list[str]] = {t: [] for t in ("transactions", "inputs", "outputs")}
+        window = max(1, self.threads)
+        for unit, got in ordered_local(decode_unit, units, self.threads, window):
+            if isinstance(got, Exception):
+                raise RechainError(f"publish: {Path(unit.path).name}: {got}") from got
+            _check_redecoded(unit, got.blocks, expect)
+            for table, batch in (
+                ("transactions", got.transactions),
+                ("inputs", got.inputs),
+                ("outputs", got.outputs),
+            ):
+                path = folder / f"{unit.seq:06d}.{table}.parquet"
+                pq.write_table(pa.Table.from_batches([batch]), path, compression=STAGE_COMPRESSION)
+                files[table].append(str(path))
+        return files
+
+
+def _check_redecoded(unit: BodyUnit, blocks: pa.RecordBatch, expect: dict[Any, bytes]) -> None:
+    """Each copy of ``unit`` decoded again is the valid block of hash ``expect[(file,
+    offset)]``, as its staged verdict says."""
+    hashes = blocks.column("hash").to_pylist()
+    valid = blocks.column("valid").to_pylist()
+    offsets = blocks.column("offset").to_pylist()
+    for h, ok, off in zip(hashes, valid, offsets, strict=True):
+        if not ok or h != expect.get((unit.file_no, off)):
+            raise RechainError(
+                f"publish: the block at {Path(unit.path).name}:{off} is no longer the block "
+                "its staged verdict names (the file changed since its scan): rerun the reindex"
+            )
 
 
 def _height_range(height: int) -> int:
@@ -215,6 +291,17 @@ def _part_blocks(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, Any
     return {"off": {files[f]: str(int(h) % (1 << 64)) for f, h in rows}}
 
 
+def _offchain_copies(con: duckdb.DuckDBPyConnection, data: DataDir, parts: list[str]) -> pa.Table:
+    """The copies staged in ``parts`` whose rows an off-chain group publishes: valid ones
+    (only those have transactions, inputs and outputs) of blocks off the best chain."""
+    files = [str(btc_bodies.part_path(data, p, "blocks")) for p in parts]
+    return con.sql(
+        f"""SELECT b.hash, b.file, b."offset", b.size
+        FROM read_parquet({sql_list(files)}) b JOIN headers h ON h.hash = {hex_sql("b.hash")}
+        WHERE b.valid AND NOT coalesce(h.in_best_chain, false)"""
+    ).to_arrow_table()
+
+
 def _partition_spent(
     con: duckdb.DuckDBPyConnection, folder: Path, new: list[tuple[int, int, str]], spends: str
 ) -> None:
@@ -275,9 +362,11 @@ def publish_tables(
     budget: int,
     load: Callable[[int, int], Any],
     threads: int = 1,
+    redecode: Callable[[pa.Table, Path], dict[str, list[str]]] | None = None,
 ) -> tuple[dict[str, int], dict[str, float]]:
     """Publishes ``generation`` of the four tables; returns (rows per table, what it did:
-    segments kept, written, outputs rewritten, seconds per phase)."""
+    segments kept, written, outputs rewritten, seconds per phase). ``redecode`` (an
+    ``OffchainDecoder``) gives the rows of the off-chain copies of a group to write."""
     # A row group is buffered whole before it is written: bound it in bytes as well as rows
     # (inputs and outputs rows carry scripts and witnesses).
     group_bytes = max(budget // 16, 1 << 20)
@@ -306,7 +395,9 @@ def publish_tables(
             kept.append(seg)
 
     clock = time.perf_counter()
-    seconds = dict.fromkeys(("prints_s", "kept_s", "new_s", "offchain_s", "sync_s"), 0.0)
+    seconds = dict.fromkeys(
+        ("prints_s", "offchain_decode_s", "kept_s", "new_s", "offchain_s", "sync_s"), 0.0
+    )
 
     def lap(phase: str) -> None:
         nonlocal clock
@@ -333,13 +424,24 @@ def publish_tables(
     placement = _part_blocks(con, data)
     off_kept, off_new = _offchain_groups(manifest.get("offchain") if old else None, placement)
     lap("prints_s")
-    # Views over each off-chain group's staged parts, made once for the four tables (binding
-    # a view reads its files' footers). No spend is resolved off the best chain: their
-    # ``res`` views are empty.
+    # Views over each off-chain group's staged verdicts and its off-chain copies decoded
+    # again, made once for the four tables (binding a view reads its files' footers). No
+    # spend is resolved off the best chain: their ``res`` views are empty.
     off_views = {group: f"_off{i}" for i, group in enumerate(sorted(off_new))}
+    scratch = data.path / "tmp" / OFFCHAIN
+    shutil.rmtree(scratch, ignore_errors=True)
+    off_copies = 0
     for group, suffix in off_views.items():
-        staged_views(con, data, sorted(off_new[group]), suffix)
+        parts = sorted(off_new[group])
+        copies = _offchain_copies(con, data, parts)
+        off_copies += copies.num_rows
+        if redecode is None:
+            raise ValueError("publish_tables: off-chain rows to write need a redecode")
+        decoded = redecode(copies, scratch / group) if copies.num_rows else {}
+        blocks = [str(btc_bodies.part_path(data, p, "blocks")) for p in parts]
+        staged_views(con, {"blocks": blocks, **decoded}, suffix)
         spends_view(con, f"res{suffix}", [])
+    lap("offchain_decode_s")
     rows: dict[str, int] = {}
     work: dict[str, float] = {"segments_kept": 0, "segments_written": 0, "outputs_rewritten": 0}
     segments_out: list[dict[str, Any]] = []
@@ -414,11 +516,13 @@ def publish_tables(
         rows[name] = _count_rows(tmp, linked, name, seg_rows)
         data.publish_generation(name, generation, tmp)
         lap("sync_s")
+    shutil.rmtree(scratch, ignore_errors=True)
     work.update(seconds)
     work["segments_kept"] = len(kept)
     work["segments_written"] = len(new)
     work["offchain_parts_kept"] = sum(len(off_kept[g]) for g in off_kept)
     work["offchain_parts_written"] = sum(len(off_new[g]) for g in off_new)
+    work["offchain_blocks_decoded"] = off_copies
     work["spends_appended"] = int(appended)
     for first, last in segs:
         segments_out.append(

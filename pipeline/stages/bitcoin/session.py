@@ -1,7 +1,8 @@
 """The DuckDB session the ``publish`` and ``indexes`` stages read: the current headers
-generation as a view, and the helpers they use to add views over staged body parts
-(``staged_views``) and the chain state's resolved spends (``spends_view``), each over the
-parts the stage reads.
+generation as a view, and the helpers they use to add views over body rows
+(``staged_views``: staged verdicts with the rows of blocks decoded again; ``txids_view``: the
+staged txids) and the chain state's resolved spends (``spends_view``), each over the parts
+the stage reads.
 
 Memory: DuckDB's buffer pool gets ``DUCKDB_BUDGET_SHARE`` of the budget (it spills to
 DATADIR/tmp/duckdb beyond that); the other half is for what the coordinator holds beside the
@@ -90,7 +91,8 @@ def hex_sql(blob: str) -> str:
     return f"lower(hex({blob}))"
 
 
-#: Staged body tables and the names of their views: ``sb`` (blocks), ``st``, ``si``, ``so``.
+#: Body tables (``ds.BODY_STAGED``) and the names of their views: ``sb`` (blocks), ``st``,
+#: ``si``, ``so``.
 STAGED_ALIASES = (("sb", "blocks"), ("st", "transactions"), ("si", "inputs"), ("so", "outputs"))
 
 
@@ -123,15 +125,16 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
 
 
 def staged_views(
-    con: duckdb.DuckDBPyConnection, data: DataDir, parts: list[str], suffix: str = ""
+    con: duckdb.DuckDBPyConnection, files: dict[str, list[str]], suffix: str = ""
 ) -> None:
-    """Views ``sb``, ``st``, ``si``, ``so`` (+ ``suffix``) over the given staged parts: hashes
-    as display hex, and ``{alias}_raw`` with them as the staged raw bytes."""
+    """Views ``sb``, ``st``, ``si``, ``so`` (+ ``suffix``) over the given Parquet files of each
+    body table (``ds.BODY_STAGED``; a table not given is empty): hashes as display hex, and
+    ``{alias}_raw`` with them as the raw bytes the decoder gives."""
     for alias, table in STAGED_ALIASES:
         name = alias + suffix
-        files = [str(btc_bodies.part_path(data, p, table)) for p in parts]
-        if files:
-            source = f"read_parquet({sql_list(files)})"
+        paths = files.get(table, [])
+        if paths:
+            source = f"read_parquet({sql_list(paths)})"
         else:
             empty = pa.Table.from_batches([ds.empty(ds.BODY_STAGED[table])])
             con.register(f"{name}_empty", empty)
@@ -141,6 +144,19 @@ def staged_views(
             f"{hex_sql(c)} AS {c}" for c in ds.staged_hash_columns(ds.BODY_STAGED[table])
         )
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * REPLACE ({hashes}) FROM {name}_raw")
+
+
+def txids_view(con: duckdb.DuckDBPyConnection, data: DataDir, name: str = "txids_raw") -> None:
+    """View ``name`` over every registered part's staged ``txid``, ``block_hash`` and
+    ``position`` (raw bytes), whichever file of the part holds them
+    (``btc_bodies.txid_files``)."""
+    files = btc_bodies.txid_files(data)
+    if files:
+        source = f"read_parquet({sql_list(files)}, union_by_name = true)"
+    else:
+        con.register(f"{name}_empty", pa.Table.from_batches([ds.empty(ds.BODY_SLIM["txids"])]))
+        source = f"{name}_empty"
+    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT txid, block_hash, position FROM {source}")
 
 
 def spends_view(con: duckdb.DuckDBPyConnection, name: str, files: list[str]) -> None:

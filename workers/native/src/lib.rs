@@ -141,6 +141,32 @@ fn decode_blk_bodies<'py>(
     Ok((batches, bytes))
 }
 
+/// The body pass's staging of the block records at `offsets` (magic positions, ascending) of
+/// one blk file: each record checked exactly as `decode_blk_bodies` checks it, returned as the
+/// (`body_blocks`, `body_txids`) batches, and the bytes decoded.
+#[pyfunction]
+fn decode_blk_verdicts<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    file_no: u32,
+    offsets: Vec<u64>,
+    network_name: &str,
+    xor_key: &[u8],
+) -> PyResult<(Vec<Bound<'py, PyAny>>, u64)> {
+    let net = network(network_name)?;
+    let key = key8(xor_key)?;
+    let rows = btc::decode::Rows::Verdicts;
+    let cols = py
+        .detach(|| btc::decode::decode_file_rows(&path, key, net, &offsets, rows))
+        .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    let bytes = cols.bytes;
+    let batches = datasets::btc_bodies::build_verdicts(file_no, cols)
+        .into_iter()
+        .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((batches, bytes))
+}
+
 /// Streams the UTXO set (sorted by internal txid, then vout) into chainstate-ordered RocksDB
 /// entries and Core's `hash_serialized_3`.
 #[pyclass(module = "rechain.workers._native")]
@@ -484,6 +510,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_blk, m)?)?;
     m.add_function(wrap_pyfunction!(empty_batch, m)?)?;
     m.add_function(wrap_pyfunction!(decode_blk_bodies, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_blk_verdicts, m)?)?;
     m.add_class::<UtxoHasher>()?;
     m.add_class::<sst_py::SstWriter>()?;
     m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;

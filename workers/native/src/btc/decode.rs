@@ -6,6 +6,11 @@
 //!
 //! A block is parsed into reusable span buffers first and only copied into the columns once it
 //! checks out, so an invalid block leaves a `blocks` row with its reason and no transactions.
+//!
+//! `Rows::Verdicts` (the body pass's staging) parses and checks every block exactly as
+//! `Rows::Full` does and fills the same `blocks` columns, but of the rows below them keeps only
+//! each transaction's txid, block and position: the later stages write the other rows from
+//! the blocks themselves.
 
 use super::block::{check_witness_and_weight, merkle_root, TxInfo, MAX_BLOCK_WEIGHT};
 use super::encode::{Cursor, DecodeError};
@@ -281,8 +286,18 @@ impl BodyColumns {
     }
 }
 
+/// Which rows a `BodyDecoder` builds below the `blocks` verdict rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// Every transaction, input and output column.
+    Full,
+    /// Of the transaction columns only `txid`, `block` and `position`; no input or output rows.
+    Verdicts,
+}
+
 pub struct BodyDecoder {
     network: Network,
+    rows: Rows,
     spans: Spans,
     pub cols: BodyColumns,
 }
@@ -439,8 +454,13 @@ pub fn coinbase_height(script_sig: &[u8]) -> Option<i64> {
 
 impl BodyDecoder {
     pub fn new(network: Network) -> Self {
+        Self::with_rows(network, Rows::Full)
+    }
+
+    pub fn with_rows(network: Network, rows: Rows) -> Self {
         BodyDecoder {
             network,
+            rows,
             spans: Spans::default(),
             cols: BodyColumns::default(),
         }
@@ -608,7 +628,27 @@ impl BodyDecoder {
         let mut n_out_total = 0u64;
         let mut value_total = 0u64;
         let mut cb_height = None;
-        if let (true, Some(data)) = (valid, data) {
+        if let (true, Some(data), Rows::Verdicts) = (valid, data, self.rows) {
+            let sp = &self.spans;
+            let t = &mut self.cols.txs;
+            t.txid.reserve(sp.txs.len());
+            t.block.reserve(sp.txs.len());
+            t.position.reserve(sp.txs.len());
+            for (pos, tx) in sp.txs.iter().enumerate() {
+                t.txid.push(tx.txid);
+                t.block.push(block_row);
+                t.position.push(pos as u32);
+            }
+            n_in_total = sp.ins.len() as u64;
+            n_out_total = sp.outs.len() as u64;
+            value_total = sp.outs.iter().map(|o| o.value).sum();
+            if let Some(inp) = sp.txs.first().and_then(|t| sp.ins.get(t.ins.0..t.ins.1)) {
+                // The coinbase height comes from its (only) input, as the full rows read it.
+                cb_height = inp
+                    .last()
+                    .and_then(|i| coinbase_height(&data[i.script.0..i.script.1]));
+            }
+        } else if let (true, Some(data)) = (valid, data) {
             let sp = &self.spans;
             let c = &mut self.cols;
             c.reserve_block(sp);
@@ -697,10 +737,21 @@ pub fn decode_file_records(
     network: Network,
     offsets: &[u64],
 ) -> io::Result<BodyColumns> {
+    decode_file_rows(path, key, network, offsets, Rows::Full)
+}
+
+/// `decode_file_records` building only the `rows` asked for.
+pub fn decode_file_rows(
+    path: &Path,
+    key: [u8; 8],
+    network: Network,
+    offsets: &[u64],
+    rows: Rows,
+) -> io::Result<BodyColumns> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     let magic = network.magic();
-    let mut dec = BodyDecoder::new(network);
+    let mut dec = BodyDecoder::with_rows(network, rows);
     let mut buf: Vec<u8> = Vec::new();
     let mut buf_pos = 0u64;
     for &off in offsets {

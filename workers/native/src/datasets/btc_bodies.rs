@@ -1,12 +1,13 @@
-//! Datasets of the full decode, as workers stage them (one set per body unit): `body_blocks`,
-//! `body_transactions`, `body_inputs`, `body_outputs`. The committer adds chain context (height,
-//! `in_best_chain`, fees) when it publishes them as `blocks`, `transactions`, `inputs`, `outputs`.
-//! Hashes are staged as 32 raw bytes in display order (`fixed_size_binary(32)`), scripts and
+//! Datasets of the full decode: `body_blocks`, `body_transactions`, `body_inputs`,
+//! `body_outputs` (`build`), to which the publish stage adds chain context (height,
+//! `in_best_chain`, fees) for blocks off the best chain, and what the body pass stages per unit
+//! (`build_verdicts`): `body_blocks` and `body_txids` (each transaction's txid, block, position).
+//! Hashes are given as 32 raw bytes in display order (`fixed_size_binary(32)`), scripts and
 //! witness items as raw bytes (`large_binary`): half the size of hex and no hex pass in the
-//! workers. The committer's SQL (`pipeline/btc_full.py`) reads the hashes as display hex, as
-//! Core's RPC shows them, and publishes scripts and witness items as hex.
+//! workers. The publish stage's SQL (`pipeline/stages/bitcoin/publish.py`) reads the hashes as
+//! display hex, as Core's RPC shows them, and publishes scripts and witness items as hex.
 
-use crate::btc::decode::{BinCol, BodyColumns, StrCol};
+use crate::btc::decode::{BinCol, BlockCols, BodyColumns, StrCol};
 use crate::btc::script::ScriptType;
 use arrow_array::{
     ArrayRef, BooleanArray, DictionaryArray, FixedSizeBinaryArray, Int32Array, Int64Array,
@@ -20,6 +21,7 @@ pub const BLOCKS: &str = "body_blocks";
 pub const TRANSACTIONS: &str = "body_transactions";
 pub const INPUTS: &str = "body_inputs";
 pub const OUTPUTS: &str = "body_outputs";
+pub const TXIDS: &str = "body_txids";
 
 fn utf8(name: &str, nullable: bool) -> Field {
     Field::new(name, DataType::Utf8, nullable)
@@ -93,6 +95,7 @@ pub fn schema(dataset: &str) -> Option<SchemaRef> {
             hash("block_hash"),
             u32f("tx_position"),
         ],
+        TXIDS => vec![hash("txid"), hash("block_hash"), u32f("position")],
         OUTPUTS => vec![
             hash("txid"),
             u32f("vout"),
@@ -167,7 +170,7 @@ fn script_types(kinds: Vec<ScriptType>) -> ArrayRef {
     Arc::new(DictionaryArray::try_new(keys, Arc::new(values)).expect("keys index ScriptType::ALL"))
 }
 
-/// The four staged batches of one unit of `file_no`.
+/// The four batches of a full decode of one unit of `file_no`.
 pub fn build(file_no: u32, cols: BodyColumns) -> [RecordBatch; 4] {
     let BodyColumns {
         blocks: b,
@@ -181,22 +184,6 @@ pub fn build(file_no: u32, cols: BodyColumns) -> [RecordBatch; 4] {
     let out_block_rows: Vec<u32> = o.tx.iter().map(|&r| t.block[r as usize]).collect();
     let in_positions: Vec<u32> = i.tx.iter().map(|&r| t.position[r as usize]).collect();
     let out_positions: Vec<u32> = o.tx.iter().map(|&r| t.position[r as usize]).collect();
-    let n_blocks = b.hash.len();
-    let blocks: Vec<ArrayRef> = vec![
-        hashes(&b.hash, None),
-        Arc::new(UInt32Array::from(vec![file_no; n_blocks])),
-        Arc::new(UInt64Array::from(b.offset)),
-        Arc::new(UInt32Array::from(b.size)),
-        Arc::new(UInt32Array::from(b.stripped_size)),
-        Arc::new(UInt64Array::from(b.weight)),
-        Arc::new(UInt64Array::from(b.n_tx)),
-        Arc::new(BooleanArray::from(b.valid)),
-        Arc::new(StringArray::from(b.reason)),
-        Arc::new(Int64Array::from(b.coinbase_height)),
-        Arc::new(UInt64Array::from(b.n_inputs)),
-        Arc::new(UInt64Array::from(b.n_outputs)),
-        Arc::new(UInt64Array::from(b.output_value)),
-    ];
     let txs: Vec<ArrayRef> = vec![
         hashes(&t.txid, None),
         hashes(&t.wtxid, None),
@@ -245,13 +232,50 @@ pub fn build(file_no: u32, cols: BodyColumns) -> [RecordBatch; 4] {
         hashes(&b.hash, Some(&out_block_rows)),
         Arc::new(UInt32Array::from(out_positions)),
     ];
-    let batch = |name: &str, cols: Vec<ArrayRef>| {
-        RecordBatch::try_new(schema(name).unwrap(), cols).expect("columns match the schema")
-    };
     [
-        batch(BLOCKS, blocks),
+        batch(BLOCKS, block_columns(file_no, b)),
         batch(TRANSACTIONS, txs),
         batch(INPUTS, inputs),
         batch(OUTPUTS, outputs),
+    ]
+}
+
+/// The two staged batches of one unit of `file_no` (`body_blocks`, `body_txids`), from
+/// columns a `Rows::Verdicts` decoder filled (or a full one: the other rows are left out).
+pub fn build_verdicts(file_no: u32, cols: BodyColumns) -> [RecordBatch; 2] {
+    let BodyColumns {
+        blocks: b, txs: t, ..
+    } = cols;
+    let txids: Vec<ArrayRef> = vec![
+        hashes(&t.txid, None),
+        hashes(&b.hash, Some(&t.block)),
+        Arc::new(UInt32Array::from(t.position)),
+    ];
+    [
+        batch(BLOCKS, block_columns(file_no, b)),
+        batch(TXIDS, txids),
+    ]
+}
+
+fn batch(name: &str, cols: Vec<ArrayRef>) -> RecordBatch {
+    RecordBatch::try_new(schema(name).unwrap(), cols).expect("columns match the schema")
+}
+
+fn block_columns(file_no: u32, b: BlockCols) -> Vec<ArrayRef> {
+    let n_blocks = b.hash.len();
+    vec![
+        hashes(&b.hash, None),
+        Arc::new(UInt32Array::from(vec![file_no; n_blocks])),
+        Arc::new(UInt64Array::from(b.offset)),
+        Arc::new(UInt32Array::from(b.size)),
+        Arc::new(UInt32Array::from(b.stripped_size)),
+        Arc::new(UInt64Array::from(b.weight)),
+        Arc::new(UInt64Array::from(b.n_tx)),
+        Arc::new(BooleanArray::from(b.valid)),
+        Arc::new(StringArray::from(b.reason)),
+        Arc::new(Int64Array::from(b.coinbase_height)),
+        Arc::new(UInt64Array::from(b.n_inputs)),
+        Arc::new(UInt64Array::from(b.n_outputs)),
+        Arc::new(UInt64Array::from(b.output_value)),
     ]
 }

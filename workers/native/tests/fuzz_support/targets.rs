@@ -6,7 +6,7 @@
 //! the cargo-fuzz crate (`fuzz/`), which includes this file by path.
 
 use rechain_native::btc::block::{parse_block, parse_tx, BodyMode};
-use rechain_native::btc::decode::BodyDecoder;
+use rechain_native::btc::decode::{BodyDecoder, Rows};
 use rechain_native::btc::encode::Cursor;
 use rechain_native::btc::network::Network;
 use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
@@ -261,6 +261,53 @@ fn block_decode(data: &[u8]) {
     let mut full = BodyDecoder::new(Network::Regtest);
     full.push_block(0, data);
     let cols = &full.cols;
+    // The body pass's staging decoder gives the same verdict row and txids, and nothing else.
+    let mut slim = BodyDecoder::with_rows(Network::Regtest, Rows::Verdicts);
+    slim.push_block(0, data);
+    let (a, b) = (&cols.blocks, &slim.cols.blocks);
+    assert_eq!(
+        (
+            &a.hash,
+            &a.size,
+            &a.stripped_size,
+            &a.weight,
+            &a.n_tx,
+            &a.valid
+        ),
+        (
+            &b.hash,
+            &b.size,
+            &b.stripped_size,
+            &b.weight,
+            &b.n_tx,
+            &b.valid
+        )
+    );
+    assert_eq!(
+        (
+            &a.reason,
+            &a.coinbase_height,
+            &a.n_inputs,
+            &a.n_outputs,
+            &a.output_value
+        ),
+        (
+            &b.reason,
+            &b.coinbase_height,
+            &b.n_inputs,
+            &b.n_outputs,
+            &b.output_value
+        )
+    );
+    assert_eq!(
+        (&cols.txs.txid, &cols.txs.block, &cols.txs.position),
+        (
+            &slim.cols.txs.txid,
+            &slim.cols.txs.block,
+            &slim.cols.txs.position
+        )
+    );
+    assert!(slim.cols.inputs.tx.is_empty() && slim.cols.outputs.tx.is_empty());
     match &checked {
         Ok(c) if c.consumed == data.len() && c.invalid.is_none() => {
             if cols.blocks.valid[0] {
