@@ -154,13 +154,14 @@ def page_forest(
     memory_budget: int,
     workers: int,
     trust_hashes: bool = False,
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any]] | None:
     """A forest holding checkpoint ``name``'s trie paged out to a node store in
     ``store_dir`` (scratch: emptied first, removed with the forest), streamed and fully
     verified, the budget split as ``paging_split`` says, so replaying on top of it stays
     within the budget whatever the checkpoint's size. ``trust_hashes`` takes the stored node
     hashes as flow-go does (the root is still compared with its record). Returns the forest
-    and what was read, as ``load_forest`` does."""
+    and what was read, as ``load_forest`` does, or None for a checkpoint of several tries
+    (they share nodes: only the in-memory read takes them)."""
     t0 = time.perf_counter()
     shutil.rmtree(store_dir, ignore_errors=True)
     try:
@@ -173,6 +174,9 @@ def page_forest(
             verify="none" if trust_hashes else "full",
         )
     except _native.FlowCheckpointError as e:
+        if e.kind == "shared_node":
+            shutil.rmtree(store_dir, ignore_errors=True)
+            return None
         _raise(e)
     info = dict(info)
     load_s = time.perf_counter() - t0

@@ -198,3 +198,31 @@ def test_registers_and_register_hashes_share_their_row_groups(
         regs.column("path").to_pylist()
         == files["register_hashes"].read().column("path").to_pylist()
     )
+
+
+def test_a_checkpoint_of_several_tries_too_large_for_the_budget_is_read_in_memory(
+    tmp_path: Path,
+) -> None:
+    """Tries of one checkpoint share nodes, which the paged read does not take: a resume from
+    such a checkpoint (flow-go writes them) reads it in memory whatever the budget, and still
+    ends at the WAL's final root."""
+    from rechain.pipeline.flow_checkpoint import checkpoint_bytes
+    from rechain.workers import _native
+
+    facts = gen(tmp_path / "wal", updates=600)
+    segments = _native.flow_list_segments(str(tmp_path / "wal"))
+    half = segments[: len(segments) // 2]
+    forest = _native.FlowForest()
+    for number, path in half:
+        forest.replay_segment(str(path), number)
+    cps = tmp_path / "cps"
+    cps.mkdir()
+    name = f"checkpoint.{half[-1][0]:08d}"
+    _native.flow_checkpoint_write(forest, str(cps), name, roots=forest.roots()[-3:])
+    budget = checkpoint_bytes(cps, name)
+    out = cli_json("flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "d",
+                   "--no-progress", "--checkpoint", cps, "--memory-budget", str(budget),
+                   "--json")  # fmt: skip
+    assert out["resumed_from"]["tries"] == 3 and out["resumed_from"]["paged"] is False
+    assert out["root"] == facts["final_root"]
+    assert not (tmp_path / "d" / "stage" / "flow_nodes").exists()

@@ -33,8 +33,7 @@ from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
 
 #: The metrics label of the replay.
 STAGE = "flow_wal"
-#: Scratch folder (under the data folder) of the node store a checkpoint too large for the
-#: memory budget is paged into.
+#: Scratch folder (under the data folder) of a paged forest's node store.
 NODE_STORE = Path("stage") / "flow_nodes"
 
 
@@ -143,8 +142,9 @@ def _resume(
         raise RechainError(f"{opts.checkpoint}: no checkpoint.NNNNNNNN file to resume from")
     number, name = found[-1]
     paged = flow_checkpoint.needs_paging(opts.checkpoint, name, opts.memory_budget)
+    loaded = None
     if paged:
-        forest, info = flow_checkpoint.page_forest(
+        loaded = flow_checkpoint.page_forest(
             opts.checkpoint,
             name,
             opts.data / NODE_STORE,
@@ -152,7 +152,11 @@ def _resume(
             workers,
             trust_hashes=opts.trust_hashes,
         )
+    if loaded is not None:
+        forest, info = loaded
     else:
+        # Small enough, or several tries (flow-go's checkpoints may hold them): in memory.
+        paged = False
         forest, info = flow_checkpoint.load_forest(
             opts.checkpoint, name, workers, opts.ray_address, trust_hashes=opts.trust_hashes
         )
