@@ -293,6 +293,15 @@ def _baseline_rss(data: Path) -> int:
     return int(rss.peak_root)
 
 
+def _report(name: str, out: dict[str, Any]) -> None:
+    """Writes and prints a result; a run whose replays disagree on the root fails."""
+    path = write_result(name, out)
+    print(json.dumps(out, indent=1))
+    print(f"wrote {path}")
+    if not out["same_final_root"]:
+        raise SystemExit("final roots differ")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help="PER_UPDATE:UPDATES,...")
@@ -313,11 +322,7 @@ def main() -> None:
                     flowgo, work, per_update, updates, args.workers, args.out_of_core
                 ),
             }
-            path = write_result("flow_replay_out_of_core", out)
-            print(json.dumps(out, indent=1))
-            print(f"wrote {path}")
-            if not out["same_final_root"]:
-                raise SystemExit("final roots differ")
+            _report("flow_replay_out_of_core", out)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return
@@ -342,11 +347,7 @@ def main() -> None:
             # The smallest ratio over the sizes: the issue's target holds only if this does.
             "speedup_vs_flowgo": min(s["speedup_vs_flowgo"] for s in sizes.values()),
         }
-        path = write_result("flow_replay", out)
-        print(json.dumps(out, indent=1))
-        print(f"wrote {path}")
-        if not out["same_final_root"]:
-            raise SystemExit("final roots differ")
+        _report("flow_replay", out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
