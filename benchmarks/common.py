@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,29 +40,34 @@ def machine() -> dict[str, Any]:
 
 
 class TreeRss:
-    """Samples the summed RSS of a process and all its descendants; keeps the peaks."""
+    """The peak RSS of a process and of it with all its descendants, sampled. The process's
+    own peak is its kernel high-water mark (``VmHWM``), so a peak between two samples (a short
+    command's last moments) is not missed; only growth in the last interval before it exits
+    is. (``wait4``'s ``ru_maxrss`` is no substitute: it keeps the high-water mark of the
+    forking parent's memory from before the ``exec``.)"""
 
     def __init__(self, pid: int, interval: float = 0.05) -> None:
         self.root = psutil.Process(pid)
         self.interval = interval
         self.peak_tree = 0
         self.peak_root = 0
+        self.cpu_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                procs = [self.root, *self.root.children(recursive=True)]
+                children = self.root.children(recursive=True)
                 total = 0
-                for p in procs:
+                for p in [self.root, *children]:
                     try:
                         rss = p.memory_info().rss
                     except psutil.Error:
                         continue
                     total += rss
                     if p.pid == self.root.pid:
-                        self.peak_root = max(self.peak_root, rss)
+                        self.peak_root = max(self.peak_root, rss, _high_water_mark(p.pid))
                 self.peak_tree = max(self.peak_tree, total)
             except psutil.Error:
                 pass
@@ -76,15 +82,34 @@ class TreeRss:
         self._thread.join()
 
 
+def _high_water_mark(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def run_measured(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], TreeRss, float]:
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with TreeRss(proc.pid) as rss:
-        out, err = proc.communicate()
-    elapsed = time.perf_counter() - t0
-    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    """Runs ``cmd`` to its end: its output, its peak RSS and CPU time, its wall seconds.
+    Raises with the tail of its stderr if it fails."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        with TreeRss(proc.pid) as rss:
+            _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - t0
+        rss.cpu_s = usage.ru_utime + usage.ru_stime
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(
+            cmd, proc.returncode, out.read().decode(), err.read().decode(errors="replace")
+        )
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{err}")
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{done.stderr[-3000:]}")
     return done, rss, elapsed
 
 

@@ -27,14 +27,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BIN, TreeRss  # noqa: E402
+from common import BIN, run_measured  # noqa: E402
 
 PEERS = Path(__file__).resolve().parent / "peers"
 CORE_HARNESS = Path(__file__).resolve().parent.parent / "tests" / "bitcoin_core"
@@ -105,24 +103,12 @@ def core_reindex(binary: Path, blocks: Path, tip_hash: str, threads: int) -> dic
 
 def run_json(cmd: list[str]) -> dict[str, Any]:
     """A child that prints one JSON object: that object, with its process wall and CPU
-    seconds, cores used and sampled peak RSS."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
-        with TreeRss(proc.pid) as rss:
-            _, status, usage = os.wait4(proc.pid, 0)
-        elapsed = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if proc.returncode != 0:
-            tail = err.read().decode(errors="replace")[-3000:]
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
-        result: dict[str, Any] = json.loads(out.read())
-    cpu = usage.ru_utime + usage.ru_stime
+    seconds, cores used and peak RSS."""
+    done, rss, elapsed = run_measured(cmd)
+    result: dict[str, Any] = json.loads(done.stdout)
     result["process_wall_s"] = elapsed
-    result["cpu_s"] = cpu
-    result["cores_used"] = cpu / elapsed
+    result["cpu_s"] = rss.cpu_s
+    result["cores_used"] = rss.cpu_s / elapsed
     result["peak_rss_mib"] = rss.peak_root / 2**20
     return result
 
