@@ -26,6 +26,8 @@ from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 from rocksdict import (
     AccessType,
+    BlockBasedOptions,
+    Cache,
     IngestExternalFileOptions,
     Options,
     Rdict,
@@ -45,6 +47,9 @@ KeyColumn: TypeAlias = "pa.Array | list[bytes]"
 INGEST_SLICE_ROWS = 8_192
 #: RocksDB memtables, all column families together (each flushes at a quarter of it).
 MEMTABLE_BYTES = 32 << 20
+#: RocksDB's block cache, all column families together (left to itself, RocksDB gives each
+#: family a cache of its own).
+BLOCK_CACHE_BYTES = 16 << 20
 
 
 class DataDir:
@@ -90,7 +95,8 @@ class DataDir:
             existing = (
                 Rdict.list_cf(path, opts) if (self.path / "rocksdb" / "CURRENT").exists() else []
             )
-            cfs = {name: _cf_options() for name in set(layout.COLUMN_FAMILIES) | set(existing)}
+            self._block_cache = Cache(BLOCK_CACHE_BYTES)
+            cfs = {name: self._cf_options() for name in set(layout.COLUMN_FAMILIES) | set(existing)}
             cfs.pop("default", None)
             if self.readonly:
                 return Rdict(path, opts, column_families=cfs, access_type=AccessType.read_only())
@@ -263,7 +269,7 @@ class DataDir:
     def reset_column_family(self, name: str) -> None:
         """Drops and recreates a derived column family (rebuilt whole by its stage)."""
         self.db.drop_column_family(name)
-        self._cfs[name] = self.db.create_column_family(name, _cf_options())
+        self._cfs[name] = self.db.create_column_family(name, self._cf_options())
 
     # -- Parquet publication ------------------------------------------------------------------
     def parquet_dir(self, table: str) -> Path:
@@ -402,17 +408,19 @@ class DataDir:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
+    def _cf_options(self) -> Options:
+        table = BlockBasedOptions()
+        table.set_block_cache(self._block_cache)
+        opts = Options(raw_mode=True)
+        opts.set_write_buffer_size(MEMTABLE_BYTES // 4)
+        opts.set_block_based_table_factory(table)
+        return opts
+
     def __enter__(self) -> DataDir:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _cf_options() -> Options:
-    opts = Options(raw_mode=True)
-    opts.set_write_buffer_size(MEMTABLE_BYTES // 4)
-    return opts
 
 
 def write_file_atomic(final: Path, write: Callable[[Path], object]) -> Path:
