@@ -4,12 +4,14 @@ with `ray start` (each a raylet with its own node id), torn down with `ray stop`
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,9 +69,36 @@ def local_cluster(
     try:
         for _ in range(worker_nodes):
             ray_cli("start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1")
-        yield f"127.0.0.1:{port}"
+        address = f"127.0.0.1:{port}"
+        # `ray start` returns before its raylet has joined; a job started before then would
+        # see (and spread its tasks over) fewer nodes.
+        deadline = time.monotonic() + 120
+        while len(alive_nodes(address)) < 1 + worker_nodes:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster at {address} has not got all its nodes")
+            time.sleep(0.5)
+        yield address
     finally:
         if ray.is_initialized():  # `ray stop` would kill it under this process's feet
             ray.shutdown()
         ray_cli("stop", "--force")
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def alive_nodes(address: str) -> list[tuple[str, bool]]:
+    """(node id, is head) of the cluster's live nodes, from a separate driver (one in this
+    process would be stopped with the cluster)."""
+    code = (
+        f"import json, ray; ray.init(address={address!r}, logging_level='ERROR'); "
+        "print(json.dumps([(n['NodeID'], 'node:__internal_head__' in n['Resources']) "
+        "for n in ray.nodes() if n['Alive']]))"
+    )
+    out = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    ).stdout
+    return [tuple(n) for n in json.loads(out.strip().splitlines()[-1])]

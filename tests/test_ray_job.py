@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import cli_json, gen_chain
-from tests.ray_cluster import ENV, VENV_BIN, free_port, local_cluster
+from tests.ray_cluster import ENV, VENV_BIN, alive_nodes, free_port, local_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,24 +22,6 @@ def _json_line(log: str) -> dict:
         if line.startswith("{") and '"tip_hash"' in line:
             return json.loads(line)
     raise AssertionError(f"no JSON result in the job's log:\n{log[-3000:]}")
-
-
-def _nodes(address: str) -> list[tuple[str, bool]]:
-    """(node id, is head) of the cluster's live nodes, from a separate driver."""
-    code = (
-        f"import json, ray; ray.init(address={address!r}, logging_level='ERROR'); "
-        "print(json.dumps([(n['NodeID'], 'node:__internal_head__' in n['Resources']) "
-        "for n in ray.nodes() if n['Alive']]))"
-    )
-    out = subprocess.run(
-        [str(VENV_BIN / "python"), "-c", code],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=120,
-    ).stdout
-    return [tuple(n) for n in json.loads(out.strip().splitlines()[-1])]
 
 
 def test_full_reindex_as_ray_job_on_worker_nodes(tmp_path: Path) -> None:
@@ -95,7 +77,7 @@ def test_full_reindex_as_ray_job_on_worker_nodes(tmp_path: Path) -> None:
             timeout=600,
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        nodes = _nodes(address)
+        nodes = alive_nodes(address)
     result = _json_line(proc.stdout)
     assert result["tip_hash"] == facts["tip_hash"]
     assert result["blocks_indexed"] == facts["blocks_indexed"]

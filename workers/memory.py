@@ -46,13 +46,18 @@ MMAP_THRESHOLD = 1 << 20
 #: glibc makes up to eight heaps per core, one per thread that contends, each keeping its freed
 #: pages; the pipeline's threads share a few.
 ARENA_MAX = 4
+#: Arrow's allocator for this process and its children: jemalloc hands freed pages back after a
+#: few seconds, where Arrow's default (mimalloc) kept ~90 MiB more through a 10x-budget publish.
+ARROW_POOL = "jemalloc"
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
 
 def bound_heap() -> None:
     """Fixes glibc's mmap threshold and heap count for this process and, through the
-    environment glibc reads at start-up, for the processes it starts (Ray's workers)."""
+    environment glibc reads at start-up, for the processes it starts (Ray's workers); picks
+    Arrow's allocator (read when Arrow first allocates) the same way."""
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_POOL)
     libc = _libc()
     for env, param, value in (
         ("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, MMAP_THRESHOLD),

@@ -48,6 +48,8 @@ MAX_SLICE_BITS = 6
 #: Rows all slices' partition buffers hold together before flushing to their files.
 SLICE_FLUSH_ROWS = 65_536
 PARTITION_FLUSH_ROWS = 16_384
+#: DuckDB's allocator gives freed memory back past this fraction of its memory limit.
+ALLOCATOR_FLUSH_SHARE = 8
 
 
 @contextlib.contextmanager
@@ -111,6 +113,12 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
         stale.unlink(missing_ok=True)
     con = duckdb.connect(str(db_file))
     con.execute(f"SET memory_limit='{duckdb_bytes(budget) // (1 << 20)}MB'")
+    # DuckDB's allocator keeps what a task freed for reuse until it passes these thresholds
+    # (128 and 512 MiB by default, more than a small budget gives it): past a slice of its
+    # share, it hands the memory back.
+    flush = duckdb_bytes(budget) // ALLOCATOR_FLUSH_SHARE
+    con.execute(f"SET allocator_flush_threshold='{flush}B'")
+    con.execute(f"SET allocator_bulk_deallocation_flush_threshold='{flush}B'")
     con.execute(f"SET temp_directory='{spill}'")
     con.execute(f"SET threads={max(workers, 1)}")
     con.execute("SET preserve_insertion_order=false")
