@@ -1,8 +1,8 @@
 """Giving freed memory back to the OS, so ``--memory-budget`` bounds resident memory and not
 only live objects (issue #7): glibc keeps freed heap pages (large blocks too, once its mmap
 threshold has grown), and Arrow's allocator keeps freed pages for reuse. ``bound_heap`` fixes
-glibc's thresholds for this process and the ones it starts; ``release_unused_memory`` hands
-back what is free at stage ends."""
+glibc's thresholds and picks Arrow's allocator for this process and the ones it starts;
+``release_unused_memory`` hands back what is free at stage ends."""
 
 from __future__ import annotations
 
