@@ -141,6 +141,8 @@ def test_a_torn_record_is_read_again_once_the_node_completes_it(
         work = second["run"]
         assert work["publish_spends_appended"] == 1
         assert work["publish_segments_kept"] >= 1 and work["publish_offchain_parts_kept"] >= 1
+        # The new blocks spent outputs of a kept segment, whose flags were set in place.
+        assert work["publish_outputs_rewritten"] >= 1
     assert second["tip_height"] == facts["tip_height"]
     assert content(data) == content(ref)
     status = cli_json("btc", "status", "--data", data, "--json")

@@ -15,7 +15,8 @@ keeps every segment whose heights are still a part and whose last block is still
 chain (hard links into the new generation) and writes the others. The one
 column of old rows that new blocks change, ``outputs.spent``, is checked per segment by a
 fingerprint of the best-chain spends into it; a segment whose fingerprint moved gets its
-outputs file rewritten from the published one. When the new parts only extend the chain, the
+outputs file copied from the published one with that column encoded again (the Rust core
+copies the other columns' encoded pages as they are). When the new parts only extend the chain, the
 fingerprints and rewrites need only the new parts' spends (flags only turn on); after an
 unwind every segment's are counted again. Rows of blocks off the best chain (side branches,
 orphans, invalid blocks: few) are published in groups of the staged body parts holding any
@@ -246,11 +247,9 @@ def _select_sql(table: str, s: str, where: str, spent: str) -> str:
         WHERE {where}"""
 
 
-def _spent_sql(res: str, first: int | None = None, last: int | None = None) -> str:
-    """Best-chain spends as (prev_height, prev_txid hex, prev_vout), of outputs created at
-    heights ``first`` to ``last`` when given."""
-    where = "" if first is None else f"WHERE prev_height BETWEEN {first} AND {last}"
-    return f"SELECT prev_height, lower(hex(prev_txid)) AS prev_txid, prev_vout FROM {res} {where}"
+def _spent_sql(res: str) -> str:
+    """Best-chain spends (view ``res``) as (prev_height, prev_txid hex, prev_vout)."""
+    return f"SELECT prev_height, lower(hex(prev_txid)) AS prev_txid, prev_vout FROM {res}"
 
 
 def _copy(
@@ -303,16 +302,16 @@ def _offchain_copies(con: duckdb.DuckDBPyConnection, data: DataDir, parts: list[
 
 
 def _partition_spent(
-    con: duckdb.DuckDBPyConnection, folder: Path, new: list[tuple[int, int, str]], spends: str
+    con: duckdb.DuckDBPyConnection, folder: Path, ranges: list[tuple[int, int, str]], spends: str
 ) -> None:
-    """The best-chain spends (view ``spends``, holding at least every spend at or above the
-    new parts) of outputs created in the new parts, in one pass (DuckDB spills what the
-    budget cannot hold), as ``folder/part=NAME/*.parquet``."""
+    """The best-chain spends (view ``spends``) of outputs created in each of ``ranges``
+    ((first, last, NAME), disjoint: new parts and kept segments to rewrite), in one pass
+    (DuckDB spills what the budget cannot hold), as ``folder/part=NAME/*.parquet``."""
     shutil.rmtree(folder, ignore_errors=True)
-    if not new:
+    if not ranges:
         return
-    parts = {"first": [a for a, _, _ in new], "last": [b for _, b, _ in new]}
-    con.register("new_parts", pa.table({**parts, "part": [n for _, _, n in new]}))
+    parts = {"first": [a for a, _, _ in ranges], "last": [b for _, b, _ in ranges]}
+    con.register("new_parts", pa.table({**parts, "part": [n for _, _, n in ranges]}))
     con.execute(
         f"""COPY (
           SELECT p.part, r.prev_height, r.prev_txid, r.prev_vout
@@ -321,6 +320,21 @@ def _partition_spent(
         ) TO '{folder}' (FORMAT PARQUET, PARTITION_BY (part), COMPRESSION SNAPPY)"""
     )
     con.unregister("new_parts")
+
+
+def _part_spends(spent_folder: Path, name: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The spends ``_partition_spent`` put in partition ``name``: (heights, txids, vouts)."""
+    files = sorted((spent_folder / f"part={name}").glob("*.parquet"))
+    spent = (
+        pa.concat_tables([pq.read_table(f) for f in files])
+        if files
+        else pa.Table.from_batches([chain_state.empty_spends()])
+    )
+    return (
+        spent.column("prev_height").combine_chunks(),
+        spent.column("prev_txid").combine_chunks(),
+        spent.column("prev_vout").combine_chunks(),
+    )
 
 
 def _write_outputs(
@@ -334,12 +348,6 @@ def _write_outputs(
     its outputs."""
     first, last, name = part
     dest = generation / segment_path(first, last)
-    files = sorted((spent_folder / f"part={name}").glob("*.parquet"))
-    spent = (
-        pa.concat_tables([pq.read_table(f) for f in files])
-        if files
-        else pa.Table.from_batches([chain_state.empty_spends()])
-    )
     declared = tables.TABLES[ds.OUTPUTS]
     dest.parent.mkdir(parents=True, exist_ok=True)
     rows: int = load(first, last).write_outputs(
@@ -348,11 +356,27 @@ def _write_outputs(
         declared.row_group_rows,
         group_bytes,
         list(declared.unsorted_columns),
-        spent.column("prev_height").combine_chunks(),
-        spent.column("prev_txid").combine_chunks(),
-        spent.column("prev_vout").combine_chunks(),
+        *_part_spends(spent_folder, name),
     )
     return rows
+
+
+def _respend_outputs(
+    spent_folder: Path, src: Path, dest: Path, seg: dict[str, Any], appended: bool
+) -> int:
+    """A published outputs segment again, its ``spent`` flags from the spends into it: all of
+    them, or (``appended``) the new ones, which can only add flags. Only that column is
+    encoded again (in Rust); the others are copied as they are."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    rows: int = _native.respend_outputs(
+        src, dest, *_part_spends(spent_folder, _rewrite_name(seg)), appended
+    )
+    return rows
+
+
+def _rewrite_name(seg: dict[str, Any]) -> str:
+    """The spends partition of a kept segment whose outputs are rewritten."""
+    return f"seg-{seg['first']}-{seg['last']}"
 
 
 def publish_tables(
@@ -464,26 +488,18 @@ def publish_tables(
             # New segments are written from the parts' blocks, which the chain state reads
             # again from the blk files, with the spends of their outputs (known only now).
             spent = data.path / "tmp" / "duckdb" / "spent"
-            _partition_spent(con, spent, new, changes)
-            write = partial(_write_outputs, load, spent, tmp, group_bytes=group_bytes)
-            # Kept segments whose flags moved are rewritten alongside, each by a connection
-            # of its own: a segment is one row group, which DuckDB writes on one thread.
-            cursors: list[duckdb.DuckDBPyConnection] = []
+            targets = [(seg["first"], seg["last"], _rewrite_name(seg)) for seg in rewrite]
+            _partition_spent(con, spent, sorted(targets + new), changes)
             jobs: list[Callable[[], Any]] = []
             for seg in rewrite:
                 assert old_dir is not None
-                cursors.append(con.cursor())
                 src, dest = old_dir / seg["path"], tmp / seg["path"]
-                args = (seg, group_bytes, changes, appended)
-                jobs.append(partial(_rewrite_outputs, cursors[-1], src, dest, *args))
+                jobs.append(partial(_respend_outputs, spent, src, dest, seg, appended))
+            write = partial(_write_outputs, load, spent, tmp, group_bytes=group_bytes)
             jobs += [partial(write, part) for part in new]
-            try:
-                for _, result in ordered_local(_call, jobs, threads, max(1, threads)):
-                    if isinstance(result, Exception):
-                        raise result
-            finally:
-                for cur in cursors:
-                    cur.close()
+            for _, result in ordered_local(_call, jobs, threads, max(1, threads)):
+                if isinstance(result, Exception):
+                    raise result
             work["outputs_rewritten"] += len(rewrite)
             shutil.rmtree(spent, ignore_errors=True)
         else:
@@ -629,31 +645,6 @@ def _spent_prints(
     ).fetchall()
     con.unregister("segs")
     return {(int(a), int(b)): f"{n}:{h}" for a, b, n, h in got}
-
-
-def _rewrite_outputs(
-    con: duckdb.DuckDBPyConnection,
-    src: Path,
-    dest: Path,
-    seg: dict[str, Any],
-    group_bytes: int,
-    spends: str,
-    appended: bool,
-) -> None:
-    """A published outputs segment again, with ``spent`` from the spends of view ``spends``:
-    all of them, or (``appended``) the new ones, which can only add spent flags."""
-    spent = "o.spent OR " if appended else ""
-    _copy(
-        con,
-        ds.OUTPUTS,
-        f"""SELECT o.* REPLACE ({spent}s.prev_height IS NOT NULL AS spent),
-               {_height_range(seg["first"])}::BIGINT AS {tables.HEIGHT_RANGE}
-        FROM read_parquet('{src}') o
-        LEFT JOIN ({_spent_sql(spends, seg["first"], seg["last"])}) s
-          ON s.prev_height = o.height AND s.prev_txid = o.txid AND s.prev_vout = o.vout""",
-        dest,
-        group_bytes,
-    )
 
 
 def published_rows(data: DataDir) -> dict[str, int]:

@@ -267,28 +267,7 @@ impl ChainStateChunk {
         spent_txids: PyArray,
         spent_vouts: PyArray,
     ) -> PyResult<u64> {
-        use arrow_array::cast::AsArray;
-        use arrow_array::types::UInt32Type;
-        let bad = |what: &str| PyValueError::new_err(format!("spent outputs: {what}"));
-        let (heights, _) = spent_heights.into_inner();
-        let (txids, _) = spent_txids.into_inner();
-        let (vouts, _) = spent_vouts.into_inner();
-        let heights = heights
-            .as_primitive_opt::<UInt32Type>()
-            .ok_or_else(|| bad("heights must be uint32"))?;
-        let vouts = vouts
-            .as_primitive_opt::<UInt32Type>()
-            .ok_or_else(|| bad("vouts must be uint32"))?;
-        let txids = crate::binary_values(&txids)?;
-        if heights.len() != txids.len() || vouts.len() != txids.len() {
-            return Err(bad("arrays differ in length"));
-        }
-        let mut spent = rustc_hash::FxHashSet::default();
-        spent.reserve(txids.len());
-        for ((h, t), v) in heights.values().iter().zip(&txids).zip(vouts.values()) {
-            let txid: [u8; 32] = (*t).try_into().map_err(|_| bad("txids are 32 bytes"))?;
-            spent.insert((*h, txid, *v));
-        }
+        let spent = spent_set(spent_heights, spent_txids, spent_vouts)?;
         let schema = schema.into_inner();
         py.detach(|| {
             let blocks = self.chain_blocks(usize::MAX);
@@ -302,6 +281,65 @@ impl ChainStateChunk {
         })
         .map_err(PyValueError::new_err)
     }
+}
+
+/// The outputs the best chain spent, given as three equal-length arrays: the height each was
+/// created at (uint32), its txid (32 bytes, display order) and its vout (uint32).
+fn spent_set(
+    heights: PyArray,
+    txids: PyArray,
+    vouts: PyArray,
+) -> PyResult<rustc_hash::FxHashSet<btc_chain_rows::SpentOutput>> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt32Type;
+    let bad = |what: &str| PyValueError::new_err(format!("spent outputs: {what}"));
+    let (heights, _) = heights.into_inner();
+    let (txids, _) = txids.into_inner();
+    let (vouts, _) = vouts.into_inner();
+    let heights = heights
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| bad("heights must be uint32"))?;
+    let vouts = vouts
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| bad("vouts must be uint32"))?;
+    let txids = crate::binary_values(&txids)?;
+    if heights.len() != txids.len() || vouts.len() != txids.len() {
+        return Err(bad("arrays differ in length"));
+    }
+    let mut spent = rustc_hash::FxHashSet::default();
+    spent.reserve(txids.len());
+    for ((h, t), v) in heights.values().iter().zip(&txids).zip(vouts.values()) {
+        let txid: [u8; 32] = (*t).try_into().map_err(|_| bad("txids are 32 bytes"))?;
+        spent.insert((*h, txid, *v));
+    }
+    Ok(spent)
+}
+
+/// Copies a published `outputs` file from `src` to `dest` with its `spent` column set from
+/// the spends given (as for `ChainStateChunk.write_outputs`): with `keep_old`, flags already
+/// set stay set (the spends are only new ones). Only that column is encoded again; the others
+/// are copied as they are. Returns the rows.
+#[pyfunction]
+fn respend_outputs(
+    py: Python<'_>,
+    src: PathBuf,
+    dest: PathBuf,
+    spent_heights: PyArray,
+    spent_txids: PyArray,
+    spent_vouts: PyArray,
+    keep_old: bool,
+) -> PyResult<u64> {
+    let spent = spent_set(spent_heights, spent_txids, spent_vouts)?;
+    py.detach(|| {
+        crate::parquet_out::replace_column(
+            &src,
+            &dest,
+            "spent",
+            &["height", "txid", "vout", "spent"],
+            |rows| btc_chain_rows::respent(rows, &spent, keep_old),
+        )
+    })
+    .map_err(PyValueError::new_err)
 }
 
 /// The net change that unwinds blocks given their undo records, highest first: a dict with
@@ -378,6 +416,7 @@ fn hash_utxo_entries(items: &Bound<'_, PyAny>) -> PyResult<(String, u64, u64)> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ChainStateChunk>()?;
     m.add_function(wrap_pyfunction!(unwind_chain_state, m)?)?;
+    m.add_function(wrap_pyfunction!(respend_outputs, m)?)?;
     m.add_function(wrap_pyfunction!(undo_block_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hash_utxo_entries, m)?)?;
     Ok(())

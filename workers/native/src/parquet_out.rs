@@ -4,14 +4,23 @@
 //! stage can publish a table without loading pyarrow. Where the file goes and when it becomes
 //! visible stays with `DataDir` (Python): this only writes the file it is given.
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
-use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::arrow::arrow_writer::{compute_leaves, ArrowRowGroupWriterFactory};
+use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::column::writer::ColumnCloseResult;
+use parquet::file::metadata::PageIndexPolicy;
+use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
+use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Row-group limits: at most `rows` rows, and a group is closed early once its encoded
 /// columns (which a writer holds until the group is done) reach `bytes`.
@@ -45,27 +54,7 @@ impl TableWriter {
         dictionary_columns: &[&str],
         unsorted_columns: &[&str],
     ) -> Result<TableWriter, String> {
-        let mut props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .set_dictionary_enabled(false)
-            .set_max_row_group_row_count(None);
-        for c in dictionary_columns {
-            props = props.set_column_dictionary_enabled(ColumnPath::from(*c), true);
-        }
-        for c in unsorted_columns {
-            let field = schema
-                .field_with_name(c)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            // A list's values are the leaf `name.list.<item>` of the Parquet schema.
-            let leaf = match field.data_type() {
-                DataType::List(item) | DataType::LargeList(item) => {
-                    vec![c.to_string(), "list".into(), item.name().clone()]
-                }
-                _ => vec![c.to_string()],
-            };
-            props =
-                props.set_column_statistics_enabled(ColumnPath::new(leaf), EnabledStatistics::None);
-        }
+        let props = properties(path, &schema, dictionary_columns, unsorted_columns)?;
         let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let writer = ArrowWriter::try_new(file, schema, Some(props.build()))
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -86,6 +75,137 @@ impl TableWriter {
         self.writer.into_inner().map_err(|e| e.to_string())?;
         Ok(self.rows)
     }
+}
+
+/// The writer settings of every table the Rust core writes (see `TableWriter::create_with`).
+fn properties(
+    path: &Path,
+    schema: &SchemaRef,
+    dictionary_columns: &[&str],
+    unsorted_columns: &[&str],
+) -> Result<WriterPropertiesBuilder, String> {
+    let mut props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(false)
+        .set_max_row_group_row_count(None);
+    for c in dictionary_columns {
+        props = props.set_column_dictionary_enabled(ColumnPath::from(*c), true);
+    }
+    for c in unsorted_columns {
+        let field = schema
+            .field_with_name(c)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        // A list's values are the leaf `name.list.<item>` of the Parquet schema.
+        let leaf = match field.data_type() {
+            DataType::List(item) | DataType::LargeList(item) => {
+                vec![c.to_string(), "list".into(), item.name().clone()]
+            }
+            _ => vec![c.to_string()],
+        };
+        props = props.set_column_statistics_enabled(ColumnPath::new(leaf), EnabledStatistics::None);
+    }
+    Ok(props)
+}
+
+/// Copies the Parquet file `src` to `dest` with the top-level primitive column `column`
+/// replaced by what `compute` makes of each batch of the `inputs` columns (read row group by
+/// row group, in order). Every other column chunk is copied as it was encoded: no decoding,
+/// no recompression, same pages, statistics and page indexes, and the same row groups and
+/// key-value metadata (the Arrow schema). The new column is encoded as `TableWriter` does.
+/// Returns the rows.
+pub fn replace_column(
+    src: &Path,
+    dest: &Path,
+    column: &str,
+    inputs: &[&str],
+    mut compute: impl FnMut(&RecordBatch) -> Result<ArrayRef, String>,
+) -> Result<u64, String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", src.display());
+    let file = File::open(src).map_err(|e| at(&e))?;
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let meta = ArrowReaderMetadata::load(&file, options).map_err(|e| at(&e))?;
+    let parquet = meta.metadata().clone();
+    let descr = parquet.file_metadata().schema_descr_ptr();
+    let arrow_schema = meta.schema().clone();
+    let target = descr
+        .columns()
+        .iter()
+        .position(|c| c.path().parts() == [column])
+        .ok_or_else(|| at(&format!("no top-level column {column}")))?;
+    let field_index = arrow_schema.index_of(column).map_err(|e| at(&e))?;
+    let field = arrow_schema.field(field_index).clone();
+    let props = properties(dest, &arrow_schema, &[], &[])?
+        .set_key_value_metadata(parquet.file_metadata().key_value_metadata().cloned())
+        .build();
+    let out = File::create(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+    let mut writer = SerializedFileWriter::new(out, descr.root_schema_ptr(), Arc::new(props))
+        .map_err(|e| at(&e))?;
+    let factory = ArrowRowGroupWriterFactory::new(&writer, arrow_schema.clone());
+    let mask = ProjectionMask::columns(&descr, inputs.iter().copied());
+    let mut rows = 0u64;
+    for (g, group) in parquet.row_groups().iter().enumerate() {
+        let mut encoder = factory
+            .create_column_writers(g)
+            .map_err(|e| at(&e))?
+            .into_iter()
+            .nth(field_index)
+            .ok_or_else(|| at(&"column writers"))?;
+        let batches = ParquetRecordBatchReaderBuilder::new_with_metadata(
+            file.try_clone().map_err(|e| at(&e))?,
+            meta.clone(),
+        )
+        .with_row_groups(vec![g])
+        .with_projection(mask.clone())
+        .build()
+        .map_err(|e| at(&e))?;
+        let mut group_rows = 0u64;
+        for batch in batches {
+            let batch = batch.map_err(|e| at(&e))?;
+            let values = compute(&batch)?;
+            if values.len() != batch.num_rows() {
+                return Err(at(&"the new column's length differs from the batch's"));
+            }
+            group_rows += values.len() as u64;
+            for leaf in compute_leaves(&field, &values).map_err(|e| at(&e))? {
+                encoder.write(&leaf).map_err(|e| at(&e))?;
+            }
+        }
+        if group_rows != group.num_rows() as u64 {
+            return Err(at(&format!(
+                "row group {g}: read {group_rows} rows of {}",
+                group.num_rows()
+            )));
+        }
+        let mut chunk = Some(encoder.close().map_err(|e| at(&e))?);
+        let mut out_group = writer.next_row_group().map_err(|e| at(&e))?;
+        for (c, meta_c) in group.columns().iter().enumerate() {
+            if c == target {
+                let chunk = chunk.take().expect("one replaced chunk per group");
+                chunk
+                    .append_to_row_group(&mut out_group)
+                    .map_err(|e| at(&e))?;
+                continue;
+            }
+            let column_index = parquet
+                .column_index()
+                .map(|x| x[g][c].clone())
+                .filter(|x| !matches!(x, ColumnIndexMetaData::NONE));
+            let offset_index = parquet.offset_index().map(|x| x[g][c].clone());
+            let close = ColumnCloseResult {
+                bytes_written: meta_c.compressed_size() as u64,
+                rows_written: group.num_rows() as u64,
+                metadata: meta_c.clone(),
+                bloom_filter: None,
+                column_index,
+                offset_index,
+            };
+            out_group.append_column(&file, close).map_err(|e| at(&e))?;
+        }
+        out_group.close().map_err(|e| at(&e))?;
+        rows += group_rows;
+    }
+    writer.close().map_err(|e| at(&e))?;
+    Ok(rows)
 }
 
 /// Rows handed to the writer per step when one batch is written whole: small enough that a
@@ -181,8 +301,8 @@ mod tests {
     use super::*;
     use arrow_array::{ArrayRef, StringArray, UInt64Array};
     use arrow_schema::{DataType, Field, Schema};
+    use parquet::file::metadata::ColumnChunkMetaData;
     use parquet::file::reader::{FileReader, SerializedFileReader};
-    use std::sync::Arc;
 
     #[test]
     fn aligned_row_groups_close_at_the_row_and_byte_limits() {
@@ -241,6 +361,105 @@ mod tests {
             bytes: 1,
         };
         assert_eq!(write("bytes", tiny), vec![1000; 10]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_replaced_column_leaves_the_others_encoded_as_they_were() {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::UInt64Type;
+        use arrow_array::{Array, BooleanArray};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::UInt64, false),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("flag", DataType::Boolean, true),
+        ]));
+        let dir = std::env::temp_dir().join(format!("rechain-pq-replace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (src, dest) = (dir.join("src.parquet"), dir.join("dest.parquet"));
+        let n = 10_000u64;
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt64Array::from_iter_values(0..n)),
+            Arc::new(StringArray::from_iter(
+                (0..n).map(|i| (i % 7 != 0).then(|| format!("{i:064x}"))),
+            )),
+            Arc::new(BooleanArray::from_iter(
+                (0..n).map(|i| (i % 5 != 0).then_some(i % 2 == 0)),
+            )),
+        ];
+        let batch = RecordBatch::try_new(schema.clone(), cols).unwrap();
+        let groups = RowGroups {
+            rows: 3000,
+            bytes: usize::MAX,
+        };
+        write_batch(&src, &batch, &["s"], &["s"], groups).unwrap();
+        // The new flag: set for multiples of 3, else the old one (null stays null).
+        let rows = replace_column(&src, &dest, "flag", &["n", "flag"], |b| {
+            let n = b.column_by_name("n").unwrap().as_primitive::<UInt64Type>();
+            let old = b.column_by_name("flag").unwrap().as_boolean();
+            Ok(Arc::new(BooleanArray::from_iter((0..b.num_rows()).map(
+                |i| {
+                    if n.value(i) % 3 == 0 {
+                        Some(true)
+                    } else {
+                        old.is_valid(i).then(|| old.value(i))
+                    }
+                },
+            ))))
+        })
+        .unwrap();
+        assert_eq!(rows, n);
+        let read = |path: &Path| {
+            let f = File::open(path).unwrap();
+            let r = ParquetRecordBatchReaderBuilder::try_new(f)
+                .unwrap()
+                .with_batch_size(1 << 20)
+                .build()
+                .unwrap();
+            let batches: Vec<RecordBatch> = r.map(Result::unwrap).collect();
+            assert_eq!(batches.len(), 1);
+            batches.into_iter().next().unwrap()
+        };
+        let (before, after) = (read(&src), read(&dest));
+        assert_eq!(after.schema(), before.schema(), "the Arrow schema is kept");
+        assert_eq!(after.column(0), before.column(0));
+        assert_eq!(after.column(1), before.column(1));
+        let (old, new) = (before.column(2).as_boolean(), after.column(2).as_boolean());
+        for i in 0..n as usize {
+            let want = if i % 3 == 0 {
+                Some(true)
+            } else {
+                old.is_valid(i).then(|| old.value(i))
+            };
+            assert_eq!(new.is_valid(i).then(|| new.value(i)), want, "row {i}");
+        }
+        // Same row groups; the untouched columns' chunks are the same bytes.
+        let meta = |path: &Path| {
+            SerializedFileReader::new(File::open(path).unwrap())
+                .unwrap()
+                .metadata()
+                .clone()
+        };
+        let (a, b) = (meta(&src), meta(&dest));
+        assert_eq!(a.num_row_groups(), 4);
+        assert_eq!(a.num_row_groups(), b.num_row_groups());
+        let bytes = |path: &Path, c: &ColumnChunkMetaData| {
+            let (start, len) = c.byte_range();
+            std::fs::read(path).unwrap()[start as usize..(start + len) as usize].to_vec()
+        };
+        for g in 0..a.num_row_groups() {
+            let (ga, gb) = (a.row_group(g), b.row_group(g));
+            assert_eq!(ga.num_rows(), gb.num_rows());
+            for c in 0..2 {
+                assert_eq!(bytes(&src, ga.column(c)), bytes(&dest, gb.column(c)));
+                assert_eq!(ga.column(c).statistics(), gb.column(c).statistics());
+            }
+            assert_eq!(
+                gb.column(2).compression(),
+                Compression::ZSTD(ZstdLevel::default())
+            );
+        }
+        assert!(replace_column(&src, &dest, "nope", &["n"], |b| Ok(b.column(0).clone())).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -442,6 +442,49 @@ pub(crate) fn inputs(
 /// An output the best chain spent: (height it was created at, txid in display order, vout).
 pub(crate) type SpentOutput = (u32, [u8; 32], u32);
 
+/// The `spent` column of published `outputs` rows (a batch of at least their `height`,
+/// `txid`, `vout` and `spent` columns) for the spends in `spent`: true for an output in it;
+/// otherwise, with `keep_old`, the row's old flag (a null stays null, as SQL's `OR`), else false.
+pub(crate) fn respent(
+    rows: &RecordBatch,
+    spent: &HashSet<SpentOutput>,
+    keep_old: bool,
+) -> Result<ArrayRef, String> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt32Type;
+    use arrow_array::Array;
+    let column = |name: &str| {
+        rows.column_by_name(name)
+            .ok_or_else(|| format!("outputs rows without {name}"))
+    };
+    let height = column("height")?
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or("outputs.height is not uint32")?;
+    let vout = column("vout")?
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or("outputs.vout is not uint32")?;
+    let txid = column("txid")?
+        .as_string_opt::<i32>()
+        .ok_or("outputs.txid is not a string")?;
+    let old = column("spent")?
+        .as_boolean_opt()
+        .ok_or("outputs.spent is not boolean")?;
+    let mut out = arrow_array::builder::BooleanBuilder::with_capacity(rows.num_rows());
+    for i in 0..rows.num_rows() {
+        // The spends' txids are in display order, which is the order of the hex.
+        let mut raw = crate::datasets::hex::parse_display_hex(txid.value(i))
+            .ok_or_else(|| format!("outputs.txid {:?} is not 32 bytes of hex", txid.value(i)))?;
+        raw.reverse();
+        let hit = spent.contains(&(height.value(i), raw, vout.value(i)));
+        out.append_option(match (hit, keep_old) {
+            (true, _) => Some(true),
+            (false, true) => old.is_valid(i).then(|| old.value(i)),
+            (false, false) => Some(false),
+        });
+    }
+    Ok(Arc::new(out.finish()))
+}
+
 /// The `outputs` rows of `blocks`, `spent` set for those in `spent`.
 pub(crate) fn outputs(
     blocks: &[ChainBlock],
