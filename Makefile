@@ -11,7 +11,10 @@ PEERS_TARGET := $(HOME)/.cache/rechain/peers/target
 
 .PHONY: setup demo test test-rust test-py bench lint fmt clean soak infra-check fuzz
 
+# Bytecode is compiled here because the CLI's start-up is part of every (incremental) run and
+# an environment may forbid writing it (PYTHONDONTWRITEBYTECODE).
 setup: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 pipeline workers schemas benchmarks tests > /dev/null
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
