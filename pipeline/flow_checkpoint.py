@@ -142,8 +142,9 @@ def needs_paging(directory: Path, name: str, memory_budget: int) -> bool:
 
 
 def paging_split(memory_budget: int) -> dict[str, int]:
-    """How a paged forest spends the budget: half caches loaded nodes, a quarter holds new
-    ones before they are written out (the rest is the update at hand and the output)."""
+    """How a paged forest spends the budget: half is the node store's cache (the top of the
+    newest trie as last written, and nodes loaded again), a quarter holds new nodes before they
+    are written out (the rest is the update at hand and the output)."""
     return {"cache_bytes": memory_budget // 2, "hold_bytes": memory_budget // 4}
 
 

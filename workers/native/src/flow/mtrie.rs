@@ -18,7 +18,7 @@ use super::hash::{
     compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
     hash_inter, Hash, LeafJob, Path, MAX_HEIGHT,
 };
-use super::node_store::{Loc, NodeStore, NodeWriter, StoreError, StoreResult};
+use super::node_store::{Loc, NodeStore, NodeWriter, PageOut, StoreError, StoreResult};
 use super::record::{Payload, TrieUpdate};
 use super::ErrorKind;
 use std::collections::{HashMap, VecDeque};
@@ -106,6 +106,14 @@ impl Node {
     pub fn resolve(self: &Arc<Node>) -> StoreResult<Arc<Node>> {
         match &**self {
             Node::Paged { loc, store, .. } => store.load(*loc),
+            _ => Ok(self.clone()),
+        }
+    }
+
+    /// As [`Self::resolve`], for a walk that reads each node once (the node is not cached).
+    pub fn resolve_once(self: &Arc<Node>) -> StoreResult<Arc<Node>> {
+        match &**self {
+            Node::Paged { loc, store, .. } => store.load_once(*loc),
             _ => Ok(self.clone()),
         }
     }
@@ -650,7 +658,7 @@ impl Trie {
     /// Recomputes every node hash from the leaves up and compares (`MTrie.IsAValidTrie`).
     pub fn verify_hashes(&self) -> StoreResult<bool> {
         fn check(n: &Arc<Node>) -> StoreResult<bool> {
-            let n = n.resolve()?;
+            let n = n.resolve_once()?;
             Ok(match &*n {
                 Node::Leaf { height, reg, hash } => {
                     compact_value(&reg.path, &reg.payload.value, *height) == *hash
@@ -700,7 +708,7 @@ impl LeafCursor {
         let mut out = Vec::with_capacity(max.min(1 << 16));
         while out.len() < max {
             let Some(n) = self.stack.pop() else { break };
-            let n = n.resolve()?;
+            let n = n.resolve_once()?;
             match &*n {
                 Node::Leaf { reg, .. } => {
                     if !reg.payload.is_empty() {
@@ -796,19 +804,23 @@ impl Forest {
     }
 
     /// Writes every node in memory to the store (each shared node once) and makes every
-    /// trie's root a placeholder; a no-op for a forest without paging.
+    /// trie's root a placeholder; a no-op for a forest without paging. The newest trie goes
+    /// first and the cache keeps the top of what was written for it: the next update most
+    /// likely starts from it.
     pub fn page_out(&mut self) -> StoreResult<()> {
         let Some(paging) = self.paging.as_mut() else {
             return Ok(());
         };
-        let mut seen = HashMap::new();
-        for root in &self.order {
+        let mut pass = PageOut::default();
+        for (i, root) in self.order.iter().rev().enumerate() {
+            pass.keep = i == 0;
             let trie = self.tries.get_mut(root).expect("ordered roots are held");
             if let Some(n) = &trie.root {
-                trie.root = Some(paging.writer.page_out(n, &mut seen)?);
+                trie.root = Some(paging.writer.page_out(n, &mut pass)?);
             }
         }
         paging.writer.flush()?;
+        paging.store.keep_top(&pass);
         paging.paged_at = self.stats.new_node_bytes.load(Ordering::Relaxed);
         Ok(())
     }
@@ -1384,6 +1396,64 @@ mod tests {
             drop(store);
             assert!(!folder.exists());
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// After a page-out the cache holds the top of the newest trie as written, nearest the
+    /// root first: updates on top of it find those nodes there instead of reading them from
+    /// the files (every hit is a read a forest without that cache makes), give the in-memory
+    /// forest's roots, and the cache stays within its budget across page-outs.
+    #[test]
+    fn updates_after_a_page_out_find_the_top_in_the_cache() {
+        let dir = scratch("top");
+        let cache = 64 << 10;
+        let forest = |name: &str, cache: usize| {
+            let store = NodeStore::create(&dir.join(name), cache).unwrap();
+            // Paged out by hand, below.
+            let f = Forest::new(6, 1)
+                .with_paging(store.clone(), u64::MAX)
+                .unwrap();
+            (f, store)
+        };
+        let (mut cached, store) = forest("cached", cache);
+        let (mut uncached, bare) = forest("uncached", 0);
+        let mut mem = Forest::new(6, 1);
+        let mut next = xorshift(21);
+        let mut pool = Vec::new();
+        let counts = |s: &NodeStore| {
+            (
+                s.stats.loads.load(Ordering::Relaxed),
+                s.stats.cache_hits.load(Ordering::Relaxed),
+            )
+        };
+        let mut root = empty_root();
+        for round in 0..6 {
+            let n = if round == 0 { 3000 } else { 60 };
+            let u = upd(
+                root,
+                random_writes(&mut next, &mut pool, n, 9, 40, |_, _| {}),
+            );
+            let a = mem.update(&u).unwrap();
+            let (before, bare_before) = (counts(&store), counts(&bare));
+            assert_eq!(cached.update(&u).unwrap(), a, "round {round}");
+            assert_eq!(uncached.update(&u).unwrap(), a, "round {round}");
+            let (after, bare_after) = (counts(&store), counts(&bare));
+            let (loads, hits) = (after.0 - before.0, after.1 - before.1);
+            assert_eq!(bare_after.1, 0);
+            assert_eq!(loads + hits, bare_after.0 - bare_before.0, "round {round}");
+            if round > 0 {
+                // The root and the levels under it, at least.
+                assert!(hits >= 8, "round {round}: {hits} hits, {loads} loads");
+            }
+            assert!(store.cached_bytes() <= cache, "{}", store.cached_bytes());
+            cached.page_out().unwrap();
+            uncached.page_out().unwrap();
+            root = a.root;
+        }
+        let t = cached.get(&root).unwrap();
+        assert!(t.verify_hashes().unwrap());
+        assert_eq!(leaf_rows(t), leaf_rows(mem.get(&root).unwrap()));
+        drop((cached, uncached, store, bare));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -10,6 +10,12 @@
 //! location always means the same node: a checkpoint writer de-duplicates by location as flow-go
 //! does by pointer.
 //!
+//! An update loads only the nodes on the paths it writes, and replaces each of them: a node
+//! loaded by a replay is never loaded again, so caching what was loaded does not spare a replay
+//! any read. What the next updates load is the top of the newest trie, rewritten by every
+//! page-out at new locations. So a page-out hands the nodes it wrote for the newest trie to the
+//! cache, nearest the root first ([`NodeStore::keep_top`]), and the next updates find them there.
+//!
 //! Record (little endian): `u32 body length | u32 CRC-32C of body | body`, body =
 //! `u8 kind | u16 height | hash[32]` then, for a leaf, `path[32] | u32 key length | key | value`,
 //! for an interior node two child slots `u8 kind (0 none, 1 interior, 2 leaf) | u64 loc |
@@ -35,9 +41,16 @@ const KIND_INTERIOR: u8 = 1;
 const KIND_LEAF: u8 = 2;
 /// Bytes of a record before its body.
 const HEADER: usize = 8;
+/// Bytes read at once for a record: an interior node's record is 125, a leaf's 111 plus its
+/// key and value.
+const FIRST_READ: usize = 512;
 /// What a cached node costs beyond its payload: the node, its register or two placeholders,
 /// and the map entry.
 const NODE_OVERHEAD: usize = 200;
+
+fn leaf_cost(payload_bytes: usize) -> usize {
+    NODE_OVERHEAD + payload_bytes
+}
 
 /// A node store problem: the file and offset, and what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,24 +83,57 @@ pub struct StoreStats {
     pub cache_hits: AtomicU64,
 }
 
-/// Two generations of loaded nodes: a lookup that finds a node in the old one moves it to the
-/// new one, and when the new one reaches half the budget the old one is dropped. Nodes read
-/// again within a generation stay (a trie's top levels, the paths a replay keeps writing).
+/// The cache: the top of the newest trie as page-outs wrote it (half the budget, highest nodes
+/// kept), and two generations of loaded nodes (a quarter each, for lookups and forks that read
+/// a node again): a lookup that finds a node in the old generation or the top moves it to the
+/// new one, and when the new one is full the old one is dropped.
 struct Cache {
     young: HashMap<Loc, (Arc<Node>, usize)>,
     old: HashMap<Loc, (Arc<Node>, usize)>,
     young_bytes: usize,
+    /// Bytes of one generation.
     half: usize,
+    top: HashMap<Loc, (Arc<Node>, usize)>,
+    top_bytes: usize,
+    top_cap: usize,
 }
 
 impl Cache {
+    fn new(cache_bytes: usize) -> Cache {
+        Cache {
+            young: HashMap::new(),
+            old: HashMap::new(),
+            young_bytes: 0,
+            half: (cache_bytes / 4).max(1),
+            top: HashMap::new(),
+            top_bytes: 0,
+            top_cap: cache_bytes / 2,
+        }
+    }
+
+    /// A node of the top found here is moved to the young generation: an update loads a node
+    /// to replace it, so its place in the top goes to a node still in the newest trie.
     fn get(&mut self, loc: Loc) -> Option<Arc<Node>> {
         if let Some((n, _)) = self.young.get(&loc) {
             return Some(n.clone());
         }
-        let (n, cost) = self.old.remove(&loc)?;
+        let (n, cost) = match self.old.remove(&loc) {
+            Some(e) => e,
+            None => {
+                let e = self.top.remove(&loc)?;
+                self.top_bytes -= e.1;
+                e
+            }
+        };
         self.insert(loc, n.clone(), cost);
         Some(n)
+    }
+
+    /// A lookup that changes nothing, for a walk that reads each node once.
+    fn peek(&self, loc: Loc) -> Option<Arc<Node>> {
+        [&self.young, &self.old, &self.top]
+            .into_iter()
+            .find_map(|m| m.get(&loc).map(|(n, _)| n.clone()))
     }
 
     fn insert(&mut self, loc: Loc, n: Arc<Node>, cost: usize) {
@@ -100,13 +146,15 @@ impl Cache {
     }
 
     fn bytes(&self) -> usize {
-        self.young_bytes + self.old.values().map(|(_, c)| c).sum::<usize>()
+        self.young_bytes + self.old.values().map(|(_, c)| c).sum::<usize>() + self.top_bytes
     }
 
     fn clear(&mut self) {
         self.young.clear();
         self.old.clear();
         self.young_bytes = 0;
+        self.top.clear();
+        self.top_bytes = 0;
     }
 }
 
@@ -155,12 +203,7 @@ impl NodeStore {
         Ok(Arc::new(NodeStore {
             dir: dir.to_path_buf(),
             files: RwLock::new(Vec::new()),
-            cache: Mutex::new(Cache {
-                young: HashMap::new(),
-                old: HashMap::new(),
-                young_bytes: 0,
-                half: (cache_bytes / 2).max(1),
-            }),
+            cache: Mutex::new(Cache::new(cache_bytes)),
             stats: StoreStats::default(),
         }))
     }
@@ -209,12 +252,35 @@ impl NodeStore {
         self.stats.bytes_written.load(Ordering::Relaxed)
     }
 
-    /// The node written at `loc`, from the cache or its file (checked against its CRC).
+    /// The node written at `loc`, from the cache or its file (checked against its CRC); a node
+    /// read from its file is cached.
     pub fn load(self: &Arc<Self>, loc: Loc) -> StoreResult<Arc<Node>> {
         if let Some(n) = self.cache.lock().expect("node cache lock").get(loc) {
             self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(n);
         }
+        let (node, cost) = self.read_record(loc)?;
+        let node = Arc::new(node);
+        self.cache
+            .lock()
+            .expect("node cache lock")
+            .insert(loc, node.clone(), cost);
+        Ok(node)
+    }
+
+    /// As [`Self::load`], for a walk that reads each node once: a node read from its file is
+    /// not cached (it would only push out the nodes updates read again).
+    pub fn load_once(self: &Arc<Self>, loc: Loc) -> StoreResult<Arc<Node>> {
+        if let Some(n) = self.cache.lock().expect("node cache lock").peek(loc) {
+            self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(n);
+        }
+        Ok(Arc::new(self.read_record(loc)?.0))
+    }
+
+    /// The node at `loc` read from its file, and what it costs in the cache. One read covers
+    /// most records (their body is a few hundred bytes); a longer one takes a second.
+    fn read_record(self: &Arc<Self>, loc: Loc) -> StoreResult<(Node, usize)> {
         self.stats.loads.fetch_add(1, Ordering::Relaxed);
         let (path, file) = {
             let files = self.files.read().expect("node store files lock");
@@ -224,29 +290,75 @@ impl NodeStore {
             (p.clone(), f.clone())
         };
         let offset = loc & ((1 << OFFSET_BITS) - 1);
-        let mut head = [0u8; HEADER];
-        file.read_exact_at(&mut head, offset)
-            .map_err(|e| io_err(&path, offset, e))?;
-        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+        let mut buf = [0u8; FIRST_READ];
+        let mut got = 0;
+        while got < HEADER {
+            match file.read_at(&mut buf[got..], offset + got as u64) {
+                Ok(0) => return Err(io_err(&path, offset, "record past the end of the file")),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err(&path, offset, e)),
+            }
+        }
+        let len = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(buf[4..HEADER].try_into().expect("4 bytes"));
         if len > 64 << 20 {
             return Err(io_err(&path, offset, format!("record length {len}")));
         }
-        let mut body = vec![0u8; len];
-        file.read_exact_at(&mut body, offset + HEADER as u64)
-            .map_err(|e| io_err(&path, offset, e))?;
-        if crc32c::crc32c(&body) != crc {
+        let long;
+        let body = if HEADER + len <= got {
+            &buf[HEADER..HEADER + len]
+        } else {
+            let mut v = vec![0u8; len];
+            let have = got - HEADER;
+            v[..have].copy_from_slice(&buf[HEADER..got]);
+            file.read_exact_at(&mut v[have..], offset + got as u64)
+                .map_err(|e| io_err(&path, offset, e))?;
+            long = v;
+            &long[..]
+        };
+        if crc32c::crc32c(body) != crc {
             return Err(io_err(&path, offset, "record checksum mismatch"));
         }
-        let (node, cost) = self
-            .decode(&body)
-            .ok_or_else(|| io_err(&path, offset, "malformed record"))?;
-        let node = Arc::new(node);
-        self.cache
-            .lock()
-            .expect("node cache lock")
-            .insert(loc, node.clone(), cost);
-        Ok(node)
+        self.decode(body)
+            .ok_or_else(|| io_err(&path, offset, "malformed record"))
+    }
+
+    /// Offers the cache's top the nodes a page-out wrote for the newest trie: with the nodes
+    /// already there, the highest are kept, up to the top's share of the budget. A kept node
+    /// is held as a load would give it (an interior node's children as placeholders).
+    pub fn keep_top(self: &Arc<Self>, pass: &PageOut) {
+        enum Offered<'a> {
+            Kept(Arc<Node>, usize),
+            Written(&'a Arc<Node>),
+        }
+        let mut cache = self.cache.lock().expect("node cache lock");
+        cache.top_bytes = 0;
+        let mut offered: Vec<(u16, Loc, Offered)> = cache
+            .top
+            .drain()
+            .map(|(loc, (n, cost))| (n.height(), loc, Offered::Kept(n, cost)))
+            .chain(
+                pass.kept
+                    .iter()
+                    .map(|(n, loc)| (n.height(), *loc, Offered::Written(n))),
+            )
+            .collect();
+        offered.sort_unstable_by_key(|&(height, _, _)| std::cmp::Reverse(height));
+        for (_, loc, o) in offered {
+            let (node, cost) = match o {
+                Offered::Kept(n, cost) => (n, cost),
+                Offered::Written(n) => match pass.as_loaded(self, n) {
+                    Some(loaded) => loaded,
+                    None => continue,
+                },
+            };
+            if cache.top_bytes + cost > cache.top_cap {
+                break;
+            }
+            cache.top_bytes += cost;
+            cache.top.insert(loc, (node, cost));
+        }
     }
 
     fn decode(self: &Arc<Self>, body: &[u8]) -> Option<(Node, usize)> {
@@ -260,7 +372,7 @@ impl NodeStore {
                 let klen = u32::from_le_bytes(rest.get(32..36)?.try_into().ok()?) as usize;
                 let key = rest.get(36..36usize.checked_add(klen)?)?;
                 let value = &rest[36 + klen..];
-                let cost = NODE_OVERHEAD + key.len() + value.len();
+                let cost = leaf_cost(key.len() + value.len());
                 let reg = Register::new(path, Payload::new(key, value));
                 Some((Node::Leaf { height, reg, hash }, cost))
             }
@@ -274,13 +386,8 @@ impl NodeStore {
                         KIND_LEAF => true,
                         _ => return None,
                     };
-                    Some(Some(Arc::new(Node::Paged {
-                        height: height.checked_sub(1)?,
-                        leaf,
-                        hash,
-                        loc,
-                        store: self.clone(),
-                    })))
+                    let h = height.checked_sub(1)?;
+                    Some(Some(placeholder(self, h, leaf, hash, loc)))
                 };
                 if rest.len() != 82 {
                     return None;
@@ -342,26 +449,43 @@ impl NodeWriter {
         self.scratch.extend_from_slice(&hash.0);
     }
 
-    fn placeholder(&self, height: u16, leaf: bool, hash: Hash, loc: Loc) -> Arc<Node> {
-        Arc::new(Node::Paged {
-            height,
-            leaf,
-            hash,
-            loc,
-            store: self.store.clone(),
-        })
-    }
-
-    /// Writes a leaf; returns its placeholder.
-    pub fn leaf(&mut self, height: u16, hash: Hash, reg: &Register) -> StoreResult<Arc<Node>> {
-        self.start(KIND_LEAF, height, &hash);
+    /// Writes a leaf; returns its location.
+    fn put_leaf(&mut self, height: u16, hash: &Hash, reg: &Register) -> StoreResult<Loc> {
+        self.start(KIND_LEAF, height, hash);
         self.scratch.extend_from_slice(&reg.path.0);
         self.scratch
             .extend_from_slice(&(reg.payload.key.len() as u32).to_le_bytes());
         self.scratch.extend_from_slice(&reg.payload.key);
         self.scratch.extend_from_slice(&reg.payload.value);
-        let loc = self.put()?;
-        Ok(self.placeholder(height, true, hash, loc))
+        self.put()
+    }
+
+    /// Writes an interior node whose children are written already; returns its location.
+    fn put_interior(
+        &mut self,
+        height: u16,
+        hash: &Hash,
+        children: [Option<Slot>; 2],
+    ) -> StoreResult<Loc> {
+        self.start(KIND_INTERIOR, height, hash);
+        for c in children {
+            match c {
+                None => self.scratch.extend_from_slice(&[0u8; 41]),
+                Some(Slot { leaf, loc, hash }) => {
+                    self.scratch
+                        .push(if leaf { KIND_LEAF } else { KIND_INTERIOR });
+                    self.scratch.extend_from_slice(&loc.to_le_bytes());
+                    self.scratch.extend_from_slice(&hash.0);
+                }
+            }
+        }
+        self.put()
+    }
+
+    /// Writes a leaf; returns its placeholder.
+    pub fn leaf(&mut self, height: u16, hash: Hash, reg: &Register) -> StoreResult<Arc<Node>> {
+        let loc = self.put_leaf(height, &hash, reg)?;
+        Ok(placeholder(&self.store, height, true, hash, loc))
     }
 
     /// Writes an interior node whose children are placeholders of this store; returns its
@@ -373,29 +497,24 @@ impl NodeWriter {
         left: Option<&Arc<Node>>,
         right: Option<&Arc<Node>>,
     ) -> StoreResult<Arc<Node>> {
-        self.start(KIND_INTERIOR, height, &hash);
-        for c in [left, right] {
-            match c.map(|c| &**c) {
-                None => self.scratch.extend_from_slice(&[0u8; 41]),
-                Some(Node::Paged {
-                    leaf, hash, loc, ..
-                }) => {
-                    self.scratch
-                        .push(if *leaf { KIND_LEAF } else { KIND_INTERIOR });
-                    self.scratch.extend_from_slice(&loc.to_le_bytes());
-                    self.scratch.extend_from_slice(&hash.0);
-                }
-                Some(_) => {
-                    return Err(io_err(
-                        &self.path,
-                        self.offset,
-                        "an interior node's children must be written first",
-                    ))
-                }
-            }
-        }
-        let loc = self.put()?;
-        Ok(self.placeholder(height, false, hash, loc))
+        let slot = |c: Option<&Arc<Node>>| match c.map(|c| &**c) {
+            None => Ok(None),
+            Some(Node::Paged {
+                leaf, hash, loc, ..
+            }) => Ok(Some(Slot {
+                leaf: *leaf,
+                loc: *loc,
+                hash: *hash,
+            })),
+            Some(_) => Err(io_err(
+                &self.path,
+                self.offset,
+                "an interior node's children must be written first",
+            )),
+        };
+        let children = [slot(left)?, slot(right)?];
+        let loc = self.put_interior(height, &hash, children)?;
+        Ok(placeholder(&self.store, height, false, hash, loc))
     }
 
     /// Makes everything written so far loadable.
@@ -405,35 +524,128 @@ impl NodeWriter {
             .map_err(|e| io_err(&self.path, self.offset, e))
     }
 
-    /// Writes every in-memory node under `n` (children first, each shared node once: `seen`
+    /// Writes every in-memory node under `n` (children first, each shared node once: `pass`
     /// maps the nodes of this pass by address) and returns `n`'s placeholder.
-    pub fn page_out(
-        &mut self,
-        n: &Arc<Node>,
-        seen: &mut HashMap<usize, Arc<Node>>,
-    ) -> StoreResult<Arc<Node>> {
+    pub fn page_out(&mut self, n: &Arc<Node>, pass: &mut PageOut) -> StoreResult<Arc<Node>> {
         if let Node::Paged { .. } = &**n {
             return Ok(n.clone());
         }
+        let loc = self.page_out_node(n, pass)?;
+        Ok(placeholder(
+            &self.store,
+            n.height(),
+            n.is_leaf(),
+            n.hash(),
+            loc,
+        ))
+    }
+
+    /// [`Self::page_out`] of a node in memory; returns its location. Only locations are kept
+    /// while a pass runs: a placeholder per node written would cost more than the nodes'
+    /// records.
+    fn page_out_node(&mut self, n: &Arc<Node>, pass: &mut PageOut) -> StoreResult<Loc> {
         let key = Arc::as_ptr(n) as usize;
-        if let Some(p) = seen.get(&key) {
-            return Ok(p.clone());
+        if let Some(loc) = pass.seen.get(&key) {
+            return Ok(*loc);
         }
-        let placeholder = match &**n {
-            Node::Leaf { height, reg, hash } => self.leaf(*height, *hash, reg)?,
+        let loc = match &**n {
+            Node::Leaf { height, reg, hash } => self.put_leaf(*height, hash, reg)?,
             Node::Interior {
                 height,
                 left,
                 right,
                 hash,
             } => {
-                let l = left.as_ref().map(|c| self.page_out(c, seen)).transpose()?;
-                let r = right.as_ref().map(|c| self.page_out(c, seen)).transpose()?;
-                self.interior(*height, *hash, l.as_ref(), r.as_ref())?
+                let mut slot = |c: &Option<Arc<Node>>| -> StoreResult<Option<Slot>> {
+                    let Some(c) = c else { return Ok(None) };
+                    let loc = match &**c {
+                        Node::Paged { loc, .. } => *loc,
+                        _ => self.page_out_node(c, pass)?,
+                    };
+                    Ok(Some(Slot {
+                        leaf: c.is_leaf(),
+                        loc,
+                        hash: c.hash(),
+                    }))
+                };
+                let children = [slot(left)?, slot(right)?];
+                self.put_interior(*height, hash, children)?
             }
-            Node::Paged { .. } => unreachable!("returned above"),
+            Node::Paged { loc, .. } => *loc,
         };
-        seen.insert(key, placeholder.clone());
-        Ok(placeholder)
+        pass.seen.insert(key, loc);
+        if pass.keep {
+            pass.kept.push((n.clone(), loc));
+        }
+        Ok(loc)
+    }
+}
+
+/// What a parent's record says of a child: its kind, location and hash.
+#[derive(Clone, Copy)]
+struct Slot {
+    leaf: bool,
+    loc: Loc,
+    hash: Hash,
+}
+
+fn placeholder(store: &Arc<NodeStore>, height: u16, leaf: bool, hash: Hash, loc: Loc) -> Arc<Node> {
+    Arc::new(Node::Paged {
+        height,
+        leaf,
+        hash,
+        loc,
+        store: store.clone(),
+    })
+}
+
+/// One page-out of a forest ([`NodeWriter::page_out`] per trie): the location of each node
+/// written, by the node's address, so a node shared between tries is written once; and, while
+/// `keep` is set, the nodes written with their locations, for [`NodeStore::keep_top`].
+#[derive(Default)]
+pub struct PageOut {
+    seen: HashMap<usize, Loc>,
+    pub keep: bool,
+    kept: Vec<(Arc<Node>, Loc)>,
+}
+
+impl PageOut {
+    /// Node `n` of this pass as a load from `store` gives it, and its cost in the cache.
+    fn as_loaded(&self, store: &Arc<NodeStore>, n: &Arc<Node>) -> Option<(Arc<Node>, usize)> {
+        match &**n {
+            Node::Leaf { reg, .. } => Some((
+                n.clone(),
+                leaf_cost(reg.payload.key.len() + reg.payload.value.len()),
+            )),
+            Node::Interior {
+                height,
+                left,
+                right,
+                hash,
+            } => {
+                let paged = |c: &Option<Arc<Node>>| -> Option<Option<Arc<Node>>> {
+                    let Some(c) = c else { return Some(None) };
+                    if let Node::Paged { .. } = &**c {
+                        return Some(Some(c.clone()));
+                    }
+                    let loc = *self.seen.get(&(Arc::as_ptr(c) as usize))?;
+                    Some(Some(placeholder(
+                        store,
+                        c.height(),
+                        c.is_leaf(),
+                        c.hash(),
+                        loc,
+                    )))
+                };
+                let node = Node::Interior {
+                    height: *height,
+                    left: paged(left)?,
+                    right: paged(right)?,
+                    hash: *hash,
+                };
+                Some((Arc::new(node), NODE_OVERHEAD))
+            }
+            Node::Paged { .. } => None,
+        }
     }
 }
