@@ -47,6 +47,9 @@ KeyColumn: TypeAlias = "pa.Array | list[bytes]"
 INGEST_SLICE_ROWS = 8_192
 #: RocksDB memtables, all column families together (each flushes at a quarter of it).
 MEMTABLE_BYTES = 32 << 20
+#: Bloom filter bits per key of every column family; the Rust SST writer's
+#: ``FILTER_MILLIBITS_PER_KEY`` writes the same filter for ingested files.
+BLOOM_BITS_PER_KEY = 10
 #: RocksDB's block cache, all column families together (left to itself, RocksDB gives each
 #: family a cache of its own).
 BLOCK_CACHE_BYTES = 16 << 20
@@ -411,6 +414,9 @@ class DataDir:
     def _cf_options(self) -> Options:
         table = BlockBasedOptions()
         table.set_block_cache(self._block_cache)
+        # Whole-key Bloom filters (full, not block-based), as the SST writer writes them:
+        # a lookup of an absent key (most new txids) reads no data block.
+        table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
         opts = Options(raw_mode=True)
         opts.set_write_buffer_size(MEMTABLE_BYTES // 4)
         opts.set_block_based_table_factory(table)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from rechain.pipeline import store
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store import DataDir
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
-from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter
+from rocksdict import BlockBasedOptions, IngestExternalFileOptions, Options, Rdict, SstFileWriter
 
 
 def entries(n: int, seed: int = 7) -> list[tuple[bytes, bytes]]:
@@ -157,3 +158,42 @@ def test_datadir_ingests_through_it(tmp_path: Path) -> None:
         )
         assert list(data.cf(layout.CF_BTC_TXINDEX).items()) == list(zip(keys, values, strict=True))
         assert not (tmp_path / "data" / "tmp" / f"{layout.CF_BTC_TXINDEX}.sst").exists()
+
+
+def test_rocksdb_reads_our_bloom_filter(tmp_path: Path) -> None:
+    """RocksDB with the store's filter policy uses the filter our writer puts in each file: no
+    key of any length up to XXPH3's mid-size limit is filtered out (a wrong hash or layout
+    would lose nearly all), and about 99% of absent-key lookups end at the filter. A file
+    with a longer key has no filter and is read as before."""
+    rng = random.Random(9)
+    lengths = (0, 1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 32, 33, 64, 65, 96, 97, 128, 129, 200, 240)
+    keys = sorted({rng.randbytes(rng.choice(lengths)) for _ in range(30_000)} | {b""})
+    present = set(keys)
+    absent = [k for k in (rng.randbytes(rng.choice(lengths)) for _ in range(10_000))]
+    absent = [k for k in absent if k not in present]
+    for long_key in (False, True):
+        items = keys + [b"\xff" * 241] if long_key else keys
+        sst = tmp_path / f"f{long_key}.sst"
+        writer = _native.SstWriter(str(sst), False)
+        writer.add(items, [b"v"] * len(items))
+        writer.finish()
+        opts = Options(raw_mode=True)
+        table = BlockBasedOptions()
+        table.set_bloom_filter(store.BLOOM_BITS_PER_KEY, False)
+        opts.set_block_based_table_factory(table)
+        opts.enable_statistics()
+        db = Rdict(str(tmp_path / f"db{long_key}"), opts)
+        db.ingest_external_file([str(sst)], IngestExternalFileOptions())
+        assert all(db.get(k) == b"v" for k in items)
+        assert all(db.get(k) is None for k in absent)
+        stats = dict(
+            line.split(" COUNT : ")
+            for line in opts.get_statistics().splitlines()
+            if " COUNT : " in line
+        )
+        useful = int(stats["rocksdb.bloom.filter.useful"])
+        if long_key:
+            assert useful == 0
+        else:
+            assert useful >= 0.97 * len(absent)
+        db.close()

@@ -13,7 +13,10 @@
 //! data key   internal key: user key | (sequence 0 << 8 | type 1 = value) u64 LE
 //! index      one entry per data block: its last internal key -> block handle
 //!            (offset varint64 | size varint64, size without the trailer)
-//! metaindex  "rocksdb.properties" -> properties block handle
+//! metaindex  "fullfilter.rocksdb.BuiltinBloomFilter" -> filter block handle,
+//!            "rocksdb.properties" -> properties block handle
+//! filter     RocksDB's FastLocalBloom over the user keys: bits in 64-byte cache lines |
+//!            metadata 0xff, 0 (this implementation), probes u8, 0, 0 (stored uncompressed)
 //! properties sorted names -> varint64 numbers, fixed-width external-file fields, strings
 //! footer     checksum type u8 (1 = crc32c) | metaindex handle | index handle | zero padding
 //!            to 41 bytes | format version u32 LE | magic u64 LE
@@ -46,6 +49,12 @@ const VALUE_TRAILER: [u8; 8] = 1u64.to_le_bytes();
 const UNKNOWN_COLUMN_FAMILY: u64 = i32::MAX as u64;
 /// `SstFileWriter`'s external-file layout: ingestion refuses files without it.
 const EXTERNAL_FILE_VERSION: u32 = 2;
+/// Where a reader whose column family has a Bloom filter policy (`pipeline/store.py`) finds
+/// the filter: `fullfilter.` + `BuiltinFilterPolicy::CompatibilityName()`.
+const FILTER_BLOCK_NAME: &[u8] = b"fullfilter.rocksdb.BuiltinBloomFilter";
+/// The store's filter policy: 10 bits a key, about 1% false positives. Lookups of absent keys
+/// (new txids checked against the tx index) then skip the data block read.
+const FILTER_MILLIBITS_PER_KEY: u64 = 10_000;
 
 #[derive(Debug)]
 pub enum SstError {
@@ -180,6 +189,9 @@ pub struct SstWriter {
     raw_key_bytes: u64,
     raw_value_bytes: u64,
     data_blocks: u64,
+    /// The hash of every user key, for the filter written at the end (RocksDB's builder keeps
+    /// the same 8 bytes a key); `None` once a key too long to hash came.
+    key_hashes: Option<Vec<u64>>,
 }
 
 impl SstWriter {
@@ -199,6 +211,7 @@ impl SstWriter {
             raw_key_bytes: 0,
             raw_value_bytes: 0,
             data_blocks: 0,
+            key_hashes: Some(Vec::new()),
         })
     }
 
@@ -213,6 +226,12 @@ impl SstWriter {
             });
         }
         self.data.add(key, &VALUE_TRAILER, value);
+        if let Some(hashes) = &mut self.key_hashes {
+            match xxph3_64(key) {
+                Some(h) => hashes.push(h),
+                None => self.key_hashes = None,
+            }
+        }
         self.last_user_key.clear();
         self.last_user_key.extend_from_slice(key);
         self.entries += 1;
@@ -279,10 +298,25 @@ impl SstWriter {
         }
         let data_size = self.offset;
         let index = self.index.finish();
-        let properties = self.properties(data_size, index.len() as u64 + BLOCK_TRAILER);
+        let filter = self.key_hashes.take().map(|hashes| bloom_filter(&hashes));
+        let filter_handle = match &filter {
+            Some(block) => Some(self.write_block(block, false)?),
+            None => None,
+        };
+        let properties = self.properties(
+            data_size,
+            index.len() as u64 + BLOCK_TRAILER,
+            filter.as_ref().map(|f| f.len() as u64),
+        );
         let properties_handle = self.write_block(&properties, false)?;
+        // Meta block names in byte order: "fullfilter..." sorts before "rocksdb...".
         let mut metaindex = BlockBuilder::new(1);
         let mut handle = Vec::new();
+        if let Some(filter_handle) = filter_handle {
+            filter_handle.encode(&mut handle);
+            metaindex.add(FILTER_BLOCK_NAME, &[], &handle);
+        }
+        handle.clear();
         properties_handle.encode(&mut handle);
         metaindex.add(b"rocksdb.properties", &[], &handle);
         let metaindex_handle = self.write_block(&metaindex.finish(), false)?;
@@ -299,7 +333,7 @@ impl SstWriter {
         Ok(self.entries)
     }
 
-    fn properties(&self, data_size: u64, index_size: u64) -> Vec<u8> {
+    fn properties(&self, data_size: u64, index_size: u64, filter_size: Option<u64>) -> Vec<u8> {
         let number = |v: u64| {
             let mut out = Vec::new();
             put_varint(&mut out, v);
@@ -339,6 +373,11 @@ impl SstWriter {
             (b"rocksdb.raw.key.size", number(self.raw_key_bytes)),
             (b"rocksdb.raw.value.size", number(self.raw_value_bytes)),
         ];
+        if let Some(size) = filter_size {
+            let policy = &FILTER_BLOCK_NAME[b"fullfilter.".len()..];
+            props.push((b"rocksdb.filter.policy", policy.to_vec()));
+            props.push((b"rocksdb.filter.size", number(size)));
+        }
         props.sort_by(|a, b| a.0.cmp(b.0));
         let mut block = BlockBuilder::new(usize::MAX);
         for (name, value) in &props {
@@ -346,6 +385,151 @@ impl SstWriter {
         }
         block.finish()
     }
+}
+
+/// XXPH3's default secret (the same bytes as XXH3's `kSecret`).
+#[rustfmt::skip]
+const XXPH3_SECRET: [u8; 192] = [
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+    0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+    0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+    0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
+    0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3, 0xc5, 0x81, 0xa0, 0xff, 0xfa, 0x13, 0x63, 0xeb,
+    0x17, 0x0d, 0xdd, 0x51, 0xb7, 0xf0, 0xda, 0x49, 0xd3, 0x16, 0x55, 0x26, 0x29, 0xd4, 0x68, 0x9e,
+    0x2b, 0x16, 0xbe, 0x58, 0x7d, 0x47, 0xa1, 0xfc, 0x8f, 0xf8, 0xb8, 0xd1, 0x7a, 0xd0, 0x31, 0xce,
+    0x45, 0xcb, 0x3a, 0x8f, 0x95, 0x16, 0x04, 0x28, 0xaf, 0xd7, 0xfb, 0xca, 0xbb, 0x4b, 0x40, 0x7e,
+];
+const PRIME32_1: u64 = 0x9e37_79b1;
+const PRIME64_1: u64 = 0x9e37_79b1_85eb_ca87;
+const PRIME64_2: u64 = 0xc2b2_ae3d_27d4_eb4f;
+const PRIME64_3: u64 = 0x1656_67b1_9e37_79f9;
+/// Keys longer than this take XXPH3's long-input path, which is not ported: a file with such
+/// a key gets no filter (RocksDB then reads its data blocks, as it did before filters).
+const XXPH3_MIDSIZE_MAX: usize = 240;
+
+fn read64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn read32(b: &[u8], at: usize) -> u64 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as u64
+}
+
+fn mul128_fold64(a: u64, b: u64) -> u64 {
+    let p = a as u128 * b as u128;
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// XXPH3's avalanche; XXH3's final release changed its multiplier, so the `xxh3` crates give
+/// other hashes.
+fn xxph3_avalanche(mut h: u64) -> u64 {
+    h ^= h >> 37;
+    h = h.wrapping_mul(PRIME64_3);
+    h ^ (h >> 32)
+}
+
+fn xxph3_mix16(input: &[u8], at: usize, secret_at: usize) -> u64 {
+    mul128_fold64(
+        read64(input, at) ^ read64(&XXPH3_SECRET, secret_at),
+        read64(input, at + 8) ^ read64(&XXPH3_SECRET, secret_at + 8),
+    )
+}
+
+/// RocksDB's `GetSliceHash64`: XXPH3 (the XXH3 preview RocksDB vendors, `util/xxph3.h`), seed
+/// 0, with RocksDB's change for the empty key; `None` past `XXPH3_MIDSIZE_MAX` bytes.
+fn xxph3_64(input: &[u8]) -> Option<u64> {
+    let s = &XXPH3_SECRET;
+    let len = input.len();
+    let h = match len {
+        0 => mul128_fold64(read64(s, 0), PRIME64_2),
+        1..=3 => {
+            let combined = input[0] as u64
+                | (input[len >> 1] as u64) << 8
+                | (input[len - 1] as u64) << 16
+                | (len as u64) << 24;
+            xxph3_avalanche((combined ^ read32(s, 0)).wrapping_mul(PRIME64_1))
+        }
+        4..=8 => {
+            let keyed = (read32(input, 0) | read32(input, len - 4) << 32) ^ read64(s, 0);
+            let mix = (len as u64).wrapping_add((keyed ^ (keyed >> 51)).wrapping_mul(PRIME32_1));
+            xxph3_avalanche((mix ^ (mix >> 47)).wrapping_mul(PRIME64_2))
+        }
+        9..=16 => {
+            let lo = read64(input, 0) ^ read64(s, 0);
+            let hi = read64(input, len - 8) ^ read64(s, 8);
+            xxph3_avalanche(
+                (len as u64)
+                    .wrapping_add(lo.wrapping_add(hi))
+                    .wrapping_add(mul128_fold64(lo, hi)),
+            )
+        }
+        17..=128 => {
+            let mut acc = (len as u64).wrapping_mul(PRIME64_1);
+            // Pairs from both ends inwards: (0, len-16), (16, len-32), (32, len-48), (48, len-64).
+            for i in 0..(len - 1) / 32 + 1 {
+                acc = acc
+                    .wrapping_add(xxph3_mix16(input, 16 * i, 32 * i))
+                    .wrapping_add(xxph3_mix16(input, len - 16 * (i + 1), 32 * i + 16));
+            }
+            xxph3_avalanche(acc)
+        }
+        129..=XXPH3_MIDSIZE_MAX => {
+            let mut acc = (len as u64).wrapping_mul(PRIME64_1);
+            for i in 0..8 {
+                acc = acc.wrapping_add(xxph3_mix16(input, 16 * i, 16 * i));
+            }
+            acc = xxph3_avalanche(acc);
+            for i in 8..len / 16 {
+                acc = acc.wrapping_add(xxph3_mix16(input, 16 * i, 16 * (i - 8) + 3));
+            }
+            acc = acc.wrapping_add(xxph3_mix16(input, len - 16, 136 - 17));
+            xxph3_avalanche(acc)
+        }
+        _ => return None,
+    };
+    Some(h)
+}
+
+/// RocksDB's `FastLocalBloomImpl::ChooseNumProbes` for the store's bits per key.
+fn bloom_probes(millibits_per_key: u64) -> u32 {
+    match millibits_per_key {
+        0..=2080 => 1,
+        2081..=3580 => 2,
+        3581..=5100 => 3,
+        5101..=6640 => 4,
+        6641..=8300 => 5,
+        8301..=10070 => 6,
+        10071..=11720 => 7,
+        11721..=14001 => 8,
+        _ => 9, // the store asks for 10 bits a key; larger settings are not used
+    }
+}
+
+/// A full filter block as RocksDB's `FastLocalBloomBitsBuilder` builds it: the 64-bit key hash's
+/// low half picks a 64-byte cache line, its high half drives the probes within it.
+fn bloom_filter(hashes: &[u64]) -> Vec<u8> {
+    let raw = (hashes.len() as u64 * FILTER_MILLIBITS_PER_KEY).div_ceil(8000);
+    let len = (raw.min(0xffff_ffc0) as usize + 63) & !63;
+    let probes = bloom_probes(FILTER_MILLIBITS_PER_KEY);
+    let mut out = vec![0u8; len + 5];
+    let lines = (len >> 6) as u64;
+    for &h in hashes {
+        let line = (((h as u32 as u64) * lines) >> 32) as usize * 64;
+        let mut probe = (h >> 32) as u32;
+        for _ in 0..probes {
+            let bit = (probe >> (32 - 9)) as usize;
+            out[line + (bit >> 3)] |= 1 << (bit & 7);
+            probe = probe.wrapping_mul(0x9e37_79b9);
+        }
+    }
+    out[len] = 0xff; // a newer Bloom implementation...
+    out[len + 1] = 0; // ...FastLocalBloom, 64-byte lines
+    out[len + 2] = probes as u8;
+    out
 }
 
 /// LevelDB's checksum mask: a CRC stored next to data that itself holds CRCs stays useful.
