@@ -17,7 +17,7 @@
 //! the coins it spent or overwrote (as they were before it): the exact inverse of applying it.
 
 use super::decode::{coinbase_height, Spans};
-use super::encode::write_core_varint;
+use super::encode::core_varint;
 use super::header::{sha256d, HEADER_LEN};
 use super::network::Network;
 use super::scan::xor_decode;
@@ -34,14 +34,72 @@ pub const COINBASE_MATURITY: u32 = 100;
 pub const MAX_SCRIPT_SIZE: usize = 10_000;
 const OP_RETURN: u8 = 0x6a;
 
-type Key = Vec<u8>;
+/// Longest `btc_utxo` key: prefix, txid and a 5-byte VARINT.
+const MAX_KEY: usize = 38;
+
+/// A `btc_utxo` key held inline. A chunk makes millions of them (every input and output, and
+/// the copies its maps and undo records keep): one heap allocation each was most of the
+/// allocator's share of a full reindex. Bytes past `len` stay zero, so the derived equality
+/// and hash are those of the key's bytes; order is the bytes' order, as RocksDB sorts.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    len: u8,
+    bytes: [u8; MAX_KEY],
+}
+
+impl Key {
+    fn from_slice(b: &[u8]) -> Option<Key> {
+        let mut bytes = [0u8; MAX_KEY];
+        bytes.get_mut(..b.len())?.copy_from_slice(b);
+        Some(Key {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (**self).cmp(&**other)
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Key({:02x?})", &**self)
+    }
+}
 
 /// `btc_utxo` key of an outpoint: 'C' | txid (internal order) | VARINT(vout).
 pub fn utxo_key(txid: &[u8], vout: u32) -> Key {
-    let mut key = Vec::with_capacity(38);
-    key.push(UTXO_KEY_PREFIX);
-    key.extend_from_slice(txid);
-    write_core_varint(&mut key, vout as u64);
+    let mut key = Key {
+        len: 0,
+        bytes: [0u8; MAX_KEY],
+    };
+    key.bytes[0] = UTXO_KEY_PREFIX;
+    key.bytes[1..33].copy_from_slice(txid);
+    let (varint, n) = core_varint(vout as u64);
+    key.bytes[33..33 + n].copy_from_slice(&varint[..n]);
+    key.len = (33 + n) as u8;
     key
 }
 
@@ -264,7 +322,7 @@ impl Chunk {
         let mut needed: Vec<Key> = Vec::new();
         let mut seen: HashSet<Key> = HashSet::default();
         let mut need = |k: Key, created: &HashSet<Key>| {
-            if !created.contains(&k) && seen.insert(k.clone()) {
+            if !created.contains(&k) && seen.insert(k) {
                 needed.push(k);
             }
         };
@@ -284,7 +342,7 @@ impl Chunk {
                     }
                     let k = utxo_key(&tx.txid, vout as u32);
                     if t == 0 {
-                        need(k.clone(), &created);
+                        need(k, &created);
                     }
                     created.insert(k);
                 }
@@ -304,16 +362,25 @@ impl Chunk {
                 self.needed.len()
             ));
         }
+        // Sized up front: growing these maps rehashes every key again, a chunk's worth each.
+        let touched: usize = self
+            .blocks
+            .iter()
+            .map(|b| b.spans.ins.len() + b.spans.outs.len())
+            .sum();
         let mut view = View {
             stored: self.needed.iter().cloned().zip(values).collect(),
-            changed: HashMap::default(),
+            changed: HashMap::with_capacity_and_hasher(touched, Default::default()),
         };
         let mut out = Applied::default();
         let bip34 = self.network.bip34_height();
         let halving = self.network.halving_interval();
         for b in &self.blocks {
             // The coins this block touched, as they were before it.
-            let mut before: HashMap<Key, Option<Vec<u8>>> = HashMap::default();
+            let mut before: HashMap<Key, Option<Vec<u8>>> = HashMap::with_capacity_and_hasher(
+                b.spans.ins.len() + b.spans.outs.len(),
+                Default::default(),
+            );
             let spends_mark = out.spends.height.len();
             let failure = apply_block(b, &mut view, &mut before, &mut out.spends, bip34, halving)?;
             if let Some(reason) = failure {
@@ -336,7 +403,7 @@ impl Chunk {
             .into_iter()
             .filter(|(k, v)| stored.get(k).map(|s| s != v).unwrap_or(v.is_some()))
             .collect();
-        changed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        changed.sort_unstable_by_key(|c| c.0);
         for (k, v) in changed {
             match v {
                 Some(v) => out.puts.push((k, v)),
@@ -401,7 +468,7 @@ fn apply_block(
     }
     let mut touch = |view: &View, k: &Key| {
         if !before.contains_key(k) {
-            before.insert(k.clone(), view.get(k).cloned());
+            before.insert(*k, view.get(k).cloned());
         }
     };
     let (mut premature, mut below_out) = (false, false);
@@ -536,7 +603,7 @@ pub fn decode_undo(b: &[u8]) -> Result<Undo, String> {
     let mut created = Vec::with_capacity(n.min(1 << 16));
     for _ in 0..n {
         let kl = take(1)?[0] as usize;
-        let k = take(kl)?.to_vec();
+        let k = Key::from_slice(take(kl)?).ok_or_else(bad)?;
         let v = u64::from_le_bytes(take(8)?.try_into().unwrap());
         created.push((k, v));
     }
@@ -544,7 +611,7 @@ pub fn decode_undo(b: &[u8]) -> Result<Undo, String> {
     let mut restored = Vec::with_capacity(n.min(1 << 16));
     for _ in 0..n {
         let kl = take(1)?[0] as usize;
-        let k = take(kl)?.to_vec();
+        let k = Key::from_slice(take(kl)?).ok_or_else(bad)?;
         let vl = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
         restored.push((k, take(vl)?.to_vec()));
     }
@@ -580,7 +647,7 @@ pub fn unwind(undos_descending: &[Vec<u8>]) -> Result<Unwound, String> {
         }
     }
     let mut changes: Vec<_> = net.into_iter().collect();
-    changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    changes.sort_unstable_by_key(|c| c.0);
     let (mut puts, mut deletes) = (Vec::new(), Vec::new());
     for (k, v) in changes {
         match v {
@@ -600,16 +667,13 @@ mod tests {
         let k1 = utxo_key(&[1u8; 32], 0);
         let k2 = utxo_key(&[2u8; 32], 300);
         let spent = coin_value(5, true, 50, b"\x51");
-        let before: HashMap<Key, Option<Vec<u8>>> =
-            [(k1.clone(), None), (k2.clone(), Some(spent.clone()))]
+        let before: HashMap<Key, Option<Vec<u8>>> = [(k1, None), (k2, Some(spent.clone()))]
+            .into_iter()
+            .collect();
+        let changed: HashMap<Key, Option<Vec<u8>>> =
+            [(k1, Some(coin_value(9, false, 40, b""))), (k2, None)]
                 .into_iter()
                 .collect();
-        let changed: HashMap<Key, Option<Vec<u8>>> = [
-            (k1.clone(), Some(coin_value(9, false, 40, b""))),
-            (k2.clone(), None),
-        ]
-        .into_iter()
-        .collect();
         let view = View {
             stored: HashMap::default(),
             changed,
@@ -618,8 +682,8 @@ mod tests {
         assert_eq!((count, amount), (0, -10));
         let u = decode_undo(&rec).unwrap();
         assert_eq!(u.hash, [7u8; 32]);
-        assert_eq!(u.created, vec![(k1.clone(), 40)]);
-        assert_eq!(u.restored, vec![(k2.clone(), spent.clone())]);
+        assert_eq!(u.created, vec![(k1, 40)]);
+        assert_eq!(u.restored, vec![(k2, spent.clone())]);
         let (puts, deletes, c, a) = unwind(&[rec]).unwrap();
         assert_eq!(puts, vec![(k2, spent)]);
         assert_eq!(deletes, vec![k1]);
@@ -691,7 +755,7 @@ mod tests {
             set.remove(k);
         }
         for (k, v) in &a.puts {
-            set.insert(k.clone(), v.clone());
+            set.insert(*k, v.clone());
         }
         a
     }

@@ -126,7 +126,13 @@ pub fn write_compact_size(out: &mut Vec<u8>, v: u64) {
 
 /// Core's `VARINT` (spec §3.3): MSB-first base-128 with one subtracted from every non-final
 /// group, used by the chainstate and block-index databases, never inside blocks.
-pub fn write_core_varint(out: &mut Vec<u8>, mut n: u64) {
+pub fn write_core_varint(out: &mut Vec<u8>, n: u64) {
+    let (buf, len) = core_varint(n);
+    out.extend_from_slice(&buf[..len]);
+}
+
+/// `write_core_varint` into a stack buffer: (bytes, length used).
+pub fn core_varint(mut n: u64) -> ([u8; 10], usize) {
     let mut tmp = [0u8; 10];
     let mut len = 0;
     loop {
@@ -137,7 +143,8 @@ pub fn write_core_varint(out: &mut Vec<u8>, mut n: u64) {
         n = (n >> 7) - 1;
         len += 1;
     }
-    out.extend(tmp[..=len].iter().rev());
+    tmp[..=len].reverse();
+    (tmp, len + 1)
 }
 
 /// Reads a Core `VARINT` from the start of `b`: (value, bytes used), None if cut short or
