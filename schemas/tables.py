@@ -36,8 +36,8 @@ class Table:
     partition_by: str | None = None
     #: Columns dictionary-encoded in Parquet.
     dictionary_columns: tuple[str, ...] = ()
-    #: Columns written without min/max statistics where the Rust core writes the table:
-    #: random hashes and scripts, whose ranges per row group prune nothing.
+    #: Columns written without min/max statistics (by the Rust core, and by the Ethereum
+    #: workers' pyarrow writer): random hashes and scripts, whose ranges prune nothing.
     unsorted_columns: tuple[str, ...] = ()
     #: Rows per row group.
     row_group_rows: int = BTC_ROW_GROUP_ROWS
@@ -251,11 +251,40 @@ FLOW_CHECKPOINT_STATS = (
 
 #: Ethereum history (schemas in workers/native/src/eth/tables.rs): one part per import unit
 #: (an era1 file, a freezer range), in block order.
-ETH_BLOCKS = Table("eth_blocks", _eth_native("eth_blocks"), dictionary_columns=("source",))
-ETH_TRANSACTIONS = Table("eth_transactions", _eth_native("eth_transactions"))
-ETH_RECEIPTS = Table("eth_receipts", _eth_native("eth_receipts"))
-ETH_LOGS = Table("eth_logs", _eth_native("eth_logs"))
-ETH_WITHDRAWALS = Table("eth_withdrawals", _eth_native("eth_withdrawals"))
+# Hashes, addresses, blooms and byte strings: their min/max per row group prune nothing.
+ETH_BLOCKS = Table(
+    "eth_blocks",
+    _eth_native("eth_blocks"),
+    dictionary_columns=("source",),
+    unsorted_columns=(
+        "hash", "parent_hash", "ommers_hash", "miner", "state_root", "transactions_root",
+        "receipts_root", "logs_bloom", "extra_data", "mix_hash", "nonce", "withdrawals_root",
+        "parent_beacon_block_root", "requests_hash",
+    ),
+)  # fmt: skip
+ETH_TRANSACTIONS = Table(
+    "eth_transactions",
+    _eth_native("eth_transactions"),
+    unsorted_columns=(
+        "block_hash", "hash", "from_address", "to_address", "input", "contract_address",
+    ),
+)  # fmt: skip
+ETH_RECEIPTS = Table(
+    "eth_receipts",
+    _eth_native("eth_receipts"),
+    unsorted_columns=("block_hash", "transaction_hash", "post_state", "contract_address"),
+)
+ETH_LOGS = Table(
+    "eth_logs",
+    _eth_native("eth_logs"),
+    unsorted_columns=(
+        "block_hash", "transaction_hash", "address", "topic0", "topic1", "topic2", "topic3",
+        "data",
+    ),
+)  # fmt: skip
+ETH_WITHDRAWALS = Table(
+    "eth_withdrawals", _eth_native("eth_withdrawals"), unsorted_columns=("block_hash", "address")
+)
 ETH_TABLES = (ETH_BLOCKS, ETH_TRANSACTIONS, ETH_RECEIPTS, ETH_LOGS, ETH_WITHDRAWALS)
 
 #: Every published table, by name: the closed set ``rechain query`` and ``verify`` see.

@@ -76,7 +76,7 @@ def write_part(batch: pa.RecordBatch, where: str | None, table: str) -> str | by
         "compression": t.compression,
         "row_group_size": t.row_group_rows,
         "use_dictionary": list(t.dictionary_columns) or False,
-        "write_statistics": True,
+        "write_statistics": [f.name for f in t.schema if f.name not in t.unsorted_columns],
     }
     data = pa.Table.from_batches([batch], schema=t.schema)
     if where is None:

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rechain.pipeline import local_runner, metrics
 from rechain.pipeline.errors import RechainError
@@ -344,16 +343,7 @@ def _merged(parts: list[tuple[pa.Array, pa.Array]]) -> tuple[pa.Array, pa.Array]
     when each unit's file was ingested over the ones before."""
     if len(parts) == 1:
         return parts[0]
-    keys = pa.concat_arrays([k for k, _ in parts])
-    values = pa.concat_arrays([v for _, v in parts])
-    if len(keys) < 2:
-        return keys, values
-    order = pc.sort_indices(keys)  # a stable sort: equal keys stay in unit order
-    keys, values = keys.take(order), values.take(order)
-    later_same = pc.equal(keys.slice(0, len(keys) - 1), keys.slice(1))
-    if pc.any(later_same).as_py():
-        keep = pa.concat_arrays([pc.invert(later_same), pa.array([True])])
-        keys, values = keys.filter(keep), values.filter(keep)
+    keys, values = _native.merge_sorted_runs(parts)
     return keys, values
 
 

@@ -3,6 +3,7 @@
 
 use crate::binary_values;
 use crate::sst;
+use arrow_array::BinaryArray;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -107,5 +108,83 @@ impl SstWriter {
         let path = self.path.clone();
         py.detach(|| writer.finish())
             .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Key-sorted runs of (keys, values) merged into one key-sorted run, as Arrow binary arrays
+/// (an SST file takes each key once, in order). A key found more than once keeps its last
+/// value: the later run's, or the later position within a run.
+#[pyfunction]
+pub fn merge_sorted_runs<'py>(
+    py: Python<'py>,
+    runs: Vec<(PyArray, PyArray)>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let arrays: Vec<_> = runs
+        .into_iter()
+        .map(|(k, v)| (k.into_inner().0, v.into_inner().0))
+        .collect();
+    let mut columns = Vec::with_capacity(arrays.len());
+    for (k, v) in &arrays {
+        let (keys, values) = (binary_values(k)?, binary_values(v)?);
+        if keys.len() != values.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} keys but {} values",
+                keys.len(),
+                values.len()
+            )));
+        }
+        columns.push((keys, values));
+    }
+    let (keys, values) = py.detach(|| merge_runs(&columns));
+    Ok((crate::binary(py, keys)?, crate::binary(py, values)?))
+}
+
+/// One run's keys and values.
+type Run<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>);
+
+fn merge_runs(runs: &[Run<'_>]) -> (BinaryArray, BinaryArray) {
+    let entries = runs
+        .iter()
+        .flat_map(|(k, v)| k.iter().copied().zip(v.iter().copied()));
+    let in_order = entries
+        .clone()
+        .zip(entries.clone().skip(1))
+        .all(|((a, _), (b, _))| a < b);
+    let mut all: Vec<(&[u8], &[u8])> = entries.collect();
+    if !in_order {
+        // Stable: equal keys stay in run order, and the last of each is kept.
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        let mut kept: Vec<(&[u8], &[u8])> = Vec::with_capacity(all.len());
+        for e in all {
+            match kept.last_mut() {
+                Some(last) if last.0 == e.0 => *last = e,
+                _ => kept.push(e),
+            }
+        }
+        all = kept;
+    }
+    (
+        BinaryArray::from_iter_values(all.iter().map(|e| e.0)),
+        BinaryArray::from_iter_values(all.iter().map(|e| e.1)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{merge_runs, Run};
+    use arrow_array::Array;
+
+    #[test]
+    fn merge_keeps_the_last_value_of_a_key() {
+        let a: Run<'_> = (vec![b"a", b"c", b"e"], vec![b"1", b"2", b"3"]);
+        let b: Run<'_> = (vec![b"b", b"c"], vec![b"4", b"5"]);
+        let (k, v) = merge_runs(&[a.clone(), b]);
+        let k: Vec<&[u8]> = k.iter().map(Option::unwrap).collect();
+        let v: Vec<&[u8]> = v.iter().map(Option::unwrap).collect();
+        assert_eq!(k, [&b"a"[..], b"b", b"c", b"e"]);
+        assert_eq!(v, [&b"1"[..], b"4", b"5", b"3"]);
+        let c: Run<'_> = (vec![b"f"], vec![b"6"]);
+        let (k, _) = merge_runs(&[a, c]);
+        assert_eq!(k.len(), 4);
     }
 }
