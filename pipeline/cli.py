@@ -558,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rechain: error: {e}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    budget = getattr(args, "memory_budget", None)
+    if budget is not None:
+        bound_heap(int(budget))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

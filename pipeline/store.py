@@ -263,11 +263,13 @@ class DataDir:
             writer.add(keys, values, sort_chunks)
         return sst if writer.finish() else None
 
-    def ingest_sst(self, cf: str, sst: Path) -> None:
-        """Moves an SST file from ``write_sst`` into column family ``cf`` (atomic)."""
+    def ingest_sst(self, cf: str, sst: Path | list[Path]) -> None:
+        """Moves an SST file from ``write_sst`` (or several, whose keys do not overlap) into
+        column family ``cf``, in one atomic ingestion."""
         ingest = IngestExternalFileOptions()
         ingest.set_move_files(True)
-        self._cfs[cf].ingest_external_file([str(sst)], ingest)
+        files = sst if isinstance(sst, list) else [sst]
+        self._cfs[cf].ingest_external_file([str(f) for f in files], ingest)
 
     def reset_column_family(self, name: str) -> None:
         """Drops and recreates a derived column family (rebuilt whole by its stage)."""

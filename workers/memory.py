@@ -41,8 +41,14 @@ def release_unused_memory() -> None:
 #: threshold (128 KiB) rises with every larger block freed, up to 32 MiB, after which the
 #: pipeline's chunk and batch buffers are carved from the heap and their pages stay resident
 #: once freed, hundreds of MiB beyond the budget on a long run. A fixed threshold also keeps
-#: glibc's trim threshold fixed.
+#: glibc's trim threshold fixed. This is the threshold before a command's budget is known.
 MMAP_THRESHOLD = 1 << 20
+#: Once the budget is known the threshold is this share of it (within glibc's 32 MiB ceiling):
+#: every block above the threshold is mapped fresh and each of its pages faulted in, zeroed,
+#: on first touch, which cost a full reindex a quarter of its time at 1 MiB; below it freed
+#: blocks are reused from the heap, and blocks of a 32nd of the budget each stay within it.
+MMAP_THRESHOLD_BUDGET_SHARE = 32
+MAX_MMAP_THRESHOLD = 32 << 20
 #: glibc makes up to eight heaps per core, one per thread that contends, each keeping its freed
 #: pages; the pipeline's threads share a few.
 ARENA_MAX = 4
@@ -51,21 +57,32 @@ ARENA_MAX = 4
 ARROW_POOL = "jemalloc"
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
+#: The allocator settings the user gave in the environment before this process started.
+_USER_SET = frozenset(
+    env for env in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX") if env in os.environ
+)
 
 
-def bound_heap() -> None:
+def bound_heap(budget: int | None = None) -> None:
     """Fixes glibc's mmap threshold and heap count for this process and, through the
     environment glibc reads at start-up, for the processes it starts (Ray's workers); picks
-    Arrow's allocator (read when Arrow first allocates) the same way."""
+    Arrow's allocator (read when Arrow first allocates) the same way. With ``budget`` (once a
+    command's ``--memory-budget`` is known) the threshold is ``mmap_threshold(budget)``."""
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_POOL)
     libc = _libc()
+    threshold = MMAP_THRESHOLD if budget is None else mmap_threshold(budget)
     for env, param, value in (
-        ("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        ("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, threshold),
         ("MALLOC_ARENA_MAX", _M_ARENA_MAX, ARENA_MAX),
     ):
         # A value set by the user wins (glibc has read it already).
-        if env in os.environ:
+        if env in _USER_SET:
             continue
         os.environ[env] = str(value)
         if libc is not None:
             libc.mallopt(param, value)
+
+
+def mmap_threshold(budget: int) -> int:
+    """glibc's mmap threshold under ``budget``: a share of it, within 1 and 32 MiB."""
+    return max(MMAP_THRESHOLD, min(MAX_MMAP_THRESHOLD, budget // MMAP_THRESHOLD_BUDGET_SHARE))

@@ -31,6 +31,7 @@ import logging
 import shutil
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,11 +56,15 @@ from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import release_unused_memory
 
 log = logging.getLogger(__name__)
-#: Block bytes applied per chunk: at most this, and at most 1/32 of the memory budget (a chunk
+#: Block bytes applied per chunk: at most this, and at most 1/32 of the memory budget shared by
+#: the ``ROWS_IN_FLIGHT`` chunks whose rows are written at once (a chunk
 #: holds its blocks, their parsed spans and the coins they read and touch, a few times the
-#: blocks' bytes, and the next chunk is read meanwhile).
+#: blocks' bytes; the next chunk is read meanwhile and ``ROWS_IN_FLIGHT`` earlier ones are
+#: still held while their rows are written).
 MAX_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 4 << 20
+#: Applied chunks whose rows may be written at once (each one's tables on threads of their own).
+ROWS_IN_FLIGHT = 2
 #: Blocks unwound per atomic write.
 UNWIND_BLOCKS = 1_000
 #: Block-index entries read per multi-get while cutting chunks.
@@ -173,28 +178,33 @@ class ChainStateStage(Stage[BtcRun]):
             cp = _unwind_to(data, cp, fork)
         applied = 0
         failure = None
-        chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, ctx.opts.memory_budget // 32))
+        # The chunks whose rows are being written share the chain state's part of the budget.
+        share = ctx.opts.memory_budget // (32 * ROWS_IN_FLIGHT)
+        chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, share))
         # The next chunk is read and framed (GIL released) while this one is applied, and
-        # the rows of the one before are written.
+        # the rows of the ones before are written (up to ``ROWS_IN_FLIGHT`` chunks: one
+        # chunk's rows take longer to write than the next chunk takes to apply).
         chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
         loads = ordered_local(partial(_load_chunk, ctx), chunks, threads=1, window=2)
-        pending: Pending | None = None
-        with contextlib.closing(loads), ThreadPoolExecutor(1, "rechain-rows") as rows_pool:
+        pending: deque[Pending] = deque()
+        with (
+            contextlib.closing(loads),
+            ThreadPoolExecutor(ROWS_IN_FLIGHT, "rechain-rows") as rows_pool,
+        ):
             for (first, _, _), chunk in loads:
                 if isinstance(chunk, Exception):
                     raise chunk
                 result = _apply_chunk(ctx, chunk, pending)
-                if pending is not None:
-                    cp = _commit_chunk(ctx, cp, pending)
-                    pending = None
+                while pending and (len(pending) >= ROWS_IN_FLIGHT or pending[0].rows.done()):
+                    cp = _commit_chunk(ctx, cp, pending.popleft())
                 applied += int(result["blocks"])
                 if result["blocks"]:
-                    pending = _stage_chunk(ctx, first, chunk, result, rows_pool)
+                    pending.append(_stage_chunk(ctx, first, chunk, result, rows_pool))
                 if result["failure"] is not None:
                     failure = result["failure"]
                     break
-            if pending is not None:
-                cp = _commit_chunk(ctx, cp, pending)
+            while pending:
+                cp = _commit_chunk(ctx, cp, pending.popleft())
         release_unused_memory()
         ctx.add({"chain_state_s": time.perf_counter() - t0})
         detail = {"applied": applied, "unwound": unwound, "fork_height": fork}
@@ -373,14 +383,14 @@ class Pending:
     rows: Future[None]
 
 
-def _apply_chunk(ctx: BtcRun, chunk: Any, pending: Pending | None) -> dict[str, Any]:
-    """Applies one chunk to the stored set, seen through the changes of the chunk before it
-    when that one is not committed yet."""
+def _apply_chunk(ctx: BtcRun, chunk: Any, pending: deque[Pending]) -> dict[str, Any]:
+    """Applies one chunk to the stored set, seen through the changes of the chunks before it
+    that are not committed yet (oldest first)."""
     t1 = time.perf_counter()
     needed = chunk.needed()
     coins = ctx.data.cf(layout.CF_BTC_UTXO)[needed] if needed else []
-    if pending is not None and needed:
-        coins = _overlay(needed, coins, pending.result)
+    for before in pending if needed else ():
+        coins = _overlay(needed, coins, before.result)
     t2 = time.perf_counter()
     result: dict[str, Any] = chunk.apply(coins)
     ctx.add({"chain_state_get_s": t2 - t1, "chain_state_apply_s": time.perf_counter() - t2})
@@ -411,7 +421,7 @@ def _stage_chunk(
     table = pa.Table.from_batches([result["spends"]])
     write_file_atomic(spends_dir(data) / name, partial(pq.write_table, table))
     kill_point("chain_state.spends_written")
-    group_bytes = max(ctx.opts.memory_budget // 16, 1 << 20)
+    group_bytes = max(ctx.opts.memory_budget // (16 * ROWS_IN_FLIGHT), 1 << 20)
 
     def write_rows(tmps: list[Path]) -> None:
         chunk.write_rows(

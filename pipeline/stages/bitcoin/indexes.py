@@ -22,22 +22,18 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.query import current_generation
 from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
 from rechain.pipeline.stages.bitcoin.publish import FULL_TABLES, OFFCHAIN, published_rows
-from rechain.pipeline.stages.bitcoin.session import (
-    Slices,
-    duckdb_bytes,
-    duckdb_memory_errors,
-    slice_bits,
-    sql_list,
-    txids_view,
-)
+from rechain.pipeline.stages.bitcoin.session import duckdb_memory_errors, sql_list
 from rechain.pipeline.stages.engine import Done, Stage
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
@@ -48,6 +44,13 @@ if TYPE_CHECKING:
     import duckdb
 
 log = logging.getLogger(__name__)
+#: A whole build's sorted runs of index entries hold at most this share of the budget (40
+#: bytes an entry); more entries are spilled to sorted files and merged.
+TXINDEX_BUDGET_SHARE = 8
+#: Each SST file's Bloom filter is built from 8 bytes a key held until the file closes: a
+#: first build cuts its files at this share of the budget's worth of keys.
+TXINDEX_FILTER_SHARE = 16
+FILTER_BYTES_PER_KEY = 8
 
 
 class IndexesStage(Stage[BtcRun]):
@@ -98,7 +101,7 @@ def update_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -
         or generation is None
         or not (tx_dir / f"{record['generation']:06d}").is_dir()
     ):
-        entries = write_txindex(con, data, budget)
+        entries = write_txindex(data, budget)
         how = "rebuilt"
     else:
         entries = int(record["entries"]) + _apply_txindex_changes(con, data, record, published)
@@ -219,48 +222,33 @@ def _apply_txindex_changes(
     return int(pc.count(puts.column("old"), mode="only_null").as_py()) - len(deletes)
 
 
-def write_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> int:
+def write_txindex(data: DataDir, budget: int) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
-    side branches) points at its best-chain copy, else its lowest one. Read from the staged
-    txids of every decoded copy (``session.txids_view``), which the tables hold once each."""
-    rng = ds.HEIGHT_RANGE_BLOCKS
-    txids_view(con, data)
-    count = con.execute("SELECT count(*) FROM txids_raw").fetchall()[0][0]
-    work = data.path / "tmp" / "duckdb" / "slices"
+    side branches) points at its best-chain copy, else its lowest one. Built by the Rust core
+    (``btc/txindex.rs``) from the staged txids of every decoded copy, which the tables hold
+    once each, in sorted runs within the memory budget, merged into one SST file."""
+    gen = current_generation(data.parquet_dir(ds.HEADERS))
+    if gen is None:
+        raise RechainError("the header pass published no headers table")
+    headers = pq.read_table(gen, columns=["hash", "height", "in_best_chain"])
+    work = data.path / "tmp" / "txindex"
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    slices = Slices(work, slice_bits(int(count), duckdb_bytes(budget)))
-    # Every staged transaction with its block's place, as ``transactions`` publishes it.
-    slices.partition(
-        con,
-        "transactions",
-        f"""SELECT {slices.bucket("t.txid")} AS bucket, t.txid, t.block_hash, t.position,
-               h.height, h.in_best_chain,
-               coalesce(h.height // {rng} * {rng}, -1)::BIGINT AS height_range
-        FROM txids_raw t JOIN headers h ON from_hex(h.hash) = t.block_hash""",
+    files, entries, unknown = _native.write_txindex(
+        btc_bodies.txid_files(data),
+        headers.column("hash").combine_chunks(),
+        headers.column("height").combine_chunks(),
+        headers.column("in_best_chain").combine_chunks(),
+        ds.HEIGHT_RANGE_BLOCKS,
+        budget // TXINDEX_BUDGET_SHARE,
+        work / "runs",
+        work / "sst",
+        max(1, budget // TXINDEX_FILTER_SHARE // FILTER_BYTES_PER_KEY),
+        True,
     )
-
-    def index(k: int) -> str:
-        return f"""
-        SELECT txid, encode(height_range::VARCHAR || ' ' || lower(hex(block_hash)) || ' '
-                            || position::VARCHAR) AS v
-        FROM {slices.source("transactions", k)}
-        QUALIFY row_number() OVER (
-            PARTITION BY txid ORDER BY in_best_chain DESC, height NULLS LAST, block_hash) = 1"""
-
-    rows = 0
-
-    def chunks() -> Iterator[tuple[pa.Array, pa.Array]]:
-        # A slice's winners, txids byte-reversed to internal order: the SST writer sorts
-        # each slice (a slice fits the budget, as DuckDB's sort of it would).
-        nonlocal rows
-        for k in range(slices.count):
-            winners = con.sql(index(k)).to_arrow_table()
-            keys = _native.reversed_hashes(winners.column("txid").combine_chunks())
-            rows += len(keys)
-            yield keys, winners.column("v").combine_chunks()
-
+    if unknown:
+        log.warning("tx index: %d staged transaction(s) of blocks the headers lack", unknown)
     data.reset_column_family(layout.CF_BTC_TXINDEX)
-    data.ingest_sorted_batches(layout.CF_BTC_TXINDEX, chunks(), sort_chunks=True)
+    if files:
+        data.ingest_sst(layout.CF_BTC_TXINDEX, [Path(f) for f in files])
     shutil.rmtree(work, ignore_errors=True)
-    return rows
+    return int(entries)

@@ -1,12 +1,11 @@
 """The DuckDB session the ``publish`` and ``indexes`` stages read: the current headers
 generation as a view, and the helpers they use to add views over body rows
-(``staged_views``: staged verdicts with the rows of blocks decoded again; ``txids_view``: the
-staged txids) and the chain state's resolved spends (``spends_view``), each over the parts
-the stage reads.
+(``staged_views``: staged verdicts with the rows of blocks decoded again) and the chain
+state's resolved spends (``spends_view``), each over the parts the stage reads.
 
 Memory: DuckDB's buffer pool gets ``DUCKDB_BUDGET_SHARE`` of the budget (it spills to
 DATADIR/tmp/duckdb beyond that); the other half is for what the coordinator holds beside the
-pool. Large sorts run in slices by txid (``Slices``) sized to DuckDB's share of the budget.
+pool.
 """
 
 from __future__ import annotations
@@ -14,12 +13,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.query import current_generation
 from rechain.pipeline.stages.bitcoin import chain_state
@@ -39,14 +35,6 @@ MIN_DUCKDB_BYTES = 48 << 20
 #: pool (measured ~90 MiB at 8,000 blocks, whatever the limit), Arrow batches streamed into
 #: the SST writer, RocksDB's and the interpreter's growth over the heap left by the body pass.
 DUCKDB_BUDGET_SHARE = 0.5
-#: Bytes one best-chain output takes in a slice's join hash table (its 32-byte txid out of
-#: line with the string header, vout, value, height, position, hash and row pointer).
-JOIN_ROW_BYTES = 96
-#: Sorts run in at most 2**this slices by txid (each slice's partitioned write keeps a buffer
-#: and an open file).
-MAX_SLICE_BITS = 6
-#: Rows all slices' partition buffers hold together before flushing to their files.
-SLICE_FLUSH_ROWS = 65_536
 PARTITION_FLUSH_ROWS = 16_384
 #: DuckDB's allocator gives freed memory back past this fraction of its memory limit.
 ALLOCATOR_FLUSH_SHARE = 8
@@ -72,16 +60,6 @@ def duckdb_memory_errors(data: DataDir, budget: int) -> Iterator[None]:
 def duckdb_bytes(budget: int) -> int:
     """DuckDB's memory_limit: its share of the budget (``DUCKDB_BUDGET_SHARE``)."""
     return int(max(budget * DUCKDB_BUDGET_SHARE, MIN_DUCKDB_BYTES))
-
-
-def slice_bits(outputs: int, memory_limit: int) -> int:
-    """log2 of the slice count that keeps one slice's join hash table within a quarter of
-    DuckDB's memory limit (the rest holds the probe side, the window over duplicates and the
-    result being written)."""
-    bits = 0
-    while bits < MAX_SLICE_BITS and (outputs >> bits) * JOIN_ROW_BYTES > memory_limit // 4:
-        bits += 1
-    return bits
 
 
 def sql_list(paths: list[str]) -> str:
@@ -154,19 +132,6 @@ def staged_views(
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * REPLACE ({hashes}) FROM {name}_raw")
 
 
-def txids_view(con: duckdb.DuckDBPyConnection, data: DataDir, name: str = "txids_raw") -> None:
-    """View ``name`` over every registered part's staged ``txid``, ``block_hash`` and
-    ``position`` (raw bytes), whichever file of the part holds them
-    (``btc_bodies.txid_files``)."""
-    files = btc_bodies.txid_files(data)
-    if files:
-        source = f"read_parquet({sql_list(files)}, union_by_name = true)"
-    else:
-        con.register(f"{name}_empty", pa.Table.from_batches([ds.empty(ds.BODY_SLIM["txids"])]))
-        source = f"{name}_empty"
-    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT txid, block_hash, position FROM {source}")
-
-
 def spends_view(con: duckdb.DuckDBPyConnection, name: str, files: list[str]) -> None:
     """View ``name`` over staged spends parts of the chain state (empty when none)."""
     if files:
@@ -175,46 +140,3 @@ def spends_view(con: duckdb.DuckDBPyConnection, name: str, files: list[str]) -> 
         con.register(f"{name}_empty", pa.Table.from_batches([chain_state.empty_spends()]))
         source = f"{name}_empty"
     con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {source}")
-
-
-@dataclass(frozen=True)
-class Slices:
-    """Best-chain outputs and spends (and, for the tx index, every transaction) partitioned
-    by txid into ``2**bits`` Parquet slices under ``dir``. Slice k holds the txids whose
-    internal first byte has k as its top ``bits`` bits, so a spend and the output it spends
-    share a slice, and slices in order are txids in chainstate (internal byte) order: each
-    slice is joined or sorted on its own, within a bounded memory, and the results appended
-    in slice order are those of one query over everything."""
-
-    dir: Path
-    bits: int
-
-    @property
-    def count(self) -> int:
-        return 1 << self.bits
-
-    def bucket(self, txid: str) -> str:
-        """SQL for the slice of a staged (display-order) txid: its last byte leads internally."""
-        return f"(('0x' || hex({txid}[32:32]))::INTEGER >> {8 - self.bits})"
-
-    def partition(self, con: duckdb.DuckDBPyConnection, name: str, sql: str) -> None:
-        """Writes ``sql`` (with a ``bucket`` column) as slices of ``name``, and an empty
-        table ``{name}_none`` of its columns for slices that got no rows."""
-        con.execute(
-            f"CREATE OR REPLACE TEMP TABLE {name}_none AS SELECT * EXCLUDE (bucket) "
-            f"FROM ({sql}) WHERE false"
-        )
-        flush = max(1024, SLICE_FLUSH_ROWS >> self.bits)
-        con.execute(f"SET partitioned_write_flush_threshold={flush}")
-        try:
-            con.execute(
-                f"COPY ({sql}) TO '{self.dir / name}' (FORMAT PARQUET, "
-                "PARTITION_BY (bucket), COMPRESSION SNAPPY, OVERWRITE_OR_IGNORE)"
-            )
-        finally:
-            con.execute(f"SET partitioned_write_flush_threshold={PARTITION_FLUSH_ROWS}")
-
-    def source(self, name: str, k: int) -> str:
-        """SQL for slice k of ``name``."""
-        files = sorted(str(f) for f in (self.dir / name / f"bucket={k}").glob("*.parquet"))
-        return f"read_parquet({sql_list(files)})" if files else f"{name}_none"

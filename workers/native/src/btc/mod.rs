@@ -14,4 +14,5 @@ pub mod link;
 pub mod network;
 pub mod scan;
 pub mod script;
+pub mod txindex;
 pub mod utxo;

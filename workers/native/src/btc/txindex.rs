@@ -1,0 +1,382 @@
+//! The transaction index (`btc_txindex`) built whole: every staged transaction's txid ->
+//! where the tables publish it, `"{height_range} {block hash} {position}"`. A txid held by
+//! several blocks (BIP30 duplicates, side branches) points at its best-chain copy, else its
+//! lowest, then the lowest block hash. Entries are sorted by key in runs of bounded memory,
+//! spilled to files when there is more than one, and merged into the SST writer: the index
+//! of a chain of any length is built within the memory it is given.
+
+use crate::sst::{SstError, SstWriter};
+use rustc_hash::FxHashMap;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Full-decode tables are partitioned by height // this * this (`schemas/bitcoin.py`
+/// `HEIGHT_RANGE_BLOCKS`, given by the caller).
+pub type HeightRange = i64;
+
+/// A block that staged transactions may name: its display-order hash, height (None when it
+/// is not connected) and whether it is on the best chain (None: unknown, ranked last).
+#[derive(Debug, Clone)]
+pub struct IndexBlock {
+    pub hash: [u8; 32],
+    pub height: Option<u32>,
+    pub best: Option<bool>,
+}
+
+/// One transaction copy: its key (internal-order txid), its block's rank (lower wins) and
+/// its position in the block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    key: [u8; 32],
+    rank: u32,
+    position: u32,
+}
+
+const ENTRY_BYTES: usize = 40;
+
+impl Entry {
+    fn order(&self, other: &Entry) -> Ordering {
+        (self.key, self.rank).cmp(&(other.key, other.rank))
+    }
+
+    fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut b = [0u8; ENTRY_BYTES];
+        b[..32].copy_from_slice(&self.key);
+        b[32..36].copy_from_slice(&self.rank.to_le_bytes());
+        b[36..].copy_from_slice(&self.position.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; ENTRY_BYTES]) -> Entry {
+        let mut key = [0u8; 32];
+        key.copy_from_slice(&b[..32]);
+        Entry {
+            key,
+            rank: u32::from_le_bytes(b[32..36].try_into().expect("4 bytes")),
+            position: u32::from_le_bytes(b[36..].try_into().expect("4 bytes")),
+        }
+    }
+}
+
+/// Collects transaction copies, then writes the index as one SST file.
+pub struct TxIndexBuilder {
+    /// By rank: each block's value prefix, `"{height_range} {hash hex} "`.
+    prefixes: Vec<Vec<u8>>,
+    rank_of: FxHashMap<[u8; 32], u32>,
+    entries: Vec<Entry>,
+    max_entries: usize,
+    spill_dir: PathBuf,
+    runs: Vec<PathBuf>,
+    /// Copies whose block is not among the blocks given (not published, so not indexed).
+    pub unknown_blocks: u64,
+}
+
+impl TxIndexBuilder {
+    /// `memory`: bytes the sorted runs may hold; runs beyond one go to files in `spill_dir`.
+    pub fn new(
+        blocks: Vec<IndexBlock>,
+        range_blocks: u32,
+        memory: usize,
+        spill_dir: &Path,
+    ) -> TxIndexBuilder {
+        let mut order: Vec<usize> = (0..blocks.len()).collect();
+        // Best chain first, then by height (unconnected last), then by hash.
+        order.sort_by_key(|&i| {
+            let b = &blocks[i];
+            let best = match b.best {
+                Some(true) => 0u8,
+                Some(false) => 1,
+                None => 2,
+            };
+            (best, b.height.is_none(), b.height, b.hash)
+        });
+        let mut prefixes = Vec::with_capacity(blocks.len());
+        let mut rank_of = FxHashMap::default();
+        rank_of.reserve(blocks.len());
+        for (rank, &i) in order.iter().enumerate() {
+            let b = &blocks[i];
+            let range: HeightRange = b
+                .height
+                .map_or(-1, |h| i64::from(h / range_blocks * range_blocks));
+            let mut p = format!("{range} ").into_bytes();
+            let mut hex = String::with_capacity(64);
+            crate::datasets::hex::forward_hex_into(&b.hash, &mut hex);
+            p.extend_from_slice(hex.as_bytes());
+            p.push(b' ');
+            prefixes.push(p);
+            rank_of.insert(b.hash, rank as u32);
+        }
+        let max_entries = (memory / ENTRY_BYTES).max(1 << 16);
+        TxIndexBuilder {
+            prefixes,
+            rank_of,
+            // Sized once: growing by doubling would hold the old and new buffers at once.
+            entries: Vec::with_capacity(max_entries),
+            max_entries,
+            spill_dir: spill_dir.to_path_buf(),
+            runs: Vec::new(),
+            unknown_blocks: 0,
+        }
+    }
+
+    /// Adds one transaction copy: its txid and block hash in display order.
+    pub fn add(&mut self, txid: &[u8; 32], block_hash: &[u8; 32], position: u32) -> io::Result<()> {
+        let Some(&rank) = self.rank_of.get(block_hash) else {
+            self.unknown_blocks += 1;
+            return Ok(());
+        };
+        let mut key = *txid;
+        key.reverse();
+        self.entries.push(Entry {
+            key,
+            rank,
+            position,
+        });
+        if self.entries.len() >= self.max_entries {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    fn spill(&mut self) -> io::Result<()> {
+        self.entries.sort_unstable_by(Entry::order);
+        std::fs::create_dir_all(&self.spill_dir)?;
+        let path = self
+            .spill_dir
+            .join(format!("run-{:06}.bin", self.runs.len()));
+        let mut out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
+        for e in &self.entries {
+            out.write_all(&e.encode())?;
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        self.runs.push(path);
+        self.entries.clear();
+        Ok(())
+    }
+
+    /// Writes the index as SST files of at most `keys_per_file` entries each, named by
+    /// `path(i)`, in key order (so they never overlap and RocksDB ingests them together into
+    /// its last level). A file's Bloom filter is built from 8 bytes a key held until the file
+    /// closes: the cap bounds that memory whatever the chain's length. Returns the files and
+    /// the entries.
+    pub fn finish(
+        self,
+        path: impl Fn(usize) -> PathBuf,
+        keys_per_file: u64,
+        compress: bool,
+    ) -> Result<(Vec<PathBuf>, u64), SstError> {
+        let keys_per_file = keys_per_file.max(1);
+        let mut files = vec![path(0)];
+        let mut writer = SstWriter::create(&files[0], compress)?;
+        let mut entries = 0u64;
+        self.finish_into(|k, v| {
+            if writer.entries() >= keys_per_file {
+                let next = path(files.len());
+                let full = std::mem::replace(&mut writer, SstWriter::create(&next, compress)?);
+                full.finish()?;
+                files.push(next);
+            }
+            entries += 1;
+            writer.add(k, v)
+        })?;
+        if writer.finish()? == 0 {
+            files.pop(); // removed: an empty index
+        }
+        Ok((files, entries))
+    }
+
+    /// Hands `sink` each txid's entry (key, value), in key order.
+    fn finish_into<E: From<io::Error>>(
+        mut self,
+        mut sink: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut value = Vec::with_capacity(96);
+        let mut last: Option<[u8; 32]> = None;
+        let prefixes = std::mem::take(&mut self.prefixes);
+        let mut put = |e: Entry| -> Result<(), E> {
+            // Entries of a key come best first: the rest are other copies.
+            if last == Some(e.key) {
+                return Ok(());
+            }
+            last = Some(e.key);
+            value.clear();
+            value.extend_from_slice(&prefixes[e.rank as usize]);
+            value.extend_from_slice(e.position.to_string().as_bytes());
+            sink(&e.key, &value)
+        };
+        if self.runs.is_empty() {
+            self.entries.sort_unstable_by(Entry::order);
+            for &e in &self.entries {
+                put(e)?;
+            }
+            return Ok(());
+        }
+        if !self.entries.is_empty() {
+            self.spill()?;
+        }
+        let mut readers = self
+            .runs
+            .iter()
+            .map(|p| Ok(RunReader(BufReader::with_capacity(1 << 20, File::open(p)?))))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut heap = BinaryHeap::with_capacity(readers.len());
+        for (i, r) in readers.iter_mut().enumerate() {
+            if let Some(e) = r.next()? {
+                heap.push(Head(e, i));
+            }
+        }
+        while let Some(Head(e, i)) = heap.pop() {
+            put(e)?;
+            if let Some(next) = readers[i].next()? {
+                heap.push(Head(next, i));
+            }
+        }
+        for p in &self.runs {
+            std::fs::remove_file(p)?;
+        }
+        Ok(())
+    }
+}
+
+struct RunReader(BufReader<File>);
+
+impl RunReader {
+    fn next(&mut self) -> io::Result<Option<Entry>> {
+        let mut b = [0u8; ENTRY_BYTES];
+        match self.0.read_exact(&mut b) {
+            Ok(()) => Ok(Some(Entry::decode(&b))),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A run's next entry in the merge: the heap pops the least (key, rank), then run order.
+struct Head(Entry, usize);
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Head {}
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Head {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.0.order(&self.0).then(other.1.cmp(&self.1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(n: u8, height: Option<u32>, best: Option<bool>) -> IndexBlock {
+        IndexBlock {
+            hash: [n; 32],
+            height,
+            best,
+        }
+    }
+
+    fn build(memory: usize, copies: &[([u8; 32], u8, u32)], name: &str) -> Vec<(Vec<u8>, String)> {
+        let dir =
+            std::env::temp_dir().join(format!("rechain-txindex-{name}-{}", std::process::id()));
+        let blocks = vec![
+            block(1, Some(5), Some(true)),
+            block(2, Some(12_345), Some(true)),
+            block(3, Some(4), Some(false)),
+            block(4, None, Some(false)),
+            block(5, Some(4), Some(false)),
+        ];
+        let mut b = TxIndexBuilder::new(blocks, 10_000, memory, &dir);
+        b.max_entries = memory;
+        for (txid, blk, pos) in copies {
+            b.add(txid, &[*blk; 32], *pos).unwrap();
+        }
+        assert_eq!(b.unknown_blocks, 1);
+        let spilled = !b.runs.is_empty();
+        let mut got = Vec::new();
+        b.finish_into(|k, v| {
+            got.push((k.to_vec(), String::from_utf8(v.to_vec()).unwrap()));
+            Ok::<(), io::Error>(())
+        })
+        .unwrap();
+        assert_eq!(spilled, memory < copies.len());
+        if spilled {
+            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "runs removed");
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        got
+    }
+
+    #[test]
+    fn each_txid_points_at_its_best_then_lowest_copy_in_memory_and_spilled() {
+        let tx = |n: u8| {
+            let mut t = [0u8; 32];
+            t[0] = n; // display order: the first byte is the key's last
+            t[31] = 100 - n;
+            t
+        };
+        let copies = [
+            (tx(1), 3, 7), // off-chain at 4 loses to the best chain at 12,345
+            (tx(1), 2, 9),
+            (tx(2), 4, 1), // unconnected loses to connected off-chain
+            (tx(2), 5, 2), // same height off-chain: lower hash wins (block 3 < 5)
+            (tx(2), 3, 3),
+            (tx(3), 4, 0),
+            (tx(4), 9, 0), // unknown block: not indexed
+            (tx(5), 1, 4),
+        ];
+        for memory in [1 << 20, 2, 1] {
+            let got = build(memory, &copies, &format!("m{memory}"));
+            let key = |n: u8| {
+                let mut k = tx(n);
+                k.reverse();
+                k.to_vec()
+            };
+            let hex = |n: u8| {
+                let mut s = String::new();
+                crate::datasets::hex::forward_hex_into(&[n; 32], &mut s);
+                s
+            };
+            let mut want = vec![
+                (key(1), format!("10000 {} 9", hex(2))),
+                (key(2), format!("0 {} 3", hex(3))),
+                (key(3), format!("-1 {} 0", hex(4))),
+                (key(5), format!("0 {} 4", hex(1))),
+            ];
+            want.sort();
+            assert_eq!(got, want, "memory {memory}");
+        }
+    }
+
+    #[test]
+    fn files_roll_over_at_the_key_cap_and_an_empty_index_leaves_none() {
+        let dir = std::env::temp_dir().join(format!("rechain-txindex-roll-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = |i: usize| dir.join(format!("{i}.sst"));
+        let blocks = || vec![block(1, Some(0), Some(true))];
+        let mut b = TxIndexBuilder::new(blocks(), 10_000, 1 << 20, &dir);
+        for n in 0..5u8 {
+            b.add(&[n; 32], &[1; 32], u32::from(n)).unwrap();
+        }
+        let (files, entries) = b.finish(name, 2, true).unwrap();
+        assert_eq!((files.len(), entries), (3, 5));
+        assert!(files.iter().all(|f| f.exists()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = TxIndexBuilder::new(blocks(), 10_000, 1 << 20, &dir);
+        let (files, entries) = empty.finish(name, 2, true).unwrap();
+        assert_eq!((files.len(), entries), (0, 0));
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,146 @@
+//! Python entry point of the transaction index builder (`btc/txindex.rs`): the staged txid
+//! files and the published headers in, one SST file out.
+
+use crate::btc::txindex::{IndexBlock, TxIndexBuilder};
+use crate::datasets::hex::parse_display_hex;
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt32Type;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3_arrow::PyArray;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// The columns of a staged part that the index reads (a `txids` file or an older part's
+/// `transactions`).
+const COLUMNS: [&str; 3] = ["txid", "block_hash", "position"];
+
+fn hashes_of(column: &ArrayRef) -> Result<Vec<&[u8; 32]>, String> {
+    let values: Vec<&[u8]> = if let Some(a) = column.as_fixed_size_binary_opt() {
+        a.iter().map(Option::unwrap_or_default).collect()
+    } else if let Some(a) = column.as_binary_opt::<i32>() {
+        a.iter().map(Option::unwrap_or_default).collect()
+    } else if let Some(a) = column.as_binary_opt::<i64>() {
+        a.iter().map(Option::unwrap_or_default).collect()
+    } else {
+        return Err(format!("hashes of type {}", column.data_type()));
+    };
+    values
+        .into_iter()
+        .map(|v| {
+            v.try_into()
+                .map_err(|_| "a hash that is not 32 bytes".to_string())
+        })
+        .collect()
+}
+
+fn add_batch(b: &mut TxIndexBuilder, batch: &RecordBatch) -> Result<(), String> {
+    let txids = hashes_of(batch.column(0))?;
+    let blocks = hashes_of(batch.column(1))?;
+    let positions = batch
+        .column(2)
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or("positions are not uint32")?;
+    for ((t, h), p) in txids.into_iter().zip(blocks).zip(positions.values()) {
+        b.add(t, h, *p).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn add_file(b: &mut TxIndexBuilder, path: &Path) -> Result<(), String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let file = File::open(path).map_err(|e| at(&e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| at(&e))?;
+    let descr = builder.parquet_schema();
+    let mask = ProjectionMask::columns(descr, COLUMNS);
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(65_536)
+        .build()
+        .map_err(|e| at(&e))?;
+    for batch in reader {
+        let batch = batch.map_err(|e| at(&e))?;
+        // The projection keeps the file's column order: put the three in ours.
+        let schema = batch.schema();
+        let cols = COLUMNS
+            .iter()
+            .map(|c| schema.index_of(c).map(|i| batch.column(i).clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| at(&e))?;
+        let ordered = RecordBatch::try_from_iter(COLUMNS.iter().zip(cols).map(|(n, c)| (*n, c)))
+            .map_err(|e| at(&e))?;
+        add_batch(b, &ordered).map_err(|e| at(&e))?;
+    }
+    Ok(())
+}
+
+/// Builds `btc_txindex` whole as SST files in `sst_dir` (`txindex-NNNNNN.sst`, at most
+/// `keys_per_file` entries each, in key order) from the staged txid files and the headers
+/// table's `hash` (display hex), `height` (uint32, null when unconnected) and
+/// `in_best_chain` (bool), partitioning heights by `range_blocks`; the sorted runs hold at
+/// most `memory` bytes, spilled beyond that to `spill_dir`. Returns (the files, entries,
+/// transaction copies whose block the headers lack).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn write_txindex(
+    py: Python<'_>,
+    txid_files: Vec<PathBuf>,
+    hashes: PyArray,
+    heights: PyArray,
+    best: PyArray,
+    range_blocks: u32,
+    memory: usize,
+    spill_dir: PathBuf,
+    sst_dir: PathBuf,
+    keys_per_file: u64,
+    compress: bool,
+) -> PyResult<(Vec<PathBuf>, u64, u64)> {
+    let bad = |what: &str| PyValueError::new_err(format!("write_txindex: {what}"));
+    let (hashes, _) = hashes.into_inner();
+    let (heights, _) = heights.into_inner();
+    let (best, _) = best.into_inner();
+    let hashes = hashes
+        .as_string_opt::<i32>()
+        .ok_or_else(|| bad("hashes must be strings"))?;
+    let heights = heights
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| bad("heights must be uint32"))?;
+    let best = best
+        .as_boolean_opt()
+        .ok_or_else(|| bad("in_best_chain must be bool"))?;
+    if heights.len() != hashes.len() || best.len() != hashes.len() {
+        return Err(bad("the header columns differ in length"));
+    }
+    let mut blocks = Vec::with_capacity(hashes.len());
+    for i in 0..hashes.len() {
+        let hex = if hashes.is_valid(i) {
+            hashes.value(i)
+        } else {
+            ""
+        };
+        let mut hash = parse_display_hex(hex).ok_or_else(|| bad(&format!("hash {hex:?}")))?;
+        hash.reverse(); // display order, as the staged hashes are
+        blocks.push(IndexBlock {
+            hash,
+            height: heights.is_valid(i).then(|| heights.value(i)),
+            best: best.is_valid(i).then(|| best.value(i)),
+        });
+    }
+    py.detach(|| {
+        let mut builder = TxIndexBuilder::new(blocks, range_blocks, memory, &spill_dir);
+        for f in &txid_files {
+            add_file(&mut builder, f)?;
+        }
+        let unknown = builder.unknown_blocks;
+        std::fs::create_dir_all(&sst_dir).map_err(|e| format!("{}: {e}", sst_dir.display()))?;
+        let name = |i: usize| sst_dir.join(format!("txindex-{i:06}.sst"));
+        let (files, entries) = builder
+            .finish(name, keys_per_file, compress)
+            .map_err(|e| format!("{}: {e}", sst_dir.display()))?;
+        Ok((files, entries, unknown))
+    })
+    .map_err(|e: String| PyOSError::new_err(e))
+}
