@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -91,10 +92,45 @@ def _placed(fn: Callable[..., Any], unit: Any, *args: Any) -> tuple[str, Any]:
     return ray.get_runtime_context().get_node_id(), fn(unit, *args)
 
 
-# SPREAD: Ray's default packs tasks onto the nodes it used last (locality), which leaves
-# worker nodes idle on a cluster; these tasks read their input by path and gain nothing
-# from it.
-_remote_placed = ray.remote(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")(_placed)
+_remote_placed = ray.remote(num_cpus=1, max_retries=3)(_placed)
+
+
+def node_rotation() -> list[str]:
+    """The live nodes that can run a one-CPU task, each as often as it has CPUs, interleaved
+    (CPUs 3 and 1 give A B A A). Tasks read their input by path and gain nothing from Ray's
+    locality, which packs them onto the nodes it used last; and SPREAD balances on a delayed
+    view of each node's free CPUs, which on a cluster of small nodes sent most of a stage's
+    tasks to one node while another sat idle."""
+    cpus = {
+        n["NodeID"]: int(n["Resources"].get("CPU", 0))
+        for n in ray.nodes()
+        if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1
+    }
+    return [
+        node
+        for turn in range(max(cpus.values(), default=0))
+        for node, c in cpus.items()
+        if c > turn
+    ]
+
+
+def _submit_rotating(stage_nodes: list[str]) -> Callable[..., Any]:
+    """A submitter that pins each task to the next node of ``stage_nodes`` (soft: a node that
+    died hands its tasks to Ray's choice; a busy one keeps them until a CPU frees)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    turn = itertools.count()
+    pinned = [
+        _remote_placed.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True))
+        for node in stage_nodes
+    ]
+
+    def submit(*call: Any) -> Any:
+        if not pinned:
+            return _remote_placed.remote(*call)
+        return pinned[next(turn) % len(pinned)].remote(*call)
+
+    return submit
 
 
 def ordered_results(
@@ -116,8 +152,9 @@ def ordered_results(
         placement.record(node)
         return result
 
+    submit = _submit_rotating(node_rotation())
     return ordered(
-        lambda unit: _remote_placed.remote(fn, unit, *args),
+        lambda unit: submit(fn, unit, *args),
         wait,
         units,
         window,
