@@ -37,8 +37,37 @@ impl DecodedHeader {
     }
 }
 
+/// Keccak-256 of many messages at once: headers of the same length in rate blocks share the
+/// SIMD lanes of one sponge (`flow::keccak`), the rest go through alloy's `keccak256`. Keeps its
+/// buffers between calls.
+#[derive(Default)]
+pub struct KeccakBatch {
+    padded: Vec<Vec<u64>>,
+    out: Vec<[u8; 32]>,
+}
+
+impl KeccakBatch {
+    /// The digest of each of `msgs`, in order.
+    pub fn hash(&mut self, msgs: &[&[u8]]) -> &[[u8; 32]] {
+        crate::flow::keccak::digests_into(
+            crate::flow::keccak::Backend::detect(),
+            0x01,
+            msgs,
+            |m| keccak256(m).0,
+            &mut self.padded,
+            &mut self.out,
+        );
+        &self.out
+    }
+}
+
 /// Decode one header from exactly `raw` (an RLP list, nothing after it).
 pub fn decode_header(raw: &[u8]) -> Result<DecodedHeader> {
+    decode_header_hashed(raw, keccak256(raw))
+}
+
+/// [`decode_header`] of a header whose `keccak256` the caller has computed (in a batch).
+pub fn decode_header_hashed(raw: &[u8], hash: B256) -> Result<DecodedHeader> {
     let mut buf = raw;
     let header = Header::decode(&mut buf).map_err(|e| Error::rlp("header", e))?;
     if !buf.is_empty() {
@@ -48,7 +77,7 @@ pub fn decode_header(raw: &[u8]) -> Result<DecodedHeader> {
         ));
     }
     Ok(DecodedHeader {
-        hash: keccak256(raw),
+        hash,
         fields: count_list_items(raw).map_err(|e| Error::rlp("header", e))?,
         size: raw.len(),
         header,

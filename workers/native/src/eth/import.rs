@@ -11,7 +11,7 @@ use super::accumulator::{self, HistoricalRoots};
 use super::era1::Era1;
 use super::ethash::{self, Cache};
 use super::freezer::Freezer;
-use super::header::{decode_header, DecodedHeader};
+use super::header::{decode_header, DecodedHeader, KeccakBatch};
 use super::tables::Rows;
 use super::validate::{
     check_header, check_pow, check_total_difficulty, verify_era1_into, verify_freezer_into,
@@ -363,10 +363,15 @@ pub fn era1_extent(path: &Path) -> Result<(u64, u64, B256), Error> {
 /// import against this floor).
 pub fn era1_header_hashes(path: &Path) -> Result<(u64, B256), Error> {
     let era = Era1::open(path)?;
-    let mut last = B256::ZERO;
-    for n in era.start()..era.end() {
-        last = super::keccak256(era.header(n)?);
-    }
+    let headers = (era.start()..era.end())
+        .map(|n| era.header(n))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let raws: Vec<&[u8]> = headers.iter().map(Vec::as_slice).collect();
+    let mut hasher = KeccakBatch::default();
+    let last = hasher
+        .hash(&raws)
+        .last()
+        .map_or(B256::ZERO, |h| B256::from(*h));
     Ok((era.count(), last))
 }
 

@@ -18,14 +18,17 @@
 
 use super::accumulator::{epoch_root, HistoricalRoots, EPOCH_SIZE};
 use super::body::{decode_body, Body};
-use super::era1::{parse_name, Era1};
+use super::era1::{parse_name, Era1, Era1Block};
 use super::freezer::Freezer;
-use super::header::decode_header;
+use super::header::{decode_header, decode_header_hashed, KeccakBatch};
 use super::header::{DecodedHeader, Header, EMPTY_OMMERS_HASH};
 use super::receipt::decode_consensus_receipts;
 use super::receipt::{decode_storage_receipts, set_types};
 use super::receipt::{receipts_root, Receipt};
 use alloy_primitives::{Bloom, B256, U256};
+
+/// Blocks an era1 check reads ahead so that their headers are hashed together.
+const HASH_WINDOW: usize = 64;
 
 /// Block-number and timestamp fork activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -943,9 +946,30 @@ pub fn verify_era1_into(
     let mut walk = ChainWalk::new(cfg);
     let (mut txs, mut uncles) = (0u64, 0u64);
     let (mut first_hash, mut last_hash, mut final_td) = (B256::ZERO, B256::ZERO, U256::ZERO);
+    let mut hasher = KeccakBatch::default();
+    let mut window: Vec<(u64, super::Result<Era1Block>)> = Vec::with_capacity(HASH_WINDOW);
+    let mut hashes: Vec<B256> = Vec::with_capacity(HASH_WINDOW);
+    let mut next = era.start();
     for n in era.start()..era.end() {
-        let decoded = era.block(n).and_then(|b| {
-            let h = decode_header(&b.header).map_err(|e| e.for_block(n))?;
+        if window.is_empty() {
+            // The next blocks read ahead, so their headers are hashed together.
+            let stop = (next + HASH_WINDOW as u64).min(era.end());
+            window.extend((next..stop).rev().map(|k| (k, era.block(k))));
+            next = stop;
+            let raws: Vec<&[u8]> = window
+                .iter()
+                .rev()
+                .filter_map(|(_, b)| b.as_ref().ok().map(|b| &b.header[..]))
+                .collect();
+            hashes.clear();
+            hashes.extend(hasher.hash(&raws).iter().rev().map(|h| B256::from(*h)));
+        }
+        let (k, block) = window.pop().expect("refilled above");
+        debug_assert_eq!(k, n);
+        let hash = block.as_ref().ok().and_then(|_| hashes.pop());
+        let decoded = block.and_then(|b| {
+            let hash = hash.expect("one hash per block read");
+            let h = decode_header_hashed(&b.header, hash).map_err(|e| e.for_block(n))?;
             let body = decode_body(&b.body).map_err(|e| e.for_block(n))?;
             let rs = decode_consensus_receipts(&b.receipts).map_err(|e| e.for_block(n))?;
             Ok((b, h, body, rs))

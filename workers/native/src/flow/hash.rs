@@ -13,11 +13,8 @@
 //! SHA3-256 is FIPS 202 (domain byte 0x06, rate 136) over the Keccak-f[1600] permutation from
 //! the `keccak` crate; the 64-byte interior hash, the hot path, is one permutation.
 
-use super::keccak::{chains, sponges, Backend};
+use super::keccak::{chains, sponges, Backend, RATE};
 use std::sync::OnceLock;
-
-/// Rate of SHA3-256 in bytes.
-const RATE: usize = 136;
 
 /// A 32-byte SHA3-256 digest: node hash, root hash (state commitment).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

@@ -483,6 +483,81 @@ pub(crate) fn sponges(
     }
 }
 
+/// Bytes absorbed per Keccak-f[1600] permutation at a 256-bit capacity (Keccak-256, SHA3-256).
+pub(crate) const RATE: usize = 136;
+
+/// A 256-bit-capacity sponge digest of each message in `msgs`, in order, into `out`: Keccak-256
+/// with `domain` 0x01 (Ethereum), SHA3-256 with 0x06. Messages with the same number of blocks
+/// go through the sponge four (AVX2) or eight (AVX-512) at a time; the rest, and every message
+/// on a CPU without either, through `scalar` (the caller's one-at-a-time digest of the same
+/// function). `padded` is scratch the caller keeps between calls.
+pub fn digests_into(
+    backend: Backend,
+    domain: u8,
+    msgs: &[&[u8]],
+    scalar: impl Fn(&[u8]) -> [u8; 32],
+    padded: &mut Vec<Vec<u64>>,
+    out: &mut Vec<[u8; 32]>,
+) {
+    out.clear();
+    out.resize(msgs.len(), [0; 32]);
+    let lanes = backend.lanes();
+    if lanes == 1 || msgs.len() < lanes {
+        for (o, m) in out.iter_mut().zip(msgs) {
+            *o = scalar(m);
+        }
+        return;
+    }
+    let mut order: Vec<(usize, usize)> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.len() / RATE + 1, i))
+        .collect();
+    order.sort_unstable();
+    padded.resize_with(lanes, Vec::new);
+    let mut words = [[0u64; 4]; 8];
+    for group in order.chunk_by(|a, b| a.0 == b.0) {
+        let nblocks = group[0].0;
+        let (full, rest) = group.split_at(group.len() - group.len() % lanes);
+        for g in full.chunks(lanes) {
+            for (buf, &(_, i)) in padded.iter_mut().zip(g) {
+                pad_words(msgs[i], nblocks, domain, buf);
+            }
+            let views: Vec<&[u64]> = padded.iter().map(Vec::as_slice).collect();
+            let done = sponges(backend, &views, nblocks, &mut words[..lanes]);
+            debug_assert!(done, "a SIMD back end runs its sponges");
+            for (w, &(_, i)) in words.iter().zip(g) {
+                for (k, x) in w.iter().enumerate() {
+                    out[i][8 * k..8 * k + 8].copy_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+        for &(_, i) in rest {
+            out[i] = scalar(msgs[i]);
+        }
+    }
+}
+
+/// `msg` padded to `nblocks` rate blocks (`domain` after it, 0x80 in the last byte) as the
+/// little-endian words the sponge absorbs.
+fn pad_words(msg: &[u8], nblocks: usize, domain: u8, out: &mut Vec<u64>) {
+    let total = nblocks * RATE;
+    out.clear();
+    out.reserve(total / 8);
+    let whole = msg.len() / 8;
+    out.extend(
+        msg[..8 * whole]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+    );
+    let mut tail = [0u8; 8];
+    tail[..msg.len() - 8 * whole].copy_from_slice(&msg[8 * whole..]);
+    tail[msg.len() - 8 * whole] = domain;
+    out.push(u64::from_le_bytes(tail));
+    out.resize(total / 8, 0);
+    *out.last_mut().expect("at least one block") ^= 0x80 << 56;
+}
+
 #[cfg(target_arch = "x86_64")]
 fn arr<T, const N: usize>(s: &[T]) -> &[T; N] {
     s.try_into().expect("one entry per SIMD lane")
@@ -514,5 +589,64 @@ mod tests {
         let mut z = [0u64; 25];
         permute(&mut z);
         assert_eq!(z[0], 0xf1258f7940e1dde7);
+    }
+
+    /// Batches of messages of every length around the block boundaries, several of each (so
+    /// the SIMD lanes fill) and single ones (the scalar rest), on every back end this CPU has:
+    /// each digest equals alloy's Keccak-256 (domain 0x01) and the `sha3` of Flow's hashing
+    /// module (0x06), and the order of the input is kept.
+    #[test]
+    fn digests_match_one_at_a_time() {
+        let mut backends = vec![Backend::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") {
+                backends.push(Backend::Avx2);
+            }
+            if is_x86_feature_detected!("avx512f") {
+                backends.push(Backend::Avx512);
+            }
+        }
+        let mut seed = 11u64;
+        let mut msgs: Vec<Vec<u8>> = Vec::new();
+        for len in
+            (0..3 * RATE + 2).filter(|l| l % 17 == 0 || l % RATE <= 1 || l % RATE >= RATE - 2)
+        {
+            for _ in 0..=(len % 11) {
+                msgs.push((0..len).map(|_| xorshift(&mut seed) as u8).collect());
+            }
+        }
+        // Interleaved lengths: the batch sorts by blocks and must put each digest back.
+        let n = msgs.len();
+        msgs.swap(0, n - 1);
+        let views: Vec<&[u8]> = msgs.iter().map(Vec::as_slice).collect();
+        let keccak = |m: &[u8]| alloy_primitives::keccak256(m).0;
+        let sha3 = |m: &[u8]| crate::flow::hash::sha3_256(m).0;
+        for backend in backends {
+            let (mut padded, mut out) = (Vec::new(), Vec::new());
+            digests_into(backend, 0x01, &views, keccak, &mut padded, &mut out);
+            for (m, d) in views.iter().zip(&out) {
+                assert_eq!(*d, keccak(m), "{backend:?} keccak of {} bytes", m.len());
+            }
+            // A scalar stand-in that always fails proves the lanes did the work.
+            if backend != Backend::Scalar {
+                let same_len: Vec<&[u8]> = views
+                    .iter()
+                    .filter(|m| m.len() == 17 * 20)
+                    .copied()
+                    .collect();
+                let lanes = backend.lanes();
+                let full = &same_len[..same_len.len() / lanes * lanes];
+                assert!(!full.is_empty());
+                digests_into(backend, 0x01, full, |_| [0; 32], &mut padded, &mut out);
+                for (m, d) in full.iter().zip(&out) {
+                    assert_eq!(*d, keccak(m), "{backend:?} lanes of {} bytes", m.len());
+                }
+            }
+            digests_into(backend, 0x06, &views, sha3, &mut padded, &mut out);
+            for (m, d) in views.iter().zip(&out) {
+                assert_eq!(*d, sha3(m), "{backend:?} sha3 of {} bytes", m.len());
+            }
+        }
     }
 }
