@@ -255,7 +255,13 @@ FLOW_CHECKPOINT_STATS = (
 ETH_BLOCKS = Table(
     "eth_blocks",
     _eth_native("eth_blocks"),
-    dictionary_columns=("source",),
+    # Values many blocks share: the empty uncle list, the empty trie root and bloom of blocks
+    # without transactions (most of mainnet's first two million), a pool's address and extra
+    # data. A column chunk whose dictionary outgrows its page falls back to plain values.
+    dictionary_columns=(
+        "source", "ommers_hash", "miner", "transactions_root", "receipts_root", "logs_bloom",
+        "extra_data",
+    ),
     unsorted_columns=(
         "hash", "parent_hash", "ommers_hash", "miner", "state_root", "transactions_root",
         "receipts_root", "logs_bloom", "extra_data", "mix_hash", "nonce", "withdrawals_root",
