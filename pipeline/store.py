@@ -252,16 +252,22 @@ class DataDir:
         can build it while other work runs and ingest it with ``ingest_sst`` once everything
         is ready. Chunks are Arrow binary arrays or lists of bytes. None when there were no
         rows."""
-        tmp = self.path / "tmp"
-        tmp.mkdir(exist_ok=True)
-        sst = tmp / f"{cf}.sst"
-        sst.unlink(missing_ok=True)
+        sst = self.sst_path(cf)
         writer = _native.SstWriter(str(sst), compress)
         for keys, values in batches:
             if len(keys) != len(values):
                 raise ValueError(f"{cf}: {len(keys)} keys but {len(values)} values")
             writer.add(keys, values, sort_chunks)
         return sst if writer.finish() else None
+
+    def sst_path(self, cf: str) -> Path:
+        """Where an SST file for column family ``cf`` is built before ``ingest_sst``
+        (``DATADIR/tmp/<cf>.sst``, any earlier one removed)."""
+        tmp = self.path / "tmp"
+        tmp.mkdir(exist_ok=True)
+        sst = tmp / f"{cf}.sst"
+        sst.unlink(missing_ok=True)
+        return sst
 
     def ingest_sst(self, cf: str, sst: Path | list[Path]) -> None:
         """Moves an SST file from ``write_sst`` (or several, whose keys do not overlap) into

@@ -61,14 +61,20 @@ def publish_forest(
     gen_key = fs.META_FLOW_GENERATION
     generation = int(data.meta_get(gen_key) or 0) + 1
     register_rows = 0
+    # The registers' SST file (current payloads, path order = key order) comes from the same
+    # walk of the trie as their Parquet tables, complete before the database changes.
+    sst_path = data.sst_path(layout.CF_FLOW_REGISTERS)
+    sst_entries = 0
 
     def registers(parts: list[Path]) -> None:
-        nonlocal register_rows
-        register_rows = forest.write_registers(
+        nonlocal register_rows, sst_entries
+        register_rows, sst_entries = forest.write_registers(
             str(parts[0]),
             str(parts[1]),
             tables.REGISTERS.row_group_rows,
             tables.REGISTERS.row_group_bytes,
+            sst_path=str(sst_path),
+            sst_version=fs.REGISTER_VALUE_VERSION,
         )
 
     data.stage_parquet_files(
@@ -86,13 +92,7 @@ def publish_forest(
     release_unused_memory()
     data.stage_parquet_files([fs.REGISTERS, fs.REGISTER_HASHES], generation, registers)
     release_unused_memory()
-    # The registers' SST file (current payloads, path order = key order) is complete before
-    # the database changes.
-    sst = data.write_sst(
-        layout.CF_FLOW_REGISTERS,
-        forest.register_entries(fs.REGISTER_VALUE_VERSION, REGISTER_SLICE_ROWS),
-    )
-    release_unused_memory()
+    sst = sst_path if sst_entries else None
     # RocksDB: current payloads and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)

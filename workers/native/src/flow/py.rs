@@ -8,9 +8,9 @@
 //!   `node_store()` (a paged forest's store traffic),
 //!   `root_hex`, `register_count()`, `reg_size()`, `roots()`, `has_root()`, `payloads()`,
 //!   `hash_permutations`, `parallel_subtries` (the updates' hashing work, and how much ran split);
-//!   publication without pyarrow: `write_trie_updates()`, `write_registers()`,
-//!   `write_register_hashes()` (Parquet files), `register_entries()`, `root_entries()` (RocksDB
-//!   key/value slices as Python bytes)
+//!   publication without pyarrow: `write_trie_updates()`, `write_registers()` (Parquet files
+//!   and, from the same walk, RocksDB's register SST file), `write_register_hashes()`,
+//!   `root_entries()` (RocksDB key/value slices as Python bytes)
 //! * `flow_table_schema(name) -> pyarrow.Schema` of a published Flow table
 //! * `flow_generate(outdir, updates, registers_per_update, seed=1, segment_size=32 MiB) -> dict`
 //! * `flow_empty_root() -> str`
@@ -26,11 +26,10 @@ use super::mtrie::Forest;
 use super::mtrie::{LeafCursor, DEFAULT_CAPACITY};
 use super::node_store::{NodeStore, StoreError};
 use super::record::WalRecord;
-use super::replay::ReplayState;
+use super::replay::{RegisterSst, ReplayState};
 use super::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
 use super::{decode_segment, ErrorKind, FlowError};
 use crate::parquet_out::RowGroups;
-use crate::store::encode_register_value;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -325,8 +324,14 @@ impl FlowForest {
 
     /// Writes a trie's registers (default: the current trie) as a `registers` Parquet file and
     /// their `register_hashes` file beside it, with the same row groups (a checkpoint writer
-    /// reads them group by group); returns the rows of each.
-    #[pyo3(signature = (registers_path, hashes_path, row_group_rows, row_group_bytes, root=None))]
+    /// reads them group by group), and, with `sst_path`, RocksDB's `flow_registers` entries
+    /// (values of `sst_version`) as an SST file, from the same walk of the trie. Returns the
+    /// rows of each table and the SST's entries (0: no file was left).
+    #[pyo3(signature = (
+        registers_path, hashes_path, row_group_rows, row_group_bytes, root=None,
+        sst_path=None, sst_version=0, sst_compress=true
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn write_registers(
         &self,
         py: Python<'_>,
@@ -335,32 +340,23 @@ impl FlowForest {
         row_group_rows: usize,
         row_group_bytes: usize,
         root: Option<&str>,
-    ) -> PyResult<u64> {
+        sst_path: Option<PathBuf>,
+        sst_version: u8,
+        sst_compress: bool,
+    ) -> PyResult<(u64, u64)> {
         let root = root.map(parse_root).transpose()?;
         let groups = RowGroups {
             rows: row_group_rows,
             bytes: row_group_bytes,
         };
+        let sst = sst_path.as_deref().map(|path| RegisterSst {
+            path,
+            version: sst_version,
+            compress: sst_compress,
+        });
         let state = &self.state;
-        py.detach(|| state.write_registers(root, &registers_path, &hashes_path, groups))
+        py.detach(|| state.write_registers(root, &registers_path, &hashes_path, groups, sst))
             .map_err(PyValueError::new_err)
-    }
-
-    /// `flow_registers` entries of a trie (default: the current one) in key order, as an
-    /// iterator of `(keys, values)` lists of bytes of at most `batch_rows` entries: the
-    /// input of an SST writer, without Arrow.
-    #[pyo3(signature = (version, batch_rows, root=None))]
-    fn register_entries(
-        &self,
-        version: u8,
-        batch_rows: usize,
-        root: Option<&str>,
-    ) -> PyResult<FlowRegisterEntries> {
-        Ok(FlowRegisterEntries {
-            cursor: self.trie(root)?.leaves(),
-            batch_rows: batch_rows.max(1),
-            version,
-        })
     }
 
     /// `flow_roots` entries for log rows `lo..hi`: `(keys, values)` lists of bytes, one per
@@ -525,41 +521,6 @@ impl FlowPayloads {
     }
 }
 
-/// Iterator over `flow_registers` `(keys, values)` slices of one trie (holds its nodes alive).
-#[pyclass(module = "rechain.workers._native")]
-pub struct FlowRegisterEntries {
-    cursor: LeafCursor,
-    batch_rows: usize,
-    version: u8,
-}
-
-#[pymethods]
-impl FlowRegisterEntries {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(
-        &mut self,
-        py: Python<'py>,
-    ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>)>> {
-        let chunk = self.cursor.next_chunk(self.batch_rows).map_err(store_err)?;
-        if chunk.is_empty() {
-            return Ok(None);
-        }
-        let (keys, values) = (PyList::empty(py), PyList::empty(py));
-        let mut buf = Vec::new();
-        for reg in &chunk {
-            buf.clear();
-            let payload = &reg.payload;
-            encode_register_value(self.version, &payload.key, &payload.value, &mut buf);
-            keys.append(PyBytes::new(py, &reg.path.0))?;
-            values.append(PyBytes::new(py, &buf))?;
-        }
-        Ok(Some((keys, values)))
-    }
-}
-
 /// The Arrow schema (pyarrow) of a published Flow table: `trie_updates`, `registers`,
 /// `register_hashes` or a `flow_checkpoint_*` stats table (see `flow::batches`).
 #[pyfunction]
@@ -585,7 +546,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_generate, m)?)?;
     m.add_class::<FlowForest>()?;
     m.add_class::<FlowPayloads>()?;
-    m.add_class::<FlowRegisterEntries>()?;
     m.add_function(wrap_pyfunction!(flow_table_schema, m)?)?;
     m.add("FlowWalError", m.py().get_type::<FlowWalError>())?;
     super::checkpoint_py::register(m)

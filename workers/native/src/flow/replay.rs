@@ -12,10 +12,21 @@ use super::record::WalRecord;
 use super::wal::Segment;
 use super::{visit_segment, ErrorKind, FlowError};
 use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
+use crate::sst::SstWriter;
+use crate::store::encode_register_value;
 use std::path::Path;
 
 /// Rows built at a time by the Parquet writers and entry iterators (bounded memory).
 pub const PUBLISH_CHUNK: usize = 1024;
+
+/// Where [`ReplayState::write_registers`] also writes RocksDB's register entries.
+pub struct RegisterSst<'a> {
+    pub path: &'a Path,
+    /// The value layout version (`store::encode_register_value`).
+    pub version: u8,
+    /// Snappy data blocks (`SstWriter::create`).
+    pub compress: bool,
+}
 
 pub struct ReplayState {
     forest: Forest,
@@ -191,28 +202,54 @@ impl ReplayState {
     }
 
     /// Writes a trie's registers as a `registers` Parquet file and their `register_hashes`
-    /// file beside it, with the same row groups; returns the rows of each.
+    /// file beside it, with the same row groups, and, given `sst`, RocksDB's `flow_registers`
+    /// entries (path → value of `RegisterSst::version`) as an SST file, all from one walk of
+    /// the trie (a paged trie's walk reads its nodes from disk). Returns the rows of each
+    /// table and the SST's entries (0: no file).
     pub fn write_registers(
         &self,
         root: Option<Hash>,
         registers_path: &Path,
         hashes_path: &Path,
         groups: RowGroups,
-    ) -> Result<u64, String> {
+        sst: Option<RegisterSst<'_>>,
+    ) -> Result<(u64, u64), String> {
         let mut cursor = self.trie(root)?.leaves();
         let tables = vec![
             TableWriter::create(registers_path, registers_schema(), &[])?,
             TableWriter::create(hashes_path, leaf_hashes_schema(), &[])?,
         ];
         let mut out = AlignedTables::new(tables, groups);
+        let at = |e: &dyn std::fmt::Display| match &sst {
+            Some(s) => format!("{}: {e}", s.path.display()),
+            None => e.to_string(),
+        };
+        let mut writer = match &sst {
+            Some(s) => Some(SstWriter::create(s.path, s.compress).map_err(|e| at(&e))?),
+            None => None,
+        };
+        let mut value = Vec::new();
         loop {
             let leaves = cursor
                 .next_leaf_nodes(out.step_rows(PUBLISH_CHUNK))
                 .map_err(|e| e.to_string())?;
             if leaves.is_empty() {
-                return out.finish();
+                let rows = out.finish()?;
+                let entries = match writer {
+                    Some(w) => w.finish().map_err(|e| at(&e))?,
+                    None => 0,
+                };
+                return Ok((rows, entries));
             }
             let regs: Vec<_> = leaves.iter().filter_map(|l| l.register()).collect();
+            if let (Some(w), Some(s)) = (writer.as_mut(), &sst) {
+                for reg in &regs {
+                    value.clear();
+                    let payload = &reg.payload;
+                    encode_register_value(s.version, &payload.key, &payload.value, &mut value);
+                    w.add(&reg.path.0, &value).map_err(|e| at(&e))?;
+                }
+            }
             out.write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])?;
         }
     }
