@@ -44,12 +44,43 @@ const HEADER: usize = 8;
 /// Bytes read at once for a record: an interior node's record is 125, a leaf's 111 plus its
 /// key and value.
 const FIRST_READ: usize = 512;
-/// What a cached node costs beyond its payload: the node, its register or two placeholders,
-/// and the map entry.
-const NODE_OVERHEAD: usize = 200;
+/// Heap bytes of an allocation of `size` bytes under glibc's malloc: an 8-byte chunk header,
+/// chunks in 16-byte steps, 32 at the least (nothing for an empty box, which allocates none).
+const fn heap_bytes(size: usize) -> usize {
+    if size == 0 {
+        return 0;
+    }
+    let chunk = (size + 8).div_ceil(16) * 16;
+    if chunk < 32 {
+        32
+    } else {
+        chunk
+    }
+}
 
-fn leaf_cost(payload_bytes: usize) -> usize {
-    NODE_OVERHEAD + payload_bytes
+/// An `Arc<T>`'s allocation: its two counts and the value.
+const fn arc_bytes<T>() -> usize {
+    heap_bytes(2 * std::mem::size_of::<usize>() + std::mem::size_of::<T>())
+}
+
+/// A cache map's entry: the pair and a control byte, in a table that doubles when 7/8 full,
+/// so up to twice that per entry just after it grew.
+const MAP_ENTRY: usize = 2 * (std::mem::size_of::<(Loc, (Arc<Node>, usize))>() + 1) * 8 / 7;
+
+/// What a loaded leaf costs in the cache: the node, its register, the key and value boxes and
+/// the map entry.
+fn leaf_cost(key_bytes: usize, value_bytes: usize) -> usize {
+    arc_bytes::<Node>()
+        + arc_bytes::<Register>()
+        + heap_bytes(key_bytes)
+        + heap_bytes(value_bytes)
+        + MAP_ENTRY
+}
+
+/// What a loaded interior node with `children` children costs in the cache: the node, a
+/// placeholder per child (loading never pulls in more than one node) and the map entry.
+const fn interior_cost(children: usize) -> usize {
+    (1 + children) * arc_bytes::<Node>() + MAP_ENTRY
 }
 
 /// A node store problem: the file and offset, and what went wrong.
@@ -372,7 +403,7 @@ impl NodeStore {
                 let klen = u32::from_le_bytes(rest.get(32..36)?.try_into().ok()?) as usize;
                 let key = rest.get(36..36usize.checked_add(klen)?)?;
                 let value = &rest[36 + klen..];
-                let cost = leaf_cost(key.len() + value.len());
+                let cost = leaf_cost(key.len(), value.len());
                 let reg = Register::new(path, Payload::new(key, value));
                 Some((Node::Leaf { height, reg, hash }, cost))
             }
@@ -394,6 +425,7 @@ impl NodeStore {
                 }
                 let left = child(&rest[..41])?;
                 let right = child(&rest[41..])?;
+                let cost = interior_cost(left.is_some() as usize + right.is_some() as usize);
                 Some((
                     Node::Interior {
                         height,
@@ -401,7 +433,7 @@ impl NodeStore {
                         right,
                         hash,
                     },
-                    NODE_OVERHEAD,
+                    cost,
                 ))
             }
             _ => None,
@@ -615,7 +647,7 @@ impl PageOut {
         match &**n {
             Node::Leaf { reg, .. } => Some((
                 n.clone(),
-                leaf_cost(reg.payload.key.len() + reg.payload.value.len()),
+                leaf_cost(reg.payload.key.len(), reg.payload.value.len()),
             )),
             Node::Interior {
                 height,
@@ -637,13 +669,15 @@ impl PageOut {
                         loc,
                     )))
                 };
+                let (left, right) = (paged(left)?, paged(right)?);
+                let cost = interior_cost(left.is_some() as usize + right.is_some() as usize);
                 let node = Node::Interior {
                     height: *height,
-                    left: paged(left)?,
-                    right: paged(right)?,
+                    left,
+                    right,
                     hash: *hash,
                 };
-                Some((Arc::new(node), NODE_OVERHEAD))
+                Some((Arc::new(node), cost))
             }
             Node::Paged { .. } => None,
         }
