@@ -20,15 +20,67 @@ use super::accumulator::{epoch_root, HistoricalRoots, EPOCH_SIZE};
 use super::body::{decode_body, Body};
 use super::era1::{parse_name, Era1, Era1Block};
 use super::freezer::Freezer;
-use super::header::{decode_header, decode_header_hashed, KeccakBatch};
+use super::header::{decode_header_hashed, KeccakBatch};
 use super::header::{DecodedHeader, Header, EMPTY_OMMERS_HASH};
 use super::receipt::decode_consensus_receipts;
 use super::receipt::{decode_storage_receipts, set_types};
 use super::receipt::{receipts_root, Receipt};
 use alloy_primitives::{Bloom, B256, U256};
 
-/// Blocks an era1 check reads ahead so that their headers are hashed together.
+/// Blocks a check reads ahead so that their headers are hashed together.
 const HASH_WINDOW: usize = 64;
+
+/// Items `first..end` of a source (an era1 file's blocks, a freezer's headers) read
+/// [`HASH_WINDOW`] at a time, each that read with the `keccak256` of its header, hashed in one
+/// batch ([`KeccakBatch`]: SIMD lanes where the CPU has them).
+struct ReadAhead<T> {
+    hasher: KeccakBatch,
+    /// Items read and not yet taken, last first.
+    window: Vec<(u64, super::Result<T>)>,
+    /// Their headers' hashes, last first (none for an item that did not read).
+    hashes: Vec<B256>,
+    next: u64,
+    end: u64,
+}
+
+impl<T> ReadAhead<T> {
+    fn new(first: u64, end: u64) -> Self {
+        ReadAhead {
+            hasher: KeccakBatch::default(),
+            window: Vec::with_capacity(HASH_WINDOW),
+            hashes: Vec::with_capacity(HASH_WINDOW),
+            next: first,
+            end,
+        }
+    }
+
+    /// The next item (its number, and it with its header's hash or the error reading it);
+    /// `read` reads item `n`, `header` is its header's RLP.
+    fn next(
+        &mut self,
+        read: impl Fn(u64) -> super::Result<T>,
+        header: impl Fn(&T) -> &[u8],
+    ) -> Option<(u64, super::Result<(T, B256)>)> {
+        if self.window.is_empty() {
+            let stop = (self.next + HASH_WINDOW as u64).min(self.end);
+            self.window
+                .extend((self.next..stop).rev().map(|n| (n, read(n))));
+            self.next = stop;
+            let raws: Vec<&[u8]> = (self.window.iter().rev())
+                .filter_map(|(_, item)| item.as_ref().ok().map(&header))
+                .collect();
+            let digests = self.hasher.hash(&raws);
+            self.hashes.clear();
+            self.hashes
+                .extend(digests.iter().rev().map(|h| B256::from(*h)));
+        }
+        let (n, item) = self.window.pop()?;
+        Some((
+            n,
+            item.map(|t| (t, self.hashes.pop().expect("a hash per item read"))),
+        ))
+    }
+}
 
 /// Block-number and timestamp fork activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -933,6 +985,11 @@ pub fn verify_era1(
     verify_era1_into(era, cfg, name, list, &mut |_, _| {})
 }
 
+/// An era1 block's header RLP (a fn item: a closure cannot return a borrow of its argument).
+fn era1_header(b: &Era1Block) -> &[u8] {
+    &b.header
+}
+
 /// [`verify_era1`], handing each block that decoded to `sink` after its checks.
 pub fn verify_era1_into(
     era: &Era1,
@@ -946,29 +1003,9 @@ pub fn verify_era1_into(
     let mut walk = ChainWalk::new(cfg);
     let (mut txs, mut uncles) = (0u64, 0u64);
     let (mut first_hash, mut last_hash, mut final_td) = (B256::ZERO, B256::ZERO, U256::ZERO);
-    let mut hasher = KeccakBatch::default();
-    let mut window: Vec<(u64, super::Result<Era1Block>)> = Vec::with_capacity(HASH_WINDOW);
-    let mut hashes: Vec<B256> = Vec::with_capacity(HASH_WINDOW);
-    let mut next = era.start();
-    for n in era.start()..era.end() {
-        if window.is_empty() {
-            // The next blocks read ahead, so their headers are hashed together.
-            let stop = (next + HASH_WINDOW as u64).min(era.end());
-            window.extend((next..stop).rev().map(|k| (k, era.block(k))));
-            next = stop;
-            let raws: Vec<&[u8]> = window
-                .iter()
-                .rev()
-                .filter_map(|(_, b)| b.as_ref().ok().map(|b| &b.header[..]))
-                .collect();
-            hashes.clear();
-            hashes.extend(hasher.hash(&raws).iter().rev().map(|h| B256::from(*h)));
-        }
-        let (k, block) = window.pop().expect("refilled above");
-        debug_assert_eq!(k, n);
-        let hash = block.as_ref().ok().and_then(|_| hashes.pop());
-        let decoded = block.and_then(|b| {
-            let hash = hash.expect("one hash per block read");
+    let mut ahead = ReadAhead::new(era.start(), era.end());
+    while let Some((n, block)) = ahead.next(|n| era.block(n), era1_header) {
+        let decoded = block.and_then(|(b, hash)| {
             let h = decode_header_hashed(&b.header, hash).map_err(|e| e.for_block(n))?;
             let body = decode_body(&b.body).map_err(|e| e.for_block(n))?;
             let rs = decode_consensus_receipts(&b.receipts).map_err(|e| e.for_block(n))?;
@@ -1141,9 +1178,10 @@ pub fn verify_freezer_into(
         rule: Rule::Decode,
         detail: e.to_string(),
     };
-    for n in from..end {
-        let read = f.header(n).and_then(|raw| {
-            let h = decode_header(&raw).map_err(|e| e.for_block(n))?;
+    let mut ahead = ReadAhead::new(from, end);
+    while let Some((n, item)) = ahead.next(|n| f.header(n), Vec::as_slice) {
+        let read = item.and_then(|(raw, hash)| {
+            let h = decode_header_hashed(&raw, hash).map_err(|e| e.for_block(n))?;
             Ok((raw, h))
         });
         let (raw, h) = match read {
