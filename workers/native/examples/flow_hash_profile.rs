@@ -46,17 +46,7 @@ fn hashing() {
         "one by one (keccak crate): {:.1} ns/permutation",
         base * 1e9 / perms
     );
-    let mut backends = vec![Backend::Scalar];
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx2") {
-            backends.push(Backend::Avx2);
-        }
-        if is_x86_feature_detected!("avx512vl") {
-            backends.push(Backend::Avx512);
-        }
-    }
-    for b in backends {
+    for b in Backend::available() {
         let t = Instant::now();
         let got = compact_values_on(b, &jobs);
         let s = t.elapsed().as_secs_f64();

@@ -424,16 +424,8 @@ mod tests {
 
     /// Every keccak back end this CPU can run (the scalar one always).
     fn backends_here() -> Vec<Backend> {
-        let mut backends = vec![Backend::Scalar, Backend::detect()];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") {
-                backends.push(Backend::Avx2);
-            }
-            if is_x86_feature_detected!("avx512f") {
-                backends.push(Backend::Avx512);
-            }
-        }
+        let mut backends = Backend::available();
+        backends.push(Backend::detect());
         backends
     }
     #[test]

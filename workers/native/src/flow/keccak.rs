@@ -353,6 +353,22 @@ unsafe fn chains4_avx2(
 }
 
 impl Backend {
+    /// Every back end this CPU can run, the scalar one first (for tests and profiles that
+    /// compare them; [`Backend::detect`] picks the fastest).
+    pub fn available() -> Vec<Backend> {
+        let mut backends = vec![Backend::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") {
+                backends.push(Backend::Avx2);
+            }
+            if is_x86_feature_detected!("avx512f") {
+                backends.push(Backend::Avx512);
+            }
+        }
+        backends
+    }
+
     /// Leaves hashed together (SIMD lanes); 1 = one at a time.
     pub fn lanes(self) -> usize {
         match self {
@@ -597,16 +613,7 @@ mod tests {
     /// module (0x06), and the order of the input is kept.
     #[test]
     fn digests_match_one_at_a_time() {
-        let mut backends = vec![Backend::Scalar];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") {
-                backends.push(Backend::Avx2);
-            }
-            if is_x86_feature_detected!("avx512f") {
-                backends.push(Backend::Avx512);
-            }
-        }
+        let backends = Backend::available();
         let mut seed = 11u64;
         let mut msgs: Vec<Vec<u8>> = Vec::new();
         for len in
