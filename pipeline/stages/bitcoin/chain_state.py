@@ -16,11 +16,13 @@ block that breaks one is recorded invalid and the link stage invalidated, as Cor
 to the best valid chain; the blocks below it stay applied.
 
 A chunk never crosses a multiple of ``SEGMENT_BLOCKS`` heights, and each one leaves a *part*
-named by its heights in four folders under ``DATADIR/stage``: ``spends/`` (one row per
+named by its heights in five folders under ``DATADIR/stage``: ``spends/`` (one row per
 best-chain input: its value and the output it spent, for the publish stage's ``spent``
-flags), and ``rows/blocks/``, ``rows/transactions/`` and ``rows/inputs/``: those tables' final rows
-for the chunk's blocks, written once by the Rust core while the chunk's blocks are in memory
-and its spends resolved; the publish stage links them into the tables as they are.
+flags), and ``rows/blocks/``, ``rows/transactions/``, ``rows/inputs/`` and ``rows/outputs/``:
+those tables' rows for the chunk's blocks, written once by the Rust core while the chunk's
+blocks are in memory and its spends resolved. The publish stage links the first three into
+the tables as they are; ``outputs`` rows are written unspent (later blocks spend them), and the
+publish stage copies them with their ``spent`` column encoded again.
 """
 
 from __future__ import annotations
@@ -72,10 +74,11 @@ INDEX_READ_BLOCKS = 1_024
 #: Chunks (and so the published tables' segments) never cross a multiple of this many heights:
 #: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
 SEGMENT_BLOCKS = 1_000
-#: The tables whose best-chain rows the chain state writes itself (``write_rows``).
-ROW_TABLES = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS)
+#: The tables whose best-chain rows the chain state writes itself (``write_rows``); their
+#: ``outputs`` rows are written unspent, the publish stage sets the flags.
+ROW_TABLES = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)
 #: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block.
-LAYOUT = 3
+LAYOUT = 4
 
 
 def spends_dir(data: DataDir) -> Path:
@@ -307,7 +310,10 @@ def _trim_parts(data: DataDir, parts: list[list[Any]], below: int) -> list[list[
             for folder in part_dirs(data):
                 whole = pq.read_table(folder / name)
                 rows = whole.filter(pc.less_equal(whole["height"], below))
-                write_file_atomic(folder / trimmed, partial(pq.write_table, rows))
+                # With page indexes, as the Rust writer's files: the publish stage copies the
+                # ``outputs`` file's pages into a segment.
+                write = partial(pq.write_table, rows, write_page_index=True)
+                write_file_atomic(folder / trimmed, write)
             kept.append([first, below, trimmed])
     return kept
 
@@ -362,15 +368,6 @@ def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]
     except (OSError, KeyError) as e:
         raise RechainError(f"chain state: {e}") from e
     return loaded
-
-
-def load_blocks(ctx: BtcRun, best: bytes, first: int, last: int) -> Any:
-    """The blocks of ``best`` (``best_chain``) at heights ``first`` to ``last`` (a part:
-    within one segment), read from their files and framed, as one chunk."""
-    pieces = list(_chunks(ctx.data, best, first, last, 1 << 62))
-    if len(pieces) != 1:
-        raise RechainError(f"heights {first} to {last} are not one part")
-    return _load_chunk(ctx, pieces[0])
 
 
 @dataclass

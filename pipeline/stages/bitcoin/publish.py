@@ -7,18 +7,18 @@ becomes the current one.
 The best chain's rows are published in *segments*, one per chain-state part (a run of
 heights inside one partition, ``height_range=R/seg-FIRST-LAST.parquet``), listed in a manifest
 (``META_BTC_PUBLISHED``). ``blocks``, ``transactions`` and ``inputs`` segments are the rows
-the chain state wrote for its part, linked in as they are; ``outputs`` segments are written
-by the Rust core from the part's blocks (read again from the blk files) and the best-chain
-spends of their outputs (partitioned by part in one DuckDB pass over the parts' spends). A
-rerun
-keeps every segment whose heights are still a part and whose last block is still on the best
-chain (hard links into the new generation) and writes the others. The one
-column of old rows that new blocks change, ``outputs.spent``, is checked per segment by a
-fingerprint of the best-chain spends into it; a segment whose fingerprint moved gets its
-outputs file copied from the published one with that column encoded again (the Rust core
-copies the other columns' encoded pages as they are). When the new parts only extend the chain, the
-fingerprints and rewrites need only the new parts' spends (flags only turn on); after an
-unwind every segment's are counted again. Rows of blocks off the best chain (side branches,
+the chain state wrote for its part, linked in as they are. ``outputs`` rows it wrote unspent
+(the blocks that spend them come later); a new segment is that file copied with its ``spent``
+column set from the best-chain spends of its outputs (partitioned by part in one DuckDB pass
+over the parts' spends), in Rust, which copies the other columns' encoded pages as they are;
+the staged file then becomes a link to the published one, so the outputs are on disk once.
+A rerun keeps every segment whose heights are still a part and whose last block is still on
+the best chain (hard links into the new generation) and writes the others. The one column of
+old rows that new blocks change, ``outputs.spent``, is checked per segment by a fingerprint
+of the best-chain spends into it; a segment whose fingerprint moved is copied the same way
+from the published file. When the new parts only extend the chain, the fingerprints and
+rewrites need only the new parts' spends (flags only turn on); after an unwind every
+segment's are counted again. Rows of blocks off the best chain (side branches,
 orphans, invalid blocks: few) are published in groups of the staged body parts holding any
 (``offchain_GROUP_I.parquet``), a group kept while each of its parts holds the same off-chain
 blocks (hash, height, status); parts whose blocks changed are written again, a group each.
@@ -88,7 +88,6 @@ class PublishStage(Stage[BtcRun]):
         data = ctx.data
         t = time.perf_counter()
         generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0) + 1
-        load = partial(chain_state.load_blocks, ctx, chain_state.best_chain(data))
         redecode = OffchainDecoder(
             ctx.paths, ctx.opts.network, ctx.key, unit_bytes(ctx.opts.memory_budget), ctx.workers
         )
@@ -98,7 +97,6 @@ class PublishStage(Stage[BtcRun]):
                 data,
                 generation,
                 ctx.opts.memory_budget,
-                load,
                 ctx.workers,
                 redecode,
             )
@@ -337,41 +335,26 @@ def _part_spends(spent_folder: Path, name: str) -> tuple[pa.Array, pa.Array, pa.
     )
 
 
-def _write_outputs(
-    load: Callable[[int, int], Any],
-    spent_folder: Path,
-    generation: Path,
-    part: tuple[int, int, str],
-    group_bytes: int,
-) -> int:
-    """A new part's ``outputs`` segment in ``generation``, from its blocks and the spends of
-    its outputs."""
-    first, last, name = part
-    dest = generation / segment_path(first, last)
-    declared = tables.TABLES[ds.OUTPUTS]
+def _respend_outputs(spent_folder: Path, src: Path, dest: Path, name: str, keep_old: bool) -> int:
+    """An ``outputs`` segment copied from ``src`` (published, or staged by the chain state
+    with every flag false) to ``dest`` with its ``spent`` flags from the spends of partition
+    ``name``: all of them, or (``keep_old``) the new ones, which can only add flags. Only
+    that column is encoded again (in Rust); the others are copied as they are."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    rows: int = load(first, last).write_outputs(
-        declared.schema,
-        dest,
-        declared.row_group_rows,
-        group_bytes,
-        list(declared.unsorted_columns),
-        *_part_spends(spent_folder, name),
-    )
+    rows: int = _native.respend_outputs(src, dest, *_part_spends(spent_folder, name), keep_old)
     return rows
 
 
-def _respend_outputs(
-    spent_folder: Path, src: Path, dest: Path, seg: dict[str, Any], appended: bool
-) -> int:
-    """A published outputs segment again, its ``spent`` flags from the spends into it: all of
-    them, or (``appended``) the new ones, which can only add flags. Only that column is
-    encoded again (in Rust); the others are copied as they are."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    rows: int = _native.respend_outputs(
-        src, dest, *_part_spends(spent_folder, _rewrite_name(seg)), appended
-    )
-    return rows
+def _share_staged_outputs(data: DataDir, generation: int, new: list[tuple[int, int, str]]) -> None:
+    """Each new part's staged ``outputs`` file replaced by a link to its published segment:
+    the same rows, with flags a later copy sets again from all the spends into it."""
+    published = data.parquet_dir(ds.OUTPUTS) / f"{generation:06d}"
+    staged = chain_state.rows_dir(data, ds.OUTPUTS)
+    for first, last, part in new:
+        link = staged / f"{part}.link"
+        link.unlink(missing_ok=True)
+        os.link(published / segment_path(first, last), link)
+        os.replace(link, staged / part)
 
 
 def _rewrite_name(seg: dict[str, Any]) -> str:
@@ -384,7 +367,6 @@ def publish_tables(
     data: DataDir,
     generation: int,
     budget: int,
-    load: Callable[[int, int], Any],
     threads: int = 1,
     redecode: Callable[[pa.Table, Path], dict[str, list[str]]] | None = None,
 ) -> tuple[dict[str, int], dict[str, float]]:
@@ -485,8 +467,9 @@ def publish_tables(
                 os.link(old_dir / seg["path"], dest)
         lap("kept_s")
         if name == ds.OUTPUTS:
-            # New segments are written from the parts' blocks, which the chain state reads
-            # again from the blk files, with the spends of their outputs (known only now).
+            # Every segment whose flags change is copied with its ``spent`` column set from
+            # the spends of its outputs (known only now): kept ones from the published file,
+            # new ones from the chain state's unspent rows.
             spent = data.path / "tmp" / "duckdb" / "spent"
             targets = [(seg["first"], seg["last"], _rewrite_name(seg)) for seg in rewrite]
             _partition_spent(con, spent, sorted(targets + new), changes)
@@ -494,9 +477,12 @@ def publish_tables(
             for seg in rewrite:
                 assert old_dir is not None
                 src, dest = old_dir / seg["path"], tmp / seg["path"]
-                jobs.append(partial(_respend_outputs, spent, src, dest, seg, appended))
-            write = partial(_write_outputs, load, spent, tmp, group_bytes=group_bytes)
-            jobs += [partial(write, part) for part in new]
+                respend = partial(_respend_outputs, spent, src, dest, _rewrite_name(seg), appended)
+                jobs.append(respend)
+            for first, last, part in new:
+                src = chain_state.rows_dir(data, name) / part
+                dest = tmp / segment_path(first, last)
+                jobs.append(partial(_respend_outputs, spent, src, dest, part, False))
             for _, result in ordered_local(_call, jobs, threads, max(1, threads)):
                 if isinstance(result, Exception):
                     raise result
@@ -531,6 +517,8 @@ def publish_tables(
         linked = {seg["path"]: seg for seg in kept if seg not in rewrite}
         rows[name] = _count_rows(tmp, linked, name, seg_rows)
         data.publish_generation(name, generation, tmp)
+        if name == ds.OUTPUTS:
+            _share_staged_outputs(data, generation, new)
         lap("sync_s")
     shutil.rmtree(scratch, ignore_errors=True)
     work.update(seconds)

@@ -193,8 +193,8 @@ impl ChainStateChunk {
         Ok(d)
     }
 
-    /// Writes the final rows of each table named in `specs` ("blocks", "transactions",
-    /// "inputs") for
+    /// Writes the rows of each table named in `specs` ("blocks", "transactions", "inputs",
+    /// "outputs", the last with every `spent` flag false) for
     /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
     /// a row group closes early, columns written without statistics). Returns the rows
@@ -224,6 +224,14 @@ impl ChainStateChunk {
                         btc_chain_rows::transactions(&blocks, values, Arc::clone(schema))
                     }
                     "inputs" => btc_chain_rows::inputs(&blocks, values, Arc::clone(schema)),
+                    // Which outputs later blocks spend is known only once they are applied:
+                    // written unspent here, the publish stage sets the `spent` column.
+                    "outputs" => btc_chain_rows::outputs(
+                        &blocks,
+                        &Default::default(),
+                        self.inner.network(),
+                        Arc::clone(schema),
+                    ),
                     other => Err(format!("the chain state writes no table {other:?}")),
                 }?;
                 let groups = RowGroups {
@@ -246,38 +254,6 @@ impl ChainStateChunk {
                     })
                     .collect::<Result<Vec<u64>, String>>()
             })
-        })
-        .map_err(PyValueError::new_err)
-    }
-
-    /// Writes the `outputs` rows of every block of the chunk in the declared `schema` as one
-    /// Parquet file at `path` (row groups as for `write_rows`). The outputs the best chain has
-    /// spent are given as three equal-length arrays: the height each was created at (uint32),
-    /// its txid (32 bytes, display order) and its vout (uint32). Returns the rows written.
-    #[allow(clippy::too_many_arguments)]
-    fn write_outputs(
-        &self,
-        py: Python<'_>,
-        schema: PySchema,
-        path: PathBuf,
-        group_rows: usize,
-        group_bytes: usize,
-        unsorted_columns: Vec<String>,
-        spent_heights: PyArray,
-        spent_txids: PyArray,
-        spent_vouts: PyArray,
-    ) -> PyResult<u64> {
-        let spent = spent_set(spent_heights, spent_txids, spent_vouts)?;
-        let schema = schema.into_inner();
-        py.detach(|| {
-            let blocks = self.chain_blocks(usize::MAX);
-            let batch = btc_chain_rows::outputs(&blocks, &spent, self.inner.network(), schema)?;
-            let groups = RowGroups {
-                rows: group_rows,
-                bytes: group_bytes,
-            };
-            let unsorted: Vec<&str> = unsorted_columns.iter().map(String::as_str).collect();
-            write_batch(&path, &batch, &[], &unsorted, groups)
         })
         .map_err(PyValueError::new_err)
     }
@@ -316,7 +292,7 @@ fn spent_set(
 }
 
 /// Copies a published `outputs` file from `src` to `dest` with its `spent` column set from
-/// the spends given (as for `ChainStateChunk.write_outputs`): with `keep_old`, flags already
+/// the spends given (see `spent_set`): with `keep_old`, flags already
 /// set stay set (the spends are only new ones). Only that column is encoded again; the others
 /// are copied as they are. Returns the rows.
 #[pyfunction]

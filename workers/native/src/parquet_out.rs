@@ -127,6 +127,13 @@ pub fn replace_column(
     let parquet = meta.metadata().clone();
     let descr = parquet.file_metadata().schema_descr_ptr();
     let arrow_schema = meta.schema().clone();
+    // The copied chunks keep their offset indexes and the new one gets one: a file without
+    // them would end with a mix the footer cannot hold.
+    if parquet.offset_index().is_none() {
+        return Err(at(
+            &"no page index (offset index) to copy the other columns with",
+        ));
+    }
     let target = descr
         .columns()
         .iter()
