@@ -165,6 +165,9 @@ TRANSACTIONS = Table(
         ("fee", _I64),
     ),  # fmt: skip
     partition_by=HEIGHT_RANGE,
+    # A block's hash repeats on each of its rows: a dictionary stores it once per row group
+    # and each row as a run of indexes, instead of 64 hex characters compressed every time.
+    dictionary_columns=("block_hash",),
     unsorted_columns=("txid", "wtxid", "block_hash"),
 )
 INPUTS = Table(
@@ -185,6 +188,7 @@ INPUTS = Table(
         ("in_best_chain", _BOOL),
     ),  # fmt: skip
     partition_by=HEIGHT_RANGE,
+    dictionary_columns=("block_hash",),
     unsorted_columns=("txid", "prev_txid", "script_sig", "witness", "block_hash"),
 )
 OUTPUTS = Table(
@@ -203,6 +207,7 @@ OUTPUTS = Table(
         ("spent", _BOOL),
     ),  # fmt: skip
     partition_by=HEIGHT_RANGE,
+    dictionary_columns=("block_hash", "script_type"),
     unsorted_columns=("txid", "address", "script_pubkey", "block_hash"),
 )
 HEADERS = Table(

@@ -430,6 +430,7 @@ def _stage_chunk(
                     tables.TABLES[t].row_group_rows,
                     group_bytes,
                     list(tables.TABLES[t].unsorted_columns),
+                    list(tables.TABLES[t].dictionary_columns),
                 )
                 for t, tmp in zip(ROW_TABLES, tmps, strict=True)
             ]

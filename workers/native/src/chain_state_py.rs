@@ -197,27 +197,31 @@ impl ChainStateChunk {
     /// "outputs", the last with every `spent` flag false) for
     /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
-    /// a row group closes early, columns written without statistics). Returns the rows
-    /// written per spec.
-    fn write_rows(
-        &self,
-        py: Python<'_>,
-        specs: Vec<(String, PySchema, PathBuf, usize, usize, Vec<String>)>,
-    ) -> PyResult<Vec<u64>> {
+    /// a row group closes early, columns written without statistics, columns
+    /// dictionary-encoded). Returns the rows written per spec.
+    fn write_rows(&self, py: Python<'_>, specs: Vec<RowsSpec>) -> PyResult<Vec<u64>> {
         let guard = self.resolved.lock().expect("not poisoned");
         let Some((applied, values)) = guard.as_ref() else {
             return Err(PyValueError::new_err("write_rows before apply"));
         };
         let specs: Vec<_> = specs
             .into_iter()
-            .map(|(t, schema, path, rows, bytes, unsorted)| {
-                (t, schema.into_inner(), path, rows, bytes, unsorted)
+            .map(|(t, schema, path, rows, bytes, unsorted, dictionary)| {
+                (
+                    t,
+                    schema.into_inner(),
+                    path,
+                    rows,
+                    bytes,
+                    unsorted,
+                    dictionary,
+                )
             })
             .collect();
         py.detach(|| {
             let blocks = self.chain_blocks(*applied);
-            let write = |spec: &(String, SchemaRef, PathBuf, usize, usize, Vec<String>)| {
-                let (table, schema, path, rows, bytes, unsorted) = spec;
+            let write = |spec: &TableSpec| {
+                let (table, schema, path, rows, bytes, unsorted, dictionary) = spec;
                 let batch = match String::as_str(table) {
                     "blocks" => btc_chain_rows::blocks(&blocks, values, Arc::clone(schema)),
                     "transactions" => {
@@ -239,7 +243,8 @@ impl ChainStateChunk {
                     bytes: *bytes,
                 };
                 let unsorted: Vec<&str> = unsorted.iter().map(String::as_str).collect();
-                write_batch(path, &batch, &[], &unsorted, groups)
+                let dictionary: Vec<&str> = dictionary.iter().map(String::as_str).collect();
+                write_batch(path, &batch, &dictionary, &unsorted, groups)
             };
             std::thread::scope(|scope| {
                 let running: Vec<_> = specs
@@ -258,6 +263,13 @@ impl ChainStateChunk {
         .map_err(PyValueError::new_err)
     }
 }
+
+/// A table `ChainStateChunk.write_rows` writes: (table, declared schema, Parquet file, rows
+/// per row group, bytes at which a group closes early, columns without statistics, columns
+/// dictionary-encoded).
+type Spec<S> = (String, S, PathBuf, usize, usize, Vec<String>, Vec<String>);
+type RowsSpec = Spec<PySchema>;
+type TableSpec = Spec<SchemaRef>;
 
 /// The outputs the best chain spent, given as three equal-length arrays: the height each was
 /// created at (uint32), its txid (32 bytes, display order) and its vout (uint32).

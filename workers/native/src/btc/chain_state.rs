@@ -466,10 +466,9 @@ fn apply_block(
             return Ok(Some("bad-cb-height"));
         }
     }
+    // The first value a block sees for a coin is what its undo record restores.
     let mut touch = |view: &View, k: &Key| {
-        if !before.contains_key(k) {
-            before.insert(*k, view.get(k).cloned());
-        }
+        before.entry(*k).or_insert_with(|| view.get(k).cloned());
     };
     let (mut premature, mut below_out) = (false, false);
     let mut fees: u64 = 0;
