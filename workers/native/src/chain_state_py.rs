@@ -230,12 +230,9 @@ impl ChainStateChunk {
                     "inputs" => btc_chain_rows::inputs(&blocks, values, Arc::clone(schema)),
                     // Which outputs later blocks spend is known only once they are applied:
                     // written unspent here, the publish stage sets the `spent` column.
-                    "outputs" => btc_chain_rows::outputs(
-                        &blocks,
-                        &Default::default(),
-                        self.inner.network(),
-                        Arc::clone(schema),
-                    ),
+                    "outputs" => {
+                        btc_chain_rows::outputs(&blocks, self.inner.network(), Arc::clone(schema))
+                    }
                     other => Err(format!("the chain state writes no table {other:?}")),
                 }?;
                 let groups = RowGroups {

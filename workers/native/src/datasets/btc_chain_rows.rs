@@ -485,10 +485,10 @@ pub(crate) fn respent(
     Ok(Arc::new(out.finish()))
 }
 
-/// The `outputs` rows of `blocks`, `spent` set for those in `spent`.
+/// The `outputs` rows of `blocks`, unspent (`respent` sets the flags once the blocks that
+/// spend them are applied).
 pub(crate) fn outputs(
     blocks: &[ChainBlock],
-    spent: &HashSet<SpentOutput>,
     network: Network,
     schema: SchemaRef,
 ) -> Result<RecordBatch, String> {
@@ -514,8 +514,6 @@ pub(crate) fn outputs(
     for b in blocks {
         let (sp, data) = (b.spans, b.data);
         for (pos, t) in sp.txs.iter().enumerate() {
-            let mut display = t.txid;
-            display.reverse();
             for (k, o) in sp.outs[t.outs.0..t.outs.1].iter().enumerate() {
                 let script = &data[o.script.0..o.script.1];
                 let kind = classify(script);
@@ -528,7 +526,7 @@ pub(crate) fn outputs(
                 block_hash.push_display(b.hash);
                 tx_position.push(pos as u32);
                 height.push(b.height);
-                is_spent.push(spent.contains(&(b.height, display, k as u32)));
+                is_spent.push(false);
             }
         }
     }
