@@ -32,6 +32,7 @@ import json
 import logging
 import shutil
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -128,10 +129,11 @@ def best_chain(data: DataDir) -> bytes:
     return b"".join(v for _, v in data.items(layout.CF_BTC_BEST))
 
 
-def _release_ray() -> bool:
+def _release_ray() -> None:
     from rechain.pipeline.ray_runtime import release_ray
 
-    return release_ray()
+    if release_ray():
+        log.info("decode: stopped the embedded Ray cluster")
 
 
 class ChainStateStage(Stage[BtcRun]):
@@ -152,11 +154,21 @@ class ChainStateStage(Stage[BtcRun]):
 
     def run(self, ctx: BtcRun) -> Done | Invalidate:
         ctx.close()
-        # The body pass is done: its Ray cluster and freed buffers go before this stage
-        # holds chunks (a consensus failure that needs another decode restarts Ray). A run
-        # that decoded on threads never imported Ray (a second of start-up).
-        if "rechain.pipeline.ray_runtime" in sys.modules and _release_ray():
-            log.info("decode: stopped the embedded Ray cluster")
+        # The body pass is done: its embedded Ray cluster stops (a second or two of shutdown)
+        # on a thread of its own while the first chunks are read and applied, and is gone
+        # before this stage returns (a consensus failure that needs another decode restarts
+        # Ray). A run that decoded on threads never imported Ray (a second of start-up).
+        release = None
+        if "rechain.pipeline.ray_runtime" in sys.modules:
+            release = threading.Thread(target=_release_ray, name="rechain-ray-release")
+            release.start()
+        try:
+            return self._apply(ctx)
+        finally:
+            if release is not None:
+                release.join()
+
+    def _apply(self, ctx: BtcRun) -> Done | Invalidate:
         release_unused_memory()
         data = ctx.data
         t0 = time.perf_counter()
