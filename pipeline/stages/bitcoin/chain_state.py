@@ -421,18 +421,18 @@ def _overlay(needed: list[bytes], coins: list[bytes | None], result: dict[str, A
 def _stage_chunk(
     ctx: BtcRun, first: int, chunk: Any, result: dict[str, Any], pool: ThreadPoolExecutor
 ) -> Pending:
-    """Writes an applied chunk's spends part, and starts writing its rows on ``pool``."""
+    """Starts writing an applied chunk's part on ``pool``: its spends, then its rows (off the
+    thread that applies the next chunk)."""
     data = ctx.data
     last = first + int(result["blocks"]) - 1
     name = part_name(first, last)
     for folder in part_dirs(data):
         folder.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_batches([result["spends"]])
-    write_file_atomic(spends_dir(data) / name, partial(pq.write_table, table))
-    kill_point("chain_state.spends_written")
+    spends = pa.Table.from_batches([result["spends"]])
     group_bytes = max(ctx.opts.memory_budget // (16 * ROWS_IN_FLIGHT), 1 << 20)
 
-    def write_rows(tmps: list[Path]) -> None:
+    def write_part(tmps: list[Path]) -> None:
+        pq.write_table(spends, tmps[0])
         chunk.write_rows(
             [
                 (
@@ -444,19 +444,20 @@ def _stage_chunk(
                     list(tables.TABLES[t].unsorted_columns),
                     list(tables.TABLES[t].dictionary_columns),
                 )
-                for t, tmp in zip(ROW_TABLES, tmps, strict=True)
+                for t, tmp in zip(ROW_TABLES, tmps[1:], strict=True)
             ]
         )
 
-    finals = [rows_dir(data, t) / name for t in ROW_TABLES]
-    return Pending(chunk, first, result, pool.submit(write_files_atomic, finals, write_rows))
+    finals = [spends_dir(data) / name, *(rows_dir(data, t) / name for t in ROW_TABLES)]
+    return Pending(chunk, first, result, pool.submit(write_files_atomic, finals, write_part))
 
 
 def _commit_chunk(ctx: BtcRun, cp: dict[str, Any], pending: Pending) -> dict[str, Any]:
-    """Once its rows are written, commits a chunk's set changes and undo records with the
-    checkpoint naming its part, in one write; returns the new checkpoint."""
+    """Once its part (spends and rows) is written, commits a chunk's set changes and undo
+    records with the checkpoint naming its part, in one write; returns the new checkpoint."""
     t0 = time.perf_counter()
     pending.rows.result()
+    kill_point("chain_state.spends_written")
     t1 = time.perf_counter()
     result = pending.result
     last = pending.first + int(result["blocks"]) - 1
