@@ -117,7 +117,25 @@ pub struct Table {
     meta: Option<Meta>,
     ignored_index_bytes: u64,
     files: Mutex<HashMap<u32, Arc<(File, u64)>>>,
+    /// The bytes of the items after the last one read, when it was read in order.
+    ahead: Mutex<Span>,
 }
+
+/// Stored bytes of consecutive items `first..` read in one go: `data[i]` starts at offset
+/// `start` of data file `filenum`.
+#[derive(Debug, Default)]
+struct Span {
+    filenum: u32,
+    start: u64,
+    data: Vec<u8>,
+    /// The item after the last one retrieved, for telling an in-order walk.
+    next_item: u64,
+}
+
+/// An in-order walk reads up to this many items' bytes at once (one read instead of one per
+/// item), but never more than `READ_AHEAD_BYTES` beyond the item asked for.
+const READ_AHEAD_ITEMS: usize = 64;
+const READ_AHEAD_BYTES: u64 = 1 << 20;
 
 impl Table {
     /// Open table `name` in `dir`; `Ok(None)` if it has no index file.
@@ -195,6 +213,7 @@ impl Table {
             meta,
             ignored_index_bytes: ignored,
             files: Mutex::new(HashMap::new()),
+            ahead: Mutex::new(Span::default()),
         };
         if let Some(m) = meta {
             if m.virtual_tail < t.item_offset() {
@@ -313,8 +332,8 @@ impl Table {
             .in_file(self.index_path())
             .for_block(n));
         }
-        let mut buf = vec![0u8; (end.offset - start.offset) as usize];
-        file.read_exact_at(&mut buf, start.offset as u64)
+        let buf = self
+            .read_item(k, n, start, end, file, data_len)
             .map_err(|e| {
                 Error::io(&path, e)
                     .at_offset(start.offset as u64)
@@ -326,6 +345,68 @@ impl Table {
         } else {
             Ok(buf)
         }
+    }
+}
+
+impl Table {
+    /// The stored bytes of item `n` (index position `k`, at `start..end` of its data file).
+    /// Read in order, the items after it in the same file come along (up to
+    /// `READ_AHEAD_ITEMS`, within `READ_AHEAD_BYTES` and the file's length) and the next
+    /// items are served from them; read out of order, it is read alone.
+    fn read_item(
+        &self,
+        k: usize,
+        n: u64,
+        start: IndexEntry,
+        end: IndexEntry,
+        file: &File,
+        data_len: u64,
+    ) -> std::io::Result<Vec<u8>> {
+        let (lo, hi) = (start.offset as u64, end.offset as u64);
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        let in_order = ahead.next_item == n;
+        ahead.next_item = n + 1;
+        if in_order && ahead.filenum == end.filenum {
+            let have = ahead.start..ahead.start + ahead.data.len() as u64;
+            if have.contains(&lo) && hi <= have.end {
+                let at = (lo - ahead.start) as usize;
+                return Ok(ahead.data[at..at + (hi - lo) as usize].to_vec());
+            }
+        }
+        let mut stop = hi;
+        if in_order {
+            // Later items of the same file, all within the file as it stands (an entry past
+            // its end is reported when that item is read).
+            let last = (k + READ_AHEAD_ITEMS).min(self.entries.len() - 1);
+            for e in &self.entries[k + 1..=last] {
+                let e_end = e.offset as u64;
+                if e.filenum != end.filenum || e_end > data_len || e_end - lo > READ_AHEAD_BYTES {
+                    break;
+                }
+                stop = e_end;
+            }
+        }
+        let mut buf = vec![0u8; (stop - lo) as usize];
+        if let Err(e) = file.read_exact_at(&mut buf, lo) {
+            if stop == hi {
+                return Err(e);
+            }
+            // A failure in the items after it is theirs to report: read this one alone.
+            let mut item = vec![0u8; (hi - lo) as usize];
+            file.read_exact_at(&mut item, lo)?;
+            return Ok(item);
+        }
+        if stop == hi {
+            return Ok(buf);
+        }
+        let item = buf[..(hi - lo) as usize].to_vec();
+        *ahead = Span {
+            filenum: end.filenum,
+            start: lo,
+            data: buf,
+            next_item: n + 1,
+        };
+        Ok(item)
     }
 }
 
@@ -473,6 +554,83 @@ mod tests {
             decode_meta(&[0xc2, 0x03, 0x64]).unwrap_err().kind,
             ErrorKind::BadMeta(_)
         ));
+    }
+
+    /// A raw table of `items` in `dir`, a new data file every `per_file` items.
+    fn write_table(dir: &Path, items: &[Vec<u8>], per_file: usize) {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut index = vec![0u8; 6]; // the tail entry: file 0, no item deleted
+        let (mut filenum, mut files) = (0u16, vec![Vec::new()]);
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 && i % per_file == 0 {
+                files.push(Vec::new());
+                filenum += 1;
+            }
+            let data = files.last_mut().unwrap();
+            data.extend_from_slice(item);
+            index.extend_from_slice(&filenum.to_be_bytes());
+            index.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        }
+        std::fs::write(dir.join("t.ridx"), index).unwrap();
+        for (n, data) in files.iter().enumerate() {
+            std::fs::write(dir.join(format!("t.{n:04}.rdat")), data).unwrap();
+        }
+    }
+
+    #[test]
+    fn items_read_ahead_equal_items_read_alone() {
+        let dir = std::env::temp_dir().join(format!("rechain-freezer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let items: Vec<Vec<u8>> = (0..200u32)
+            .map(|i| (0..i * 37 % 900).map(|b| (b ^ i) as u8).collect())
+            .collect();
+        write_table(&dir, &items, 80);
+        let t = Table::open(&dir, "t").unwrap().unwrap();
+        // The first item read in order brings the next 63 along.
+        t.retrieve(0).unwrap();
+        let ahead: usize = items[..READ_AHEAD_ITEMS].iter().map(Vec::len).sum();
+        assert_eq!(t.ahead.lock().unwrap().data.len(), ahead);
+        // In order (read ahead, across the data files' ends), backwards (each alone), and in
+        // order again after jumps.
+        let walks: [Vec<u64>; 3] = [
+            (0..200).collect(),
+            (0..200).rev().collect(),
+            (50..120).chain(10..20).chain(150..200).collect(),
+        ];
+        for walk in walks {
+            for n in walk {
+                assert_eq!(t.retrieve(n).unwrap(), items[n as usize], "item {n}");
+            }
+        }
+        // The last data file cut short: the items it still holds read, the first one past
+        // its end is reported as that item's, whatever was read ahead before it.
+        let last = dir.join("t.0002.rdat");
+        let len = std::fs::metadata(&last).unwrap().len();
+        let f = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+        f.set_len(len - 700).unwrap();
+        let t = Table::open(&dir, "t").unwrap().unwrap();
+        let mut first_bad = None;
+        for n in 150..200 {
+            match t.retrieve(n) {
+                Ok(got) => assert_eq!(got, items[n as usize], "item {n}"),
+                Err(e) => {
+                    assert!(matches!(e.kind, ErrorKind::IndexPastData { .. }), "{e}");
+                    first_bad.get_or_insert(n);
+                }
+            }
+        }
+        let cut: u64 = items[..200].iter().map(|i| i.len() as u64).sum::<u64>()
+            - items[..160].iter().map(|i| i.len() as u64).sum::<u64>()
+            - 700;
+        let mut end = 0;
+        let first_past = (160..200u64)
+            .find(|&n| {
+                end += items[n as usize].len() as u64;
+                end > cut
+            })
+            .unwrap();
+        assert_eq!(first_bad, Some(first_past));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
