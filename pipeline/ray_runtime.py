@@ -133,6 +133,41 @@ def _submit_rotating(stage_nodes: list[str]) -> Callable[..., Any]:
     return submit
 
 
+def _placed_returns(fn: Callable[..., list[Any]], *args: Any) -> list[Any]:
+    """A task's results (a list) with the node it ran on after them."""
+    return [*fn(*args), ray.get_runtime_context().get_node_id()]
+
+
+_remote_placed_returns = ray.remote(num_cpus=1, max_retries=3)(_placed_returns)
+
+
+def spread_tasks(
+    fn: Callable[..., list[Any]], calls: list[tuple[Any, ...]], num_returns: int
+) -> list[list[Any]]:
+    """Submits ``fn(*call)`` for every call as a Ray task (one CPU, retried three times on
+    lost workers) whose ``num_returns`` results become objects of their own, for tasks that
+    exchange data through Ray's object store (an object reference passed in a call is its
+    value in the task); calls are pinned to nodes in turn, as ``ordered_results`` does.
+    Returns each call's result references; ``record_nodes`` counts where they ran."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = node_rotation()
+    submitted = []
+    for i, call in enumerate(calls):
+        options: dict[str, Any] = {"num_returns": num_returns + 1}
+        if nodes:
+            node = nodes[i % len(nodes)]
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+        submitted.append(list(_remote_placed_returns.options(**options).remote(fn, *call)))
+    return submitted
+
+
+def record_nodes(submitted: list[list[Any]]) -> None:
+    """Counts the node each of ``spread_tasks``'s calls ran on (waits for them)."""
+    for node in ray.get([refs[-1] for refs in submitted]):
+        placement.record(node)
+
+
 def ordered_results(
     fn: Callable[..., Any], units: Iterable[U], window: int, stage: str, *args: Any
 ) -> Iterator[tuple[U, Any]]:

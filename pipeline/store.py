@@ -448,11 +448,23 @@ def write_file_atomic(final: Path, write: Callable[[Path], object]) -> Path:
 def write_files_atomic(finals: list[Path], write: Callable[[list[Path]], object]) -> None:
     """``write_file_atomic`` for files one writer fills together (in parallel, say): each
     is renamed into place once all are written and synced."""
-    tmps = [final.with_name(f".{final.name}.tmp") for final in finals]
+    tmps = [tmp_path(final) for final in finals]
     for tmp in tmps:
         tmp.unlink(missing_ok=True)
     write(tmps)
-    for tmp, final in zip(tmps, finals, strict=True):
+    land_tmp_files(finals)
+
+
+def tmp_path(final: Path) -> Path:
+    """The temp file ``final`` is written as before it is renamed into place."""
+    return final.with_name(f".{final.name}.tmp")
+
+
+def land_tmp_files(finals: list[Path]) -> None:
+    """Renames the written temp files of ``finals`` (``tmp_path``; by this process or by a
+    worker sharing its file system) into place, each fsynced first, then their folders."""
+    for final in finals:
+        tmp = tmp_path(final)
         _fsync_file(tmp)
         os.rename(tmp, final)
     for folder in {final.parent for final in finals}:

@@ -1,8 +1,9 @@
 """A full reindex submitted as a Ray job (`ray job submit --working-dir . -- rechain btc
 reindex --config FILE`) to a local three-node cluster: a head that runs no tasks (as a cluster's
 head usually does not) and two worker nodes. The job's result must equal the generated chain's
-facts and a local run's verify digest, and its placement report must show the scan and body
-decode tasks on the two worker nodes and the coordinator's stages on the head."""
+facts and a local run's verify digest, and its placement report must show the scan, body
+decode and chain state tasks (spends resolved by txid partition, chunks applied and written)
+on the two worker nodes and the coordinator's stages on the head."""
 
 from __future__ import annotations
 
@@ -89,10 +90,10 @@ def test_full_reindex_as_ray_job_on_worker_nodes(tmp_path: Path) -> None:
     assert len(head) == 1 and len(workers) == 2, nodes
     where = result["run"]["placement"]
     assert where["coordinator_node"] in head, where
-    for stage in ("scan", "bodies"):
+    for stage in ("scan", "bodies", "chain_state"):
         tasks = where[stage]["ray_tasks"]
         assert set(tasks) == workers, (stage, where)  # every task on a worker node, both used
-    for stage in ("link", "chain_state", "publish", "indexes"):
+    for stage in ("link", "publish", "indexes"):
         assert where[stage] == {"coordinator": True}, (stage, where)
 
     # The job's data folder is what a local run of the same files makes.

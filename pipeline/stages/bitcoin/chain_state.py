@@ -23,6 +23,10 @@ those tables' rows for the chunk's blocks, written once by the Rust core while t
 blocks are in memory and its spends resolved. The publish stage links the first three into
 the tables as they are; ``outputs`` rows are written unspent (later blocks spend them), and the
 publish stage copies them with their ``spent`` column encoded again.
+
+The chunks apply here in height order, or, on a Ray cluster, on its workers from coins
+resolved by txid partition (``spend_resolution``); both commit the same chunks in the same
+order with the same checkpoints.
 """
 
 from __future__ import annotations
@@ -48,13 +52,12 @@ import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.local_runner import ordered_local
-from rechain.pipeline.stages.bitcoin import BtcRun
+from rechain.pipeline.stages.bitcoin import BtcRun, spend_resolution
 from rechain.pipeline.stages.engine import Done, Invalidate, Stage
 from rechain.pipeline.store import DataDir, write_file_atomic, write_files_atomic
-from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
-from rechain.schemas import tables
 from rechain.workers import _native
+from rechain.workers.btc_chain_state import ROW_TABLES, ChunkSpec, load_chunk, write_part
 from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import release_unused_memory
 
@@ -75,24 +78,22 @@ INDEX_READ_BLOCKS = 1_024
 #: Chunks (and so the published tables' segments) never cross a multiple of this many heights:
 #: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
 SEGMENT_BLOCKS = 1_000
-#: The tables whose best-chain rows the chain state writes itself (``write_rows``); their
-#: ``outputs`` rows are written unspent, the publish stage sets the flags.
-ROW_TABLES = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)
 #: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block.
 LAYOUT = 4
 
 
 def spends_dir(data: DataDir) -> Path:
-    return data.path / "stage" / "spends"
+    return part_dirs(data)[0]
 
 
 def rows_dir(data: DataDir, table: str) -> Path:
-    return data.path / "stage" / "rows" / table
+    return part_dirs(data)[1 + ROW_TABLES.index(table)]
 
 
 def part_dirs(data: DataDir) -> list[Path]:
-    """The folders holding a file per part, under the part's name."""
-    return [spends_dir(data), *(rows_dir(data, t) for t in ROW_TABLES)]
+    """The folders holding a file per part, under the part's name: spends, then the rows of
+    each of ``ROW_TABLES``."""
+    return [f.parent for f in _part_paths(data.path, "-")]
 
 
 def checkpoint(data: DataDir) -> dict[str, Any] | None:
@@ -158,17 +159,19 @@ class ChainStateStage(Stage[BtcRun]):
         # on a thread of its own while the first chunks are read and applied, and is gone
         # before this stage returns (a consensus failure that needs another decode restarts
         # Ray). A run that decoded on threads never imported Ray (a second of start-up).
+        # Partitioned, the chain state's own tasks run on Ray (``spend_resolution``).
+        on_ray = spend_resolution.partitioned(ctx.opts.ray_address)
         release = None
-        if "rechain.pipeline.ray_runtime" in sys.modules:
+        if "rechain.pipeline.ray_runtime" in sys.modules and not on_ray:
             release = threading.Thread(target=_release_ray, name="rechain-ray-release")
             release.start()
         try:
-            return self._apply(ctx)
+            return self._apply(ctx, on_ray)
         finally:
             if release is not None:
                 release.join()
 
-    def _apply(self, ctx: BtcRun) -> Done | Invalidate:
+    def _apply(self, ctx: BtcRun, on_ray: bool) -> Done | Invalidate:
         release_unused_memory()
         data = ctx.data
         t0 = time.perf_counter()
@@ -191,35 +194,14 @@ class ChainStateStage(Stage[BtcRun]):
             unwound = cp["height"] - fork
             log.info("chain state: unwinding %d block(s) to height %d", unwound, fork)
             cp = _unwind_to(data, cp, fork)
-        applied = 0
-        failure = None
         # The chunks whose rows are being written share the chain state's part of the budget.
         share = ctx.opts.memory_budget // (32 * ROWS_IN_FLIGHT)
         chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, share))
-        # The next chunk is read and framed (GIL released) while this one is applied, and
-        # the rows of the ones before are written (up to ``ROWS_IN_FLIGHT`` chunks: one
-        # chunk's rows take longer to write than the next chunk takes to apply).
         chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
-        loads = ordered_local(partial(_load_chunk, ctx), chunks, threads=1, window=2)
-        pending: deque[Pending] = deque()
-        with (
-            contextlib.closing(loads),
-            ThreadPoolExecutor(ROWS_IN_FLIGHT, "rechain-rows") as rows_pool,
-        ):
-            for (first, _, _), chunk in loads:
-                if isinstance(chunk, Exception):
-                    raise chunk
-                result = _apply_chunk(ctx, chunk, pending)
-                while pending and (len(pending) >= ROWS_IN_FLIGHT or pending[0].rows.done()):
-                    cp = _commit_chunk(ctx, cp, pending.popleft())
-                applied += int(result["blocks"])
-                if result["blocks"]:
-                    pending.append(_stage_chunk(ctx, first, chunk, result, rows_pool))
-                if result["failure"] is not None:
-                    failure = result["failure"]
-                    break
-            while pending:
-                cp = _commit_chunk(ctx, cp, pending.popleft())
+        if on_ray:
+            cp, applied, failure = spend_resolution.apply_range(ctx, cp, list(chunks))
+        else:
+            cp, applied, failure = _apply_in_order(ctx, cp, chunks)
         release_unused_memory()
         ctx.add({"chain_state_s": time.perf_counter() - t0})
         detail = {"applied": applied, "unwound": unwound, "fork_height": fork}
@@ -233,6 +215,39 @@ class ChainStateStage(Stage[BtcRun]):
             data.write({layout.CF_META: [(layout.META_BTC_INVALID_BLOCKS, invalid)]})
             return Invalidate("link", f"block {block_hash} at height {height}: {reason}")
         return Done(rows=int(cp["utxo_count"]), height=int(cp["height"]), detail=detail)
+
+
+def _apply_in_order(
+    ctx: BtcRun, cp: dict[str, Any], chunks: Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]
+) -> tuple[dict[str, Any], int, Any]:
+    """Applies ``chunks`` in height order on this process; returns the last checkpoint, the
+    blocks applied and the first failure (height, hash, reason) or None."""
+    applied = 0
+    failure = None
+    # The next chunk is read and framed (GIL released) while this one is applied, and
+    # the rows of the ones before are written (up to ``ROWS_IN_FLIGHT`` chunks: one
+    # chunk's rows take longer to write than the next chunk takes to apply).
+    loads = ordered_local(partial(_load_chunk, ctx), chunks, threads=1, window=2)
+    pending: deque[Pending] = deque()
+    with (
+        contextlib.closing(loads),
+        ThreadPoolExecutor(ROWS_IN_FLIGHT, "rechain-rows") as rows_pool,
+    ):
+        for (first, _, _), chunk in loads:
+            if isinstance(chunk, Exception):
+                raise chunk
+            result = _apply_chunk(ctx, chunk, pending)
+            while pending and (len(pending) >= ROWS_IN_FLIGHT or pending[0].rows.done()):
+                cp = _commit_chunk(ctx, cp, pending.popleft())
+            applied += int(result["blocks"])
+            if result["blocks"]:
+                pending.append(_stage_chunk(ctx, first, chunk, result, rows_pool))
+            if result["failure"] is not None:
+                failure = result["failure"]
+                break
+        while pending:
+            cp = _commit_chunk(ctx, cp, pending.popleft())
+    return cp, applied, failure
 
 
 def reset(data: DataDir) -> None:
@@ -334,6 +349,27 @@ def part_name(first: int, last: int) -> str:
     return f"{first:010d}-{last:010d}.parquet"
 
 
+def part_files(data_path: Path, first: int, blocks: int) -> list[Path]:
+    """The files of the part of ``blocks`` heights from ``first`` in the data folder at
+    ``data_path``, as ``write_part`` fills them; their folders made."""
+    finals = _part_paths(data_path, part_name(first, first + blocks - 1))
+    for f in finals:
+        f.parent.mkdir(parents=True, exist_ok=True)
+    return finals
+
+
+def _part_paths(data_path: Path, name: str) -> list[Path]:
+    """A part's files: its spends, then its rows of each of ``ROW_TABLES``."""
+    stage = data_path / "stage"
+    return [stage / "spends" / name, *(stage / "rows" / t / name for t in ROW_TABLES)]
+
+
+def row_group_bytes(ctx: BtcRun) -> int:
+    """Encoded bytes at which a part's row group closes early: the chunks whose rows are
+    written at once share the budget."""
+    return max(ctx.opts.memory_budget // (16 * ROWS_IN_FLIGHT), 1 << 20)
+
+
 def _chunks(
     data: DataDir, best: bytes, start: int, tip: int, max_bytes: int
 ) -> Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]:
@@ -362,24 +398,28 @@ def _chunks(
         yield first, hashes, entries
 
 
-def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> Any:
-    """A chunk's blocks (first height, hashes, index entries) read from their files and
-    framed."""
+def chunk_spec(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> ChunkSpec:
+    """A chunk (first height, hashes, index entries) as the workers read it."""
     first, hashes, entries = chunk
     paths = ctx.paths
+    return ChunkSpec(
+        first=first,
+        hashes=tuple(hashes),
+        paths=tuple(paths[int(e["file"])] for e in entries),
+        files=tuple(int(e["file"]) for e in entries),
+        offsets=tuple(int(e["offset"]) for e in entries),
+        network=ctx.opts.network,
+        xor_key=ctx.key,
+        block_bytes=sum(int(e["size"]) for e in entries),
+    )
+
+
+def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> Any:
+    """A chunk's blocks read from their files and framed."""
     try:
-        loaded = _native.ChainStateChunk(
-            ctx.opts.network,
-            ctx.key,
-            first,
-            hashes,
-            [paths[int(e["file"])] for e in entries],
-            [int(e["file"]) for e in entries],
-            [int(e["offset"]) for e in entries],
-        )
+        return load_chunk(chunk_spec(ctx, chunk))
     except (OSError, KeyError) as e:
         raise RechainError(f"chain state: {e}") from e
-    return loaded
 
 
 @dataclass
@@ -423,51 +463,39 @@ def _stage_chunk(
 ) -> Pending:
     """Starts writing an applied chunk's part on ``pool``: its spends, then its rows (off the
     thread that applies the next chunk)."""
-    data = ctx.data
-    last = first + int(result["blocks"]) - 1
-    name = part_name(first, last)
-    for folder in part_dirs(data):
-        folder.mkdir(parents=True, exist_ok=True)
-    spends = pa.Table.from_batches([result["spends"]])
-    group_bytes = max(ctx.opts.memory_budget // (16 * ROWS_IN_FLIGHT), 1 << 20)
+    finals = part_files(ctx.data.path, first, int(result["blocks"]))
+    group_bytes = row_group_bytes(ctx)
 
-    def write_part(tmps: list[Path]) -> None:
-        pq.write_table(spends, tmps[0])
-        chunk.write_rows(
-            [
-                (
-                    t,
-                    tables.TABLES[t].schema,
-                    tmp,
-                    tables.TABLES[t].row_group_rows,
-                    group_bytes,
-                    list(tables.TABLES[t].unsorted_columns),
-                    list(tables.TABLES[t].dictionary_columns),
-                )
-                for t, tmp in zip(ROW_TABLES, tmps[1:], strict=True)
-            ]
-        )
+    def write(tmps: list[Path]) -> None:
+        write_part(chunk, result["spends"], tmps, group_bytes)
 
-    finals = [spends_dir(data) / name, *(rows_dir(data, t) / name for t in ROW_TABLES)]
-    return Pending(chunk, first, result, pool.submit(write_files_atomic, finals, write_part))
+    return Pending(chunk, first, result, pool.submit(write_files_atomic, finals, write))
 
 
 def _commit_chunk(ctx: BtcRun, cp: dict[str, Any], pending: Pending) -> dict[str, Any]:
-    """Once its part (spends and rows) is written, commits a chunk's set changes and undo
-    records with the checkpoint naming its part, in one write; returns the new checkpoint."""
+    """Once its part (spends and rows) is written, commits a chunk (``commit_applied``)."""
     t0 = time.perf_counter()
     pending.rows.result()
     kill_point("chain_state.spends_written")
+    # The rows' time is what the commit waited for them, not the time they took alongside.
+    ctx.add({"chain_state_rows_s": time.perf_counter() - t0})
+    return commit_applied(ctx, cp, pending.first, pending.result)
+
+
+def commit_applied(
+    ctx: BtcRun, cp: dict[str, Any], first: int, result: dict[str, Any]
+) -> dict[str, Any]:
+    """Commits an applied chunk whose part is written: its set changes and undo records with
+    the checkpoint naming its part, in one write; returns the new checkpoint."""
     t1 = time.perf_counter()
-    result = pending.result
-    last = pending.first + int(result["blocks"]) - 1
+    last = first + int(result["blocks"]) - 1
     cp = {
         "layout": LAYOUT,
         "height": last,
         "hash": result["tip"][1],
         "utxo_count": cp["utxo_count"] + result["count_delta"],
         "total_amount": cp["total_amount"] + result["amount_delta"],
-        "parts": [*cp["parts"], [pending.first, last, part_name(pending.first, last)]],
+        "parts": [*cp["parts"], [first, last, part_name(first, last)]],
     }
     ctx.data.write_columns(
         {
@@ -478,8 +506,7 @@ def _commit_chunk(ctx: BtcRun, cp: dict[str, Any], pending: Pending) -> dict[str
         {layout.CF_BTC_UTXO: result["deletes"]},
     )
     kill_point("chain_state.applied")
-    # The rows' time is what the commit waited for them, not the time they took alongside.
-    ctx.add({"chain_state_rows_s": t1 - t0, "chain_state_commit_s": time.perf_counter() - t1})
+    ctx.add({"chain_state_commit_s": time.perf_counter() - t1})
     return cp
 
 

@@ -5,6 +5,7 @@
 use crate::btc::chain_state::{self, Chunk, SourceBlock};
 use crate::btc::encode::read_core_varint;
 use crate::btc::encode::write_compact_size;
+use crate::btc::spend_resolve;
 use crate::btc::utxo::UTXO_KEY_PREFIX;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
@@ -94,6 +95,45 @@ impl ChainStateChunk {
             )
             .collect()
     }
+
+    /// The dict `apply` returns, and what `write_rows` needs of it kept.
+    fn applied<'py>(
+        &self,
+        py: Python<'py>,
+        a: chain_state::Applied,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        *self.resolved.lock().expect("not poisoned") =
+            Some((a.blocks as usize, a.spends.value.clone()));
+        let d = PyDict::new(py);
+        d.set_item("blocks", a.blocks)?;
+        d.set_item("tip", a.tip.map(|(h, hash)| (h, display_hex(&hash))))?;
+        d.set_item(
+            "puts",
+            (
+                bytes_list(py, a.puts.iter().map(|p| &p.0))?,
+                bytes_list(py, a.puts.iter().map(|p| &p.1))?,
+            ),
+        )?;
+        d.set_item("deletes", bytes_list(py, a.deletes.iter())?)?;
+        d.set_item(
+            "undo",
+            (
+                bytes_list(py, a.undo.iter().map(|u| u.0.to_be_bytes()))?,
+                bytes_list(py, a.undo.iter().map(|u| &u.1))?,
+            ),
+        )?;
+        d.set_item(
+            "spends",
+            PyRecordBatch::new(spends_batch(a.spends)?).into_pyarrow(py)?,
+        )?;
+        d.set_item("count_delta", a.count_delta)?;
+        d.set_item("amount_delta", a.amount_delta)?;
+        d.set_item(
+            "failure",
+            a.failure.map(|(h, hash, r)| (h, display_hex(&hash), r)),
+        )?;
+        Ok(d)
+    }
 }
 
 #[pymethods]
@@ -160,37 +200,45 @@ impl ChainStateChunk {
         let a = py
             .detach(|| self.inner.apply(values))
             .map_err(PyValueError::new_err)?;
-        *self.resolved.lock().expect("not poisoned") =
-            Some((a.blocks as usize, a.spends.value.clone()));
-        let d = PyDict::new(py);
-        d.set_item("blocks", a.blocks)?;
-        d.set_item("tip", a.tip.map(|(h, hash)| (h, display_hex(&hash))))?;
-        d.set_item(
-            "puts",
-            (
-                bytes_list(py, a.puts.iter().map(|p| &p.0))?,
-                bytes_list(py, a.puts.iter().map(|p| &p.1))?,
-            ),
-        )?;
-        d.set_item("deletes", bytes_list(py, a.deletes.iter())?)?;
-        d.set_item(
-            "undo",
-            (
-                bytes_list(py, a.undo.iter().map(|u| u.0.to_be_bytes()))?,
-                bytes_list(py, a.undo.iter().map(|u| &u.1))?,
-            ),
-        )?;
-        d.set_item(
-            "spends",
-            PyRecordBatch::new(spends_batch(a.spends)?).into_pyarrow(py)?,
-        )?;
-        d.set_item("count_delta", a.count_delta)?;
-        d.set_item("amount_delta", a.amount_delta)?;
-        d.set_item(
-            "failure",
-            a.failure.map(|(h, hash, r)| (h, display_hex(&hash), r)),
-        )?;
-        Ok(d)
+        self.applied(py, a)
+    }
+
+    /// This chunk's events for the spend resolution, one buffer per partition
+    /// (`btc::spend_resolve`).
+    fn events<'py>(&self, py: Python<'py>, partitions: usize) -> PyResult<Bound<'py, PyList>> {
+        let bufs = py.detach(|| self.inner.events(partitions));
+        bytes_list(py, bufs.iter())
+    }
+
+    /// `apply` to the coins the spend resolution gave this chunk (`resolved`: its records
+    /// from every partition) and the stored values of the keys it left to the set
+    /// (`stored_keys`, `stored_values`: None where absent).
+    fn apply_resolved<'py>(
+        &self,
+        py: Python<'py>,
+        resolved: Vec<Vec<u8>>,
+        stored_keys: Vec<Vec<u8>>,
+        stored_values: Vec<Option<Vec<u8>>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if stored_keys.len() != stored_values.len() {
+            return Err(PyValueError::new_err(
+                "stored keys and values differ in length",
+            ));
+        }
+        let a = py
+            .detach(|| {
+                let mut stored = rustc_hash::FxHashMap::default();
+                for (k, v) in stored_keys.iter().zip(stored_values) {
+                    let key = chain_state::Key::from_slice(k)
+                        .ok_or_else(|| format!("a btc_utxo key of {} bytes", k.len()))?;
+                    stored.insert(key, v);
+                }
+                let bufs: Vec<&[u8]> = resolved.iter().map(Vec::as_slice).collect();
+                let values = self.inner.coins_from(&bufs, &stored)?;
+                self.inner.apply(values)
+            })
+            .map_err(PyValueError::new_err)?;
+        self.applied(py, a)
     }
 
     /// Writes the rows of each table named in `specs` ("blocks", "transactions", "inputs",
@@ -398,11 +446,35 @@ fn hash_utxo_entries(items: &Bound<'_, PyAny>) -> PyResult<(String, u64, u64)> {
     ))
 }
 
+/// One partition's spend resolution: `events` holds that partition's buffer of every chunk
+/// (`ChainStateChunk.events`), chunks in height order; returns each chunk's records for
+/// `ChainStateChunk.apply_resolved`.
+#[pyfunction]
+fn resolve_spends<'py>(py: Python<'py>, events: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyList>> {
+    let out = py
+        .detach(|| {
+            let bufs: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+            spend_resolve::resolve(&bufs)
+        })
+        .map_err(PyValueError::new_err)?;
+    bytes_list(py, out.iter())
+}
+
+/// The keys a chunk's records from `resolve_spends` leave to the stored set: read them from
+/// it, as the range found it, for `ChainStateChunk.apply_resolved`.
+#[pyfunction]
+fn resolved_stored_keys<'py>(py: Python<'py>, resolved: &[u8]) -> PyResult<Bound<'py, PyList>> {
+    let keys = spend_resolve::stored_keys(resolved).map_err(PyValueError::new_err)?;
+    bytes_list(py, keys.iter())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ChainStateChunk>()?;
     m.add_function(wrap_pyfunction!(unwind_chain_state, m)?)?;
     m.add_function(wrap_pyfunction!(respend_outputs, m)?)?;
     m.add_function(wrap_pyfunction!(undo_block_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hash_utxo_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_spends, m)?)?;
+    m.add_function(wrap_pyfunction!(resolved_stored_keys, m)?)?;
     Ok(())
 }

@@ -48,7 +48,7 @@ pub struct Key {
 }
 
 impl Key {
-    fn from_slice(b: &[u8]) -> Option<Key> {
+    pub(crate) fn from_slice(b: &[u8]) -> Option<Key> {
         let mut bytes = [0u8; MAX_KEY];
         bytes.get_mut(..b.len())?.copy_from_slice(b);
         Some(Key {
@@ -231,7 +231,7 @@ fn display(hash: &[u8; 32]) -> String {
     hash.iter().rev().map(|b| format!("{b:02x}")).collect()
 }
 
-fn spendable(height: u32, script: &[u8]) -> bool {
+pub(crate) fn spendable(height: u32, script: &[u8]) -> bool {
     // The genesis coinbase is not in the set; nor are provably unspendable scripts (Core's
     // IsUnspendable: OP_RETURN first, or longer than MAX_SCRIPT_SIZE).
     height > 0 && script.len() <= MAX_SCRIPT_SIZE && script.first() != Some(&OP_RETURN)
@@ -657,6 +657,54 @@ pub fn unwind(undos_descending: &[Vec<u8>]) -> Result<Unwound, String> {
     Ok((puts, deletes, count, amount))
 }
 
+/// Blocks built by hand for the chain state's tests and the spend resolution's.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::*;
+
+    pub(crate) const COIN: u64 = 100_000_000;
+    pub(crate) const OP_TRUE: &[u8] = &[0x51];
+
+    /// A legacy transaction: inputs (txid internal, vout, scriptSig), outputs (value, script).
+    pub(crate) fn tx(inputs: &[([u8; 32], u32, &[u8])], outputs: &[(u64, &[u8])]) -> Vec<u8> {
+        let mut t = 1u32.to_le_bytes().to_vec();
+        crate::btc::encode::write_compact_size(&mut t, inputs.len() as u64);
+        for (txid, vout, sig) in inputs {
+            t.extend_from_slice(txid);
+            t.extend_from_slice(&vout.to_le_bytes());
+            crate::btc::encode::write_compact_size(&mut t, sig.len() as u64);
+            t.extend_from_slice(sig);
+            t.extend_from_slice(&u32::MAX.to_le_bytes());
+        }
+        crate::btc::encode::write_compact_size(&mut t, outputs.len() as u64);
+        for (value, script) in outputs {
+            t.extend_from_slice(&value.to_le_bytes());
+            crate::btc::encode::write_compact_size(&mut t, script.len() as u64);
+            t.extend_from_slice(script);
+        }
+        t.extend_from_slice(&0u32.to_le_bytes());
+        t
+    }
+
+    pub(crate) fn coinbase(tag: &[u8], value: u64) -> Vec<u8> {
+        tx(&[([0u8; 32], u32::MAX, tag)], &[(value, OP_TRUE)])
+    }
+
+    pub(crate) fn txid(t: &[u8]) -> [u8; 32] {
+        sha256d(t)
+    }
+
+    /// A block of `txs` (the header is not checked here: only its hash is carried).
+    pub(crate) fn block(txs: &[&Vec<u8>]) -> Vec<u8> {
+        let mut b = vec![0u8; HEADER_LEN];
+        crate::btc::encode::write_compact_size(&mut b, txs.len() as u64);
+        for t in txs {
+            b.extend_from_slice(t);
+        }
+        b
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -696,47 +744,7 @@ mod tests {
         assert!(decode_undo(&[9u8; 41]).is_err());
     }
 
-    const COIN: u64 = 100_000_000;
-    const OP_TRUE: &[u8] = &[0x51];
-
-    /// A legacy transaction: inputs (txid internal, vout, scriptSig), outputs (value, script).
-    fn tx(inputs: &[([u8; 32], u32, &[u8])], outputs: &[(u64, &[u8])]) -> Vec<u8> {
-        let mut t = 1u32.to_le_bytes().to_vec();
-        crate::btc::encode::write_compact_size(&mut t, inputs.len() as u64);
-        for (txid, vout, sig) in inputs {
-            t.extend_from_slice(txid);
-            t.extend_from_slice(&vout.to_le_bytes());
-            crate::btc::encode::write_compact_size(&mut t, sig.len() as u64);
-            t.extend_from_slice(sig);
-            t.extend_from_slice(&u32::MAX.to_le_bytes());
-        }
-        crate::btc::encode::write_compact_size(&mut t, outputs.len() as u64);
-        for (value, script) in outputs {
-            t.extend_from_slice(&value.to_le_bytes());
-            crate::btc::encode::write_compact_size(&mut t, script.len() as u64);
-            t.extend_from_slice(script);
-        }
-        t.extend_from_slice(&0u32.to_le_bytes());
-        t
-    }
-
-    fn coinbase(tag: &[u8], value: u64) -> Vec<u8> {
-        tx(&[([0u8; 32], u32::MAX, tag)], &[(value, OP_TRUE)])
-    }
-
-    fn txid(t: &[u8]) -> [u8; 32] {
-        sha256d(t)
-    }
-
-    /// A block of `txs` (the header is not checked here: only its hash is carried).
-    fn block(txs: &[&Vec<u8>]) -> Vec<u8> {
-        let mut b = vec![0u8; HEADER_LEN];
-        crate::btc::encode::write_compact_size(&mut b, txs.len() as u64);
-        for t in txs {
-            b.extend_from_slice(t);
-        }
-        b
-    }
+    use fixtures::{block, coinbase, tx, txid, COIN, OP_TRUE};
 
     fn apply(blocks: Vec<(u32, Vec<u8>)>, set: &mut HashMap<Key, Vec<u8>>) -> Applied {
         // Mainnet: BIP34 is not active at these heights, so coinbases may repeat (BIP30).

@@ -14,5 +14,6 @@ pub mod link;
 pub mod network;
 pub mod scan;
 pub mod script;
+pub mod spend_resolve;
 pub mod txindex;
 pub mod utxo;

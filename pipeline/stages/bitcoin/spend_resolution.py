@@ -1,0 +1,189 @@
+"""The chain state applied on Ray workers: spends resolved by txid partition, then every chunk
+applied and written on its own, committed in height order by the coordinator.
+
+Three rounds of tasks, data moving through Ray's object store (it spills to disk beyond its
+memory, and reaches the nodes of a cluster that share no folder with the coordinator):
+
+1. *events*, a task per chunk: the chunk's blocks read from the blk files and split into
+   txid partitions, each output created (with its coin) and each outpoint spent.
+2. *resolve*, a task per partition: that partition's events of every chunk folded in chain
+   order into, for each chunk, the coins it needs as the chunks before it left them, or
+   "stored" for coins the range never touched before it.
+3. *apply*, a task per chunk: the chunk applied to those coins (the stored ones read from
+   RocksDB by the coordinator as the task is submitted: commits of earlier chunks never
+   change a key they leave to the set), its part written (spends and rows), and its set
+   changes and undo records returned.
+
+The coordinator plans the chunks, reads the stored coins and commits each chunk in height
+order, exactly as the sequential path does (same parts, same checkpoint after each chunk, same
+kill points); a chunk's result is the sequential one (``btc/spend_resolve.rs``), so the first
+failing block is too, and the chunks after it are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
+from rechain.pipeline.store import DataDir, land_tmp_files, tmp_path
+from rechain.schemas import rocksdb as layout
+from rechain.workers import fault_injection
+from rechain.workers.btc_chain_state import (
+    ROW_TABLES,
+    ChunkSpec,
+    chunk_events,
+    load_chunk,
+    resolve_partition,
+    write_part,
+)
+
+log = logging.getLogger(__name__)
+#: The metrics label of the chain state's tasks.
+STAGE = "btc_chain_state"
+#: ``sequential`` or ``partitioned`` overrides the rule (tests and benchmarks of either
+#: path); otherwise the chain state is partitioned when the run joined a Ray cluster.
+MODE_ENV = "RECHAIN_CHAIN_STATE"
+#: A partition's events are about its share of the range's block bytes; a resolve task
+#: holds them about twice over. Partitions are sized to a quarter of the budget each.
+MAX_PARTITIONS = 4096
+
+
+def partitioned(ray_address: str | None) -> bool:
+    """Whether the chain state runs on Ray workers (else on the coordinator, in order)."""
+    forced = os.environ.get(MODE_ENV, "")
+    if forced not in ("", "sequential", "partitioned"):
+        raise ValueError(f"{MODE_ENV}={forced!r}: expected sequential or partitioned")
+    if forced:
+        return forced == "partitioned"
+    return ray_address is not None
+
+
+def partitions(block_bytes: int, memory_budget: int, cpus: int) -> int:
+    """Txid partitions for a range: at least two per CPU, each a quarter of the budget."""
+    by_memory = -(-2 * block_bytes // max(memory_budget // 4, 1))
+    return int(min(MAX_PARTITIONS, max(2 * cpus, by_memory, 1)))
+
+
+def workers_share_data_folder(ctx: BtcRun) -> bool:
+    """Whether the workers can write into the data folder: those of a cluster given by
+    address may run on other machines."""
+    return ctx.opts.ray_address is None
+
+
+def apply_range(
+    ctx: BtcRun, cp: dict[str, Any], chunks: list[tuple[int, list[bytes], list[dict[str, Any]]]]
+) -> tuple[dict[str, Any], int, Any]:
+    """Applies ``chunks`` (consecutive, from the checkpoint's height + 1) on Ray; returns the
+    last checkpoint, the blocks applied and the first failure (height, hash, reason) or None."""
+    import ray
+    from rechain.pipeline.ray_runtime import (
+        ensure_ray,
+        ordered_results,
+        record_nodes,
+        spread_tasks,
+    )
+
+    if not chunks:
+        return cp, 0, None
+    ensure_ray(ctx.opts.ray_address, ctx.workers)
+    specs = [chain_state.chunk_spec(ctx, c) for c in chunks]
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    n = partitions(sum(s.block_bytes for s in specs), ctx.opts.memory_budget, cpus)
+    t0 = time.perf_counter()
+    events = spread_tasks(chunk_events, [(s, n) for s in specs], n)
+    resolved = spread_tasks(
+        resolve_partition, [tuple(e[p] for e in events) for p in range(n)], 2 * len(specs)
+    )
+    record_nodes(events)
+    record_nodes(resolved)
+    del events  # the resolve tasks hold what they need; the store may free them
+    t1 = time.perf_counter()
+    log.info("chain state: %d chunk(s) resolved in %d partition(s) on Ray", len(specs), n)
+    ctx.add({"chain_state_resolve_s": t1 - t0})
+    shared = workers_share_data_folder(ctx)
+    window = max(2, 2 * ctx.workers)
+
+    def units() -> Iterator[tuple[ChunkSpec, list[Any], list[bytes], list[bytes | None]]]:
+        store = ctx.data.cf(layout.CF_BTC_UTXO)
+        for c, spec in enumerate(specs):
+            stored: list[bytes] = []
+            for keys in ray.get([r[len(specs) + c] for r in resolved]):
+                stored.extend(keys)
+            values = store[stored] if stored else []
+            yield spec, [r[c] for r in resolved], stored, values
+
+    group_bytes = chain_state.row_group_bytes(ctx)
+    folder = str(ctx.data.path) if shared else None
+    applied = 0
+    failure = None
+    for unit, result in ordered_results(_apply_task, units(), window, STAGE, group_bytes, folder):
+        if isinstance(result, Exception):
+            raise RechainError(f"chain state: chunk from height {unit[0].first}: {result}")
+        t2 = time.perf_counter()
+        if result["blocks"]:
+            _land(ctx.data, unit[0].first, result)
+            fault_injection.kill_point("chain_state.spends_written")
+            ctx.add({"chain_state_rows_s": time.perf_counter() - t2})
+            cp = chain_state.commit_applied(ctx, cp, unit[0].first, result)
+        applied += int(result["blocks"])
+        if result["failure"] is not None:
+            failure = result["failure"]
+            break
+    ctx.add({"chain_state_apply_s": time.perf_counter() - t1})
+    return cp, applied, failure
+
+
+def _apply_task(
+    unit: tuple[ChunkSpec, list[Any], list[bytes], list[bytes | None]],
+    group_bytes: int,
+    data_path: str | None,
+) -> dict[str, Any]:
+    """A chunk applied to its resolved coins and its part written: into the data folder under
+    temporary names (``data_path``: the worker shares the coordinator's file system), else as
+    the files' bytes. Returns ``apply``'s result without its spends (they are in the part)
+    and ``files``: each of the part's files, its path or its bytes."""
+    import ray
+
+    spec, resolved_refs, stored_keys, stored_values = unit
+    chunk = load_chunk(spec)
+    result: dict[str, Any] = chunk.apply_resolved(
+        ray.get(resolved_refs), stored_keys, stored_values
+    )
+    spends = result.pop("spends")
+    blocks = int(result["blocks"])
+    if not blocks:
+        result["files"] = []
+        return result
+    if data_path is not None:
+        finals = chain_state.part_files(Path(data_path), spec.first, blocks)
+        tmps = [tmp_path(f) for f in finals]
+        write_part(chunk, spends, tmps, group_bytes)
+        result["files"] = [str(t) for t in tmps]
+        return result
+    with tempfile.TemporaryDirectory(prefix="rechain-part-") as scratch:
+        tmps = [Path(scratch) / f"{i}.parquet" for i in range(1 + len(ROW_TABLES))]
+        write_part(chunk, spends, tmps, group_bytes)
+        result["files"] = [t.read_bytes() for t in tmps]
+    return result
+
+
+def _land(data: DataDir, first: int, result: dict[str, Any]) -> None:
+    """Makes an applied chunk's part durable under its final names."""
+    finals = chain_state.part_files(data.path, first, int(result["blocks"]))
+    files = result.pop("files")
+    if len(files) != len(finals):
+        raise RechainError(f"chain state: a part of {len(files)} files, not {len(finals)}")
+    for final, content in zip(finals, files, strict=True):
+        tmp = tmp_path(final)
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        elif Path(content) != tmp:
+            raise RechainError(f"chain state: part file written at {content}, not at {tmp}")
+    land_tmp_files(finals)

@@ -1,0 +1,152 @@
+"""The chain state on Ray workers (``RECHAIN_CHAIN_STATE=partitioned``, the rule with
+``--ray-address``): spends resolved by txid partition and every chunk applied on its own must
+end exactly where the coordinator's in-order apply does, on a fresh chain with side branches
+and orphans, through reorgs that unwind and apply on top of a stored set, after a kill -9 at
+each of its commit points, with workers that cannot reach the data folder, and for a block
+that breaks a consensus rule. Oracle: the in-order path's verify digest content (block index,
+best chain, UTXO set, undo data, tx index, every table), hash_serialized_3 and the
+generator's UTXO set."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rechain.pipeline.stages.bitcoin import chain_state, spend_resolution
+from rechain.pipeline.store import DataDir
+
+from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd, run_killed_at
+from tests.test_btc_full import REGTEST_MAGIC, _mine_on
+from tests.test_btc_reorg import content, node_folder
+
+SEQUENTIAL = {spend_resolution.MODE_ENV: "sequential"}
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of a few blocks (runs in this process), so that a chain of hundreds of blocks
+    is many chunks whose coins come from each other."""
+    monkeypatch.setattr(chain_state, "SEGMENT_BLOCKS", 40)
+    monkeypatch.setattr(chain_state, "MIN_CHUNK_BYTES", 1)
+    monkeypatch.setattr(chain_state, "MAX_CHUNK_BYTES", 60_000)
+
+
+def full(blocks: Path, data: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    with monkeypatch.context() as m:
+        m.setenv(spend_resolution.MODE_ENV, mode)
+        return reindex(blocks, data, "--mode", "full")
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    root = tmp_path_factory.mktemp("resolve")
+    facts = gen_chain(
+        root, "--blocks", "400", "--side-branches", "3", "--orphans", "2",
+        "--tx-per-block", "1:12", "--file-size", "200000", "--seed", "23",
+    )  # fmt: skip
+    return root, facts
+
+
+def test_partitioned_equals_in_order_and_runs_on_ray(
+    node: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, facts = node
+    ref = full(root / "blocks", tmp_path / "ref", "sequential", monkeypatch)
+    got = full(root / "blocks", tmp_path / "got", "partitioned", monkeypatch)
+    assert got["run"]["chain_state_applied"] == facts["tip_height"] + 1
+    assert (got["full"]["utxo_count"], got["full"]["total_amount"]) == (
+        facts["utxo_count"],
+        facts["total_amount"],
+    )
+    assert got["full"] == ref["full"]
+    assert content(tmp_path / "got") == content(tmp_path / "ref")
+    # Many chunks, their work in Ray tasks: events and apply per chunk, resolve per partition.
+    with DataDir(tmp_path / "got", readonly=True) as d:
+        parts = len(chain_state.parts(d))
+    assert parts > 10
+    tasks = sum(got["run"]["placement"]["chain_state"]["ray_tasks"].values())
+    assert tasks >= 2 * parts + 2
+    assert "ray_tasks" not in ref["run"]["placement"]["chain_state"]
+
+
+def test_workers_without_the_data_folder_return_their_parts(
+    node: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers on other machines hand back their part's files as bytes: same result."""
+    root, _ = node
+    ref = full(root / "blocks", tmp_path / "ref", "sequential", monkeypatch)
+    monkeypatch.setattr(spend_resolution, "workers_share_data_folder", lambda ctx: False)
+    got = full(root / "blocks", tmp_path / "got", "partitioned", monkeypatch)
+    assert got["full"] == ref["full"]
+    assert content(tmp_path / "got") == content(tmp_path / "ref")
+
+
+def test_reorgs_apply_on_the_stored_set_as_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain grown in steps and reorganised 6 deep and back: each partitioned run unwinds
+    and applies on the set the runs before stored, and ends where the in-order path does."""
+    root = tmp_path / "node"
+    gen_chain(
+        root, "--blocks", "260", "--tx-per-block", "1:12", "--file-size", "120K",
+        "--seed", "11", "--reorg", "6", "--reorg-back",
+    )  # fmt: skip
+    ref = tmp_path / "ref-headers"
+    reindex(root / "blocks", ref, "--mode", "headers")
+    rows = cli_json(
+        "query", "--data", ref, 'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
+        "--format", "json",
+    )  # fmt: skip
+    tail = [(int(r["file"]), int(r["offset"])) for r in rows[-9:]]
+    blocks = tmp_path / "blocks"
+    for i, cut in enumerate([tail[0], tail[7], None]):
+        node_folder(root, blocks, cut)
+        run = full(blocks, tmp_path / "got", "partitioned", monkeypatch)
+        shutil.rmtree(tmp_path / "ref", ignore_errors=True)
+        full(blocks, tmp_path / "ref", "sequential", monkeypatch)
+        assert content(tmp_path / "got") == content(tmp_path / "ref"), f"step {i}"
+        if i > 0:
+            assert run["run"]["chain_state_unwound"] > 0
+
+
+@pytest.mark.parametrize("point", ["chain_state.spends_written", "chain_state.applied"])
+def test_killed_partitioned_runs_resume_to_the_in_order_result(
+    node: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    root, _ = node
+    data = tmp_path / "data"
+    monkeypatch.setenv(spend_resolution.MODE_ENV, "partitioned")
+    # A subprocess: the default chunks; the 400 blocks are one segment's chunks.
+    run_killed_at(reindex_cmd(root / "blocks", data, "--mode", "full"), point)
+    killed = content(data)
+    full(root / "blocks", data, "partitioned", monkeypatch)
+    full(root / "blocks", tmp_path / "ref", "sequential", monkeypatch)
+    assert killed != content(tmp_path / "ref")
+    assert content(data) == content(tmp_path / "ref")
+
+
+def test_an_invalid_block_is_the_in_order_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts = gen_chain(tmp_path / "node", "--blocks", "200", "--no-xor")
+    block = _mine_on(facts["tip_hash"], facts["tip_height"] + 1, ("ab" * 32, 3), 1_700_000_000)
+    blocks = tmp_path / "node" / "blocks"
+    last = sorted(blocks.glob("blk*.dat"))[-1]
+    nxt = blocks / f"blk{int(last.stem[3:]) + 1:05d}.dat"
+    nxt.write_bytes(REGTEST_MAGIC + struct.pack("<I", len(block)) + block)
+    got = full(blocks, tmp_path / "got", "partitioned", monkeypatch)
+    ref = full(blocks, tmp_path / "ref", "sequential", monkeypatch)
+    (inv,) = got["full"]["invalid_blocks"]
+    assert inv["reason"] == "bad-txns-inputs-missingorspent"
+    assert got["tip_hash"] == facts["tip_hash"]
+    assert got["full"] == ref["full"]
+    assert content(tmp_path / "got") == content(tmp_path / "ref")
+
+
+def test_partitions_follow_the_budget() -> None:
+    assert spend_resolution.partitions(1 << 30, 1 << 30, 2) == 8
+    assert spend_resolution.partitions(1 << 20, 1 << 30, 16) == 32
+    assert spend_resolution.partitions(1 << 50, 1 << 20, 2) == spend_resolution.MAX_PARTITIONS
