@@ -72,6 +72,37 @@ def test_partitioned_equals_in_order_and_runs_on_ray(
     assert "ray_tasks" not in ref["run"]["placement"]["chain_state"]
 
 
+def test_rounds_of_a_small_budget_apply_on_the_rounds_before(
+    node: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rounds of a few chunks each: every round reads what it leaves to the set from the
+    rounds committed before it."""
+    root, _ = node
+    ref = full(root / "blocks", tmp_path / "ref", "sequential", monkeypatch)
+    monkeypatch.setattr(spend_resolution, "round_bytes", lambda budget: 200_000)
+    cut = spend_resolution.rounds
+    planned: list[int] = []
+
+    def counted(specs: list[Any], max_bytes: int) -> list[Any]:
+        planned.append(len(cut(specs, max_bytes)))
+        return cut(specs, max_bytes)
+
+    monkeypatch.setattr(spend_resolution, "rounds", counted)
+    got = full(root / "blocks", tmp_path / "got", "partitioned", monkeypatch)
+    assert planned and planned[0] >= 3
+    assert got["full"] == ref["full"]
+    assert content(tmp_path / "got") == content(tmp_path / "ref")
+
+
+def test_rounds_cut_at_their_size() -> None:
+    specs = [
+        spend_resolution.ChunkSpec(i, (), (), (), (), "regtest", b"", size)
+        for i, size in enumerate([5, 5, 5, 12, 1])
+    ]
+    cut = spend_resolution.rounds(specs, 10)
+    assert [[s.first for s in r] for r in cut] == [[0, 1], [2], [3], [4]]
+
+
 def test_workers_without_the_data_folder_return_their_parts(
     node: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,10 @@ applied and written on its own, committed in height order by the coordinator.
 Three rounds of tasks, data moving through Ray's object store (it spills to disk beyond its
 memory, and reaches the nodes of a cluster that share no folder with the coordinator):
 
+The range is applied in rounds of a bounded size (a quarter of the memory budget of blocks): a
+round's partitions are what the object store holds, the next round's are resolved while this
+one applies, and what a round leaves to the set is read once the rounds before it are committed.
+
 1. *events*, a task per chunk: the chunk's blocks read from the blk files and split into
    txid partitions, each output created (with its coin) and each outpoint spent.
 2. *resolve*, a task per partition: that partition's events of every chunk folded in chain
@@ -77,67 +81,118 @@ def workers_share_data_folder(ctx: BtcRun) -> bool:
     return ctx.opts.ray_address is None
 
 
+def round_bytes(memory_budget: int) -> int:
+    """Block bytes per round: two rounds' partitions are in the object store at once."""
+    return memory_budget // 4
+
+
+def rounds(specs: list[ChunkSpec], max_bytes: int) -> list[list[ChunkSpec]]:
+    """Consecutive runs of chunks of at most ``max_bytes`` of blocks (or one chunk)."""
+    out: list[list[ChunkSpec]] = []
+    size = 0
+    for spec in specs:
+        if not out or size + spec.block_bytes > max_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(spec)
+        size += spec.block_bytes
+    return out
+
+
+class _Round:
+    """One round's resolution, submitted: its chunks' events, then each partition's fold."""
+
+    def __init__(self, specs: list[ChunkSpec], memory_budget: int, cpus: int) -> None:
+        from rechain.pipeline.ray_runtime import spread_tasks
+
+        self.specs = specs
+        n = partitions(sum(s.block_bytes for s in specs), memory_budget, cpus)
+        self.events = spread_tasks(chunk_events, [(s, n) for s in specs], n)
+        self.resolved = spread_tasks(
+            resolve_partition, [tuple(e[p] for e in self.events) for p in range(n)], 2 * len(specs)
+        )
+        self.partitions = n
+
+    def coins(self, c: int) -> list[Any]:
+        """Chunk ``c``'s resolved records, one reference per partition."""
+        return [r[c] for r in self.resolved]
+
+    def stored_keys(self, c: int) -> list[bytes]:
+        """The keys chunk ``c`` reads from the set (waits for the round's resolution)."""
+        import ray
+
+        keys: list[bytes] = []
+        for part in ray.get([r[len(self.specs) + c] for r in self.resolved]):
+            keys.extend(part)
+        return keys
+
+    def record_nodes(self) -> None:
+        from rechain.pipeline.ray_runtime import record_nodes
+
+        record_nodes(self.events)
+        record_nodes(self.resolved)
+
+
 def apply_range(
     ctx: BtcRun, cp: dict[str, Any], chunks: list[tuple[int, list[bytes], list[dict[str, Any]]]]
 ) -> tuple[dict[str, Any], int, Any]:
-    """Applies ``chunks`` (consecutive, from the checkpoint's height + 1) on Ray; returns the
-    last checkpoint, the blocks applied and the first failure (height, hash, reason) or None."""
+    """Applies ``chunks`` (consecutive, from the checkpoint's height + 1) on Ray, in rounds of
+    at most a quarter of the memory budget of blocks (a round's partitions are what Ray's
+    object store holds; the next round's are resolved while this one applies, and its
+    stored coins read once this one is committed); returns the last checkpoint, the blocks
+    applied and the first failure (height, hash, reason) or None."""
     import ray
-    from rechain.pipeline.ray_runtime import (
-        ensure_ray,
-        ordered_results,
-        record_nodes,
-        spread_tasks,
-    )
+    from rechain.pipeline.ray_runtime import ensure_ray, ordered_results
 
     if not chunks:
         return cp, 0, None
     ensure_ray(ctx.opts.ray_address, ctx.workers)
     specs = [chain_state.chunk_spec(ctx, c) for c in chunks]
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    n = partitions(sum(s.block_bytes for s in specs), ctx.opts.memory_budget, cpus)
-    t0 = time.perf_counter()
-    events = spread_tasks(chunk_events, [(s, n) for s in specs], n)
-    resolved = spread_tasks(
-        resolve_partition, [tuple(e[p] for e in events) for p in range(n)], 2 * len(specs)
-    )
-    record_nodes(events)
-    record_nodes(resolved)
-    del events  # the resolve tasks hold what they need; the store may free them
-    t1 = time.perf_counter()
-    log.info("chain state: %d chunk(s) resolved in %d partition(s) on Ray", len(specs), n)
-    ctx.add({"chain_state_resolve_s": t1 - t0})
+    budget = ctx.opts.memory_budget
+    plan = rounds(specs, round_bytes(budget))
+    log.info("chain state: %d chunk(s) in %d round(s) on Ray", len(specs), len(plan))
     shared = workers_share_data_folder(ctx)
     window = max(2, 2 * ctx.workers)
-
-    def units() -> Iterator[tuple[ChunkSpec, list[Any], list[bytes], list[bytes | None]]]:
-        store = ctx.data.cf(layout.CF_BTC_UTXO)
-        for c, spec in enumerate(specs):
-            stored: list[bytes] = []
-            for keys in ray.get([r[len(specs) + c] for r in resolved]):
-                stored.extend(keys)
-            values = store[stored] if stored else []
-            yield spec, [r[c] for r in resolved], stored, values
-
     group_bytes = chain_state.row_group_bytes(ctx)
     folder = str(ctx.data.path) if shared else None
+    store = ctx.data.cf(layout.CF_BTC_UTXO)
     applied = 0
     failure = None
-    for unit, result in ordered_results(_apply_task, units(), window, STAGE, group_bytes, folder):
-        if isinstance(result, Exception):
-            raise RechainError(f"chain state: chunk from height {unit[0].first}: {result}")
-        ctx.add(result.pop("task_s"))
-        t2 = time.perf_counter()
-        if result["blocks"]:
-            _land(ctx.data, unit[0].first, result)
-            fault_injection.kill_point("chain_state.spends_written")
-            ctx.add({"chain_state_rows_s": time.perf_counter() - t2})
-            cp = chain_state.commit_applied(ctx, cp, unit[0].first, result)
-        applied += int(result["blocks"])
-        if result["failure"] is not None:
-            failure = result["failure"]
+    t0 = time.perf_counter()
+    upcoming = _Round(plan[0], budget, cpus)
+    for r in range(len(plan)):
+        current = upcoming
+        if r + 1 < len(plan):
+            upcoming = _Round(plan[r + 1], budget, cpus)
+
+        def units(
+            current: _Round = current,
+        ) -> Iterator[tuple[ChunkSpec, list[Any], list[bytes], list[bytes | None]]]:
+            for c, spec in enumerate(current.specs):
+                stored = current.stored_keys(c)
+                values = store[stored] if stored else []
+                yield spec, current.coins(c), stored, values
+
+        results = ordered_results(_apply_task, units(), window, STAGE, group_bytes, folder)
+        for unit, result in results:
+            if isinstance(result, Exception):
+                raise RechainError(f"chain state: chunk from height {unit[0].first}: {result}")
+            ctx.add(result.pop("task_s"))
+            t1 = time.perf_counter()
+            if result["blocks"]:
+                _land(ctx.data, unit[0].first, result)
+                fault_injection.kill_point("chain_state.spends_written")
+                ctx.add({"chain_state_rows_s": time.perf_counter() - t1})
+                cp = chain_state.commit_applied(ctx, cp, unit[0].first, result)
+            applied += int(result["blocks"])
+            if result["failure"] is not None:
+                failure = result["failure"]
+                break
+        current.record_nodes()
+        if failure is not None:
             break
-    ctx.add({"chain_state_apply_s": time.perf_counter() - t1})
+    ctx.add({"chain_state_tasks_s": time.perf_counter() - t0})
     return cp, applied, failure
 
 
