@@ -52,6 +52,11 @@ def generate(out: Path, blocks: int, tx_per_block: str) -> int:
 COORDINATOR_PARTS = {
     "bodies": ("commit_s",),
     "chain_state": ("chain_state_commit_s", "chain_state_rows_s"),
+    # All of publish but its outputs copies (``publish_new_s``: the spends' shuffle and the
+    # copies, the tasks).
+    "publish": tuple(
+        f"publish_{phase}_s" for phase in ("prints", "offchain_decode", "kept", "offchain", "sync")
+    ),
 }
 
 

@@ -1,5 +1,6 @@
 """The chain state on Ray workers (``RECHAIN_CHAIN_STATE=partitioned``, the rule with
-``--ray-address``): spends resolved by txid partition and every chunk applied on its own must
+``--ray-address``, which also sends publish's outputs copies to Ray): spends resolved by txid
+partition and every chunk applied on its own must
 end exactly where the coordinator's in-order apply does, on a fresh chain with side branches
 and orphans, through reorgs that unwind and apply on top of a stored set, after a kill -9 at
 each of its commit points, with workers that cannot reach the data folder, and for a block
@@ -70,6 +71,9 @@ def test_partitioned_equals_in_order_and_runs_on_ray(
     tasks = sum(got["run"]["placement"]["chain_state"]["ray_tasks"].values())
     assert tasks >= 2 * parts + 2
     assert "ray_tasks" not in ref["run"]["placement"]["chain_state"]
+    # Publish's outputs copies went to Ray with it: split tasks, then a copy task per group
+    # of segments.
+    assert 2 <= sum(got["run"]["placement"]["publish"]["ray_tasks"].values()) < parts
 
 
 def test_rounds_of_a_small_budget_apply_on_the_rounds_before(

@@ -9,8 +9,9 @@ heights inside one partition, ``height_range=R/seg-FIRST-LAST.parquet``), listed
 (``META_BTC_PUBLISHED``). ``blocks``, ``transactions`` and ``inputs`` segments are the rows
 the chain state wrote for its part, linked in as they are. ``outputs`` rows it wrote unspent
 (the blocks that spend them come later); a new segment is that file copied with its ``spent``
-column set from the best-chain spends of its outputs (partitioned by part in one DuckDB pass
-over the parts' spends), in Rust, which copies the other columns' encoded pages as they are;
+column set from the best-chain spends of its outputs (``outputs_spent``: partitioned by
+segment in one DuckDB pass, or shuffled through Ray's object store where the chain state ran on
+Ray), in Rust, which copies the other columns' encoded pages as they are;
 the staged file then becomes a link to the published one, so the outputs are on disk once.
 A rerun keeps every segment whose heights are still a part and whose last block is still on
 the best chain (hard links into the new generation) and writes the others. The one column of
@@ -36,7 +37,6 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +45,9 @@ import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.local_runner import ordered_local
-from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
+from rechain.pipeline.stages.bitcoin import BtcRun, chain_state, spend_resolution
 from rechain.pipeline.stages.bitcoin.bodies import cut_units, unit_bytes
+from rechain.pipeline.stages.bitcoin.outputs_spent import Segment, copy_segments
 from rechain.pipeline.stages.bitcoin.session import (
     duckdb_memory_errors,
     hex_sql,
@@ -91,6 +92,8 @@ class PublishStage(Stage[BtcRun]):
         redecode = OffchainDecoder(
             ctx.paths, ctx.opts.network, ctx.key, unit_bytes(ctx.opts.memory_budget), ctx.workers
         )
+        # On a cluster the outputs copies run where the chain state's tasks ran.
+        on_ray = spend_resolution.partitioned(ctx.opts.ray_address)
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             rows, work = publish_tables(
                 ctx.session(),
@@ -99,6 +102,8 @@ class PublishStage(Stage[BtcRun]):
                 ctx.opts.memory_budget,
                 ctx.workers,
                 redecode,
+                on_ray,
+                spend_resolution.workers_share_data_folder(ctx),
             )
         # The older generations stay until the indexes stage has read what changed.
         ctx.full["publish_s"] = ctx.full.get("publish_s", 0.0) + time.perf_counter() - t
@@ -299,52 +304,6 @@ def _offchain_copies(con: duckdb.DuckDBPyConnection, data: DataDir, parts: list[
     ).to_arrow_table()
 
 
-def _partition_spent(
-    con: duckdb.DuckDBPyConnection, folder: Path, ranges: list[tuple[int, int, str]], spends: str
-) -> None:
-    """The best-chain spends (view ``spends``) of outputs created in each of ``ranges``
-    ((first, last, NAME), disjoint: new parts and kept segments to rewrite), in one pass
-    (DuckDB spills what the budget cannot hold), as ``folder/part=NAME/*.parquet``."""
-    shutil.rmtree(folder, ignore_errors=True)
-    if not ranges:
-        return
-    parts = {"first": [a for a, _, _ in ranges], "last": [b for _, b, _ in ranges]}
-    con.register("new_parts", pa.table({**parts, "part": [n for _, _, n in ranges]}))
-    con.execute(
-        f"""COPY (
-          SELECT p.part, r.prev_height, r.prev_txid, r.prev_vout
-          FROM {spends} r ASOF JOIN new_parts p ON r.prev_height >= p.first
-          WHERE r.prev_height <= p.last
-        ) TO '{folder}' (FORMAT PARQUET, PARTITION_BY (part), COMPRESSION SNAPPY)"""
-    )
-    con.unregister("new_parts")
-
-
-def _part_spends(spent_folder: Path, name: str) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """The spends ``_partition_spent`` put in partition ``name``: (heights, txids, vouts)."""
-    files = sorted((spent_folder / f"part={name}").glob("*.parquet"))
-    spent = (
-        pa.concat_tables([pq.read_table(f) for f in files])
-        if files
-        else pa.Table.from_batches([chain_state.empty_spends()])
-    )
-    return (
-        spent.column("prev_height").combine_chunks(),
-        spent.column("prev_txid").combine_chunks(),
-        spent.column("prev_vout").combine_chunks(),
-    )
-
-
-def _respend_outputs(spent_folder: Path, src: Path, dest: Path, name: str, keep_old: bool) -> int:
-    """An ``outputs`` segment copied from ``src`` (published, or staged by the chain state
-    with every flag false) to ``dest`` with its ``spent`` flags from the spends of partition
-    ``name``: all of them, or (``keep_old``) the new ones, which can only add flags. Only
-    that column is encoded again (in Rust); the others are copied as they are."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    rows: int = _native.respend_outputs(src, dest, *_part_spends(spent_folder, name), keep_old)
-    return rows
-
-
 def _share_staged_outputs(data: DataDir, generation: int, new: list[tuple[int, int, str]]) -> None:
     """Each new part's staged ``outputs`` file replaced by a link to its published segment:
     the same rows, with flags a later copy sets again from all the spends into it."""
@@ -357,11 +316,6 @@ def _share_staged_outputs(data: DataDir, generation: int, new: list[tuple[int, i
         os.replace(link, staged / part)
 
 
-def _rewrite_name(seg: dict[str, Any]) -> str:
-    """The spends partition of a kept segment whose outputs are rewritten."""
-    return f"seg-{seg['first']}-{seg['last']}"
-
-
 def publish_tables(
     con: duckdb.DuckDBPyConnection,
     data: DataDir,
@@ -369,10 +323,14 @@ def publish_tables(
     budget: int,
     threads: int = 1,
     redecode: Callable[[pa.Table, Path], dict[str, list[str]]] | None = None,
+    on_ray: bool = False,
+    shared: bool = True,
 ) -> tuple[dict[str, int], dict[str, float]]:
     """Publishes ``generation`` of the four tables; returns (rows per table, what it did:
     segments kept, written, outputs rewritten, seconds per phase). ``redecode`` (an
-    ``OffchainDecoder``) gives the rows of the off-chain copies of a group to write."""
+    ``OffchainDecoder``) gives the rows of the off-chain copies of a group to write.
+    ``on_ray``: the ``outputs`` copies run as Ray tasks, written into the data folder by
+    workers that share it (``shared``), else handed back as bytes."""
     # A row group is buffered whole before it is written: bound it in bytes as well as rows
     # (inputs and outputs rows carry scripts and witnesses).
     group_bytes = max(budget // 16, 1 << 20)
@@ -416,9 +374,11 @@ def publish_tables(
     # and flags only turn on. Otherwise (an unwind removed spends) every segment's spends are
     # counted again from all parts.
     appended = len(kept) == len(old) and all(a > seg["last"] for a, _, _ in new for seg in kept)
-    spends_view(con, "res_all", chain_state.spend_files(data))
-    spends_view(con, "res_new", [str(chain_state.spends_dir(data) / name) for _, _, name in new])
-    changes = "res_new" if appended else "res_all"
+    all_files = chain_state.spend_files(data)
+    new_files = [str(chain_state.spends_dir(data) / name) for _, _, name in new]
+    spends_view(con, "res_all", all_files)
+    spends_view(con, "res_new", new_files)
+    changes, change_files = ("res_new", new_files) if appended else ("res_all", all_files)
     # Fingerprint of the spends into each segment's outputs: a moved one means some of its
     # ``spent`` flags changed.
     segs = sorted([(s["first"], s["last"]) for s in kept] + [(a, b) for a, b, _ in new])
@@ -470,24 +430,28 @@ def publish_tables(
             # Every segment whose flags change is copied with its ``spent`` column set from
             # the spends of its outputs (known only now): kept ones from the published file,
             # new ones from the chain state's unspent rows.
-            spent = data.path / "tmp" / "duckdb" / "spent"
-            targets = [(seg["first"], seg["last"], _rewrite_name(seg)) for seg in rewrite]
-            _partition_spent(con, spent, sorted(targets + new), changes)
-            jobs: list[Callable[[], Any]] = []
-            for seg in rewrite:
-                assert old_dir is not None
-                src, dest = old_dir / seg["path"], tmp / seg["path"]
-                respend = partial(_respend_outputs, spent, src, dest, _rewrite_name(seg), appended)
-                jobs.append(respend)
-            for first, last, part in new:
-                src = chain_state.rows_dir(data, name) / part
-                dest = tmp / segment_path(first, last)
-                jobs.append(partial(_respend_outputs, spent, src, dest, part, False))
-            for _, result in ordered_local(_call, jobs, threads, max(1, threads)):
-                if isinstance(result, Exception):
-                    raise result
+            assert old_dir is not None or not rewrite
+            segments = [
+                Segment(
+                    s["first"], s["last"], str(old_dir / s["path"]), str(tmp / s["path"]), appended
+                )
+                for s in rewrite
+            ]
+            segments += [
+                Segment(
+                    first,
+                    last,
+                    str(chain_state.rows_dir(data, name) / part),
+                    str(tmp / segment_path(first, last)),
+                    False,
+                )
+                for first, last, part in new
+            ]
+            scratch_spent = data.path / "tmp" / "duckdb" / "spent"
+            copy_segments(
+                segments, con, changes, change_files, scratch_spent, threads, budget, on_ray, shared
+            )
             work["outputs_rewritten"] += len(rewrite)
-            shutil.rmtree(spent, ignore_errors=True)
         else:
             # The rows the chain state wrote for the part, final as they are.
             for first, last, part in new:
@@ -556,10 +520,6 @@ def publish_tables(
         }
     )
     return rows, work
-
-
-def _call(job: Callable[[], Any]) -> Any:
-    return job()
 
 
 def _offchain_groups(
