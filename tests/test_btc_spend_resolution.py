@@ -1,5 +1,6 @@
 """The chain state on Ray workers (``RECHAIN_CHAIN_STATE=partitioned``, the rule with
-``--ray-address``, which also sends publish's outputs copies to Ray): spends resolved by txid
+``--ray-address``, which also sends publish's outputs copies and the tx index's first build to
+Ray): spends resolved by txid
 partition and every chunk applied on its own must
 end exactly where the coordinator's in-order apply does, on a fresh chain with side branches
 and orphans, through reorgs that unwind and apply on top of a stored set, after a kill -9 at
@@ -74,6 +75,9 @@ def test_partitioned_equals_in_order_and_runs_on_ray(
     # Publish's outputs copies went to Ray with it: split tasks, then a copy task per group
     # of segments.
     assert 2 <= sum(got["run"]["placement"]["publish"]["ray_tasks"].values()) < parts
+    # And the tx index's first build: split tasks, then a build task per range of txids.
+    assert sum(got["run"]["placement"]["indexes"]["ray_tasks"].values()) >= 2
+    assert "ray_tasks" not in ref["run"]["placement"]["indexes"]
 
 
 def test_rounds_of_a_small_budget_apply_on_the_rounds_before(

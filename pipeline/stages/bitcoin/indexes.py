@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.query import current_generation
-from rechain.pipeline.stages.bitcoin import BtcRun, chain_state
+from rechain.pipeline.stages.bitcoin import BtcRun, chain_state, spend_resolution
 from rechain.pipeline.stages.bitcoin.publish import FULL_TABLES, OFFCHAIN, published_rows
 from rechain.pipeline.stages.bitcoin.session import duckdb_memory_errors, sql_list
 from rechain.pipeline.stages.engine import Done, Stage
@@ -51,6 +51,10 @@ TXINDEX_BUDGET_SHARE = 8
 #: first build cuts its files at this share of the budget's worth of keys.
 TXINDEX_FILTER_SHARE = 16
 FILTER_BYTES_PER_KEY = 8
+#: At most this many split tasks and txid ranges when the index is built on Ray.
+MAX_RAY_TASKS = 64
+#: The metrics label of the index's Ray tasks.
+STAGE = "btc_txindex"
 
 
 class IndexesStage(Stage[BtcRun]):
@@ -72,7 +76,10 @@ class IndexesStage(Stage[BtcRun]):
         utxo = {"utxo_count": int(cp["utxo_count"]), "total_amount": int(cp["total_amount"])}
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             log.info("indexes: tx index")
-            txs, how = update_txindex(ctx.session(), data, ctx.opts.memory_budget)
+            # On a cluster a whole build runs where the chain state's tasks ran.
+            on_ray = spend_resolution.partitioned(ctx.opts.ray_address)
+            shared = spend_resolution.workers_share_data_folder(ctx)
+            txs, how = update_txindex(ctx.session(), data, ctx.opts.memory_budget, on_ray, shared)
         ctx.full["txindex_" + how] = ctx.full.get("txindex_" + how, 0) + 1
         generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
         for table in FULL_TABLES:
@@ -88,8 +95,15 @@ class IndexesStage(Stage[BtcRun]):
         return Done(rows=int(utxo["utxo_count"]), detail={"txindex": txs})
 
 
-def update_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -> tuple[int, str]:
-    """Brings ``btc_txindex`` to the current tables: (entries, "updated" or "rebuilt")."""
+def update_txindex(
+    con: duckdb.DuckDBPyConnection,
+    data: DataDir,
+    budget: int,
+    on_ray: bool = False,
+    shared: bool = True,
+) -> tuple[int, str]:
+    """Brings ``btc_txindex`` to the current tables: (entries, "updated" or "rebuilt"); a
+    rebuild on Ray with ``on_ray`` (``write_txindex``)."""
     record = data.meta_get(layout.META_BTC_TXINDEX)
     published = data.meta_get(layout.META_BTC_PUBLISHED) or {}
     generation = published.get("generation")
@@ -101,7 +115,7 @@ def update_txindex(con: duckdb.DuckDBPyConnection, data: DataDir, budget: int) -
         or generation is None
         or not (tx_dir / f"{record['generation']:06d}").is_dir()
     ):
-        entries = write_txindex(data, budget)
+        entries = write_txindex(data, budget, on_ray, shared)
         how = "rebuilt"
     else:
         entries = int(record["entries"]) + _apply_txindex_changes(con, data, record, published)
@@ -222,29 +236,26 @@ def _apply_txindex_changes(
     return int(pc.count(puts.column("old"), mode="only_null").as_py()) - len(deletes)
 
 
-def write_txindex(data: DataDir, budget: int) -> int:
+def write_txindex(data: DataDir, budget: int, on_ray: bool = False, shared: bool = True) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
     side branches) points at its best-chain copy, else its lowest one. Built by the Rust core
     (``btc/txindex.rs``) from the staged txids of every decoded copy, which the tables hold
-    once each, in sorted runs within the memory budget, merged into one SST file."""
+    once each, in sorted runs within the memory budget, merged into SST files: here, or on
+    Ray (``on_ray``) in ranges of txids, each range's files built by a task of its own and
+    all of them ingested at once (``shared``: the workers write into the data folder, else
+    they hand back the files' bytes)."""
     gen = current_generation(data.parquet_dir(ds.HEADERS))
     if gen is None:
         raise RechainError("the header pass published no headers table")
     headers = pq.read_table(gen, columns=["hash", "height", "in_best_chain"])
     work = data.path / "tmp" / "txindex"
     shutil.rmtree(work, ignore_errors=True)
-    files, entries, unknown = _native.write_txindex(
-        btc_bodies.txid_files(data),
-        headers.column("hash").combine_chunks(),
-        headers.column("height").combine_chunks(),
-        headers.column("in_best_chain").combine_chunks(),
-        ds.HEIGHT_RANGE_BLOCKS,
-        budget // TXINDEX_BUDGET_SHARE,
-        work / "runs",
-        work / "sst",
-        max(1, budget // TXINDEX_FILTER_SHARE // FILTER_BYTES_PER_KEY),
-        True,
-    )
+    if on_ray:
+        files, entries, unknown = _build_on_ray(data, headers, work, budget, shared)
+    else:
+        files, entries, unknown = _native.write_txindex(
+            btc_bodies.txid_files(data), *_build_args(headers, budget, work / "runs", work / "sst")
+        )
     if unknown:
         log.warning("tx index: %d staged transaction(s) of blocks the headers lack", unknown)
     data.reset_column_family(layout.CF_BTC_TXINDEX)
@@ -252,3 +263,109 @@ def write_txindex(data: DataDir, budget: int) -> int:
         data.ingest_sst(layout.CF_BTC_TXINDEX, [Path(f) for f in files])
     shutil.rmtree(work, ignore_errors=True)
     return int(entries)
+
+
+def _build_args(headers: pa.Table, budget: int, spill: Path, sst: Path) -> tuple[Any, ...]:
+    """``_native.write_txindex``'s arguments after the copies: sorted runs spilled to
+    ``spill``, SST files written to ``sst``."""
+    return (
+        headers.column("hash").combine_chunks(),
+        headers.column("height").combine_chunks(),
+        headers.column("in_best_chain").combine_chunks(),
+        ds.HEIGHT_RANGE_BLOCKS,
+        budget // TXINDEX_BUDGET_SHARE,
+        spill,
+        sst,
+        max(1, budget // TXINDEX_FILTER_SHARE // FILTER_BYTES_PER_KEY),
+        True,
+    )
+
+
+def _build_on_ray(
+    data: DataDir, headers: pa.Table, work: Path, budget: int, shared: bool
+) -> tuple[list[str], int, int]:
+    """The index's SST files built on Ray: split tasks over runs of the staged txid files
+    sort their rows into ranges of txids (the first two bytes of the key), a build task per
+    range builds its files. Returns (files in key order, entries, unknown copies)."""
+    import numpy as np
+    import ray
+    from rechain.pipeline.ray_runtime import ordered_results, record_nodes, spread_tasks
+
+    files = btc_bodies.txid_files(data)
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    ranges = min(2 * cpus, MAX_RAY_TASKS)
+    runs = [r for r in np.array_split(np.array(files), min(ranges, len(files))) if len(r)]
+    splits = spread_tasks(split_txids, [(tuple(str(f) for f in r), ranges) for r in runs], ranges)
+    header_ref = ray.put(headers)
+    folder = str(work) if shared else None
+    units = ((k, [split[k] for split in splits]) for k in range(ranges))
+    out: list[str] = []
+    entries = unknown = 0
+    window = max(2, 2 * cpus)
+    results = ordered_results(_build_range, units, window, STAGE, header_ref, budget, folder)
+    for (k, _), result in results:
+        if isinstance(result, Exception):
+            raise RechainError(f"tx index: range {k}: {result}")
+        built, n, u = result
+        entries += n
+        unknown += u
+        for i, content in enumerate(built):
+            if isinstance(content, bytes):
+                path = work / "sst" / f"{k:04d}" / f"{i:06d}.sst"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content)
+                content = str(path)
+            out.append(content)
+    record_nodes(splits)
+    return out, entries, unknown
+
+
+def split_txids(files: tuple[str, ...], ranges: int) -> list[pa.Table]:
+    """The staged copies of ``files`` (``txid``, ``block_hash``, ``position``), one table per
+    range of txids: range ``k`` holds the keys (txids in internal order) whose first two
+    bytes, read as a big-endian number, lie in ``[k, k + 1) * 65536 / ranges``."""
+    import numpy as np
+
+    table = pa.concat_tables(
+        [pq.read_table(f, columns=["txid", "block_hash", "position"]) for f in files],
+        promote_options="permissive",
+    )
+    try:
+        txids = table.column("txid").combine_chunks().cast(pa.binary(32))
+    except pa.ArrowInvalid as e:
+        raise RechainError(f"tx index: a staged txid that is not 32 bytes ({e})") from e
+    if txids.null_count:
+        raise RechainError("tx index: a staged copy without a txid")
+    raw = np.frombuffer(txids.buffers()[1], np.uint8)
+    grid = raw[txids.offset * 32 : (txids.offset + len(txids)) * 32].reshape(-1, 32)
+    # The key reverses the staged (display) txid: its first bytes are the txid's last ones.
+    top = grid[:, 31].astype(np.int64) * 256 + grid[:, 30]
+    which = (top * ranges) >> 16
+    order = np.argsort(which, kind="stable")
+    table = table.take(pa.array(order))
+    bounds = np.searchsorted(which[order], np.arange(ranges + 1))
+    return [table.slice(lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _build_range(
+    unit: tuple[int, list[Any]], headers: pa.Table, budget: int, work: str | None
+) -> tuple[list[str | bytes], int, int]:
+    """One range's SST files from its rows of every split (references), in ``work`` (the
+    data folder's) or, for a worker that cannot reach it, as bytes."""
+    import tempfile
+
+    import ray
+
+    k, refs = unit
+    batches = [b for t in ray.get(refs) for b in t.to_batches() if b.num_rows]
+    with tempfile.TemporaryDirectory(prefix="rechain-txindex-") as scratch:
+        base = Path(work or scratch)
+        spill, sst = base / "runs" / f"{k:04d}", base / "sst" / f"{k:04d}"
+        built, entries, unknown = _native.write_txindex_batches(
+            batches, *_build_args(headers, budget, spill, sst)
+        )
+        shutil.rmtree(spill, ignore_errors=True)
+        files: list[str | bytes] = [
+            str(f) if work is not None else Path(f).read_bytes() for f in built
+        ]
+    return files, int(entries), int(unknown)

@@ -10,7 +10,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3_arrow::PyArray;
+use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -50,6 +50,18 @@ fn add_batch(b: &mut TxIndexBuilder, batch: &RecordBatch) -> Result<(), String> 
     Ok(())
 }
 
+/// `batch`'s three `COLUMNS`, in that order.
+fn in_our_order(batch: &RecordBatch) -> Result<RecordBatch, String> {
+    let schema = batch.schema();
+    let cols = COLUMNS
+        .iter()
+        .map(|c| schema.index_of(c).map(|i| batch.column(i).clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    RecordBatch::try_from_iter(COLUMNS.iter().zip(cols).map(|(n, c)| (*n, c)))
+        .map_err(|e| e.to_string())
+}
+
 fn add_file(b: &mut TxIndexBuilder, path: &Path) -> Result<(), String> {
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let file = File::open(path).map_err(|e| at(&e))?;
@@ -64,40 +76,14 @@ fn add_file(b: &mut TxIndexBuilder, path: &Path) -> Result<(), String> {
     for batch in reader {
         let batch = batch.map_err(|e| at(&e))?;
         // The projection keeps the file's column order: put the three in ours.
-        let schema = batch.schema();
-        let cols = COLUMNS
-            .iter()
-            .map(|c| schema.index_of(c).map(|i| batch.column(i).clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| at(&e))?;
-        let ordered = RecordBatch::try_from_iter(COLUMNS.iter().zip(cols).map(|(n, c)| (*n, c)))
-            .map_err(|e| at(&e))?;
-        add_batch(b, &ordered).map_err(|e| at(&e))?;
+        add_batch(b, &in_our_order(&batch).map_err(|e| at(&e))?).map_err(|e| at(&e))?;
     }
     Ok(())
 }
 
-/// Builds `btc_txindex` whole as SST files in `sst_dir` (`txindex-NNNNNN.sst`, at most
-/// `keys_per_file` entries each, in key order) from the staged txid files and the headers
-/// table's `hash` (display hex), `height` (uint32, null when unconnected) and
-/// `in_best_chain` (bool), partitioning heights by `range_blocks`; the sorted runs hold at
-/// most `memory` bytes, spilled beyond that to `spill_dir`. Returns (the files, entries,
-/// transaction copies whose block the headers lack).
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-pub fn write_txindex(
-    py: Python<'_>,
-    txid_files: Vec<PathBuf>,
-    hashes: PyArray,
-    heights: PyArray,
-    best: PyArray,
-    range_blocks: u32,
-    memory: usize,
-    spill_dir: PathBuf,
-    sst_dir: PathBuf,
-    keys_per_file: u64,
-    compress: bool,
-) -> PyResult<(Vec<PathBuf>, u64, u64)> {
+/// The headers table's `hash` (display hex), `height` (uint32, null when unconnected) and
+/// `in_best_chain` (bool), as the builder ranks blocks.
+fn index_blocks(hashes: PyArray, heights: PyArray, best: PyArray) -> PyResult<Vec<IndexBlock>> {
     let bad = |what: &str| PyValueError::new_err(format!("write_txindex: {what}"));
     let (hashes, _) = hashes.into_inner();
     let (heights, _) = heights.into_inner();
@@ -129,10 +115,40 @@ pub fn write_txindex(
             best: best.is_valid(i).then(|| best.value(i)),
         });
     }
+    Ok(blocks)
+}
+
+/// Where the transaction copies come from: staged files, or batches already read.
+enum Copies {
+    Files(Vec<PathBuf>),
+    Batches(Vec<RecordBatch>),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    py: Python<'_>,
+    copies: Copies,
+    blocks: Vec<IndexBlock>,
+    range_blocks: u32,
+    memory: usize,
+    spill_dir: PathBuf,
+    sst_dir: PathBuf,
+    keys_per_file: u64,
+    compress: bool,
+) -> PyResult<(Vec<PathBuf>, u64, u64)> {
     py.detach(|| {
         let mut builder = TxIndexBuilder::new(blocks, range_blocks, memory, &spill_dir);
-        for f in &txid_files {
-            add_file(&mut builder, f)?;
+        match &copies {
+            Copies::Files(files) => {
+                for f in files {
+                    add_file(&mut builder, f)?;
+                }
+            }
+            Copies::Batches(batches) => {
+                for b in batches {
+                    add_batch(&mut builder, &in_our_order(b)?)?;
+                }
+            }
         }
         let unknown = builder.unknown_blocks;
         std::fs::create_dir_all(&sst_dir).map_err(|e| format!("{}: {e}", sst_dir.display()))?;
@@ -143,4 +159,72 @@ pub fn write_txindex(
         Ok((files, entries, unknown))
     })
     .map_err(|e: String| PyOSError::new_err(e))
+}
+
+/// Builds `btc_txindex` whole as SST files in `sst_dir` (`txindex-NNNNNN.sst`, at most
+/// `keys_per_file` entries each, in key order) from the staged txid files and the headers
+/// table's `hash` (display hex), `height` (uint32, null when unconnected) and
+/// `in_best_chain` (bool), partitioning heights by `range_blocks`; the sorted runs hold at
+/// most `memory` bytes, spilled beyond that to `spill_dir`. Returns (the files, entries,
+/// transaction copies whose block the headers lack).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn write_txindex(
+    py: Python<'_>,
+    txid_files: Vec<PathBuf>,
+    hashes: PyArray,
+    heights: PyArray,
+    best: PyArray,
+    range_blocks: u32,
+    memory: usize,
+    spill_dir: PathBuf,
+    sst_dir: PathBuf,
+    keys_per_file: u64,
+    compress: bool,
+) -> PyResult<(Vec<PathBuf>, u64, u64)> {
+    let blocks = index_blocks(hashes, heights, best)?;
+    let copies = Copies::Files(txid_files);
+    build(
+        py,
+        copies,
+        blocks,
+        range_blocks,
+        memory,
+        spill_dir,
+        sst_dir,
+        keys_per_file,
+        compress,
+    )
+}
+
+/// `write_txindex` of the copies in `batches` (record batches with `txid`, `block_hash` and
+/// `position`, as the staged files hold them): one range of the index built apart.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn write_txindex_batches(
+    py: Python<'_>,
+    batches: Vec<PyRecordBatch>,
+    hashes: PyArray,
+    heights: PyArray,
+    best: PyArray,
+    range_blocks: u32,
+    memory: usize,
+    spill_dir: PathBuf,
+    sst_dir: PathBuf,
+    keys_per_file: u64,
+    compress: bool,
+) -> PyResult<(Vec<PathBuf>, u64, u64)> {
+    let blocks = index_blocks(hashes, heights, best)?;
+    let copies = Copies::Batches(batches.into_iter().map(PyRecordBatch::into_inner).collect());
+    build(
+        py,
+        copies,
+        blocks,
+        range_blocks,
+        memory,
+        spill_dir,
+        sst_dir,
+        keys_per_file,
+        compress,
+    )
 }
