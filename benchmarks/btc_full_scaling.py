@@ -60,6 +60,10 @@ COORDINATOR_PARTS = {
 }
 
 
+#: The Ray tasks' share of a stage whose other work is the coordinator's (a ``run`` figure).
+TASK_PARTS = {"indexes": "txindex_ray_s"}
+
+
 def measure(blocks: Path, data: Path, workers: int, budget: str) -> dict[str, Any]:
     cmd = btc_reindex_cmd(blocks, data, workers, "--mode", "full", "--memory-budget", budget)
     # On Ray even below the size rule, as on a cluster: the placement says which stages
@@ -80,6 +84,12 @@ def measure(blocks: Path, data: Path, workers: int, budget: str) -> dict[str, An
             own = min(stage_s[stage], sum(float(run.get(p, 0.0)) for p in parts))
             stage_s[stage] -= own
             stage_s[f"{stage}_commit"] = own
+            where[f"{stage}_commit"] = "coordinator"
+    for stage, part in TASK_PARTS.items():
+        if where.get(stage) == "workers":
+            tasks = min(stage_s[stage], float(run.get(part, 0.0)))
+            stage_s[f"{stage}_commit"] = stage_s[stage] - tasks
+            stage_s[stage] = tasks
             where[f"{stage}_commit"] = "coordinator"
     return {
         "wall_s": wall,

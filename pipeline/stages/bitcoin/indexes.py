@@ -79,7 +79,11 @@ class IndexesStage(Stage[BtcRun]):
             # On a cluster a whole build runs where the chain state's tasks ran.
             on_ray = spend_resolution.partitioned(ctx.opts.ray_address)
             shared = spend_resolution.workers_share_data_folder(ctx)
-            txs, how = update_txindex(ctx.session(), data, ctx.opts.memory_budget, on_ray, shared)
+            stats: dict[str, float] = {}
+            txs, how = update_txindex(
+                ctx.session(), data, ctx.opts.memory_budget, on_ray, shared, stats
+            )
+        ctx.add(stats)
         ctx.full["txindex_" + how] = ctx.full.get("txindex_" + how, 0) + 1
         generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
         for table in FULL_TABLES:
@@ -101,9 +105,10 @@ def update_txindex(
     budget: int,
     on_ray: bool = False,
     shared: bool = True,
+    stats: dict[str, float] | None = None,
 ) -> tuple[int, str]:
     """Brings ``btc_txindex`` to the current tables: (entries, "updated" or "rebuilt"); a
-    rebuild on Ray with ``on_ray`` (``write_txindex``)."""
+    rebuild on Ray with ``on_ray`` (``write_txindex``, which fills ``stats``)."""
     record = data.meta_get(layout.META_BTC_TXINDEX)
     published = data.meta_get(layout.META_BTC_PUBLISHED) or {}
     generation = published.get("generation")
@@ -115,7 +120,7 @@ def update_txindex(
         or generation is None
         or not (tx_dir / f"{record['generation']:06d}").is_dir()
     ):
-        entries = write_txindex(data, budget, on_ray, shared)
+        entries = write_txindex(data, budget, on_ray, shared, stats)
         how = "rebuilt"
     else:
         entries = int(record["entries"]) + _apply_txindex_changes(con, data, record, published)
@@ -236,14 +241,20 @@ def _apply_txindex_changes(
     return int(pc.count(puts.column("old"), mode="only_null").as_py()) - len(deletes)
 
 
-def write_txindex(data: DataDir, budget: int, on_ray: bool = False, shared: bool = True) -> int:
+def write_txindex(
+    data: DataDir,
+    budget: int,
+    on_ray: bool = False,
+    shared: bool = True,
+    stats: dict[str, float] | None = None,
+) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
     side branches) points at its best-chain copy, else its lowest one. Built by the Rust core
     (``btc/txindex.rs``) from the staged txids of every decoded copy, which the tables hold
     once each, in sorted runs within the memory budget, merged into SST files: here, or on
     Ray (``on_ray``) in ranges of txids, each range's files built by a task of its own and
     all of them ingested at once (``shared``: the workers write into the data folder, else
-    they hand back the files' bytes)."""
+    they hand back the files' bytes; ``stats`` gets the seconds of that, ``txindex_ray_s``)."""
     gen = current_generation(data.parquet_dir(ds.HEADERS))
     if gen is None:
         raise RechainError("the header pass published no headers table")
@@ -251,7 +262,10 @@ def write_txindex(data: DataDir, budget: int, on_ray: bool = False, shared: bool
     work = data.path / "tmp" / "txindex"
     shutil.rmtree(work, ignore_errors=True)
     if on_ray:
+        t0 = time.perf_counter()
         files, entries, unknown = _build_on_ray(data, headers, work, budget, shared)
+        if stats is not None:
+            stats["txindex_ray_s"] = time.perf_counter() - t0
     else:
         files, entries, unknown = _native.write_txindex(
             btc_bodies.txid_files(data), *_build_args(headers, budget, work / "runs", work / "sst")
