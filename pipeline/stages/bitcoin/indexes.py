@@ -268,7 +268,9 @@ def write_txindex(
             stats["txindex_ray_s"] = time.perf_counter() - t0
     else:
         files, entries, unknown = _native.write_txindex(
-            btc_bodies.txid_files(data), *_build_args(headers, budget, work / "runs", work / "sst")
+            btc_bodies.txid_files(data),
+            [],
+            *_build_args(headers, budget, work / "runs", work / "sst"),
         )
     if unknown:
         log.warning("tx index: %d staged transaction(s) of blocks the headers lack", unknown)
@@ -280,8 +282,8 @@ def write_txindex(
 
 
 def _build_args(headers: pa.Table, budget: int, spill: Path, sst: Path) -> tuple[Any, ...]:
-    """``_native.write_txindex``'s arguments after the copies: sorted runs spilled to
-    ``spill``, SST files written to ``sst``."""
+    """``_native.write_txindex``'s arguments after the copies (files, batches): sorted runs
+    spilled to ``spill``, SST files written to ``sst``."""
     return (
         headers.column("hash").combine_chunks(),
         headers.column("height").combine_chunks(),
@@ -375,8 +377,8 @@ def _build_range(
     with tempfile.TemporaryDirectory(prefix="rechain-txindex-") as scratch:
         base = Path(work or scratch)
         spill, sst = base / "runs" / f"{k:04d}", base / "sst" / f"{k:04d}"
-        built, entries, unknown = _native.write_txindex_batches(
-            batches, *_build_args(headers, budget, spill, sst)
+        built, entries, unknown = _native.write_txindex(
+            [], batches, *_build_args(headers, budget, spill, sst)
         )
         shutil.rmtree(spill, ignore_errors=True)
         files: list[str | bytes] = [

@@ -118,52 +118,11 @@ fn index_blocks(hashes: PyArray, heights: PyArray, best: PyArray) -> PyResult<Ve
     Ok(blocks)
 }
 
-/// Where the transaction copies come from: staged files, or batches already read.
-enum Copies {
-    Files(Vec<PathBuf>),
-    Batches(Vec<RecordBatch>),
-}
-
-#[allow(clippy::too_many_arguments)]
-fn build(
-    py: Python<'_>,
-    copies: Copies,
-    blocks: Vec<IndexBlock>,
-    range_blocks: u32,
-    memory: usize,
-    spill_dir: PathBuf,
-    sst_dir: PathBuf,
-    keys_per_file: u64,
-    compress: bool,
-) -> PyResult<(Vec<PathBuf>, u64, u64)> {
-    py.detach(|| {
-        let mut builder = TxIndexBuilder::new(blocks, range_blocks, memory, &spill_dir);
-        match &copies {
-            Copies::Files(files) => {
-                for f in files {
-                    add_file(&mut builder, f)?;
-                }
-            }
-            Copies::Batches(batches) => {
-                for b in batches {
-                    add_batch(&mut builder, &in_our_order(b)?)?;
-                }
-            }
-        }
-        let unknown = builder.unknown_blocks;
-        std::fs::create_dir_all(&sst_dir).map_err(|e| format!("{}: {e}", sst_dir.display()))?;
-        let name = |i: usize| sst_dir.join(format!("txindex-{i:06}.sst"));
-        let (files, entries) = builder
-            .finish(name, keys_per_file, compress)
-            .map_err(|e| format!("{}: {e}", sst_dir.display()))?;
-        Ok((files, entries, unknown))
-    })
-    .map_err(|e: String| PyOSError::new_err(e))
-}
-
 /// Builds `btc_txindex` whole as SST files in `sst_dir` (`txindex-NNNNNN.sst`, at most
-/// `keys_per_file` entries each, in key order) from the staged txid files and the headers
-/// table's `hash` (display hex), `height` (uint32, null when unconnected) and
+/// `keys_per_file` entries each, in key order) from the transaction copies in the staged txid
+/// files `txid_files` and in `batches` (record batches with `txid`, `block_hash` and
+/// `position`, as those files hold them: one range of the index built apart), and the
+/// headers table's `hash` (display hex), `height` (uint32, null when unconnected) and
 /// `in_best_chain` (bool), partitioning heights by `range_blocks`; the sorted runs hold at
 /// most `memory` bytes, spilled beyond that to `spill_dir`. Returns (the files, entries,
 /// transaction copies whose block the headers lack).
@@ -172,37 +131,6 @@ fn build(
 pub fn write_txindex(
     py: Python<'_>,
     txid_files: Vec<PathBuf>,
-    hashes: PyArray,
-    heights: PyArray,
-    best: PyArray,
-    range_blocks: u32,
-    memory: usize,
-    spill_dir: PathBuf,
-    sst_dir: PathBuf,
-    keys_per_file: u64,
-    compress: bool,
-) -> PyResult<(Vec<PathBuf>, u64, u64)> {
-    let blocks = index_blocks(hashes, heights, best)?;
-    let copies = Copies::Files(txid_files);
-    build(
-        py,
-        copies,
-        blocks,
-        range_blocks,
-        memory,
-        spill_dir,
-        sst_dir,
-        keys_per_file,
-        compress,
-    )
-}
-
-/// `write_txindex` of the copies in `batches` (record batches with `txid`, `block_hash` and
-/// `position`, as the staged files hold them): one range of the index built apart.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-pub fn write_txindex_batches(
-    py: Python<'_>,
     batches: Vec<PyRecordBatch>,
     hashes: PyArray,
     heights: PyArray,
@@ -215,16 +143,22 @@ pub fn write_txindex_batches(
     compress: bool,
 ) -> PyResult<(Vec<PathBuf>, u64, u64)> {
     let blocks = index_blocks(hashes, heights, best)?;
-    let copies = Copies::Batches(batches.into_iter().map(PyRecordBatch::into_inner).collect());
-    build(
-        py,
-        copies,
-        blocks,
-        range_blocks,
-        memory,
-        spill_dir,
-        sst_dir,
-        keys_per_file,
-        compress,
-    )
+    let batches: Vec<RecordBatch> = batches.into_iter().map(PyRecordBatch::into_inner).collect();
+    py.detach(|| {
+        let mut builder = TxIndexBuilder::new(blocks, range_blocks, memory, &spill_dir);
+        for f in &txid_files {
+            add_file(&mut builder, f)?;
+        }
+        for b in &batches {
+            add_batch(&mut builder, &in_our_order(b)?)?;
+        }
+        let unknown = builder.unknown_blocks;
+        std::fs::create_dir_all(&sst_dir).map_err(|e| format!("{}: {e}", sst_dir.display()))?;
+        let name = |i: usize| sst_dir.join(format!("txindex-{i:06}.sst"));
+        let (files, entries) = builder
+            .finish(name, keys_per_file, compress)
+            .map_err(|e| format!("{}: {e}", sst_dir.display()))?;
+        Ok((files, entries, unknown))
+    })
+    .map_err(|e: String| PyOSError::new_err(e))
 }
