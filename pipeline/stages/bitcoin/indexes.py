@@ -47,10 +47,9 @@ log = logging.getLogger(__name__)
 #: A whole build's sorted runs of index entries hold at most this share of the budget (40
 #: bytes an entry); more entries are spilled to sorted files and merged.
 TXINDEX_BUDGET_SHARE = 8
-#: Each SST file's Bloom filter is built from 8 bytes a key held until the file closes: a
-#: first build cuts its files at this share of the budget's worth of keys.
-TXINDEX_FILTER_SHARE = 16
-FILTER_BYTES_PER_KEY = 8
+#: An SST file holds its filter's key hashes and its index until it closes: a first build
+#: closes each file once they take this share of the budget.
+TXINDEX_SST_SHARE = 16
 #: At most this many split tasks and txid ranges when the index is built on Ray.
 MAX_RAY_TASKS = 64
 #: The metrics label of the index's Ray tasks.
@@ -292,7 +291,7 @@ def _build_args(headers: pa.Table, budget: int, spill: Path, sst: Path) -> tuple
         budget // TXINDEX_BUDGET_SHARE,
         spill,
         sst,
-        max(1, budget // TXINDEX_FILTER_SHARE // FILTER_BYTES_PER_KEY),
+        budget // TXINDEX_SST_SHARE,
         True,
     )
 

@@ -37,6 +37,9 @@ const FORMAT_VERSION: u32 = 2;
 const CHECKSUM_CRC32C: u8 = 1;
 const NO_COMPRESSION: u8 = 0;
 const SNAPPY_COMPRESSION: u8 = 1;
+/// Bytes buffered before a write to the file: large enough that writes cost nothing, small
+/// beside a memory budget (files close at a share of it, see [`SstFiles`]).
+const WRITE_BUFFER: usize = 256 << 10;
 /// RocksDB's defaults: `block_size` and `block_restart_interval`.
 const BLOCK_SIZE: usize = 4096;
 const RESTART_INTERVAL: usize = 16;
@@ -200,7 +203,7 @@ impl SstWriter {
     pub fn create(path: &Path, compress: bool) -> io::Result<Self> {
         Ok(SstWriter {
             path: path.to_path_buf(),
-            file: BufWriter::with_capacity(1 << 20, File::create(path)?),
+            file: BufWriter::with_capacity(WRITE_BUFFER, File::create(path)?),
             offset: 0,
             compress,
             data: BlockBuilder::new(RESTART_INTERVAL),
@@ -217,6 +220,12 @@ impl SstWriter {
 
     pub fn entries(&self) -> u64 {
         self.entries
+    }
+
+    /// Bytes held until the file closes, which grow with its entries: the keys' hashes for
+    /// the filter (8 a key, as RocksDB's builder keeps) and the index block.
+    pub fn held_bytes(&self) -> usize {
+        self.key_hashes.as_ref().map_or(0, |h| 8 * h.len()) + self.index.size()
     }
 
     pub fn add(&mut self, key: &[u8], value: &[u8]) -> Result<(), SstError> {
@@ -537,9 +546,91 @@ fn mask_crc(crc: u32) -> u32 {
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
+/// Strictly increasing keys streamed into SST files named `path(0)`, `path(1)`, ...: a file
+/// closes once it holds `max_held` bytes ([`SstWriter::held_bytes`]), so memory stays bounded
+/// whatever the number of keys. The files never overlap, so RocksDB ingests them together
+/// into its last level.
+pub struct SstFiles<F: Fn(usize) -> PathBuf> {
+    path: F,
+    max_held: usize,
+    compress: bool,
+    files: Vec<PathBuf>,
+    writer: SstWriter,
+    entries: u64,
+}
+
+impl<F: Fn(usize) -> PathBuf> SstFiles<F> {
+    pub fn create(path: F, max_held: usize, compress: bool) -> io::Result<Self> {
+        let first = path(0);
+        let writer = SstWriter::create(&first, compress)?;
+        Ok(SstFiles {
+            path,
+            max_held: max_held.max(1),
+            compress,
+            files: vec![first],
+            writer,
+            entries: 0,
+        })
+    }
+
+    pub fn add(&mut self, key: &[u8], value: &[u8]) -> Result<(), SstError> {
+        if self.writer.held_bytes() >= self.max_held {
+            let next = (self.path)(self.files.len());
+            let full =
+                std::mem::replace(&mut self.writer, SstWriter::create(&next, self.compress)?);
+            full.finish()?;
+            self.files.push(next);
+        }
+        self.writer.add(key, value)?;
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// The files written, in key order (none for no entries), and the entries.
+    pub fn finish(mut self) -> io::Result<(Vec<PathBuf>, u64)> {
+        if self.writer.finish()? == 0 {
+            self.files.pop(); // removed: nothing in it
+        }
+        Ok((self.files, self.entries))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_close_at_the_held_bytes_and_keep_key_order() {
+        let dir = std::env::temp_dir().join(format!("rechain-sst-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let name = |i: usize| dir.join(format!("f-{i:03}.sst"));
+        let mut out = SstFiles::create(name, 8 << 10, false).unwrap();
+        let mut most_held = 0;
+        for i in 0..10_000u32 {
+            out.add(&i.to_be_bytes(), &[7; 40]).unwrap();
+            most_held = most_held.max(out.writer.held_bytes());
+        }
+        assert!(
+            out.add(&5u32.to_be_bytes(), b"").is_err(),
+            "keys must increase"
+        );
+        let (files, entries) = out.finish().unwrap();
+        assert_eq!(entries, 10_000);
+        // 8 bytes of filter a key and the index: a file closes after about a thousand keys.
+        assert!((8..=12).contains(&files.len()), "{} files", files.len());
+        assert!(most_held < (8 << 10) + 64, "held {most_held}");
+        for (i, f) in files.iter().enumerate() {
+            assert_eq!(f, &dir.join(format!("f-{i:03}.sst")));
+            assert!(f.metadata().unwrap().len() > 0);
+        }
+        let (none, zero) = SstFiles::create(|i| dir.join(format!("e-{i}.sst")), 1, true)
+            .unwrap()
+            .finish()
+            .unwrap();
+        assert!(none.is_empty() && zero == 0);
+        assert!(!dir.join("e-0.sst").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn block_entries_share_prefixes_between_restarts() {

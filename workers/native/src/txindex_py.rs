@@ -118,8 +118,8 @@ fn index_blocks(hashes: PyArray, heights: PyArray, best: PyArray) -> PyResult<Ve
     Ok(blocks)
 }
 
-/// Builds `btc_txindex` whole as SST files in `sst_dir` (`txindex-NNNNNN.sst`, at most
-/// `keys_per_file` entries each, in key order) from the transaction copies in the staged txid
+/// Builds `btc_txindex` whole as SST files in `sst_dir` (`txindex-NNNNNN.sst`, each closed
+/// once it holds `sst_memory` bytes, in key order) from the transaction copies in the staged txid
 /// files `txid_files` and in `batches` (record batches with `txid`, `block_hash` and
 /// `position`, as those files hold them: one range of the index built apart), and the
 /// headers table's `hash` (display hex), `height` (uint32, null when unconnected) and
@@ -139,7 +139,7 @@ pub fn write_txindex(
     memory: usize,
     spill_dir: PathBuf,
     sst_dir: PathBuf,
-    keys_per_file: u64,
+    sst_memory: usize,
     compress: bool,
 ) -> PyResult<(Vec<PathBuf>, u64, u64)> {
     let blocks = index_blocks(hashes, heights, best)?;
@@ -156,7 +156,7 @@ pub fn write_txindex(
         std::fs::create_dir_all(&sst_dir).map_err(|e| format!("{}: {e}", sst_dir.display()))?;
         let name = |i: usize| sst_dir.join(format!("txindex-{i:06}.sst"));
         let (files, entries) = builder
-            .finish(name, keys_per_file, compress)
+            .finish(name, sst_memory, compress)
             .map_err(|e| format!("{}: {e}", sst_dir.display()))?;
         Ok((files, entries, unknown))
     })

@@ -5,7 +5,7 @@
 //! spilled to files when there is more than one, and merged into the SST writer: the index
 //! of a chain of any length is built within the memory it is given.
 
-use crate::sst::{SstError, SstWriter};
+use crate::sst::{SstError, SstFiles};
 use rustc_hash::FxHashMap;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -157,35 +157,18 @@ impl TxIndexBuilder {
         Ok(())
     }
 
-    /// Writes the index as SST files of at most `keys_per_file` entries each, named by
-    /// `path(i)`, in key order (so they never overlap and RocksDB ingests them together into
-    /// its last level). A file's Bloom filter is built from 8 bytes a key held until the file
-    /// closes: the cap bounds that memory whatever the chain's length. Returns the files and
-    /// the entries.
+    /// Writes the index as SST files named by `path(i)`, each closed once it holds
+    /// `sst_memory` bytes (see [`SstFiles`]), whatever the chain's length. Returns the files
+    /// and the entries.
     pub fn finish(
         self,
         path: impl Fn(usize) -> PathBuf,
-        keys_per_file: u64,
+        sst_memory: usize,
         compress: bool,
     ) -> Result<(Vec<PathBuf>, u64), SstError> {
-        let keys_per_file = keys_per_file.max(1);
-        let mut files = vec![path(0)];
-        let mut writer = SstWriter::create(&files[0], compress)?;
-        let mut entries = 0u64;
-        self.finish_into(|k, v| {
-            if writer.entries() >= keys_per_file {
-                let next = path(files.len());
-                let full = std::mem::replace(&mut writer, SstWriter::create(&next, compress)?);
-                full.finish()?;
-                files.push(next);
-            }
-            entries += 1;
-            writer.add(k, v)
-        })?;
-        if writer.finish()? == 0 {
-            files.pop(); // removed: an empty index
-        }
-        Ok((files, entries))
+        let mut out = SstFiles::create(path, sst_memory, compress)?;
+        self.finish_into(|k, v| out.add(k, v))?;
+        Ok(out.finish()?)
     }
 
     /// Hands `sink` each txid's entry (key, value), in key order.
@@ -359,7 +342,7 @@ mod tests {
     }
 
     #[test]
-    fn files_roll_over_at_the_key_cap_and_an_empty_index_leaves_none() {
+    fn files_roll_over_at_the_memory_cap_and_an_empty_index_leaves_none() {
         let dir = std::env::temp_dir().join(format!("rechain-txindex-roll-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let name = |i: usize| dir.join(format!("{i}.sst"));
@@ -368,13 +351,14 @@ mod tests {
         for n in 0..5u8 {
             b.add(&[n; 32], &[1; 32], u32::from(n)).unwrap();
         }
-        let (files, entries) = b.finish(name, 2, true).unwrap();
+        // Two keys' filter hashes (8 bytes each) and an empty index block (8) a file.
+        let (files, entries) = b.finish(name, 24, true).unwrap();
         assert_eq!((files.len(), entries), (3, 5));
         assert!(files.iter().all(|f| f.exists()));
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
         let empty = TxIndexBuilder::new(blocks(), 10_000, 1 << 20, &dir);
-        let (files, entries) = empty.finish(name, 2, true).unwrap();
+        let (files, entries) = empty.finish(name, 24, true).unwrap();
         assert_eq!((files.len(), entries), (0, 0));
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
