@@ -2,14 +2,16 @@
 //! so a cache of `cache_bytes` holds no more than that on the heap (the paged forest's share
 //! of `--memory-budget`), and not so much more that the cache holds far fewer nodes than it
 //! could. Measured with an allocator that counts this thread's live heap bytes, in glibc's
-//! chunk sizes.
+//! chunk sizes. Likewise the new nodes an update makes, which a paged forest holds until they
+//! are more than its share of the budget.
 
-use rechain_native::flow::hash::{Hash, Path};
-use rechain_native::flow::mtrie::{Node, Register};
+use rechain_native::flow::hash::{empty_root, Hash, Path};
+use rechain_native::flow::mtrie::{Forest, Node, Register};
 use rechain_native::flow::node_store::NodeStore;
-use rechain_native::flow::record::Payload;
+use rechain_native::flow::record::{Payload, TrieUpdate};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 struct Counting;
@@ -124,4 +126,51 @@ fn cache_charges_cover_loaded_nodes() {
     store.clear_cache();
     drop((leaves, pairs, singles, w));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An update of `n` registers with `value_len`-byte values (keys as Flow's are: a few dozen
+/// bytes), every `step`-th path of a fixed set.
+fn update(root: Hash, n: u32, step: u32, value_len: usize) -> TrieUpdate {
+    let (mut paths, mut payloads) = (Vec::new(), Vec::new());
+    for i in (0..n).step_by(step as usize) {
+        let mut path = [0u8; 32];
+        path[..4].copy_from_slice(&i.wrapping_mul(2_654_435_761).to_be_bytes());
+        paths.push(Path(path));
+        let key = vec![i as u8; 20 + (i % 50) as usize];
+        payloads.push(Arc::new(Payload::new(
+            key,
+            vec![value_len as u8; value_len],
+        )));
+    }
+    TrieUpdate {
+        root,
+        paths,
+        payloads,
+    }
+}
+
+#[test]
+fn hold_charges_cover_new_nodes() {
+    let mut forest = Forest::new(10, 1);
+    let mut root = empty_root();
+    // A trie built from nothing, then updates that replace some of its leaves: new nodes
+    // beside shared ones.
+    for (step, value_len) in [(1, 300), (2, 10), (7, 0), (3, 900)] {
+        let u = update(root, 4000, step, value_len);
+        let charged_before = forest.stats().new_node_bytes.load(Ordering::Relaxed);
+        let before = live();
+        root = forest.update(&u).expect("update").root;
+        let real = live() - before;
+        let charged =
+            (forest.stats().new_node_bytes.load(Ordering::Relaxed) - charged_before) as isize;
+        assert!(real > 0, "step {step}: nothing allocated");
+        assert!(
+            charged >= real,
+            "step {step}: charged {charged} for {real} heap bytes"
+        );
+        assert!(
+            2 * charged <= 3 * real,
+            "step {step}: charged {charged} for {real} heap bytes"
+        );
+    }
 }

@@ -18,7 +18,10 @@ use super::hash::{
     compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
     hash_inter, Hash, LeafJob, Path, MAX_HEIGHT,
 };
-use super::node_store::{Loc, NodeStore, NodeWriter, PageOut, StoreError, StoreResult};
+use super::node_store::{
+    leaf_heap_bytes, Loc, NodeStore, NodeWriter, PageOut, StoreError, StoreResult,
+    INTERIOR_HEAP_BYTES,
+};
 use super::record::{Payload, TrieUpdate};
 use super::ErrorKind;
 use std::collections::{HashMap, VecDeque};
@@ -176,6 +179,7 @@ impl Pending {
         height: u16,
         left: Option<Box<Pending>>,
         right: Option<Box<Pending>>,
+        stats: &UpdateStats,
     ) -> StoreResult<Option<Box<Pending>>> {
         let left = if Pending::is_default(&left) {
             None
@@ -228,6 +232,15 @@ impl Pending {
                 } else {
                     hash_inter(&d, hash)
                 };
+                // A new node; a loaded leaf's register is now the new trie's to hold too.
+                let held = if Arc::ptr_eq(&r, &n) {
+                    INTERIOR_HEAP_BYTES
+                } else {
+                    leaf_heap_bytes(reg.payload.key.len(), reg.payload.value.len())
+                };
+                stats
+                    .new_node_bytes
+                    .fetch_add(held as u64, Ordering::Relaxed);
                 Some(Box::new(Pending::Done(Arc::new(Node::Leaf {
                     height,
                     reg: reg.clone(),
@@ -247,17 +260,28 @@ impl Pending {
     }
 
     /// The new leaves, left to right.
-    fn collect_leaves<'a>(&'a self, out: &mut Vec<LeafJob<'a>>) {
+    /// Also adds to `bytes` the heap bytes the new trie will hold beyond its interior nodes:
+    /// new leaves, and placeholders of paged children it keeps (they were a loaded node's,
+    /// charged by the cache only while it holds that node).
+    fn collect_leaves<'a>(&'a self, out: &mut Vec<LeafJob<'a>>, bytes: &mut u64) {
         match self {
             Pending::Done(_) => {}
-            Pending::Leaf { height, reg } => out.push(LeafJob {
-                path: &reg.path,
-                value: &reg.payload.value,
-                height: *height,
-            }),
+            Pending::Leaf { height, reg } => {
+                *bytes += leaf_heap_bytes(reg.payload.key.len(), reg.payload.value.len()) as u64;
+                out.push(LeafJob {
+                    path: &reg.path,
+                    value: &reg.payload.value,
+                    height: *height,
+                })
+            }
             Pending::Interior { left, right, .. } => {
                 for c in [left, right].into_iter().flatten() {
-                    c.collect_leaves(out);
+                    if let Pending::Done(n) = &**c {
+                        if matches!(**n, Node::Paged { .. }) {
+                            *bytes += INTERIOR_HEAP_BYTES as u64;
+                        }
+                    }
+                    c.collect_leaves(out, bytes);
                 }
             }
         }
@@ -315,28 +339,23 @@ pub struct UpdateStats {
     pub permutations: AtomicU64,
     /// Subtries updated and hashed on a thread of their own.
     pub parallel_subtries: AtomicU64,
-    /// Estimated bytes of the nodes updates created (what a paged forest holds in memory
-    /// until it writes them out).
+    /// Heap bytes of the nodes updates created (what a paged forest holds in memory until it
+    /// writes them out).
     pub new_node_bytes: AtomicU64,
 }
-
-/// Estimated memory of a new interior node (the node and its `Arc`), and of a new leaf beyond
-/// its key and value (node, register, boxes).
-const INTERIOR_BYTES: u64 = 72;
-const LEAF_BYTES: u64 = 160;
 
 /// Hashes the new leaves of `plan` (on up to `threads` threads) and builds the trie nodes.
 fn finish(plan: Option<Box<Pending>>, threads: usize, stats: &UpdateStats) -> Option<Arc<Node>> {
     let plan = plan?;
     let hashes = {
         let mut jobs = Vec::new();
-        plan.collect_leaves(&mut jobs);
+        let mut leaf_bytes = 0;
+        plan.collect_leaves(&mut jobs, &mut leaf_bytes);
         let chains: u64 = jobs
             .iter()
             .map(|j| compact_value_permutations(j.value.len(), j.height))
             .sum();
         stats.permutations.fetch_add(chains, Ordering::Relaxed);
-        let leaf_bytes: u64 = jobs.iter().map(|j| LEAF_BYTES + j.value.len() as u64).sum();
         stats
             .new_node_bytes
             .fetch_add(leaf_bytes, Ordering::Relaxed);
@@ -367,9 +386,10 @@ fn finish(plan: Option<Box<Pending>>, threads: usize, stats: &UpdateStats) -> Op
     stats
         .permutations
         .fetch_add(interior_nodes, Ordering::Relaxed);
-    stats
-        .new_node_bytes
-        .fetch_add(interior_nodes * INTERIOR_BYTES, Ordering::Relaxed);
+    stats.new_node_bytes.fetch_add(
+        interior_nodes * INTERIOR_HEAP_BYTES as u64,
+        Ordering::Relaxed,
+    );
     Some(node)
 }
 
@@ -576,7 +596,7 @@ fn update(
         return Ok(Updated::unchanged(original));
     }
     Ok(Updated {
-        node: Pending::compactified(height, l.node, r.node)?,
+        node: Pending::compactified(height, l.node, r.node, stats)?,
         count,
         size,
     })

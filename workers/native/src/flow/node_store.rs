@@ -67,20 +67,24 @@ const fn arc_bytes<T>() -> usize {
 /// so up to twice that per entry just after it grew.
 const MAP_ENTRY: usize = 2 * (std::mem::size_of::<(Loc, (Arc<Node>, usize))>() + 1) * 8 / 7;
 
-/// What a loaded leaf costs in the cache: the node, its register, the key and value boxes and
-/// the map entry.
+/// Heap bytes of a leaf in memory: the node, its register, the key and value boxes. What a
+/// paged forest counts against its hold for each new leaf, and the cache for each loaded one.
+pub fn leaf_heap_bytes(key_bytes: usize, value_bytes: usize) -> usize {
+    arc_bytes::<Node>() + arc_bytes::<Register>() + heap_bytes(key_bytes) + heap_bytes(value_bytes)
+}
+
+/// Heap bytes of an interior node in memory, its children apart.
+pub const INTERIOR_HEAP_BYTES: usize = arc_bytes::<Node>();
+
+/// What a loaded leaf costs in the cache: the leaf and the map entry.
 fn leaf_cost(key_bytes: usize, value_bytes: usize) -> usize {
-    arc_bytes::<Node>()
-        + arc_bytes::<Register>()
-        + heap_bytes(key_bytes)
-        + heap_bytes(value_bytes)
-        + MAP_ENTRY
+    leaf_heap_bytes(key_bytes, value_bytes) + MAP_ENTRY
 }
 
 /// What a loaded interior node with `children` children costs in the cache: the node, a
 /// placeholder per child (loading never pulls in more than one node) and the map entry.
 const fn interior_cost(children: usize) -> usize {
-    (1 + children) * arc_bytes::<Node>() + MAP_ENTRY
+    (1 + children) * INTERIOR_HEAP_BYTES + MAP_ENTRY
 }
 
 /// A node store problem: the file and offset, and what went wrong.
@@ -180,11 +184,12 @@ impl Cache {
         self.young_bytes + self.old.values().map(|(_, c)| c).sum::<usize>() + self.top_bytes
     }
 
+    /// Drops every node and the maps' tables too.
     fn clear(&mut self) {
-        self.young.clear();
-        self.old.clear();
+        self.young = HashMap::new();
+        self.old = HashMap::new();
         self.young_bytes = 0;
-        self.top.clear();
+        self.top = HashMap::new();
         self.top_bytes = 0;
     }
 }
