@@ -142,10 +142,12 @@ def needs_paging(directory: Path, name: str, memory_budget: int) -> bool:
 
 
 def paging_split(memory_budget: int) -> dict[str, int]:
-    """How a paged forest spends the budget: half is the node store's cache (the top of the
-    newest trie as last written, and nodes loaded again), a quarter holds new nodes before they
-    are written out (the rest is the update at hand and the output)."""
-    return {"cache_bytes": memory_budget // 2, "hold_bytes": memory_budget // 4}
+    """How a paged forest spends the budget: three eighths are the node store's cache (the
+    top of the newest trie as last written, and nodes loaded again), a quarter holds new nodes
+    before they are written out; the rest is the update at hand, the page-out pass and the
+    allocator's slack over the nodes' heap bytes. Publication empties the cache first and its
+    writers take that share (see ``publish.SST_SHARE``)."""
+    return {"cache_bytes": memory_budget * 3 // 8, "hold_bytes": memory_budget // 4}
 
 
 def page_forest(
@@ -374,7 +376,9 @@ def read(
             f"trie holds {info['last_trie_registers']}"
         )
     with DataDir(data_path) as data:
-        summary = publish_forest(data, forest, [], [], last_segment=number)
+        summary = publish_forest(
+            data, forest, [], [], last_segment=number, memory_budget=memory_budget
+        )
         tries = [dict(t) for t in info["tries"]]
         record = {
             "checkpoint": str(cpdir / name),

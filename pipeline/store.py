@@ -269,6 +269,14 @@ class DataDir:
         sst.unlink(missing_ok=True)
         return sst
 
+    def sst_dir(self, cf: str) -> Path:
+        """Where several SST files for column family ``cf`` are built before ``ingest_sst``
+        (``DATADIR/tmp/<cf>/``, emptied first)."""
+        folder = self.path / "tmp" / cf
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        return folder
+
     def ingest_sst(self, cf: str, sst: Path | list[Path]) -> None:
         """Moves an SST file from ``write_sst`` (or several, whose keys do not overlap) into
         column family ``cf``, in one atomic ingestion."""

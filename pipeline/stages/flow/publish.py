@@ -23,6 +23,10 @@ from rechain.workers.memory import release_unused_memory
 
 #: Registers handed to the SST writer at a time, as Python bytes (~300 B each at Flow's sizes).
 REGISTER_SLICE_ROWS = 2048
+#: Each registers SST file holds its filter's key hashes and its index until it closes: it
+#: closes once they take this share of the budget (publication runs after the replay, in the
+#: node cache's share).
+SST_SHARE = 16
 
 
 class PublishStage(Stage[FlowRun]):
@@ -42,6 +46,7 @@ class PublishStage(Stage[FlowRun]):
             ctx.skipped,
             last_segment=resumed["number"] if resumed is not None else None,
             resumed_from=resumed,
+            memory_budget=ctx.opts.memory_budget,
         )
         return Done(rows=int(summary["registers"]), detail={"root": summary["root"]})
 
@@ -53,29 +58,33 @@ def publish_forest(
     skipped: list[dict[str, Any]],
     last_segment: int | None = None,
     resumed_from: dict[str, Any] | None = None,
+    memory_budget: int = 1 << 30,
 ) -> dict[str, Any]:
     """Publishes the forest's current trie and update log: the Parquet tables (written by the
-    Rust core, so this process never loads pyarrow), then RocksDB's registers and roots."""
+    Rust core, so this process never loads pyarrow), then RocksDB's registers and roots,
+    within ``memory_budget``."""
     t0 = time.perf_counter()
     release_unused_memory()
     gen_key = fs.META_FLOW_GENERATION
     generation = int(data.meta_get(gen_key) or 0) + 1
     register_rows = 0
-    # The registers' SST file (current payloads, path order = key order) comes from the same
+    # The registers' SST files (current payloads, path order = key order) come from the same
     # walk of the trie as their Parquet tables, complete before the database changes.
-    sst_path = data.sst_path(layout.CF_FLOW_REGISTERS)
-    sst_entries = 0
+    sst_dir = data.sst_dir(layout.CF_FLOW_REGISTERS)
+    sst_files: list[Path] = []
 
     def registers(parts: list[Path]) -> None:
-        nonlocal register_rows, sst_entries
-        register_rows, sst_entries = forest.write_registers(
+        nonlocal register_rows, sst_files
+        register_rows, files = forest.write_registers(
             str(parts[0]),
             str(parts[1]),
             tables.REGISTERS.row_group_rows,
             tables.REGISTERS.row_group_bytes,
-            sst_path=str(sst_path),
+            sst_dir=str(sst_dir),
+            sst_memory=memory_budget // SST_SHARE,
             sst_version=fs.REGISTER_VALUE_VERSION,
         )
+        sst_files = [Path(f) for f in files]
 
     data.stage_parquet_files(
         [fs.TRIE_UPDATES],
@@ -92,12 +101,11 @@ def publish_forest(
     release_unused_memory()
     data.stage_parquet_files([fs.REGISTERS, fs.REGISTER_HASHES], generation, registers)
     release_unused_memory()
-    sst = sst_path if sst_entries else None
     # RocksDB: current payloads and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
-    if sst is not None:
-        data.ingest_sst(layout.CF_FLOW_REGISTERS, sst)
+    if sst_files:
+        data.ingest_sst(layout.CF_FLOW_REGISTERS, sst_files)
     data.ingest_sorted_slices(layout.CF_FLOW_ROOTS, forest.log_len, forest.root_entries)
     summary = {
         "root": forest.root_hex,

@@ -324,12 +324,12 @@ impl FlowForest {
 
     /// Writes a trie's registers (default: the current trie) as a `registers` Parquet file and
     /// their `register_hashes` file beside it, with the same row groups (a checkpoint writer
-    /// reads them group by group), and, with `sst_path`, RocksDB's `flow_registers` entries
-    /// (values of `sst_version`) as an SST file, from the same walk of the trie. Returns the
-    /// rows of each table and the SST's entries (0: no file was left).
+    /// reads them group by group), and, with `sst_dir`, RocksDB's `flow_registers` entries
+    /// (values of `sst_version`) as SST files there, each closed once it holds `sst_memory`
+    /// bytes, from the same walk of the trie. Returns the rows of each table and the SST files.
     #[pyo3(signature = (
         registers_path, hashes_path, row_group_rows, row_group_bytes, root=None,
-        sst_path=None, sst_version=0, sst_compress=true
+        sst_dir=None, sst_memory=1 << 20, sst_version=0, sst_compress=true
     ))]
     #[allow(clippy::too_many_arguments)]
     fn write_registers(
@@ -340,17 +340,19 @@ impl FlowForest {
         row_group_rows: usize,
         row_group_bytes: usize,
         root: Option<&str>,
-        sst_path: Option<PathBuf>,
+        sst_dir: Option<PathBuf>,
+        sst_memory: usize,
         sst_version: u8,
         sst_compress: bool,
-    ) -> PyResult<(u64, u64)> {
+    ) -> PyResult<(u64, Vec<PathBuf>)> {
         let root = root.map(parse_root).transpose()?;
         let groups = RowGroups {
             rows: row_group_rows,
             bytes: row_group_bytes,
         };
-        let sst = sst_path.as_deref().map(|path| RegisterSst {
-            path,
+        let sst = sst_dir.as_deref().map(|dir| RegisterSst {
+            dir,
+            max_held: sst_memory,
             version: sst_version,
             compress: sst_compress,
         });

@@ -12,16 +12,18 @@ use super::record::WalRecord;
 use super::wal::Segment;
 use super::{visit_segment, ErrorKind, FlowError};
 use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
-use crate::sst::SstWriter;
+use crate::sst::SstFiles;
 use crate::store::encode_register_value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Rows built at a time by the Parquet writers and entry iterators (bounded memory).
 pub const PUBLISH_CHUNK: usize = 1024;
 
-/// Where [`ReplayState::write_registers`] also writes RocksDB's register entries.
+/// Where [`ReplayState::write_registers`] also writes RocksDB's register entries: SST files
+/// `NNNNNN.sst` in `dir`, each closed once it holds `max_held` bytes ([`SstFiles`]).
 pub struct RegisterSst<'a> {
-    pub path: &'a Path,
+    pub dir: &'a Path,
+    pub max_held: usize,
     /// The value layout version (`store::encode_register_value`).
     pub version: u8,
     /// Snappy data blocks (`SstWriter::create`).
@@ -203,9 +205,10 @@ impl ReplayState {
 
     /// Writes a trie's registers as a `registers` Parquet file and their `register_hashes`
     /// file beside it, with the same row groups, and, given `sst`, RocksDB's `flow_registers`
-    /// entries (path → value of `RegisterSst::version`) as an SST file, all from one walk of
-    /// the trie (a paged trie's walk reads its nodes from disk). Returns the rows of each
-    /// table and the SST's entries (0: no file).
+    /// entries (path → value of `RegisterSst::version`) as SST files, all from one walk of
+    /// the trie. A paged trie's walk reads its nodes from disk, so the node cache is emptied
+    /// first and its share of the budget goes to the writers. Returns the rows of each table
+    /// and the SST files (none for an empty trie).
     pub fn write_registers(
         &self,
         root: Option<Hash>,
@@ -213,7 +216,10 @@ impl ReplayState {
         hashes_path: &Path,
         groups: RowGroups,
         sst: Option<RegisterSst<'_>>,
-    ) -> Result<(u64, u64), String> {
+    ) -> Result<(u64, Vec<PathBuf>), String> {
+        if let Some(store) = self.forest.store() {
+            store.clear_cache();
+        }
         let mut cursor = self.trie(root)?.leaves();
         let tables = vec![
             TableWriter::create(registers_path, registers_schema(), &[])?,
@@ -221,11 +227,18 @@ impl ReplayState {
         ];
         let mut out = AlignedTables::new(tables, groups);
         let at = |e: &dyn std::fmt::Display| match &sst {
-            Some(s) => format!("{}: {e}", s.path.display()),
+            Some(s) => format!("{}: {e}", s.dir.display()),
             None => e.to_string(),
         };
         let mut writer = match &sst {
-            Some(s) => Some(SstWriter::create(s.path, s.compress).map_err(|e| at(&e))?),
+            Some(s) => Some(
+                SstFiles::create(
+                    |i| s.dir.join(format!("{i:06}.sst")),
+                    s.max_held,
+                    s.compress,
+                )
+                .map_err(|e| at(&e))?,
+            ),
             None => None,
         };
         let mut value = Vec::new();
@@ -235,11 +248,11 @@ impl ReplayState {
                 .map_err(|e| e.to_string())?;
             if leaves.is_empty() {
                 let rows = out.finish()?;
-                let entries = match writer {
-                    Some(w) => w.finish().map_err(|e| at(&e))?,
-                    None => 0,
+                let files = match writer {
+                    Some(w) => w.finish().map_err(|e| at(&e))?.0,
+                    None => Vec::new(),
                 };
-                return Ok((rows, entries));
+                return Ok((rows, files));
             }
             let regs: Vec<_> = leaves.iter().filter_map(|l| l.register()).collect();
             if let (Some(w), Some(s)) = (writer.as_mut(), &sst) {
