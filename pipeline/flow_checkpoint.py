@@ -299,6 +299,7 @@ def _read_streaming(
             int(last["reg_size"]),
             int(info["rows"]),
             number,
+            memory_budget,
             step_bytes=share,
         )
         record = {

@@ -50,6 +50,9 @@ MEMTABLE_BYTES = 32 << 20
 #: Bloom filter bits per key of every column family; the Rust SST writer's
 #: ``FILTER_MILLIBITS_PER_KEY`` writes the same filter for ingested files.
 BLOOM_BITS_PER_KEY = 10
+#: What an SST file being written holds until it closes (its filter's key hashes, 8 bytes a
+#: key, and its index) before the next file starts: about two million keys a file.
+SST_HELD_BYTES = 16 << 20
 #: RocksDB's block cache, all column families together (left to itself, RocksDB gives each
 #: family a cache of its own).
 BLOCK_CACHE_BYTES = 16 << 20
@@ -235,9 +238,9 @@ class DataDir:
         ``compress=False`` for values that are mostly hashes, where block compression costs
         time and saves nothing. ``sort_chunks``: each chunk is sorted by key on the way in
         (the chunks themselves still come in key order)."""
-        sst = self.write_sst(cf, batches, compress=compress, sort_chunks=sort_chunks)
-        if sst is not None:
-            self.ingest_sst(cf, sst)
+        files = self.write_sst(cf, batches, compress=compress, sort_chunks=sort_chunks)
+        if files:
+            self.ingest_sst(cf, files)
 
     def write_sst(
         self,
@@ -246,28 +249,21 @@ class DataDir:
         *,
         compress: bool = True,
         sort_chunks: bool = False,
-    ) -> Path | None:
-        """The SST file of ``ingest_sorted_batches`` (``DATADIR/tmp/<cf>.sst``), written by
-        the Rust core (``workers/native/src/sst.rs``) without touching the database: a stage
-        can build it while other work runs and ingest it with ``ingest_sst`` once everything
-        is ready. Chunks are Arrow binary arrays or lists of bytes. None when there were no
-        rows."""
-        sst = self.sst_path(cf)
-        writer = _native.SstWriter(str(sst), compress)
+        max_held: int = SST_HELD_BYTES,
+    ) -> list[Path]:
+        """The SST files of ``ingest_sorted_batches`` (in ``sst_dir(cf)``), written by the
+        Rust core (``workers/native/src/sst.rs``) without touching the database: a stage can
+        build them while other work runs and ingest them with ``ingest_sst`` once everything
+        is ready. A file closes once its filter's key hashes and index hold ``max_held``
+        bytes, so memory stays bounded whatever the number of keys. Chunks are Arrow binary
+        arrays or lists of bytes. No files when there were no rows."""
+        writer = _native.SstWriter(str(self.sst_dir(cf) / f"{cf}.sst"), compress, max_held)
         for keys, values in batches:
             if len(keys) != len(values):
                 raise ValueError(f"{cf}: {len(keys)} keys but {len(values)} values")
             writer.add(keys, values, sort_chunks)
-        return sst if writer.finish() else None
-
-    def sst_path(self, cf: str) -> Path:
-        """Where an SST file for column family ``cf`` is built before ``ingest_sst``
-        (``DATADIR/tmp/<cf>.sst``, any earlier one removed)."""
-        tmp = self.path / "tmp"
-        tmp.mkdir(exist_ok=True)
-        sst = tmp / f"{cf}.sst"
-        sst.unlink(missing_ok=True)
-        return sst
+        writer.finish()
+        return [Path(f) for f in writer.files]
 
     def sst_dir(self, cf: str) -> Path:
         """Where several SST files for column family ``cf`` are built before ``ingest_sst``

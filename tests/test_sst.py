@@ -157,7 +157,7 @@ def test_datadir_ingests_through_it(tmp_path: Path) -> None:
             lambda lo, hi: (pa.array(keys[lo:hi], pa.binary(32)), values[lo:hi]),
         )
         assert list(data.cf(layout.CF_BTC_TXINDEX).items()) == list(zip(keys, values, strict=True))
-        assert not (tmp_path / "data" / "tmp" / f"{layout.CF_BTC_TXINDEX}.sst").exists()
+        assert not any((tmp_path / "data" / "tmp" / layout.CF_BTC_TXINDEX).iterdir())
 
 
 def test_rocksdb_reads_our_bloom_filter(tmp_path: Path) -> None:
@@ -197,3 +197,22 @@ def test_rocksdb_reads_our_bloom_filter(tmp_path: Path) -> None:
         else:
             assert useful >= 0.97 * len(absent)
         db.close()
+
+
+def test_files_close_at_the_held_bytes_and_ingest_together(tmp_path: Path) -> None:
+    """A writer given `max_held` starts a new file once the open one holds that many bytes
+    (its filter's 8-byte key hashes and its index): the files keep key order, never overlap,
+    and RocksDB ingests them together to the same content as one file."""
+    items = [(i.to_bytes(8, "big"), b"value %05d" % i) for i in range(20_000)]
+    with DataDir(tmp_path / "data") as data:
+        files = data.write_sst(
+            layout.CF_BTC_TXINDEX, iter([([k for k, _ in items], [v for _, v in items])]),
+            max_held=32 << 10,
+        )  # fmt: skip
+        # 160 KB of key hashes and a few KiB of index, closed at 32 KiB: five files.
+        assert len(files) == 5, files
+        assert files[0].name == f"{layout.CF_BTC_TXINDEX}.sst"
+        assert files[1].name == f"{layout.CF_BTC_TXINDEX}-000001.sst"
+        data.ingest_sst(layout.CF_BTC_TXINDEX, files)
+        assert list(data.cf(layout.CF_BTC_TXINDEX).items()) == items
+        assert data.write_sst(layout.CF_BTC_TXINDEX, iter([])) == []

@@ -137,13 +137,14 @@ def publish_staged_registers(
     reg_size: int,
     rows: int,
     last_segment: int | None,
+    memory_budget: int,
     step_bytes: int = 1 << 20,
 ) -> dict[str, Any]:
     """Publishes a trie whose ``registers`` and ``register_hashes`` parts were staged (in
     ``data.begin_generation`` folders of ``generation``, path order) by a streamed checkpoint
     read: an empty update log, the staged tables, RocksDB's registers from them (never the
-    whole trie in memory, `step_bytes` of registers at a time) and the summary
-    ``publish_forest`` writes."""
+    whole trie in memory, `step_bytes` of registers at a time, SST files closed at a share of
+    ``memory_budget``) and the summary ``publish_forest`` writes."""
     from rechain.workers import _native
 
     t0 = time.perf_counter()
@@ -163,14 +164,14 @@ def publish_staged_registers(
     entries = _native.FlowStagedRegisterEntries(
         parts, fs.REGISTER_VALUE_VERSION, REGISTER_SLICE_ROWS, step_bytes
     )
-    sst = data.write_sst(layout.CF_FLOW_REGISTERS, entries)
+    ssts = data.write_sst(layout.CF_FLOW_REGISTERS, entries, max_held=memory_budget // SST_SHARE)
     release_unused_memory()
     for table in (fs.REGISTERS, fs.REGISTER_HASHES):
         data.publish_generation(table, generation, staged[table])
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
-    if sst is not None:
-        data.ingest_sst(layout.CF_FLOW_REGISTERS, sst)
+    if ssts:
+        data.ingest_sst(layout.CF_FLOW_REGISTERS, ssts)
     summary = {
         "root": root,
         "updates_applied": 0,

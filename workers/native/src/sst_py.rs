@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use pyo3_arrow::PyArray;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn sst_err(e: sst::SstError) -> PyErr {
     match e {
@@ -34,14 +34,28 @@ fn with_values<R>(
     f(&binary_values(&array)?)
 }
 
+type Files = sst::SstFiles<Box<dyn Fn(usize) -> PathBuf + Send + Sync>>;
+
+/// `path` for the first file, then `<stem>-NNNNNN.sst` beside it.
+fn part_name(path: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!("{stem}-{i:06}.sst"))
+}
+
+/// Sorted entries into SST files: `path`, then `<stem>-NNNNNN.sst` beside it, each closed once
+/// it holds `max_held` bytes (its filter's key hashes and index; default: no limit).
 #[pyclass(module = "rechain.workers._native")]
 pub struct SstWriter {
-    inner: Option<sst::SstWriter>,
+    inner: Option<Files>,
     path: PathBuf,
+    files: Vec<PathBuf>,
 }
 
 impl SstWriter {
-    fn writer(&mut self) -> PyResult<&mut sst::SstWriter> {
+    fn writer(&mut self) -> PyResult<&mut Files> {
         self.inner.as_mut().ok_or_else(|| {
             PyValueError::new_err(format!("{}: already finished", self.path.display()))
         })
@@ -51,12 +65,17 @@ impl SstWriter {
 #[pymethods]
 impl SstWriter {
     #[new]
-    fn new(path: PathBuf, compress: bool) -> PyResult<Self> {
-        let inner = sst::SstWriter::create(&path, compress)
+    #[pyo3(signature = (path, compress, max_held=usize::MAX))]
+    fn new(path: PathBuf, compress: bool, max_held: usize) -> PyResult<Self> {
+        let base = path.clone();
+        let name: Box<dyn Fn(usize) -> PathBuf + Send + Sync> =
+            Box::new(move |i| part_name(&base, i));
+        let inner = sst::SstFiles::create(name, max_held, compress)
             .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
         Ok(SstWriter {
             inner: Some(inner),
             path,
+            files: Vec::new(),
         })
     }
 
@@ -99,15 +118,24 @@ impl SstWriter {
         })
     }
 
-    /// Closes the file: the number of entries (0: nothing written, the file is removed).
+    /// Closes the last file: the number of entries (0: nothing written, no file is left).
     fn finish(&mut self, py: Python<'_>) -> PyResult<u64> {
         let writer = self
             .inner
             .take()
             .ok_or_else(|| PyValueError::new_err("already finished"))?;
         let path = self.path.clone();
-        py.detach(|| writer.finish())
-            .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))
+        let (files, entries) = py
+            .detach(|| writer.finish())
+            .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+        self.files = files;
+        Ok(entries)
+    }
+
+    /// The files `finish` left, in key order.
+    #[getter]
+    fn files(&self) -> Vec<PathBuf> {
+        self.files.clone()
     }
 }
 
