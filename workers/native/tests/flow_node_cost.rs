@@ -66,6 +66,16 @@ fn loc_of(n: &Arc<Node>) -> u64 {
     }
 }
 
+/// Charged at least what is on the heap, and not more than half as much again (the cache's
+/// map entries are charged as if the table had just doubled).
+fn assert_covers(what: &str, charged: isize, real: isize) {
+    assert!(real > 0, "{what}: nothing allocated");
+    assert!(
+        charged >= real && 2 * charged <= 3 * real,
+        "{what}: charged {charged} for {real} heap bytes"
+    );
+}
+
 /// Loads every node at `locs` into a fresh cache large enough for all of them; returns the
 /// live heap bytes the loads added and what the cache charged for them.
 fn load_all(store: &Arc<NodeStore>, locs: &[u64]) -> (isize, isize) {
@@ -111,17 +121,7 @@ fn cache_charges_cover_loaded_nodes() {
     ] {
         let locs: Vec<u64> = nodes.iter().map(loc_of).collect();
         let (real, charged) = load_all(&store, &locs);
-        assert!(real > 0, "{what}: nothing allocated");
-        // Charged at least what is on the heap, and not more than half as much again (the map
-        // entries are charged as if the table had just doubled).
-        assert!(
-            charged >= real,
-            "{what}: charged {charged} for {real} heap bytes"
-        );
-        assert!(
-            2 * charged <= 3 * real,
-            "{what}: charged {charged} for {real} heap bytes"
-        );
+        assert_covers(what, charged, real);
     }
     store.clear_cache();
     drop((leaves, pairs, singles, w));
@@ -163,14 +163,6 @@ fn hold_charges_cover_new_nodes() {
         let real = live() - before;
         let charged =
             (forest.stats().new_node_bytes.load(Ordering::Relaxed) - charged_before) as isize;
-        assert!(real > 0, "step {step}: nothing allocated");
-        assert!(
-            charged >= real,
-            "step {step}: charged {charged} for {real} heap bytes"
-        );
-        assert!(
-            2 * charged <= 3 * real,
-            "step {step}: charged {charged} for {real} heap bytes"
-        );
+        assert_covers(&format!("step {step}"), charged, real);
     }
 }
