@@ -574,7 +574,13 @@ impl<F: Fn(usize) -> PathBuf> SstFiles<F> {
     }
 
     pub fn add(&mut self, key: &[u8], value: &[u8]) -> Result<(), SstError> {
-        if self.writer.held_bytes() >= self.max_held {
+        // Checked here too: a file just opened knows nothing of the one before.
+        if self.entries > 0 && key <= self.writer.last_user_key.as_slice() {
+            return Err(SstError::Unsorted {
+                entry: self.entries,
+            });
+        }
+        if self.writer.entries() > 0 && self.writer.held_bytes() >= self.max_held {
             let next = (self.path)(self.files.len());
             let full =
                 std::mem::replace(&mut self.writer, SstWriter::create(&next, self.compress)?);
@@ -614,6 +620,17 @@ mod tests {
             out.add(&5u32.to_be_bytes(), b"").is_err(),
             "keys must increase"
         );
+        // Also at the first key of a new file.
+        let mut fresh = SstFiles::create(|i| dir.join(format!("g-{i}.sst")), 1, false).unwrap();
+        fresh.add(b"b", b"").unwrap();
+        fresh.add(b"c", b"").unwrap();
+        assert!(
+            fresh.add(b"a", b"").is_err(),
+            "keys must increase across files"
+        );
+        let (two, two_entries) = fresh.finish().unwrap();
+        assert_eq!((two.len(), two_entries), (2, 2), "{two:?}");
+        assert!(two.iter().all(|f| f.exists()));
         let (files, entries) = out.finish().unwrap();
         assert_eq!(entries, 10_000);
         // 8 bytes of filter a key and the index: a file closes after about a thousand keys.
