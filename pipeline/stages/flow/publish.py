@@ -1,7 +1,7 @@
 """Stage ``publish``: the forest's current trie and update log to RocksDB and Parquet.
 
 The Parquet tables are written by the Rust core (so this process never loads pyarrow), as a
-new generation; then RocksDB's registers (an SST file, path order) and the root history. A
+new generation; then RocksDB's registers (SST files, path order) and the root history. A
 checkpoint read in memory publishes through the same ``publish_forest``; a streamed one, whose
 Rust reader has already staged the ``registers`` and ``register_hashes`` parts, through
 ``publish_staged_registers`` (same tables, same summary).
