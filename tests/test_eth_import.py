@@ -401,18 +401,22 @@ def test_export_era1_from_a_freezer_equals_the_chains_era1_files(tmp_path: Path)
 
 
 def test_grouped_index_entries_merge_in_key_order_later_unit_wins() -> None:
-    """A commit group's index entries are one key-sorted run; a key two units share (the same
+    """A commit group's index entries come in key order: the units' own runs when they do not
+    overlap (keys by block number), else one merged run where a key two units share (the same
     block in two files) keeps the later unit's value, as unit-by-unit ingestion did."""
     import pyarrow as pa
-    from rechain.pipeline.stages.ethereum.blocks import _merged
+    from rechain.pipeline.stages.ethereum.blocks import _in_key_order
 
     def part(*kv: tuple[bytes, bytes]) -> tuple[pa.Array, pa.Array]:
         return pa.array([k for k, _ in kv], pa.binary()), pa.array([v for _, v in kv], pa.binary())
 
-    keys, values = _merged(
+    [(keys, values)] = _in_key_order(
         [part((b"\x01", b"a1"), (b"\x05", b"a5")), part((b"\x00", b"b0"), (b"\x05", b"b5"))]
     )
     assert keys.to_pylist() == [b"\x00", b"\x01", b"\x05"]
     assert values.to_pylist() == [b"b0", b"a1", b"b5"]
-    one = part((b"\x02", b"c2"))
-    assert _merged([one]) == one
+    one, two, empty = part((b"\x02", b"c2")), part((b"\x03", b"d3"), (b"\x04", b"d4")), part()
+    assert _in_key_order([one, empty, two]) == [one, two]
+    # Touching runs are not disjoint: the later unit's value wins there too.
+    [(keys, values)] = _in_key_order([two, part((b"\x04", b"e4"))])
+    assert values.to_pylist() == [b"d3", b"e4"]

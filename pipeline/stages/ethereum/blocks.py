@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -327,9 +328,9 @@ def _commit_group(data: DataDir, group: list[_Pending]) -> None:
     if deletes:
         data.write_columns({}, deletes)
     for cf in INDEX_CFS:
-        keys, values = _merged([p.index[cf] for p in group])
         # Hashes and numbers: block compression would cost time and save nothing.
-        data.ingest_sorted(cf, keys, values, compress=False)
+        data.ingest_sorted_batches(cf, iter(_in_key_order([p.index[cf] for p in group])),
+                                   compress=False)  # fmt: skip
     for _ in group:
         kill_point("eth.index_ingested")
     data.write({layout.CF_META: [(unit_key(p.staged.unit.key), p.record) for p in group]})
@@ -337,14 +338,16 @@ def _commit_group(data: DataDir, group: list[_Pending]) -> None:
         kill_point("eth.unit_committed")
 
 
-def _merged(parts: list[tuple[pa.Array, pa.Array]]) -> tuple[pa.Array, pa.Array]:
-    """Key-sorted entries of several units (each key-sorted, in block order) as one key-sorted
-    run. A key in two units (the same block in two files) keeps the later unit's value, as
-    when each unit's file was ingested over the ones before."""
-    if len(parts) == 1:
-        return parts[0]
-    keys, values = _native.merge_sorted_runs(parts)
-    return keys, values
+def _in_key_order(parts: list[tuple[pa.Array, pa.Array]]) -> list[tuple[pa.Array, pa.Array]]:
+    """Key-sorted entries of several units (each key-sorted, in block order) as key-ordered
+    chunks: the units' own when each starts after the one before ends (keys by block number),
+    else one merged run. A key in two units (the same block in two files) keeps the later
+    unit's value, as when each unit's file was ingested over the ones before."""
+    runs = [(k, v) for k, v in parts if len(k)]
+    if all(a[0][-1].as_py() < b[0][0].as_py() for a, b in itertools.pairwise(runs)):
+        return runs
+    keys, values = _native.merge_sorted_runs(runs)
+    return [(keys, values)]
 
 
 def _rebase_blocks_part(

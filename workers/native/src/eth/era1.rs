@@ -142,15 +142,20 @@ impl Era1 {
             ));
         }
         // Records come in file order, so their offsets are sorted: a record is found by binary
-        // search (a map of 30,000 records cost more than the search).
-        let position = |abs: u64| records.binary_search_by_key(&abs, |r| r.offset).ok();
+        // search (a map of 30,000 records cost more than the search), unless it is where the
+        // last block's tuple ends, as in every file written in block order.
+        let position = |abs: u64, next: usize| match records.get(next) {
+            Some(r) if r.offset == abs => Some(next),
+            _ => records.binary_search_by_key(&abs, |r| r.offset).ok(),
+        };
+        let mut next = 0usize;
         let mut header_offsets = Vec::with_capacity(count as usize);
         for i in 0..count as usize {
             let rel = i64::from_le_bytes(v[8 + 8 * i..16 + 8 * i].try_into().unwrap());
             let abs = idx.offset as i128 + rel as i128;
             let number = start + i as u64;
             let bad = |s: String| layout(s, idx.offset).for_block(number);
-            let Some(p) = u64::try_from(abs).ok().and_then(position) else {
+            let Some(p) = u64::try_from(abs).ok().and_then(|a| position(a, next)) else {
                 return Err(bad(format!(
                     "index offset {rel} does not point at a record"
                 )));
@@ -176,6 +181,7 @@ impl Era1 {
                 return Err(bad("TotalDifficulty value is not 32 bytes".into()));
             }
             header_offsets.push(abs as u64);
+            next = p + want.len();
         }
         let accumulator = B256::from_slice(acc.value);
         let (accumulator_offset, index_offset) = (acc.offset, idx.offset);

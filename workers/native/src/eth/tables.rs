@@ -166,8 +166,20 @@ pub fn hex0x(bytes: &[u8]) -> String {
 }
 
 /// Appends `0x` + lower-case hex of `bytes` as the next value of `col`, encoded straight into
-/// the column's buffer: no `String` per value (a block has a dozen hex columns).
+/// the column's buffer: no `String` per value (a block has a dozen hex columns). Values up to
+/// a bloom's 256 bytes are encoded on the stack and appended at once.
 fn put_hex(col: &mut StringBuilder, bytes: &[u8]) {
+    const SHORT: usize = 256;
+    if bytes.len() <= SHORT {
+        let mut buf = [0u8; 2 + 2 * SHORT];
+        let out = &mut buf[..2 + 2 * bytes.len()];
+        let (prefix, digits) = out.split_at_mut(2);
+        prefix.copy_from_slice(b"0x");
+        // The output is exactly twice the input: encoding cannot fail, and the result is ASCII.
+        let _ = hex::encode_to_slice(bytes, digits);
+        col.append_value(std::str::from_utf8(out).unwrap_or_default());
+        return;
+    }
     const CHUNK: usize = 128;
     let mut buf = [0u8; 2 * CHUNK];
     // Writing into a string builder cannot fail.
