@@ -23,7 +23,8 @@ use arrow_array::{
     Array, ArrayRef, BinaryArray, Decimal128Array, RecordBatch, StringArray, UInt64Array,
 };
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What a unit reads.
 #[derive(Debug, Clone)]
@@ -75,22 +76,30 @@ pub struct Unit {
 }
 
 /// The ethash caches of the last epochs verified in this process (one era1 file spans at most
-/// two epochs; a cache of a recent epoch is ~100 MiB, so only a few are kept).
-static CACHES: Mutex<Vec<(u64, Arc<Cache>)>> = Mutex::new(Vec::new());
+/// two epochs; a cache of a recent epoch is ~100 MiB, so only a few are kept). Each is
+/// generated once, outside the list's lock: a thread checking one epoch never waits for
+/// another epoch's cache to be generated.
+type EpochCache = Arc<OnceLock<Arc<Cache>>>;
+static CACHES: Mutex<Vec<(u64, EpochCache)>> = Mutex::new(Vec::new());
 const CACHES_KEPT: usize = 2;
 
 fn cache_for(epoch: u64) -> Arc<Cache> {
-    // Generated under the lock: threads checking the same epoch wait for one generation.
-    let mut caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, c)) = caches.iter().find(|(e, _)| *e == epoch) {
-        return c.clone();
-    }
-    let cache = Arc::new(Cache::new(epoch));
-    caches.push((epoch, cache.clone()));
-    if caches.len() > CACHES_KEPT {
-        caches.remove(0);
-    }
-    cache
+    let slot = {
+        let mut caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
+        match caches.iter().find(|(e, _)| *e == epoch) {
+            Some((_, slot)) => slot.clone(),
+            None => {
+                let slot = EpochCache::default();
+                caches.push((epoch, slot.clone()));
+                if caches.len() > CACHES_KEPT {
+                    caches.remove(0);
+                }
+                slot
+            }
+        }
+    };
+    // Threads asking for the same epoch wait for its one generation.
+    slot.get_or_init(|| Arc::new(Cache::new(epoch))).clone()
 }
 
 /// Reads, checks and converts one unit. `Err` only when the source cannot be opened at all
@@ -188,29 +197,53 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
     })
 }
 
-/// Ethash proof of work of `sealed` headers on `threads` threads (contiguous slices, each
-/// using the shared cache of its epochs); violations in block order.
+/// Headers a proof-of-work thread takes at a time.
+const SEAL_CHUNK: usize = 32;
+
+/// Ethash proof of work of `sealed` headers on `threads` threads; violations in block order.
+/// Threads take chunks of headers in turn (a static split left one thread generating the
+/// second epoch's cache while the other finished), and the second epoch's cache is
+/// generated at the start, beside the checks of the first.
 fn check_seals(sealed: &[(Vec<u8>, DecodedHeader)], threads: usize) -> Vec<Violation> {
     if sealed.is_empty() {
         return Vec::new();
     }
-    let slice = sealed.len().div_ceil(threads.max(1));
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = sealed
-            .chunks(slice)
-            .map(|chunk| {
+    let chunks = sealed.len().div_ceil(SEAL_CHUNK);
+    let taken = AtomicUsize::new(0);
+    let mut epochs: Vec<u64> = sealed
+        .iter()
+        .map(|(_, h)| ethash::epoch_of(h.header.number))
+        .collect();
+    epochs.dedup();
+    let mut found: Vec<(usize, Vec<Violation>)> = std::thread::scope(|scope| {
+        // A unit of 8,192 blocks spans at most two epochs of 30,000.
+        if let (true, Some(&second)) = (threads > 1, epochs.get(1)) {
+            scope.spawn(move || cache_for(second));
+        }
+        let handles: Vec<_> = (0..threads.clamp(1, chunks))
+            .map(|_| {
+                let taken = &taken;
                 scope.spawn(move || {
-                    let mut v = Vec::new();
+                    let mut found = Vec::new();
                     let mut cache: Option<(u64, Arc<Cache>)> = None;
-                    for (raw, header) in chunk {
-                        let epoch = ethash::epoch_of(header.header.number);
-                        if cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
-                            cache = Some((epoch, cache_for(epoch)));
+                    loop {
+                        let c = taken.fetch_add(1, Ordering::Relaxed);
+                        if c >= chunks {
+                            return found;
                         }
-                        let (_, c) = cache.as_ref().expect("set above");
-                        v.extend(check_pow(c, raw, header));
+                        let mut v = Vec::new();
+                        for (raw, header) in sealed.iter().skip(c * SEAL_CHUNK).take(SEAL_CHUNK) {
+                            let epoch = ethash::epoch_of(header.header.number);
+                            if cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                                cache = Some((epoch, cache_for(epoch)));
+                            }
+                            let (_, c) = cache.as_ref().expect("set above");
+                            v.extend(check_pow(c, raw, header));
+                        }
+                        if !v.is_empty() {
+                            found.push((c, v));
+                        }
                     }
-                    v
                 })
             })
             .collect();
@@ -218,7 +251,9 @@ fn check_seals(sealed: &[(Vec<u8>, DecodedHeader)], threads: usize) -> Vec<Viola
             .into_iter()
             .flat_map(|h| h.join().expect("a proof-of-work thread panicked"))
             .collect()
-    })
+    });
+    found.sort_by_key(|(c, _)| *c);
+    found.into_iter().flat_map(|(_, v)| v).collect()
 }
 
 /// The checks between the last block of one unit and the first of the next: [`check_header`]
@@ -389,6 +424,30 @@ mod tests {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../../shared/data/ethereum")
             .join(rel)
+    }
+
+    #[test]
+    fn seals_checked_on_threads_report_in_block_order_across_two_epochs() {
+        let era = Era1::open(data("era1/mainnet-00003-d8b8a40b.era1")).unwrap();
+        // Blocks on both sides of the epoch boundary at 30,000; two seals broken, one in each
+        // epoch (the nonce is the header's last 8 bytes).
+        let sealed: Vec<(Vec<u8>, DecodedHeader)> = (29_950..30_050)
+            .map(|n| {
+                let mut raw = era.header(n).unwrap();
+                if n == 29_960 || n == 30_040 {
+                    let len = raw.len();
+                    raw[len - 1] ^= 1;
+                }
+                let h = decode_header(&raw).unwrap();
+                (raw, h)
+            })
+            .collect();
+        let one = check_seals(&sealed, 1);
+        let blocks: Vec<u64> = one.iter().map(|v| v.block).collect();
+        assert_eq!(blocks, vec![29_960, 29_960, 30_040, 30_040]);
+        for threads in [2, 3, 8] {
+            assert_eq!(check_seals(&sealed, threads), one, "{threads} threads");
+        }
     }
 
     #[test]
