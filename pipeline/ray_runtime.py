@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import ray
 from rechain.pipeline import placement
+from rechain.workers import fault_injection
 
 U = TypeVar("U")
 
@@ -86,9 +87,15 @@ def _ray_notices_to_stderr() -> None:
     ray_worker.print_to_stdstream = to_stderr
 
 
-def _placed(fn: Callable[..., Any], unit: Any, *args: Any) -> tuple[str, Any]:
+def _task_key(fn: Callable[..., Any], index: int) -> str:
+    """A task's name for test-only fault injection: its function and submission index."""
+    return f"{fn.__name__}/{index}"
+
+
+def _placed(key: str, fn: Callable[..., Any], unit: Any, *args: Any) -> tuple[str, Any]:
     """A task's result with the node it ran on (Ray keeps no such record without its
     dashboard's state API, which a cluster need not run)."""
+    fault_injection.maybe_inject(key)
     return ray.get_runtime_context().get_node_id(), fn(unit, *args)
 
 
@@ -125,16 +132,19 @@ def _submit_rotating(stage_nodes: list[str]) -> Callable[..., Any]:
         for node in stage_nodes
     ]
 
-    def submit(*call: Any) -> Any:
+    def submit(fn: Callable[..., Any], *call: Any) -> Any:
+        n = next(turn)
+        key = _task_key(fn, n)
         if not pinned:
-            return _remote_placed.remote(*call)
-        return pinned[next(turn) % len(pinned)].remote(*call)
+            return _remote_placed.remote(key, fn, *call)
+        return pinned[n % len(pinned)].remote(key, fn, *call)
 
     return submit
 
 
-def _placed_returns(fn: Callable[..., list[Any]], *args: Any) -> list[Any]:
+def _placed_returns(key: str, fn: Callable[..., list[Any]], *args: Any) -> list[Any]:
     """A task's results (a list) with the node it ran on after them."""
+    fault_injection.maybe_inject(key)
     return [*fn(*args), ray.get_runtime_context().get_node_id()]
 
 
@@ -158,7 +168,8 @@ def spread_tasks(
         if nodes:
             node = nodes[i % len(nodes)]
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
-        submitted.append(list(_remote_placed_returns.options(**options).remote(fn, *call)))
+        remote = _remote_placed_returns.options(**options)
+        submitted.append(list(remote.remote(_task_key(fn, i), fn, *call)))
     return submitted
 
 

@@ -11,8 +11,10 @@ generator's UTXO set."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +166,38 @@ def test_killed_partitioned_runs_resume_to_the_in_order_result(
     full(root / "blocks", data, "partitioned", monkeypatch)
     full(root / "blocks", tmp_path / "ref", "sequential", monkeypatch)
     assert killed != content(tmp_path / "ref")
+    assert content(data) == content(tmp_path / "ref")
+
+
+#: One task of each kind the full mode runs on Ray workers (function/submission index).
+RAY_TASKS = (
+    "decode_and_stage_unit/1",  # bodies
+    "chunk_events/0",  # chain state: a chunk's spends and outputs by partition
+    "resolve_partition/1",  # chain state: one partition's spends resolved
+    "_apply_task/0",  # chain state: a chunk applied
+    "split_spends/0",  # publish: spends split by outputs group
+    "_copy_group/0",  # publish: a group of outputs segments copied with `spent` set
+    "split_txids/0",  # tx index: txids split by range
+    "_build_range/0",  # tx index: one range built
+)
+
+
+def test_killed_workers_of_every_heavy_stage_are_retried_to_the_in_order_result(
+    node: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt of one task of each kind SIGKILLs its Ray worker (a lost node, an
+    OOM kill): Ray runs it again, and the run ends where the in-order run does."""
+    root, _ = node
+    data = tmp_path / "data"
+    markers = {task: tmp_path / f"killed-{i}" for i, task in enumerate(RAY_TASKS)}
+    fault = ";".join(f"kill:{task}:{m}" for task, m in markers.items())
+    env = {**os.environ, spend_resolution.MODE_ENV: "partitioned", "RECHAIN_FAULT": fault}
+    cmd = reindex_cmd(root / "blocks", data, "--mode", "full", "--workers", "2")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Each marker is made by the attempt that then killed its own worker.
+    assert [t for t, m in markers.items() if not m.exists()] == []
+    full(root / "blocks", tmp_path / "ref", "sequential", monkeypatch)
     assert content(data) == content(tmp_path / "ref")
 
 

@@ -1,15 +1,18 @@
-"""Test-only fault injection for scan tasks, driven by ``RECHAIN_FAULT`` (unset: does nothing).
+"""Test-only fault injection for Ray tasks, driven by ``RECHAIN_FAULT`` (unset: does nothing).
 
-``RECHAIN_FAULT=<action>:<seq>:<marker>``, several separated by ``;``:
+``RECHAIN_FAULT=<action>:<task>:<marker>``, several separated by ``;``. ``task`` names one
+task: a scan shard by its ``seq``; any other task by its function and submission index within
+one ``ordered_results`` or ``spread_tasks`` call (``pipeline/ray_runtime.py``), as
+``_apply_task/0`` or ``resolve_partition/2``.
 
-* ``kill`` — the first attempt of shard ``seq`` SIGKILLs its own worker process (a lost node or
+* ``kill`` — the first attempt of the task SIGKILLs its own worker process (a lost node or
   an OOM kill); ``marker`` is created first, so the retry runs normally.
-* ``kill-always`` — every attempt of shard ``seq`` SIGKILLs its worker (a shard whose bytes crash
+* ``kill-always`` — every attempt of the task SIGKILLs its worker (a shard whose bytes crash
   the process); each attempt appends a line to ``marker`` first.
-* ``raise`` — every attempt of shard ``seq`` raises, as a decoder failing on bad bytes would;
+* ``raise`` — every attempt of the task raises, as a decoder failing on bad bytes would;
   each attempt appends a line to ``marker`` so a test can count them.
 
-Only the Ray task path calls this (never the coordinator's in-process rescans).
+Only Ray task paths call this (never the coordinator's in-process runs).
 
 ``RECHAIN_KILL_AT=<point>:<n>`` (``kill_point``): the coordinator SIGKILLs itself the n-th time
 it passes the named point (1 = the first), so a test can land a kill -9 exactly between two
@@ -31,13 +34,14 @@ class InjectedFault(ValueError):
     """What the ``raise`` action throws: a deterministic failure on the shard's bytes."""
 
 
-def maybe_inject(seq: int) -> None:
+def maybe_inject(task: int | str) -> None:
+    """Applies the faults ``RECHAIN_FAULT`` names for ``task`` (see the module)."""
     spec = os.environ.get(ENV)
     if not spec:
         return
     for item in spec.split(";"):
         action, target, marker = item.split(":", 2)
-        if int(target) != seq:
+        if target != str(task):
             continue
         path = Path(marker)
         if action == "kill":
@@ -54,7 +58,8 @@ def maybe_inject(seq: int) -> None:
         elif action == "raise":
             with open(path, "a") as f:
                 f.write(f"{os.getpid()}\n")
-            raise InjectedFault(f"injected fault: shard {seq} cannot be decoded")
+            what = f"shard {task}" if isinstance(task, int) else f"task {task}"
+            raise InjectedFault(f"injected fault: {what} cannot be decoded")
         else:
             raise ValueError(f"{ENV}: unknown action {action!r}")
 
