@@ -201,9 +201,9 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
 const SEAL_CHUNK: usize = 32;
 
 /// Ethash proof of work of `sealed` headers on `threads` threads; violations in block order.
-/// Threads take chunks of headers in turn (a static split left one thread generating the
-/// second epoch's cache while the other finished), and the second epoch's cache is
-/// generated at the start, beside the checks of the first.
+/// Threads take chunks of headers in turn, so a thread that stops to generate a cache leaves
+/// no fixed share behind it; and the second epoch's cache is generated at the start, beside
+/// the checks of the first.
 fn check_seals(sealed: &[(Vec<u8>, DecodedHeader)], threads: usize) -> Vec<Violation> {
     if sealed.is_empty() {
         return Vec::new();
@@ -227,21 +227,22 @@ fn check_seals(sealed: &[(Vec<u8>, DecodedHeader)], threads: usize) -> Vec<Viola
                     let mut found = Vec::new();
                     let mut cache: Option<(u64, Arc<Cache>)> = None;
                     loop {
-                        let c = taken.fetch_add(1, Ordering::Relaxed);
-                        if c >= chunks {
+                        let chunk = taken.fetch_add(1, Ordering::Relaxed);
+                        if chunk >= chunks {
                             return found;
                         }
                         let mut v = Vec::new();
-                        for (raw, header) in sealed.iter().skip(c * SEAL_CHUNK).take(SEAL_CHUNK) {
+                        let headers = sealed.iter().skip(chunk * SEAL_CHUNK).take(SEAL_CHUNK);
+                        for (raw, header) in headers {
                             let epoch = ethash::epoch_of(header.header.number);
                             if cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
                                 cache = Some((epoch, cache_for(epoch)));
                             }
-                            let (_, c) = cache.as_ref().expect("set above");
-                            v.extend(check_pow(c, raw, header));
+                            let (_, epoch_cache) = cache.as_ref().expect("set above");
+                            v.extend(check_pow(epoch_cache, raw, header));
                         }
                         if !v.is_empty() {
-                            found.push((c, v));
+                            found.push((chunk, v));
                         }
                     }
                 })
@@ -252,7 +253,7 @@ fn check_seals(sealed: &[(Vec<u8>, DecodedHeader)], threads: usize) -> Vec<Viola
             .flat_map(|h| h.join().expect("a proof-of-work thread panicked"))
             .collect()
     });
-    found.sort_by_key(|(c, _)| *c);
+    found.sort_by_key(|(chunk, _)| *chunk);
     found.into_iter().flat_map(|(_, v)| v).collect()
 }
 
