@@ -246,9 +246,10 @@ def _read_streaming(
     t0: float,
 ) -> dict[str, Any] | None:
     """The streamed read (v6, one trie): parts verified on `threads` threads while the last
-    trie's registers are staged as Parquet; published only if every root checks out. None
-    when the checkpoint holds several tries sharing nodes (read in memory instead)."""
-    from rechain.pipeline.stages.flow.publish import publish_staged_registers
+    trie's registers are staged as Parquet and as RocksDB SST files (each part writes its own:
+    the parts are disjoint path ranges); published only if every root checks out. None when
+    the checkpoint holds several tries sharing nodes (read in memory instead)."""
+    from rechain.pipeline.stages.flow.publish import SST_SHARE, publish_staged_registers
     from rechain.pipeline.store import part_file_name
     from rechain.schemas import tables
 
@@ -259,6 +260,12 @@ def _read_streaming(
             t: data.begin_generation(t, generation) for t in (fs.REGISTERS, fs.REGISTER_HASHES)
         }
         files = {t: [str(d / part_file_name(i)) for i in range(16)] for t, d in staged.items()}
+        sst_dir = data.sst_dir(layout.CF_FLOW_REGISTERS)
+
+        def discard() -> None:
+            for d in (*staged.values(), sst_dir):
+                shutil.rmtree(d, ignore_errors=True)
+
         t_read = time.perf_counter()
         try:
             info = _native.flow_checkpoint_stream(
@@ -271,10 +278,12 @@ def _read_streaming(
                 row_group_rows=tables.REGISTERS.row_group_rows,
                 row_group_bytes=min(tables.REGISTERS.row_group_bytes, share),
                 batch_bytes=share,
+                sst_dir=str(sst_dir),
+                sst_memory=max(64 << 10, memory_budget // (SST_SHARE * threads)),
+                sst_version=fs.REGISTER_VALUE_VERSION,
             )
         except _native.FlowCheckpointError as e:
-            for d in staged.values():
-                shutil.rmtree(d, ignore_errors=True)
+            discard()
             if getattr(e, "kind", "") == "shared_node":
                 return None
             _raise(e)
@@ -284,8 +293,7 @@ def _read_streaming(
             raise RechainError(f"{cpdir / name} offset 0: checkpoint holds no tries")
         last = tries[-1]
         if int(info["registers"]) != int(last["reg_count"]):
-            for d in staged.values():
-                shutil.rmtree(d, ignore_errors=True)
+            discard()
             raise RechainError(
                 f"{cpdir / name}: the last trie record says {last['reg_count']} registers but "
                 f"the trie holds {info['registers']}"
@@ -294,13 +302,12 @@ def _read_streaming(
             data,
             generation,
             staged,
+            [Path(f) for f in info["sst_files"]],
             str(last["root"]),
             int(info["registers"]),
             int(last["reg_size"]),
             int(info["rows"]),
             number,
-            memory_budget,
-            step_bytes=share,
         )
         record = {
             "checkpoint": str(cpdir / name),

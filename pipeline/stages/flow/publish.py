@@ -3,8 +3,8 @@
 The Parquet tables are written by the Rust core (so this process never loads pyarrow), as a
 new generation; then RocksDB's registers (SST files, path order) and the root history. A
 checkpoint read in memory publishes through the same ``publish_forest``; a streamed one, whose
-Rust reader has already staged the ``registers`` and ``register_hashes`` parts, through
-``publish_staged_registers`` (same tables, same summary).
+Rust reader has already staged the ``registers`` and ``register_hashes`` parts and the
+registers' SST files, through ``publish_staged_registers`` (same tables, same summary).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers.memory import release_unused_memory
 
-#: Registers handed to the SST writer at a time, as Python bytes (~300 B each at Flow's sizes).
-REGISTER_SLICE_ROWS = 2048
 #: Each registers SST file holds its filter's key hashes and its index until it closes: it
 #: closes once they take this share of the budget (publication runs after the replay, in the
 #: node cache's share).
@@ -132,19 +130,18 @@ def publish_staged_registers(
     data: DataDir,
     generation: int,
     staged: dict[str, Path],
+    ssts: list[Path],
     root: str,
     registers: int,
     reg_size: int,
     rows: int,
     last_segment: int | None,
-    memory_budget: int,
-    step_bytes: int = 1 << 20,
 ) -> dict[str, Any]:
     """Publishes a trie whose ``registers`` and ``register_hashes`` parts were staged (in
     ``data.begin_generation`` folders of ``generation``, path order) by a streamed checkpoint
-    read: an empty update log, the staged tables, RocksDB's registers from them (never the
-    whole trie in memory, `step_bytes` of registers at a time, SST files closed at a share of
-    ``memory_budget``) and the summary ``publish_forest`` writes."""
+    read, with RocksDB's registers from its SST files ``ssts`` (key order): an empty update
+    log, the staged tables, the ingested registers and the summary ``publish_forest``
+    writes."""
     from rechain.workers import _native
 
     t0 = time.perf_counter()
@@ -159,13 +156,6 @@ def publish_staged_registers(
             list(tables.TRIE_UPDATES.dictionary_columns),
         ),
     )
-    # Read back in Rust a row group at a time (pyarrow's reader and pool would hold more).
-    parts = [str(p) for p in sorted(staged[fs.REGISTERS].glob("*.parquet"))]
-    entries = _native.FlowStagedRegisterEntries(
-        parts, fs.REGISTER_VALUE_VERSION, REGISTER_SLICE_ROWS, step_bytes
-    )
-    ssts = data.write_sst(layout.CF_FLOW_REGISTERS, entries, max_held=memory_budget // SST_SHARE)
-    release_unused_memory()
     for table in (fs.REGISTERS, fs.REGISTER_HASHES):
         data.publish_generation(table, generation, staged[table])
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):

@@ -3,7 +3,8 @@
 //!
 //! * `flow_checkpoint_verify_part(dir, name, index) -> dict` (one subtrie part, fully verified)
 //! * `flow_checkpoint_version(dir, name) -> int`
-//! * `flow_checkpoint_stream(dir, name, registers, hashes, ...) -> dict` (bounded memory)
+//! * `flow_checkpoint_stream(dir, name, registers, hashes, ...) -> dict` (bounded memory; with
+//!   `sst_dir`, the register SST files too)
 //! * `flow_checkpoint_page_in(dir, name, store_dir, cache_bytes, hold_bytes, ...)
 //!   -> (FlowForest, dict)`: a forest paged out to a node store (bounded memory)
 //! * `flow_checkpoint_stats(dir, name, spill_dir, ...) -> dict` (`checkpoint stats`, streamed;
@@ -13,7 +14,6 @@
 //! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
 //! * `FlowCheckpointBuilder(dir, name, threads=None)`: `push(registers batch)`, `finish()`
 //! * `flow_register_values(batch) -> array`: RocksDB values of a `registers` batch
-//! * `FlowStagedRegisterEntries(files, version)`: `(keys, values)` of staged `registers` files
 //! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> dict`: the keccak floor
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
@@ -32,6 +32,7 @@ use super::mtrie::{Forest, DEFAULT_CAPACITY};
 use super::node_store::NodeStore;
 use super::py::FlowForest;
 use super::record::Payload;
+use super::register_sst::RegisterSst;
 use super::replay::ReplayState;
 use crate::parquet_out::RowGroups;
 use crate::store::encode_register_value;
@@ -200,11 +201,17 @@ fn flow_checkpoint_load<'py>(
 /// Streams v6 checkpoint `name` of `dir` (one trie) into 16 `registers` and 16
 /// `register_hashes` files (one per subtrie part, path order) on `threads` threads, in memory
 /// bounded by `batch_bytes` per part: `verify` is `full`, `interior` (trust leaf hashes) or
-/// `none` (trust every stored hash). Returns `tries`, `parts`, `top_nodes`, `rows`,
-/// `registers`. Raises `FlowCheckpointError` (kind `shared_node`: several tries; read it with
-/// `flow_checkpoint_load`); the files are only valid if it returns.
+/// `none` (trust every stored hash). With `sst_dir`, each part also writes RocksDB's
+/// `flow_registers` entries (values of `sst_version`) as SST files there, each closed once it
+/// holds `sst_memory` bytes. Returns `tries`, `parts`, `top_nodes`, `rows`, `registers` and
+/// `sst_files` (key order). Raises `FlowCheckpointError` (kind `shared_node`: several tries;
+/// read it with `flow_checkpoint_load`); the files are only valid if it returns.
 #[pyfunction]
-#[pyo3(signature = (dir, name, registers, hashes, threads=None, verify="full", row_group_rows=65_536, row_group_bytes=1 << 20, batch_bytes=1 << 20))]
+#[pyo3(signature = (
+    dir, name, registers, hashes, threads=None, verify="full", row_group_rows=65_536,
+    row_group_bytes=1 << 20, batch_bytes=1 << 20, sst_dir=None, sst_memory=1 << 20,
+    sst_version=0
+))]
 #[allow(clippy::too_many_arguments)]
 fn flow_checkpoint_stream<'py>(
     py: Python<'py>,
@@ -217,6 +224,9 @@ fn flow_checkpoint_stream<'py>(
     row_group_rows: usize,
     row_group_bytes: usize,
     batch_bytes: usize,
+    sst_dir: Option<PathBuf>,
+    sst_memory: usize,
+    sst_version: u8,
 ) -> PyResult<Bound<'py, PyDict>> {
     let verify = parse_verify(verify)?;
     let opts = StreamOptions {
@@ -229,11 +239,19 @@ fn flow_checkpoint_stream<'py>(
             bytes: row_group_bytes,
         },
         batch_bytes,
+        sst: sst_dir.map(|dir| RegisterSst {
+            dir,
+            max_held: sst_memory,
+            version: sst_version,
+            compress: true,
+        }),
     };
-    let info = py
+    let (info, sst_files) = py
         .detach(|| stream(&dir, &name, &opts))
         .map_err(|e| cp_err(py, &e))?;
-    stream_dict(py, &info)
+    let out = stream_dict(py, &info)?;
+    out.set_item("sst_files", sst_files)?;
+    Ok(out)
 }
 
 /// Pages v6 checkpoint `name` of `dir` (one trie) into a node store in the new folder
@@ -585,130 +603,6 @@ impl FlowCheckpointBuilder {
     }
 }
 
-/// `flow_registers` entries `(path, value)` of staged `registers` Parquet files, read in file
-/// order (path order), as `(keys, values)` lists of bytes of at most `batch_rows` entries and
-/// about `batch_bytes`: the input of an SST writer, read a few rows at a time (no pyarrow, no
-/// whole table in memory).
-#[pyclass(name = "FlowStagedRegisterEntries", module = "rechain.workers._native")]
-pub struct FlowStagedRegisterEntries {
-    files: std::collections::VecDeque<PathBuf>,
-    // Mutex: the reader is Send but not Sync, and a pyclass must be both.
-    reader: std::sync::Mutex<Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader>>,
-    batch_rows: usize,
-    batch_bytes: usize,
-    version: u8,
-}
-
-/// Rows the Parquet reader decodes at a time (the step is cut by bytes from these).
-const STAGED_READ_ROWS: usize = 64;
-
-impl FlowStagedRegisterEntries {
-    fn next_batch(&mut self) -> Result<Option<RecordBatch>, String> {
-        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-        use parquet::arrow::ProjectionMask;
-        let mut reader = self.reader.lock().map_err(|e| e.to_string())?;
-        loop {
-            if let Some(r) = reader.as_mut() {
-                match r.next() {
-                    Some(b) => return b.map(Some).map_err(|e| e.to_string()),
-                    None => *reader = None,
-                }
-            }
-            let Some(path) = self.files.pop_front() else {
-                return Ok(None);
-            };
-            let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-            let file = std::fs::File::open(&path).map_err(|e| at(&e))?;
-            let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| at(&e))?;
-            let schema = builder.parquet_schema();
-            let wanted: Vec<usize> = ["path", "encoded_key", "value"]
-                .iter()
-                .map(|n| {
-                    schema
-                        .columns()
-                        .iter()
-                        .position(|c| c.name() == *n)
-                        .ok_or_else(|| at(&format!("no column {n}")))
-                })
-                .collect::<Result<_, _>>()?;
-            let mask = ProjectionMask::leaves(schema, wanted);
-            *reader = Some(
-                builder
-                    .with_projection(mask)
-                    .with_batch_size(STAGED_READ_ROWS)
-                    .build()
-                    .map_err(|e| at(&e))?,
-            );
-        }
-    }
-}
-
-#[pymethods]
-impl FlowStagedRegisterEntries {
-    #[new]
-    #[pyo3(signature = (files, version, batch_rows=2048, batch_bytes=1 << 20))]
-    fn new(files: Vec<PathBuf>, version: u8, batch_rows: usize, batch_bytes: usize) -> Self {
-        FlowStagedRegisterEntries {
-            files: files.into(),
-            reader: std::sync::Mutex::new(None),
-            batch_rows: batch_rows.max(1),
-            batch_bytes: batch_bytes.max(1),
-            version,
-        }
-    }
-
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(
-        &mut self,
-        py: Python<'py>,
-    ) -> PyResult<
-        Option<(
-            Bound<'py, pyo3::types::PyList>,
-            Bound<'py, pyo3::types::PyList>,
-        )>,
-    > {
-        use pyo3::types::{PyBytes, PyList};
-        let (out_k, out_v) = (PyList::empty(py), PyList::empty(py));
-        let (mut rows, mut bytes) = (0usize, 0usize);
-        let mut buf = Vec::new();
-        while rows < self.batch_rows && bytes < self.batch_bytes {
-            let batch = match py.detach(|| self.next_batch()) {
-                Err(m) => return Err(PyValueError::new_err(m)),
-                Ok(None) => break,
-                Ok(Some(b)) => b,
-            };
-            let col = |n: &str| -> PyResult<Vec<Option<Vec<u8>>>> {
-                let c = column(&batch, n).map_err(PyValueError::new_err)?;
-                binary_values(c, n).map_err(PyValueError::new_err)
-            };
-            let (paths, keys, values) = (col("path")?, col("encoded_key")?, col("value")?);
-            for ((p, k), v) in paths.iter().zip(&keys).zip(&values) {
-                let p = p
-                    .as_deref()
-                    .ok_or_else(|| PyValueError::new_err("registers: null path"))?;
-                buf.clear();
-                encode_register_value(
-                    self.version,
-                    k.as_deref().unwrap_or_default(),
-                    v.as_deref().unwrap_or_default(),
-                    &mut buf,
-                );
-                out_k.append(PyBytes::new(py, p))?;
-                out_v.append(PyBytes::new(py, &buf))?;
-                rows += 1;
-                bytes += p.len() + buf.len();
-            }
-        }
-        if rows == 0 {
-            return Ok(None);
-        }
-        Ok(Some((out_k, out_v)))
-    }
-}
-
 /// RocksDB values of a `registers` batch: `version u8 | key length u32 BE | encoded key |
 /// value` (the `flow_registers` layout of `schemas/flow.py`), one per row.
 #[pyfunction]
@@ -817,7 +711,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;
     m.add_function(wrap_pyfunction!(flow_register_values, m)?)?;
     m.add_class::<FlowCheckpointBuilder>()?;
-    m.add_class::<FlowStagedRegisterEntries>()?;
     m.add(
         "FlowCheckpointError",
         m.py().get_type::<FlowCheckpointError>(),

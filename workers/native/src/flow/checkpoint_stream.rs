@@ -34,6 +34,7 @@ use super::hash::{
 };
 use super::mtrie::{Node, Register, Trie};
 use super::node_store::{NodeStore, NodeWriter, StoreError};
+use super::register_sst::{RegisterSst, RegisterSstWriter};
 use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
@@ -60,6 +61,8 @@ pub struct StreamOptions {
     pub groups: RowGroups,
     /// Bytes of register payloads a part buffers before writing them out.
     pub batch_bytes: usize,
+    /// RocksDB's `flow_registers` entries as SST files too, each part's own (prefix `NN-`).
+    pub sst: Option<RegisterSst>,
 }
 
 /// What a streamed read found.
@@ -299,20 +302,32 @@ pub trait PartSink {
     fn finish(self) -> Result<Self::Done, String>;
 }
 
-/// The `registers` and `register_hashes` files of one part ([`stream`]'s sink).
-struct RegisterFiles(AlignedTables);
+/// The `registers` and `register_hashes` files of one part, and its register SST files
+/// ([`stream`]'s sink).
+struct RegisterFiles {
+    tables: AlignedTables,
+    sst: Option<RegisterSstWriter>,
+}
 
 impl PartSink for RegisterFiles {
-    type Done = u64;
+    type Done = (u64, Vec<PathBuf>);
 
     fn leaves(&mut self, leaves: &[Arc<Node>]) -> Result<(), String> {
         let regs: Vec<&Arc<Register>> = leaves.iter().filter_map(|l| l.register()).collect();
-        self.0
+        if let Some(w) = self.sst.as_mut() {
+            w.add(&regs)?;
+        }
+        self.tables
             .write(&[registers_batch(&regs), leaf_hashes_batch(leaves)])
     }
 
-    fn finish(self) -> Result<u64, String> {
-        self.0.finish()
+    fn finish(self) -> Result<Self::Done, String> {
+        let rows = self.tables.finish()?;
+        let files = match self.sst {
+            Some(w) => w.finish()?,
+            None => Vec::new(),
+        };
+        Ok((rows, files))
     }
 }
 
@@ -724,8 +739,13 @@ fn resolve_top(
 }
 
 /// Streams checkpoint `name` of `dir` (v6, one trie; see the module docs) into the files of
-/// `opts`, on `opts.threads` threads.
-pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<StreamInfo> {
+/// `opts`, on `opts.threads` threads. Returns what was read and the register SST files, in
+/// key order (none without `opts.sst`).
+pub fn stream(
+    dir: &FsPath,
+    name: &str,
+    opts: &StreamOptions,
+) -> CpResult<(StreamInfo, Vec<PathBuf>)> {
     if opts.registers.len() != SUBTRIE_COUNT || opts.hashes.len() != SUBTRIE_COUNT {
         return Err(CheckpointError::new(
             &dir.join(name),
@@ -739,16 +759,26 @@ pub fn stream(dir: &FsPath, name: &str, opts: &StreamOptions) -> CpResult<Stream
         verify: opts.verify,
         batch_bytes: opts.batch_bytes,
     };
-    let (info, rows) = stream_into(dir, name, walk, |index, file| {
+    let (info, done) = stream_into(dir, name, walk, |index, file| {
         let io = |m: String| CheckpointError::new(file, 0, "io", m);
         let tables = vec![
             TableWriter::create(&opts.registers[index], registers_schema(), &[]).map_err(io)?,
             TableWriter::create(&opts.hashes[index], leaf_hashes_schema(), &[]).map_err(io)?,
         ];
-        Ok(RegisterFiles(AlignedTables::new(tables, opts.groups)))
+        let sst = opts
+            .sst
+            .as_ref()
+            .map(|s| s.writer(&format!("{index:02}-")))
+            .transpose()
+            .map_err(io)?;
+        Ok(RegisterFiles {
+            tables: AlignedTables::new(tables, opts.groups),
+            sst,
+        })
     })?;
-    debug_assert_eq!(rows.iter().sum::<u64>(), info.rows);
-    Ok(info)
+    debug_assert_eq!(done.iter().map(|d| d.0).sum::<u64>(), info.rows);
+    let files = done.into_iter().flat_map(|d| d.1).collect();
+    Ok((info, files))
 }
 
 /// Streams checkpoint `name` of `dir` (v6, one trie) on `walk.threads` threads, every part's
@@ -1132,6 +1162,7 @@ mod tests {
     }
 
     fn opts(dir: &FsPath, verify: Verify) -> StreamOptions {
+        std::fs::create_dir_all(dir.join("sst")).unwrap();
         let files = |t: &str| {
             (0..SUBTRIE_COUNT)
                 .map(|i| dir.join("out").join(format!("{t}-{i}")))
@@ -1147,6 +1178,12 @@ mod tests {
                 bytes: 1 << 16,
             },
             batch_bytes: 1 << 10,
+            sst: Some(RegisterSst {
+                dir: dir.join("sst"),
+                max_held: 64,
+                version: 1,
+                compress: true,
+            }),
         }
     }
 
@@ -1158,7 +1195,17 @@ mod tests {
         write_tries(&t[1..], &dir, name, 1).unwrap();
         let loaded = load(&dir, name, 1, Verify::Full).unwrap();
         for verify in [Verify::Full, Verify::Interior, Verify::None] {
-            let got = stream(&dir, name, &opts(&dir, verify)).unwrap();
+            let (got, ssts) = stream(&dir, name, &opts(&dir, verify)).unwrap();
+            // Each part's files in key order, and the parts in path order: names sort so.
+            let mut sorted = ssts.clone();
+            sorted.sort();
+            assert_eq!(ssts, sorted);
+            assert!(
+                ssts.len() > SUBTRIE_COUNT,
+                "files close at max_held: {ssts:?}"
+            );
+            assert!(ssts.iter().all(|f| f.is_file()));
+            std::fs::remove_dir_all(dir.join("sst")).unwrap();
             let want: Vec<_> = loaded
                 .tries
                 .iter()

@@ -34,6 +34,7 @@ pub mod mtrie;
 pub mod node_store;
 pub mod py;
 pub mod record;
+pub mod register_sst;
 pub mod replay;
 pub mod wal;
 pub mod writer;

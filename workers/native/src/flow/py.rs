@@ -26,7 +26,8 @@ use super::mtrie::Forest;
 use super::mtrie::{LeafCursor, DEFAULT_CAPACITY};
 use super::node_store::{NodeStore, StoreError};
 use super::record::WalRecord;
-use super::replay::{RegisterSst, ReplayState};
+use super::register_sst::RegisterSst;
+use super::replay::ReplayState;
 use super::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
 use super::{decode_segment, ErrorKind, FlowError};
 use crate::parquet_out::RowGroups;
@@ -350,7 +351,7 @@ impl FlowForest {
             rows: row_group_rows,
             bytes: row_group_bytes,
         };
-        let sst = sst_dir.as_deref().map(|dir| RegisterSst {
+        let sst = sst_dir.map(|dir| RegisterSst {
             dir,
             max_held: sst_memory,
             version: sst_version,

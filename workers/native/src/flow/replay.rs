@@ -9,26 +9,14 @@ use super::batches::{
 use super::hash::{empty_root, Hash};
 use super::mtrie::{Forest, Trie, DEFAULT_CAPACITY};
 use super::record::WalRecord;
+use super::register_sst::RegisterSst;
 use super::wal::Segment;
 use super::{visit_segment, ErrorKind, FlowError};
 use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
-use crate::sst::SstFiles;
-use crate::store::encode_register_value;
 use std::path::{Path, PathBuf};
 
 /// Rows built at a time by the Parquet writers and entry iterators (bounded memory).
 pub const PUBLISH_CHUNK: usize = 1024;
-
-/// Where [`ReplayState::write_registers`] also writes RocksDB's register entries: SST files
-/// `NNNNNN.sst` in `dir`, each closed once it holds `max_held` bytes ([`SstFiles`]).
-pub struct RegisterSst<'a> {
-    pub dir: &'a Path,
-    pub max_held: usize,
-    /// The value layout version (`store::encode_register_value`).
-    pub version: u8,
-    /// Snappy data blocks (`SstWriter::create`).
-    pub compress: bool,
-}
 
 pub struct ReplayState {
     forest: Forest,
@@ -215,7 +203,7 @@ impl ReplayState {
         registers_path: &Path,
         hashes_path: &Path,
         groups: RowGroups,
-        sst: Option<RegisterSst<'_>>,
+        sst: Option<RegisterSst>,
     ) -> Result<(u64, Vec<PathBuf>), String> {
         if let Some(store) = self.forest.store() {
             store.clear_cache();
@@ -226,22 +214,7 @@ impl ReplayState {
             TableWriter::create(hashes_path, leaf_hashes_schema(), &[])?,
         ];
         let mut out = AlignedTables::new(tables, groups);
-        let at = |e: &dyn std::fmt::Display| match &sst {
-            Some(s) => format!("{}: {e}", s.dir.display()),
-            None => e.to_string(),
-        };
-        let mut writer = match &sst {
-            Some(s) => Some(
-                SstFiles::create(
-                    |i| s.dir.join(format!("{i:06}.sst")),
-                    s.max_held,
-                    s.compress,
-                )
-                .map_err(|e| at(&e))?,
-            ),
-            None => None,
-        };
-        let mut value = Vec::new();
+        let mut writer = sst.as_ref().map(|s| s.writer("")).transpose()?;
         loop {
             let leaves = cursor
                 .next_leaf_nodes(out.step_rows(PUBLISH_CHUNK))
@@ -249,19 +222,14 @@ impl ReplayState {
             if leaves.is_empty() {
                 let rows = out.finish()?;
                 let files = match writer {
-                    Some(w) => w.finish().map_err(|e| at(&e))?.0,
+                    Some(w) => w.finish()?,
                     None => Vec::new(),
                 };
                 return Ok((rows, files));
             }
             let regs: Vec<_> = leaves.iter().filter_map(|l| l.register()).collect();
-            if let (Some(w), Some(s)) = (writer.as_mut(), &sst) {
-                for reg in &regs {
-                    value.clear();
-                    let payload = &reg.payload;
-                    encode_register_value(s.version, &payload.key, &payload.value, &mut value);
-                    w.add(&reg.path.0, &value).map_err(|e| at(&e))?;
-                }
+            if let Some(w) = writer.as_mut() {
+                w.add(&regs)?;
             }
             out.write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])?;
         }

@@ -1,0 +1,72 @@
+//! RocksDB's `flow_registers` entries (path → `store::encode_register_value`) written as SST
+//! files straight from a walk of registers in path order: the replay's publication and the
+//! streamed checkpoint read both build them this way, so the database only ingests them.
+
+use super::mtrie::Register;
+use crate::sst::SstFiles;
+use crate::store::encode_register_value;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where and how register SST files are written.
+#[derive(Debug, Clone)]
+pub struct RegisterSst {
+    pub dir: PathBuf,
+    /// A file closes once its filter's key hashes and index hold this many bytes.
+    pub max_held: usize,
+    /// The value layout version (`store::encode_register_value`).
+    pub version: u8,
+    /// Snappy data blocks (`SstWriter::create`).
+    pub compress: bool,
+}
+
+type FileName = Box<dyn Fn(usize) -> PathBuf + Send>;
+
+/// Registers in strictly increasing path order into SST files `<prefix>NNNNNN.sst`.
+pub struct RegisterSstWriter {
+    dir: PathBuf,
+    version: u8,
+    files: SstFiles<FileName>,
+    value: Vec<u8>,
+}
+
+impl RegisterSst {
+    /// A writer of files `<prefix>NNNNNN.sst` in `dir`: writers running at once take prefixes
+    /// of their own, ordered as their path ranges are so the file names sort in key order.
+    pub fn writer(&self, prefix: &str) -> Result<RegisterSstWriter, String> {
+        let (dir, prefix) = (self.dir.clone(), prefix.to_string());
+        let name: FileName = Box::new(move |i| dir.join(format!("{prefix}{i:06}.sst")));
+        let files = SstFiles::create(name, self.max_held, self.compress)
+            .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        Ok(RegisterSstWriter {
+            dir: self.dir.clone(),
+            version: self.version,
+            files,
+            value: Vec::new(),
+        })
+    }
+}
+
+impl RegisterSstWriter {
+    pub fn add(&mut self, registers: &[&Arc<Register>]) -> Result<(), String> {
+        for reg in registers {
+            self.value.clear();
+            let payload = &reg.payload;
+            encode_register_value(self.version, &payload.key, &payload.value, &mut self.value);
+            self.files
+                .add(&reg.path.0, &self.value)
+                .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The files written, in key order (none when no register was added).
+    pub fn finish(self) -> Result<Vec<PathBuf>, String> {
+        let dir = self.dir;
+        Ok(self
+            .files
+            .finish()
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .0)
+    }
+}
