@@ -457,11 +457,19 @@ pub fn leaf_hashes_batch(leaves: &[Arc<Node>]) -> RecordBatch {
     } else {
         hash_leaves(&pairs)
     };
+    leaf_hashes_batch_with(leaves, &hashes)
+}
+
+/// A `register_hashes` batch from leaf nodes and their `HashLeaf` values, already computed
+/// (`leaf_hashes[i]` is `leaves[i]`'s).
+pub fn leaf_hashes_batch_with(leaves: &[Arc<Node>], leaf_hashes: &[Hash]) -> RecordBatch {
+    let n = leaves.len();
+    debug_assert_eq!(n, leaf_hashes.len());
     let mut path = FixedSizeBinaryBuilder::with_capacity(n, 32);
     let mut height = UInt16Builder::with_capacity(n);
     let mut leaf = FixedSizeBinaryBuilder::with_capacity(n, 32);
     let mut node = FixedSizeBinaryBuilder::with_capacity(n, 32);
-    for (l, lh) in leaves.iter().zip(&hashes) {
+    for (l, lh) in leaves.iter().zip(leaf_hashes) {
         if let Node::Leaf {
             height: h,
             reg,

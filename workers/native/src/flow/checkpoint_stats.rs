@@ -238,7 +238,7 @@ impl StatsSink {
 impl PartSink for StatsSink {
     type Done = PartStats;
 
-    fn leaves(&mut self, leaves: &[Arc<Node>]) -> Result<(), String> {
+    fn leaves(&mut self, leaves: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), String> {
         for leaf in leaves {
             let Node::Leaf { height, reg, .. } = &**leaf else {
                 continue;

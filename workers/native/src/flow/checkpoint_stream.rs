@@ -23,14 +23,18 @@
 //! [`stream_into`] hands them (and each interior node's height) to any [`PartSink`], one per
 //! part (`checkpoint stats` folds them into counts, see [`super::checkpoint_stats`]).
 
-use super::batches::{leaf_hashes_batch, leaf_hashes_schema, registers_batch, registers_schema};
+use super::batches::{
+    leaf_hashes_batch, leaf_hashes_batch_with, leaf_hashes_schema, registers_batch,
+    registers_schema,
+};
 use super::checkpoint::{
     checkpoint_version, computed_hash, finish_part, open_part, part_name, read_header, read_node,
     CheckpointError, CpResult, PartInfo, RawNode, Verify, LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE,
     SUBTRIE_COUNT, SUBTRIE_LEVEL, TOP_PART, TRIE_RECORD_LEN, VERSION_V6,
 };
 use super::hash::{
-    compact_values, default_hash, empty_root, hash_inter, Hash, LeafJob, MAX_HEIGHT,
+    compact_values_from, default_hash, empty_root, hash_inters, hash_leaves, Hash, LeafJob, Path,
+    MAX_HEIGHT,
 };
 use super::mtrie::{Node, Register, Trie};
 use super::node_store::{NodeStore, NodeWriter, StoreError};
@@ -287,8 +291,11 @@ fn last_trie_slots(top: &Top, starts: &[u64], total: u64) -> CpResult<Vec<Slot>>
 pub trait PartSink {
     /// What the sink hands back once its part is complete.
     type Done: Send;
-    /// Leaves (every one a `Node::Leaf`) whose hashes checked out, in path order.
-    fn leaves(&mut self, leaves: &[Arc<Node>]) -> Result<(), String>;
+    /// Whether [`Self::leaves`] is given each leaf's `HashLeaf(path, value)`.
+    const LEAF_HASHES: bool = false;
+    /// Leaves (every one a `Node::Leaf`) whose hashes checked out, in path order, with their
+    /// `HashLeaf` values if the sink asks for them (computed once for the check and the sink).
+    fn leaves(&mut self, leaves: &[Arc<Node>], leaf_hashes: Option<&[Hash]>) -> Result<(), String>;
     /// An interior node of the trie as read (children first, as stored): its height, stored
     /// hash, and which children it has (the subtrees completed just before it, right last).
     fn interior(&mut self, _height: u16, _hash: &Hash, _children: [bool; 2]) -> Result<(), String> {
@@ -311,14 +318,18 @@ struct RegisterFiles {
 
 impl PartSink for RegisterFiles {
     type Done = (u64, Vec<PathBuf>);
+    const LEAF_HASHES: bool = true;
 
-    fn leaves(&mut self, leaves: &[Arc<Node>]) -> Result<(), String> {
+    fn leaves(&mut self, leaves: &[Arc<Node>], leaf_hashes: Option<&[Hash]>) -> Result<(), String> {
         let regs: Vec<&Arc<Register>> = leaves.iter().filter_map(|l| l.register()).collect();
         if let Some(w) = self.sst.as_mut() {
             w.add(&regs)?;
         }
-        self.tables
-            .write(&[registers_batch(&regs), leaf_hashes_batch(leaves)])
+        let hashes = match leaf_hashes {
+            Some(h) => leaf_hashes_batch_with(leaves, h),
+            None => leaf_hashes_batch(leaves),
+        };
+        self.tables.write(&[registers_batch(&regs), hashes])
     }
 
     fn finish(self) -> Result<Self::Done, String> {
@@ -337,6 +348,9 @@ struct PartOut<S> {
     file: PathBuf,
     sink: S,
     batch: Vec<(u64, Arc<Node>)>,
+    /// Interior nodes to check, checked on SIMD lanes with the leaves: (offset, left child's
+    /// hash, right child's hash, stored hash).
+    interior: Vec<(u64, Hash, Hash, Hash)>,
     bytes: usize,
     check_leaves: bool,
     rows: u64,
@@ -356,13 +370,47 @@ impl<S: PartSink> PartOut<S> {
         Ok(())
     }
 
-    /// Checks the buffered leaves' stored hashes (first mismatch in file order), then writes
-    /// them.
-    fn flush(&mut self) -> CpResult<()> {
-        if self.batch.is_empty() {
-            return Ok(());
+    fn push_interior(&mut self, at: u64, children: (Hash, Hash), stored: Hash) -> CpResult<()> {
+        self.interior.push((at, children.0, children.1, stored));
+        if self.interior.len() >= LEAF_BATCH {
+            self.flush()?;
         }
-        if self.check_leaves {
+        Ok(())
+    }
+
+    /// The first buffered interior node whose stored hash is not its children's.
+    fn check_interior(&mut self) -> Option<CheckpointError> {
+        let pairs: Vec<(Hash, Hash)> = self.interior.iter().map(|c| (c.1, c.2)).collect();
+        let found = self
+            .interior
+            .iter()
+            .zip(hash_inters(&pairs))
+            .find(|((.., stored), computed)| computed != stored)
+            .map(|((at, .., stored), computed)| {
+                CheckpointError::hash_mismatch(&self.file, *at, *stored, computed)
+            });
+        self.interior.clear();
+        found
+    }
+
+    /// Checks the buffered nodes' stored hashes (the first mismatch in file order is the
+    /// error), then writes the leaves.
+    fn flush(&mut self) -> CpResult<()> {
+        let mut first = self.check_interior();
+        if self.batch.is_empty() {
+            return first.map_or(Ok(()), Err);
+        }
+        // Every buffered node is a leaf (see `push`).
+        let leaf_hashes = (self.check_leaves || S::LEAF_HASHES).then(|| {
+            let pairs: Vec<(&Path, &[u8])> = self
+                .batch
+                .iter()
+                .filter_map(|(_, n)| n.register())
+                .map(|r| (&r.path, &r.payload.value[..]))
+                .collect();
+            hash_leaves(&pairs)
+        });
+        if let (true, Some(starts)) = (self.check_leaves, &leaf_hashes) {
             let jobs: Vec<LeafJob> = self
                 .batch
                 .iter()
@@ -381,17 +429,23 @@ impl<S: PartSink> PartOut<S> {
                     Node::Interior { .. } | Node::Paged { .. } => None,
                 })
                 .collect();
-            for ((at, n), computed) in self.batch.iter().zip(compact_values(&jobs)) {
-                // A top-part leaf is checked with the top part.
-                if computed != n.hash() && *at != CHECKED_ELSEWHERE {
-                    return Err(CheckpointError::hash_mismatch(
-                        &self.file,
-                        *at,
-                        n.hash(),
-                        computed,
-                    ));
+            // A top-part leaf is checked with the top part.
+            let leaf = self
+                .batch
+                .iter()
+                .zip(compact_values_from(&jobs, starts))
+                .find(|((at, n), computed)| *computed != n.hash() && *at != CHECKED_ELSEWHERE)
+                .map(|((at, n), computed)| {
+                    CheckpointError::hash_mismatch(&self.file, *at, n.hash(), computed)
+                });
+            if let Some(e) = leaf {
+                if first.as_ref().is_none_or(|f| e.offset < f.offset) {
+                    first = Some(e);
                 }
             }
+        }
+        if let Some(e) = first {
+            return Err(e);
         }
         let leaves: Vec<Arc<Node>> = self.batch.drain(..).map(|(_, n)| n).collect();
         self.registers += leaves
@@ -401,7 +455,7 @@ impl<S: PartSink> PartOut<S> {
             .count() as u64;
         self.rows += leaves.len() as u64;
         self.sink
-            .leaves(&leaves)
+            .leaves(&leaves, leaf_hashes.as_deref())
             .map_err(|m| CheckpointError::new(&self.file, 0, "io", m))?;
         self.bytes = 0;
         Ok(())
@@ -464,6 +518,7 @@ fn stream_part<S: PartSink>(
         file: file.clone(),
         sink,
         batch: Vec::new(),
+        interior: Vec::new(),
         bytes: 0,
         check_leaves: walk_opts.verify == Verify::Full,
         rows: 0,
@@ -553,12 +608,8 @@ fn stream_part<S: PartSink>(
                 if check_interior {
                     interior_perms += 1;
                     let d = default_hash(height - 1);
-                    let computed = hash_inter(&lc.map_or(d, |c| c.hash), &rc.map_or(d, |c| c.hash));
-                    if computed != stored {
-                        // Leaves before this node are reported first.
-                        out.flush()?;
-                        return Err(CheckpointError::hash_mismatch(&file, at, stored, computed));
-                    }
+                    let children = (lc.map_or(d, |c| c.hash), rc.map_or(d, |c| c.hash));
+                    out.push_interior(at, children, stored)?;
                 }
             } else {
                 leaves += 1;
@@ -588,7 +639,13 @@ fn stream_part<S: PartSink>(
         // The part is empty for this trie: the top leaf's register is its position's row.
         out.push(CHECKED_ELSEWHERE, leaf, limit)?;
     }
-    walk(&mut out)?;
+    if let Err(e) = walk(&mut out) {
+        // Hash checks still buffered cover nodes before it: the first damage in file order wins.
+        return Err(match out.flush() {
+            Err(earlier) if e.kind != "cancelled" && earlier.offset < e.offset => earlier,
+            _ => e,
+        });
+    }
     out.flush()?;
     finish_part(&r, &footer, expected_crc)?;
     if stack.len() > 1 {
@@ -1072,7 +1129,7 @@ impl PagingSink {
 impl PartSink for PagingSink {
     type Done = Option<Arc<Node>>;
 
-    fn leaves(&mut self, _leaves: &[Arc<Node>]) -> Result<(), String> {
+    fn leaves(&mut self, _leaves: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), String> {
         Ok(())
     }
 

@@ -205,6 +205,41 @@ fn from_words(w: &[u64; 4]) -> Hash {
     Hash(out)
 }
 
+/// `hash_inter(left, right)` of every pair, in order: one permutation each, four (AVX2) or
+/// eight (AVX-512) at a time on SIMD lanes.
+pub fn hash_inters(pairs: &[(Hash, Hash)]) -> Vec<Hash> {
+    hash_inters_on(Backend::detect(), pairs)
+}
+
+/// [`hash_inters`] on a given back end (the tests compare them).
+pub fn hash_inters_on(backend: Backend, pairs: &[(Hash, Hash)]) -> Vec<Hash> {
+    let lanes = backend.lanes();
+    let mut out = Vec::with_capacity(pairs.len());
+    let whole = if lanes == 1 {
+        0
+    } else {
+        pairs.len() - pairs.len() % lanes
+    };
+    let mut msgs = vec![[0u64; RATE / 8]; lanes];
+    let mut result = vec![[0u64; 4]; lanes];
+    for g in pairs[..whole].chunks_exact(lanes) {
+        for (m, (a, b)) in msgs.iter_mut().zip(g) {
+            m[..4].copy_from_slice(&words(a));
+            m[4..8].copy_from_slice(&words(b));
+            m[8] = 0x06;
+            m[RATE / 8 - 1] = 0x80 << 56;
+        }
+        let refs: Vec<&[u64]> = msgs.iter().map(|m| &m[..]).collect();
+        if sponges(backend, &refs, 1, &mut result) {
+            out.extend(result.iter().map(from_words));
+        } else {
+            out.extend(g.iter().map(|(a, b)| hash_inter(a, b)));
+        }
+    }
+    out.extend(pairs[whole..].iter().map(|(a, b)| hash_inter(a, b)));
+    out
+}
+
 /// `HashLeaf(path, value)` of every pair, in order: messages of the same length in blocks go
 /// through the sponge four (AVX2) or eight (AVX-512) at a time.
 pub fn hash_leaves(leaves: &[(&Path, &[u8])]) -> Vec<Hash> {
@@ -279,24 +314,49 @@ pub fn compact_values(jobs: &[LeafJob<'_>]) -> Vec<Hash> {
 
 /// [`compact_values`] on a given back end (the tests compare them).
 pub fn compact_values_on(backend: Backend, jobs: &[LeafJob<'_>]) -> Vec<Hash> {
-    let mut out: Vec<Hash> = Vec::with_capacity(jobs.len());
-    // Chains still to run: (height, job index), longest first so that a group of four
-    // wastes few steps on lanes that are already done.
-    let mut pending: Vec<(u16, usize)> = Vec::new();
-    let starts = hash_leaves_on(
+    let mut starts = hash_leaves_on(
         backend,
         &jobs
             .iter()
             .filter(|j| !j.value.is_empty())
             .map(|j| (j.path, j.value))
             .collect::<Vec<_>>(),
-    );
-    let mut starts = starts.into_iter();
-    for (i, j) in jobs.iter().enumerate() {
+    )
+    .into_iter();
+    let leaf_hashes: Vec<Hash> = jobs
+        .iter()
+        .map(|j| {
+            if j.value.is_empty() {
+                Hash::default()
+            } else {
+                starts.next().expect("one HashLeaf per non-empty value")
+            }
+        })
+        .collect();
+    compact_values_from_on(backend, jobs, &leaf_hashes)
+}
+
+/// [`compact_values`] of jobs whose `HashLeaf(path, value)` is already known: `leaf_hashes[i]`
+/// is job `i`'s (not read for an empty value).
+pub fn compact_values_from(jobs: &[LeafJob<'_>], leaf_hashes: &[Hash]) -> Vec<Hash> {
+    compact_values_from_on(Backend::detect(), jobs, leaf_hashes)
+}
+
+fn compact_values_from_on(
+    backend: Backend,
+    jobs: &[LeafJob<'_>],
+    leaf_hashes: &[Hash],
+) -> Vec<Hash> {
+    assert_eq!(jobs.len(), leaf_hashes.len(), "one HashLeaf per job");
+    let mut out: Vec<Hash> = Vec::with_capacity(jobs.len());
+    // Chains still to run: (height, job index), longest first so that a group of four
+    // wastes few steps on lanes that are already done.
+    let mut pending: Vec<(u16, usize)> = Vec::new();
+    for (i, (j, start)) in jobs.iter().zip(leaf_hashes).enumerate() {
         if j.value.is_empty() {
             out.push(default_hash(j.height));
         } else {
-            out.push(starts.next().expect("one HashLeaf per non-empty value"));
+            out.push(*start);
             if j.height > 0 {
                 pending.push((j.height.min(MAX_HEIGHT), i));
             }
@@ -552,6 +612,23 @@ mod tests {
         assert!(compact_values(&four)
             .iter()
             .all(|x| *x == h("e31b266ccd2d953edd950c40e5548de9d9b34e1d9589ff37920a212a908a0c0e")));
+    }
+
+    #[test]
+    fn batched_interior_hashes_match_one_by_one() {
+        let pairs: Vec<(Hash, Hash)> = (0..37u8)
+            .map(|i| (Hash([i; 32]), Hash([i.wrapping_mul(7) ^ 0x5a; 32])))
+            .collect();
+        let want: Vec<Hash> = pairs.iter().map(|(a, b)| hash_inter(a, b)).collect();
+        for b in backends_here() {
+            for n in [0, 1, 3, 4, 5, 8, 9, pairs.len()] {
+                assert_eq!(
+                    hash_inters_on(b, &pairs[..n]),
+                    want[..n],
+                    "{b:?}, {n} pairs"
+                );
+            }
+        }
     }
 
     #[test]
