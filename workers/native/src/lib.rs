@@ -17,6 +17,7 @@ pub mod sst;
 mod sst_py;
 pub mod store;
 mod txindex_py;
+pub mod writeback;
 
 use btc::network::Network;
 use btc::scan::{ScanConfig, Scanner};

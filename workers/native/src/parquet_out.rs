@@ -70,9 +70,11 @@ impl TableWriter {
         self.writer.flush().map_err(|e| e.to_string())
     }
 
-    /// Writes the footer; returns the rows written. (`DataDir` syncs the file.)
+    /// Writes the footer and starts its writeback; returns the rows written. (`DataDir`
+    /// syncs the file.)
     fn finish(self) -> Result<u64, String> {
-        self.writer.into_inner().map_err(|e| e.to_string())?;
+        let file = self.writer.into_inner().map_err(|e| e.to_string())?;
+        crate::writeback::start(&file);
         Ok(self.rows)
     }
 }

@@ -339,6 +339,8 @@ impl SstWriter {
         footer.extend_from_slice(&MAGIC.to_le_bytes());
         self.file.write_all(&footer)?;
         self.file.flush()?;
+        // Ingestion syncs the file: most of it is written by then.
+        crate::writeback::start(self.file.get_ref());
         Ok(self.entries)
     }
 
