@@ -27,7 +27,7 @@
 
 use super::hash::{
     compact_value, compact_value_permutations, compact_values, default_hash, empty_root,
-    hash_inter, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
+    hash_inter, hash_inters, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
 };
 use super::mtrie::{Node, Register, Trie};
 use super::record::Payload;
@@ -692,20 +692,17 @@ fn read_subtrie_part(
     check_count(&file, r.end, count, r.end - 4)?;
     let mut nodes: Vec<Arc<Node>> = Vec::with_capacity(count as usize);
     let mut leaves = 0u64;
-    // Leaf hashes are recomputed in batches (their compact-value chains run on SIMD lanes, see
-    // `hash::compact_values`): `Full` checks interior nodes as it goes and queues the leaves,
-    // which are checked before any later error is reported, so the first bad node in file
+    // Hashes are recomputed in batches on SIMD lanes (leaves' compact-value chains, see
+    // `hash::compact_values`, and interior nodes, see `hash::hash_inters`): the nodes are
+    // queued and checked before any later error is reported, so the first bad node in file
     // order is still the one reported.
-    let node_verify = if verify == Verify::Full {
-        Verify::Interior
-    } else {
-        verify
-    };
     let mut queued: Vec<(u64, usize)> = Vec::new();
+    let mut interior: Vec<InteriorCheck> = Vec::new();
     let mut permutations = 0u64;
     let mut read_all = |nodes: &mut Vec<Arc<Node>>,
                         leaves: &mut u64,
                         queued: &mut Vec<(u64, usize)>,
+                        interior: &mut Vec<InteriorCheck>,
                         permutations: &mut u64|
      -> CpResult<()> {
         for i in 1..=count {
@@ -743,18 +740,30 @@ fn read_subtrie_part(
                 Ok((c > 0).then(|| nodes[(c - 1) as usize].clone()))
             };
             let (l, rt) = (child(left)?, child(right)?);
-            nodes.push(build_node(&file, at, raw, l, rt, node_verify)?);
+            let children = (l.as_ref().map(|n| n.hash()), rt.as_ref().map(|n| n.hash()));
+            let node = build_node(&file, at, raw, l, rt, Verify::None)?;
             if is_leaf && verify == Verify::Full {
-                queued.push((at, nodes.len() - 1));
+                queued.push((at, nodes.len()));
+            } else if !is_leaf && verify != Verify::None {
+                let d = default_hash(node.height().saturating_sub(1));
+                let (lh, rh) = (children.0.unwrap_or(d), children.1.unwrap_or(d));
+                interior.push((at, lh, rh, node.hash()));
             }
-            if queued.len() >= LEAF_BATCH {
-                check_leaf_hashes(&file, nodes, queued)?;
+            nodes.push(node);
+            if queued.len() >= LEAF_BATCH || interior.len() >= LEAF_BATCH {
+                check_queued(&file, nodes, queued, interior)?;
             }
         }
         Ok(())
     };
-    let read = read_all(&mut nodes, &mut leaves, &mut queued, &mut permutations);
-    check_leaf_hashes(&file, &nodes, &mut queued)?;
+    let read = read_all(
+        &mut nodes,
+        &mut leaves,
+        &mut queued,
+        &mut interior,
+        &mut permutations,
+    );
+    check_queued(&file, &nodes, &mut queued, &mut interior)?;
     read?;
     finish_part(&r, &footer, expected_crc)?;
     let bytes = r.end + 12;
@@ -772,6 +781,43 @@ fn read_subtrie_part(
 
 /// Leaves whose hashes are recomputed together (bounds the queue, keeps SIMD groups full).
 pub(super) const LEAF_BATCH: usize = 4096;
+
+/// An interior node's hash check, queued to run with others on SIMD lanes: its offset, its
+/// children's hashes (a default hash for a missing one) and its stored hash.
+pub(super) type InteriorCheck = (u64, Hash, Hash, Hash);
+
+/// The queued check of the first interior node (in queue order) whose stored hash is not
+/// its children's; empties the queue.
+pub(super) fn first_interior_mismatch(
+    file: &FsPath,
+    queued: &mut Vec<InteriorCheck>,
+) -> Option<CheckpointError> {
+    let pairs: Vec<(Hash, Hash)> = queued.iter().map(|c| (c.1, c.2)).collect();
+    let found = queued
+        .iter()
+        .zip(hash_inters(&pairs))
+        .find(|((.., stored), computed)| computed != stored)
+        .map(|((at, .., stored), computed)| {
+            CheckpointError::hash_mismatch(file, *at, *stored, computed)
+        });
+    queued.clear();
+    found
+}
+
+/// Runs the queued leaf and interior checks: the first mismatch in file order is the error.
+fn check_queued(
+    file: &FsPath,
+    nodes: &[Arc<Node>],
+    leaves: &mut Vec<(u64, usize)>,
+    interior: &mut Vec<InteriorCheck>,
+) -> CpResult<()> {
+    let inner = first_interior_mismatch(file, interior);
+    match (inner, check_leaf_hashes(file, nodes, leaves)) {
+        (Some(a), Err(b)) => Err(if a.offset < b.offset { a } else { b }),
+        (Some(e), Ok(())) | (None, Err(e)) => Err(e),
+        (None, Ok(())) => Ok(()),
+    }
+}
 
 /// Recomputes the compact hashes of the queued leaves (`(offset, index in nodes)`) and
 /// compares them with the stored ones; empties the queue. Reports the first mismatch.

@@ -28,13 +28,13 @@ use super::batches::{
     registers_schema,
 };
 use super::checkpoint::{
-    checkpoint_version, computed_hash, finish_part, open_part, part_name, read_header, read_node,
-    CheckpointError, CpResult, PartInfo, RawNode, Verify, LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE,
-    SUBTRIE_COUNT, SUBTRIE_LEVEL, TOP_PART, TRIE_RECORD_LEN, VERSION_V6,
+    checkpoint_version, computed_hash, finish_part, first_interior_mismatch, open_part, part_name,
+    read_header, read_node, CheckpointError, CpResult, InteriorCheck, PartInfo, RawNode, Verify,
+    LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE, SUBTRIE_COUNT, SUBTRIE_LEVEL, TOP_PART,
+    TRIE_RECORD_LEN, VERSION_V6,
 };
 use super::hash::{
-    compact_values_from, default_hash, empty_root, hash_inters, hash_leaves, Hash, LeafJob, Path,
-    MAX_HEIGHT,
+    compact_values_from, default_hash, empty_root, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
 };
 use super::mtrie::{Node, Register, Trie};
 use super::node_store::{NodeStore, NodeWriter, StoreError};
@@ -350,7 +350,7 @@ struct PartOut<S> {
     batch: Vec<(u64, Arc<Node>)>,
     /// Interior nodes to check, checked on SIMD lanes with the leaves: (offset, left child's
     /// hash, right child's hash, stored hash).
-    interior: Vec<(u64, Hash, Hash, Hash)>,
+    interior: Vec<InteriorCheck>,
     bytes: usize,
     check_leaves: bool,
     rows: u64,
@@ -378,25 +378,10 @@ impl<S: PartSink> PartOut<S> {
         Ok(())
     }
 
-    /// The first buffered interior node whose stored hash is not its children's.
-    fn check_interior(&mut self) -> Option<CheckpointError> {
-        let pairs: Vec<(Hash, Hash)> = self.interior.iter().map(|c| (c.1, c.2)).collect();
-        let found = self
-            .interior
-            .iter()
-            .zip(hash_inters(&pairs))
-            .find(|((.., stored), computed)| computed != stored)
-            .map(|((at, .., stored), computed)| {
-                CheckpointError::hash_mismatch(&self.file, *at, *stored, computed)
-            });
-        self.interior.clear();
-        found
-    }
-
     /// Checks the buffered nodes' stored hashes (the first mismatch in file order is the
     /// error), then writes the leaves.
     fn flush(&mut self) -> CpResult<()> {
-        let mut first = self.check_interior();
+        let mut first = first_interior_mismatch(&self.file, &mut self.interior);
         if self.batch.is_empty() {
             return first.map_or(Ok(()), Err);
         }
