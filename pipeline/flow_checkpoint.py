@@ -5,8 +5,8 @@ uses to resume from and to write checkpoints.
 Reading, streamed (v6, one trie; `checkpoint read`'s default): the Rust reader verifies the 16
 subtrie parts on this process's threads (CRCs, node order, every node hash recomputed from the
 leaf values with a stack as deep as the trie) while the last trie's registers are written into
-staged `registers` / `register_hashes` parts, within `--memory-budget`; published only when
-every root checked out.
+staged `registers` / `register_hashes` parts and RocksDB SST files, within `--memory-budget`;
+published (tables renamed into place, SST files ingested) only when every root checked out.
 
 Reading in memory (several tries, versions 1/3/4/5, `--ray-address`, `--in-memory`, and the
 replay's resume): the parts are decoded and fully verified on threads or Ray workers, the
