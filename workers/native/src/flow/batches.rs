@@ -390,12 +390,18 @@ pub fn registers_schema() -> SchemaRef {
 
 /// A `registers` batch from registers (path and payload).
 pub fn registers_batch<R: AsRef<Register>>(regs: &[R]) -> RecordBatch {
-    let mut path = FixedSizeBinaryBuilder::with_capacity(regs.len(), 32);
-    let mut owner = BinaryBuilder::new();
-    let mut key = BinaryBuilder::new();
-    let mut enc = BinaryBuilder::new();
-    let mut size = UInt64Builder::with_capacity(regs.len());
-    let mut value = BinaryBuilder::new();
+    let n = regs.len();
+    // Sized up front: growing a column by doubling copies its bytes again at every step.
+    let (key_bytes, value_bytes) = regs.iter().fold((0, 0), |(k, v), r| {
+        let pl = &r.as_ref().payload;
+        (k + pl.key.len(), v + pl.value.len())
+    });
+    let mut path = FixedSizeBinaryBuilder::with_capacity(n, 32);
+    let mut owner = BinaryBuilder::with_capacity(n, key_bytes);
+    let mut key = BinaryBuilder::with_capacity(n, key_bytes);
+    let mut enc = BinaryBuilder::with_capacity(n, key_bytes);
+    let mut size = UInt64Builder::with_capacity(n);
+    let mut value = BinaryBuilder::with_capacity(n, value_bytes);
     for r in regs {
         let (p, pl) = (&r.as_ref().path, &r.as_ref().payload);
         path.append_value(p.0).expect("paths are 32 bytes");
