@@ -439,11 +439,7 @@ fn hash_utxo_entries(items: &Bound<'_, PyAny>) -> PyResult<(String, u64, u64)> {
     }
     let mut digest: [u8; 32] = Sha256::digest(sha.finalize()).into();
     digest.reverse();
-    Ok((
-        digest.iter().map(|b| format!("{b:02x}")).collect(),
-        count,
-        total,
-    ))
+    Ok((crate::datasets::hex::to_hex(&digest), count, total))
 }
 
 /// One partition's spend resolution: `events` holds that partition's buffer of every chunk

@@ -43,10 +43,7 @@ pub(crate) fn key8(b: &[u8]) -> PyResult<[u8; 8]> {
 }
 
 pub(crate) fn hex_be(v: U256) -> String {
-    v.to_big_endian()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    datasets::hex::to_hex(&v.to_big_endian())
 }
 
 /// Network constants: magic (hex), genesis hash (display hex), pow limit bits.
@@ -274,7 +271,7 @@ impl UtxoHasher {
     fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<(PyBinaryPair<'py>, String, u64, u64)> {
         let digest = self.inner.finish();
         let kv = entries(py, self.inner.take_entries())?;
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = datasets::hex::to_hex(&digest);
         Ok((kv, hex, self.inner.count, self.inner.total))
     }
 }
@@ -356,12 +353,7 @@ fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py,
     d.set_item("in_best_chain", v.in_best_chain)?;
     d.set_item(
         "chainwork",
-        v.height.map(|_| {
-            v.chainwork
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        }),
+        v.height.map(|_| datasets::hex::to_hex(&v.chainwork)),
     )?;
     d.set_item("file", v.file)?;
     d.set_item("offset", v.magic_offset)?;

@@ -288,7 +288,7 @@ mod tests {
     }
 
     fn display(h: &[u8; 32]) -> String {
-        h.iter().rev().map(|b| format!("{b:02x}")).collect()
+        crate::datasets::hex::display_hex(h)
     }
 
     #[test]

@@ -228,7 +228,7 @@ fn read_record(
 }
 
 fn display(hash: &[u8; 32]) -> String {
-    hash.iter().rev().map(|b| format!("{b:02x}")).collect()
+    crate::datasets::hex::display_hex(hash)
 }
 
 pub(crate) fn spendable(height: u32, script: &[u8]) -> bool {

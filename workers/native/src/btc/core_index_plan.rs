@@ -87,7 +87,7 @@ where
                 let shown = if k.len() == 33 {
                     display_hex(&k[1..])
                 } else {
-                    k.iter().map(|b| format!("{b:02x}")).collect()
+                    crate::datasets::hex::to_hex(k)
                 };
                 out.problems.push((shown, e.to_string()));
                 continue;

@@ -895,7 +895,7 @@ mod tests {
         ];
         for (off, hex) in want {
             let stored: Vec<u8> = (0..4).map(|i| magic[i] ^ key[(off + i) % 8]).collect();
-            let s: String = stored.iter().map(|b| format!("{b:02x}")).collect();
+            let s = crate::datasets::hex::to_hex(&stored);
             assert_eq!(s, hex);
             file[off..off + 4].copy_from_slice(&stored);
         }

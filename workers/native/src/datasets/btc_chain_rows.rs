@@ -13,6 +13,7 @@ use crate::btc::link::EntryState;
 use crate::btc::network::Network;
 use crate::btc::script::{address_into, classify};
 use crate::datasets::btc_bodies::strings;
+use crate::datasets::hex;
 use arrow_array::{
     ArrayRef, BooleanArray, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
     UInt32Array, UInt64Array,
@@ -21,8 +22,6 @@ use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, SchemaRef};
 use rustc_hash::FxHashSet as HashSet;
 use std::sync::Arc;
-
-const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 /// One applied best-chain block: its height, hash (internal order), bytes and parse.
 pub(crate) struct ChainBlock<'a> {
@@ -54,19 +53,13 @@ impl HexCol {
 
     /// Bytes in order (scripts, witness items).
     fn push(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.data.push(DIGITS[(b >> 4) as usize]);
-            self.data.push(DIGITS[(b & 15) as usize]);
-        }
+        hex::extend_hex(&mut self.data, bytes);
         self.offsets.push(self.data.len() as i32);
     }
 
     /// A 32-byte hash in display (byte-reversed) order.
     fn push_display(&mut self, hash: &[u8]) {
-        for b in hash.iter().rev() {
-            self.data.push(DIGITS[(b >> 4) as usize]);
-            self.data.push(DIGITS[(b & 15) as usize]);
-        }
+        hex::extend_display_hex(&mut self.data, hash);
         self.offsets.push(self.data.len() as i32);
     }
 
@@ -472,7 +465,7 @@ pub(crate) fn respent(
     let mut out = arrow_array::builder::BooleanBuilder::with_capacity(rows.num_rows());
     for i in 0..rows.num_rows() {
         // The spends' txids are in display order, which is the order of the hex.
-        let mut raw = crate::datasets::hex::parse_display_hex(txid.value(i))
+        let mut raw = hex::parse_display_hex(txid.value(i))
             .ok_or_else(|| format!("outputs.txid {:?} is not 32 bytes of hex", txid.value(i)))?;
         raw.reverse();
         let hit = spent.contains(&(height.value(i), raw, vout.value(i)));

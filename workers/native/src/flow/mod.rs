@@ -265,16 +265,7 @@ pub fn visit_segment(
     }
 }
 
-/// Lower-case hex of any byte string.
-pub fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
+pub use crate::datasets::hex::to_hex;
 
 /// Parses hex (either case) of any even length.
 pub fn from_hex(s: &str) -> Option<Vec<u8>> {
