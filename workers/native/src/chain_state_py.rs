@@ -9,7 +9,7 @@ use crate::btc::spend_resolve;
 use crate::btc::utxo::UTXO_KEY_PREFIX;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
-use crate::parquet_out::{write_batch, RowGroups};
+use crate::parquet_out::{write_batches, RowGroups};
 use crate::{key8, network};
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
@@ -270,26 +270,19 @@ impl ChainStateChunk {
             let blocks = self.chain_blocks(*applied);
             let write = |spec: &TableSpec| {
                 let (table, schema, path, rows, bytes, unsorted, dictionary) = spec;
-                let batch = match String::as_str(table) {
-                    "blocks" => btc_chain_rows::blocks(&blocks, values, Arc::clone(schema)),
-                    "transactions" => {
-                        btc_chain_rows::transactions(&blocks, values, Arc::clone(schema))
-                    }
-                    "inputs" => btc_chain_rows::inputs(&blocks, values, Arc::clone(schema)),
-                    // Which outputs later blocks spend is known only once they are applied:
-                    // written unspent here, the publish stage sets the `spent` column.
-                    "outputs" => {
-                        btc_chain_rows::outputs(&blocks, self.inner.network(), Arc::clone(schema))
-                    }
-                    other => Err(format!("the chain state writes no table {other:?}")),
-                }?;
+                // Which outputs later blocks spend is known only once they are applied:
+                // `outputs` is written unspent here, the publish stage sets `spent`.
+                let network = self.inner.network();
+                let batches =
+                    btc_chain_rows::batches(table, &blocks, values, network, Arc::clone(schema));
                 let groups = RowGroups {
                     rows: *rows,
                     bytes: *bytes,
                 };
                 let unsorted: Vec<&str> = unsorted.iter().map(String::as_str).collect();
                 let dictionary: Vec<&str> = dictionary.iter().map(String::as_str).collect();
-                write_batch(path, &batch, &dictionary, &unsorted, groups)
+                let schema = Arc::clone(schema);
+                write_batches(path, schema, batches, &dictionary, &unsorted, groups)
             };
             std::thread::scope(|scope| {
                 let running: Vec<_> = specs

@@ -230,20 +230,44 @@ pub fn write_batch(
     unsorted_columns: &[&str],
     groups: RowGroups,
 ) -> Result<u64, String> {
+    let batches = std::iter::once(Ok(batch.clone()));
+    write_batches(
+        path,
+        batch.schema(),
+        batches,
+        dictionary_columns,
+        unsorted_columns,
+        groups,
+    )
+}
+
+/// `write_batch` for a table built a batch at a time (`batches`, each of `schema`), so that
+/// each one is encoded while it is still in cache and no whole-table copy is ever held.
+pub fn write_batches(
+    path: &Path,
+    schema: SchemaRef,
+    batches: impl Iterator<Item = Result<RecordBatch, String>>,
+    dictionary_columns: &[&str],
+    unsorted_columns: &[&str],
+    groups: RowGroups,
+) -> Result<u64, String> {
     let mut t = AlignedTables::new(
         vec![TableWriter::create_with(
             path,
-            batch.schema(),
+            schema,
             dictionary_columns,
             unsorted_columns,
         )?],
         groups,
     );
-    let mut at = 0;
-    while at < batch.num_rows() {
-        let n = t.step_rows(STEP_ROWS).min(batch.num_rows() - at);
-        t.write(&[batch.slice(at, n)])?;
-        at += n;
+    for batch in batches {
+        let batch = batch?;
+        let mut at = 0;
+        while at < batch.num_rows() {
+            let n = t.step_rows(STEP_ROWS).min(batch.num_rows() - at);
+            t.write(&[batch.slice(at, n)])?;
+            at += n;
+        }
     }
     t.finish()
 }

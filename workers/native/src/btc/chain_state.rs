@@ -362,46 +362,50 @@ impl Chunk {
                 self.needed.len()
             ));
         }
-        // Sized up front: growing these maps rehashes every key again, a chunk's worth each.
+        // Sized up front: growing the map rehashes every key again, a chunk's worth each.
         let touched: usize = self
             .blocks
             .iter()
             .map(|b| b.spans.ins.len() + b.spans.outs.len())
             .sum();
-        let mut view = View {
-            stored: self.needed.iter().cloned().zip(values).collect(),
-            changed: HashMap::with_capacity_and_hasher(touched, Default::default()),
-        };
+        let mut view: View =
+            HashMap::with_capacity_and_hasher(touched + self.needed.len(), Default::default());
+        for (k, v) in self.needed.iter().zip(values) {
+            view.insert(
+                *k,
+                Slot {
+                    stored: v.is_some(),
+                    coin: v,
+                    touched: false,
+                },
+            );
+        }
         let mut out = Applied::default();
         let bip34 = self.network.bip34_height();
         let halving = self.network.halving_interval();
         for b in &self.blocks {
-            // The coins this block touched, as they were before it.
-            let mut before: HashMap<Key, Option<Vec<u8>>> = HashMap::with_capacity_and_hasher(
-                b.spans.ins.len() + b.spans.outs.len(),
-                Default::default(),
-            );
+            let mut block = BlockChanges::with_capacity(b.spans.ins.len() + b.spans.outs.len());
             let spends_mark = out.spends.height.len();
-            let failure = apply_block(b, &mut view, &mut before, &mut out.spends, bip34, halving)?;
+            let failure = apply_block(b, &mut view, &mut block, &mut out.spends, bip34, halving)?;
             if let Some(reason) = failure {
-                for (k, v) in before {
-                    view.set(k, v);
-                }
+                block.roll_back(&mut view);
                 truncate_spends(&mut out.spends, spends_mark);
                 out.failure = Some((b.height, b.hash, reason));
                 break;
             }
-            let (undo, count, amount) = undo_record(&b.hash, &before, &view)?;
+            let (undo, count, amount) = block.undo_record(&b.hash)?;
             out.undo.push((b.height, undo));
             out.count_delta += count;
             out.amount_delta += amount;
             out.blocks += 1;
             out.tip = Some((b.height, b.hash));
         }
-        let View { stored, changed } = view;
-        let mut changed: Vec<(Key, Option<Vec<u8>>)> = changed
+        // The net change: a coin the chunk left in place is put (if it was stored unchanged,
+        // the same bytes again), a stored coin it spent is deleted.
+        let mut changed: Vec<(Key, Option<Vec<u8>>)> = view
             .into_iter()
-            .filter(|(k, v)| stored.get(k).map(|s| s != v).unwrap_or(v.is_some()))
+            .filter(|(_, s)| s.touched && (s.coin.is_some() || s.stored))
+            .map(|(k, s)| (k, s.coin))
             .collect();
         changed.sort_unstable_by_key(|c| c.0);
         for (k, v) in changed {
@@ -414,22 +418,84 @@ impl Chunk {
     }
 }
 
-/// The coins a chunk reads (`stored`, as the database has them) under its changes so far.
-struct View {
-    stored: HashMap<Key, Option<Vec<u8>>>,
-    changed: HashMap<Key, Option<Vec<u8>>>,
+/// The coins a chunk reads and makes, one slot per key: one probe finds a coin whether the
+/// database had it or an earlier block of the chunk created it.
+type View = HashMap<Key, Slot>;
+
+struct Slot {
+    /// The coin as the chunk's blocks so far left it (None: spent or never there).
+    coin: Option<Vec<u8>>,
+    /// Whether the database holds this key (so that spending it is a delete).
+    stored: bool,
+    /// Whether an applied block changed it.
+    touched: bool,
 }
 
-impl View {
-    fn get(&self, k: &Key) -> Option<&Vec<u8>> {
-        match self.changed.get(k) {
-            Some(v) => v.as_ref(),
-            None => self.stored.get(k).and_then(|v| v.as_ref()),
+/// What one block did to the coins it touched: each one's coin before the block (moved out
+/// of the view, which no longer needs it) and its value after, for the undo record.
+struct BlockChanges(HashMap<Key, (Option<Vec<u8>>, Option<u64>)>);
+
+impl BlockChanges {
+    fn with_capacity(n: usize) -> BlockChanges {
+        BlockChanges(HashMap::with_capacity_and_hasher(n, Default::default()))
+    }
+
+    /// Replaces `slot`'s coin (key `k`) by `coin` (of `value`; None: spent), keeping the
+    /// coin it replaced if this is the block's first change to it.
+    fn set(&mut self, k: Key, slot: &mut Slot, coin: Option<Vec<u8>>, value: Option<u64>) {
+        let old = std::mem::replace(&mut slot.coin, coin);
+        slot.touched = true;
+        self.0.entry(k).or_insert((old, None)).1 = value;
+    }
+
+    /// Puts back what the block found (a block that breaks a rule changes nothing).
+    fn roll_back(self, view: &mut View) {
+        for (k, (old, _)) in self.0 {
+            if let Some(slot) = view.get_mut(&k) {
+                slot.coin = old;
+            }
         }
     }
 
-    fn set(&mut self, k: Key, v: Option<Vec<u8>>) {
-        self.changed.insert(k, v);
+    /// The block's undo record (keys sorted, so equal blocks on equal sets give equal
+    /// bytes), and the change it made to the set's count and amount.
+    fn undo_record(&self, hash: &[u8; 32]) -> Result<(Vec<u8>, i64, i128), String> {
+        let mut keys: Vec<&Key> = self.0.keys().collect();
+        keys.sort_unstable();
+        let mut created = Vec::new();
+        let mut restored = Vec::new();
+        let (mut count, mut amount) = (0i64, 0i128);
+        for k in keys {
+            let (old, new) = &self.0[k];
+            if let Some(value) = new {
+                created.push((k, *value));
+                count += 1;
+                amount += *value as i128;
+            }
+            if let Some(v) = old {
+                let (_, _, value) = coin_fields(v)?;
+                restored.push((k, v));
+                count -= 1;
+                amount -= value as i128;
+            }
+        }
+        let mut u = Vec::new();
+        u.push(UNDO_VERSION);
+        u.extend_from_slice(hash);
+        u.extend_from_slice(&(created.len() as u32).to_le_bytes());
+        for (k, value) in &created {
+            u.push(k.len() as u8);
+            u.extend_from_slice(k);
+            u.extend_from_slice(&value.to_le_bytes());
+        }
+        u.extend_from_slice(&(restored.len() as u32).to_le_bytes());
+        for (k, v) in &restored {
+            u.push(k.len() as u8);
+            u.extend_from_slice(k);
+            u.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            u.extend_from_slice(v);
+        }
+        Ok((u, count, amount))
     }
 }
 
@@ -449,7 +515,7 @@ fn truncate_spends(s: &mut SpendRows, n: usize) {
 fn apply_block(
     b: &LoadedBlock,
     view: &mut View,
-    before: &mut HashMap<Key, Option<Vec<u8>>>,
+    block: &mut BlockChanges,
     spends: &mut SpendRows,
     bip34: u64,
     halving: u64,
@@ -466,10 +532,6 @@ fn apply_block(
             return Ok(Some("bad-cb-height"));
         }
     }
-    // The first value a block sees for a coin is what its undo record restores.
-    let mut touch = |view: &View, k: &Key| {
-        before.entry(*k).or_insert_with(|| view.get(k).cloned());
-    };
     let (mut premature, mut below_out) = (false, false);
     let mut fees: u64 = 0;
     let mut coinbase_out: u64 = 0;
@@ -484,10 +546,11 @@ fn apply_block(
                 let p = &data[inp.prev..inp.prev + 36];
                 let vout = u32::from_le_bytes(p[32..36].try_into().unwrap());
                 let k = utxo_key(&p[..32], vout);
-                let Some(coin) = view.get(&k) else {
+                let Some(slot) = view.get_mut(&k).filter(|s| s.coin.is_some()) else {
                     return Ok(Some("bad-txns-inputs-missingorspent"));
                 };
-                let (prev_height, prev_coinbase, value) = coin_fields(coin)?;
+                let (prev_height, prev_coinbase, value) =
+                    coin_fields(slot.coin.as_deref().unwrap_or_default())?;
                 premature |= prev_coinbase && b.height - prev_height < COINBASE_MATURITY;
                 in_value += value;
                 spends.height.push(b.height);
@@ -499,8 +562,7 @@ fn apply_block(
                 txid.reverse();
                 spends.prev_txid.push(txid);
                 spends.prev_vout.push(vout);
-                touch(view, &k);
-                view.set(k, None);
+                block.set(k, slot, None, None);
             }
             if in_value < out_value {
                 below_out = true;
@@ -514,8 +576,13 @@ fn apply_block(
                 continue;
             }
             let k = utxo_key(&tx.txid, vout as u32);
-            touch(view, &k);
-            view.set(k, Some(coin_value(b.height, t == 0, o.value, script)));
+            let slot = view.entry(k).or_insert(Slot {
+                coin: None,
+                stored: false,
+                touched: false,
+            });
+            let coin = coin_value(b.height, t == 0, o.value, script);
+            block.set(k, slot, Some(coin), Some(o.value));
         }
     }
     if premature {
@@ -528,53 +595,6 @@ fn apply_block(
         return Ok(Some("bad-cb-amount"));
     }
     Ok(None)
-}
-
-/// The undo record of a block (keys sorted, so equal blocks on equal sets give equal bytes),
-/// and the change it made to the set's count and amount.
-fn undo_record(
-    hash: &[u8; 32],
-    before: &HashMap<Key, Option<Vec<u8>>>,
-    view: &View,
-) -> Result<(Vec<u8>, i64, i128), String> {
-    let mut keys: Vec<&Key> = before.keys().collect();
-    keys.sort_unstable();
-    let mut created = Vec::new();
-    let mut restored = Vec::new();
-    let (mut count, mut amount) = (0i64, 0i128);
-    for k in keys {
-        let old = &before[k];
-        let new = view.get(k);
-        if let Some(v) = &new {
-            let (_, _, value) = coin_fields(v)?;
-            created.push((k, value));
-            count += 1;
-            amount += value as i128;
-        }
-        if let Some(v) = old {
-            let (_, _, value) = coin_fields(v)?;
-            restored.push((k, v));
-            count -= 1;
-            amount -= value as i128;
-        }
-    }
-    let mut u = Vec::new();
-    u.push(UNDO_VERSION);
-    u.extend_from_slice(hash);
-    u.extend_from_slice(&(created.len() as u32).to_le_bytes());
-    for (k, value) in &created {
-        u.push(k.len() as u8);
-        u.extend_from_slice(k);
-        u.extend_from_slice(&value.to_le_bytes());
-    }
-    u.extend_from_slice(&(restored.len() as u32).to_le_bytes());
-    for (k, v) in &restored {
-        u.push(k.len() as u8);
-        u.extend_from_slice(k);
-        u.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        u.extend_from_slice(v);
-    }
-    Ok((u, count, amount))
 }
 
 /// A decoded undo record.
@@ -714,18 +734,28 @@ mod tests {
         let k1 = utxo_key(&[1u8; 32], 0);
         let k2 = utxo_key(&[2u8; 32], 300);
         let spent = coin_value(5, true, 50, b"\x51");
-        let before: HashMap<Key, Option<Vec<u8>>> = [(k1, None), (k2, Some(spent.clone()))]
-            .into_iter()
-            .collect();
-        let changed: HashMap<Key, Option<Vec<u8>>> =
-            [(k1, Some(coin_value(9, false, 40, b""))), (k2, None)]
-                .into_iter()
-                .collect();
-        let view = View {
-            stored: HashMap::default(),
-            changed,
-        };
-        let (rec, count, amount) = undo_record(&[7u8; 32], &before, &view).unwrap();
+        // The block created k1 and spent k2, which it found stored.
+        let mut view: View = HashMap::default();
+        for (k, coin) in [(k1, None), (k2, Some(spent.clone()))] {
+            let stored = coin.is_some();
+            let touched = false;
+            view.insert(
+                k,
+                Slot {
+                    coin,
+                    stored,
+                    touched,
+                },
+            );
+        }
+        let mut block = BlockChanges::with_capacity(2);
+        let created = coin_value(9, false, 40, b"");
+        block.set(k1, view.get_mut(&k1).unwrap(), Some(created), Some(40));
+        block.set(k2, view.get_mut(&k2).unwrap(), None, None);
+        let (rec, count, amount) = block.undo_record(&[7u8; 32]).unwrap();
+        block.roll_back(&mut view);
+        assert_eq!(view[&k1].coin, None);
+        assert_eq!(view[&k2].coin.as_ref(), Some(&spent));
         assert_eq!((count, amount), (0, -10));
         let u = decode_undo(&rec).unwrap();
         assert_eq!(u.hash, [7u8; 32]);

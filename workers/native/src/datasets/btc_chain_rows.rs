@@ -91,6 +91,61 @@ fn batch(schema: SchemaRef, cols: Vec<ArrayRef>, table: &str) -> Result<RecordBa
     RecordBatch::try_new(schema, cols).map_err(|e| format!("{table}: {e}"))
 }
 
+/// Rows a table's batch is built for at a time (whole blocks, so a batch may hold more): its
+/// hex is still in cache when the Parquet writer encodes and compresses it.
+const BUILD_ROWS: usize = 16_384;
+
+/// The rows of `table` ("blocks", "transactions", "inputs", or "outputs" unspent) for
+/// `blocks`, as consecutive batches of about `BUILD_ROWS` rows; `values` as for
+/// `transactions`.
+pub(crate) fn batches<'a>(
+    table: &'a str,
+    blocks: &'a [ChainBlock<'a>],
+    values: &'a [u64],
+    network: Network,
+    schema: SchemaRef,
+) -> impl Iterator<Item = Result<RecordBatch, String>> + 'a {
+    let rows_of = move |b: &ChainBlock| match table {
+        "blocks" => 1,
+        "transactions" => b.spans.txs.len(),
+        "inputs" => b.spans.ins.len(),
+        _ => b.spans.outs.len(),
+    };
+    // (first block, end block, first value) of each batch.
+    let mut cuts = Vec::new();
+    let (mut first, mut rows, mut value_at) = (0, 0, 0);
+    let mut first_value = 0;
+    for (i, b) in blocks.iter().enumerate() {
+        rows += rows_of(b);
+        // A block's coinbase spends nothing: its other inputs each have a value.
+        let coinbase_ins = b.spans.txs.first().map_or(0, |t| t.ins.1 - t.ins.0);
+        value_at += b.spans.ins.len() - coinbase_ins;
+        if rows >= BUILD_ROWS || i + 1 == blocks.len() {
+            cuts.push((first, i + 1, first_value, value_at));
+            (first, rows, first_value) = (i + 1, 0, value_at);
+        }
+    }
+    let mismatch = (value_at != values.len()).then(|| {
+        Err(format!(
+            "{table}: {} resolved spends for {value_at} inputs",
+            values.len()
+        ))
+    });
+    mismatch
+        .into_iter()
+        .chain(cuts.into_iter().map(move |(lo, hi, vlo, vhi)| {
+            let (blocks, values) = (&blocks[lo..hi], values.get(vlo..vhi).unwrap_or_default());
+            let schema = Arc::clone(&schema);
+            match table {
+                "blocks" => self::blocks(blocks, values, schema),
+                "transactions" => transactions(blocks, values, schema),
+                "inputs" => inputs(blocks, values, schema),
+                "outputs" => outputs(blocks, network, schema),
+                other => Err(format!("the chain state writes no table {other:?}")),
+            }
+        }))
+}
+
 /// The `blocks` rows of `blocks` (best-chain blocks the chain state applied: active, valid);
 /// `values` as for `transactions`, from which each block's fees follow.
 pub(crate) fn blocks(
