@@ -57,7 +57,9 @@ def load_chunk(spec: ChunkSpec) -> Any:
 def write_part(chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes: int) -> None:
     """Writes an applied chunk's part: its resolved spends to ``tmps[0]``, then its rows of
     ``ROW_TABLES`` to the others, side by side (Rust threads)."""
-    pq.write_table(pa.Table.from_batches([spends]), tmps[0])
+    # No dictionaries: every prev_txid differs, and the fallback from a filled dictionary
+    # page was most of the file's cost.
+    pq.write_table(pa.Table.from_batches([spends]), tmps[0], use_dictionary=False)
     chunk.write_rows(
         [
             (

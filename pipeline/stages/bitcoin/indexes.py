@@ -80,7 +80,7 @@ class IndexesStage(Stage[BtcRun]):
             shared = spend_resolution.workers_share_data_folder(ctx)
             stats: dict[str, float] = {}
             txs, how = update_txindex(
-                ctx.session(), data, ctx.opts.memory_budget, on_ray, shared, stats
+                ctx.session(), data, ctx.opts.memory_budget, on_ray, shared, stats, ctx.workers
             )
         ctx.add(stats)
         ctx.full["txindex_" + how] = ctx.full.get("txindex_" + how, 0) + 1
@@ -105,9 +105,11 @@ def update_txindex(
     on_ray: bool = False,
     shared: bool = True,
     stats: dict[str, float] | None = None,
+    threads: int = 1,
 ) -> tuple[int, str]:
     """Brings ``btc_txindex`` to the current tables: (entries, "updated" or "rebuilt"); a
-    rebuild on Ray with ``on_ray`` (``write_txindex``, which fills ``stats``)."""
+    rebuild on Ray with ``on_ray`` (``write_txindex``, which fills ``stats``), else here on
+    ``threads`` threads."""
     record = data.meta_get(layout.META_BTC_TXINDEX)
     published = data.meta_get(layout.META_BTC_PUBLISHED) or {}
     generation = published.get("generation")
@@ -119,7 +121,7 @@ def update_txindex(
         or generation is None
         or not (tx_dir / f"{record['generation']:06d}").is_dir()
     ):
-        entries = write_txindex(data, budget, on_ray, shared, stats)
+        entries = write_txindex(data, budget, on_ray, shared, stats, threads)
         how = "rebuilt"
     else:
         entries = int(record["entries"]) + _apply_txindex_changes(con, data, record, published)
@@ -246,6 +248,7 @@ def write_txindex(
     on_ray: bool = False,
     shared: bool = True,
     stats: dict[str, float] | None = None,
+    threads: int = 1,
 ) -> int:
     """txid -> where the published tables hold it; a txid in several blocks (BIP30 duplicates,
     side branches) points at its best-chain copy, else its lowest one. Built by the Rust core
@@ -253,7 +256,8 @@ def write_txindex(
     once each, in sorted runs within the memory budget, merged into SST files: here, or on
     Ray (``on_ray``) in ranges of txids, each range's files built by a task of its own and
     all of them ingested at once (``shared``: the workers write into the data folder, else
-    they hand back the files' bytes; ``stats`` gets the seconds of that, ``txindex_ray_s``)."""
+    they hand back the files' bytes; ``stats`` gets the seconds of that, ``txindex_ray_s``).
+    Here, the keys are cut into ``threads`` ranges whose files are written side by side."""
     gen = current_generation(data.parquet_dir(ds.HEADERS))
     if gen is None:
         raise RechainError("the header pass published no headers table")
@@ -269,7 +273,7 @@ def write_txindex(
         files, entries, unknown = _native.write_txindex(
             btc_bodies.txid_files(data),
             [],
-            *_build_args(headers, budget, work / "runs", work / "sst"),
+            *_build_args(headers, budget, work / "runs", work / "sst", threads),
         )
     if unknown:
         log.warning("tx index: %d staged transaction(s) of blocks the headers lack", unknown)
@@ -280,9 +284,11 @@ def write_txindex(
     return int(entries)
 
 
-def _build_args(headers: pa.Table, budget: int, spill: Path, sst: Path) -> tuple[Any, ...]:
+def _build_args(
+    headers: pa.Table, budget: int, spill: Path, sst: Path, threads: int = 1
+) -> tuple[Any, ...]:
     """``_native.write_txindex``'s arguments after the copies (files, batches): sorted runs
-    spilled to ``spill``, SST files written to ``sst``."""
+    spilled to ``spill``, SST files written to ``sst``, ranges of keys on ``threads``."""
     return (
         headers.column("hash").combine_chunks(),
         headers.column("height").combine_chunks(),
@@ -293,6 +299,7 @@ def _build_args(headers: pa.Table, budget: int, spill: Path, sst: Path) -> tuple
         sst,
         budget // TXINDEX_SST_SHARE,
         True,
+        max(threads, 1),
     )
 
 

@@ -2,19 +2,21 @@
 the segment whose outputs they spend, and each segment copied with that column set (in Rust,
 which copies every other column's encoded pages as they are, ``respend_outputs``).
 
-In the coordinator, DuckDB partitions the spends in one pass (spilling what its budget cannot
-hold) and the copies run on threads. On Ray (where the chain state ran on Ray), the same work is
-a shuffle through the object store: a *split* task per run of spends files sorts its rows into
-groups of consecutive segments, and a *copy* task per group takes that group's rows from every
-split and copies its segments, into the data folder when the workers share it, else handed
-each segment's source as bytes and returning the copy's.
+In the coordinator, DuckDB streams the spends sorted by the height of the output they spend
+(spilling what its budget cannot hold); each segment's rows are cut from the stream as it
+passes them and its copy runs on a thread while the stream goes on. On Ray (where the chain
+state ran on Ray), the same work is a shuffle through the object store: a *split* task per
+run of spends files sorts its rows into groups of consecutive segments, and a *copy* task per
+group takes that group's rows from every split and copies its segments, into the data folder
+when the workers share it, else handed each segment's source as bytes and returning the
+copy's.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 STAGE = "btc_publish"
 #: The spends' columns a copy reads.
 COLUMNS = ["prev_height", "prev_txid", "prev_vout"]
+#: Rows per batch of the sorted stream of spends.
+STREAM_ROWS = 1 << 16
 #: At most this many split tasks and groups (their product is the objects of a shuffle).
 MAX_TASKS = 64
 
@@ -57,67 +61,64 @@ def copy_segments(
     con: duckdb.DuckDBPyConnection,
     spends: str,
     spend_files: list[str],
-    scratch: Path,
     threads: int,
     budget: int,
     on_ray: bool = False,
     shared: bool = True,
 ) -> None:
     """Copies ``segments`` (disjoint) with their flags from the best-chain spends (DuckDB view
-    ``spends`` over ``spend_files``): in this process (``scratch``: DuckDB's partitions), or
-    as Ray tasks, writing into the data folder (``shared``) or handing back bytes."""
+    ``spends`` over ``spend_files``): in this process, or as Ray tasks, writing into the data
+    folder (``shared``) or handing back bytes."""
     segments = sorted(segments, key=lambda s: s.first)
     if not segments:
         return
     if on_ray:
         _copy_on_ray(segments, spend_files, threads, budget, shared)
         return
-    _partition(con, scratch, segments, spends)
-    try:
-        jobs = [
-            (seg, sorted((scratch / f"part={_key(seg)}").glob("*.parquet"))) for seg in segments
-        ]
-        for _, result in ordered_local(_copy_from_files, jobs, threads, max(1, threads)):
-            if isinstance(result, Exception):
-                raise result
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    units = _by_segment(con, segments, spends)
+    for _, result in ordered_local(_copy_unit, units, threads, max(1, threads)):
+        if isinstance(result, Exception):
+            raise result
 
 
-def _key(seg: Segment) -> str:
-    return f"{seg.first}-{seg.last}"
+def _by_segment(
+    con: duckdb.DuckDBPyConnection, segments: list[Segment], spends: str
+) -> Iterator[tuple[Segment, pa.Table | None]]:
+    """Each segment (sorted, disjoint) with the spends (view ``spends``) of its outputs, from
+    one pass sorted by the spent outputs' heights: a segment's rows are complete once the
+    stream has passed its last height, so only they are held."""
+    firsts = np.array([s.first for s in segments], np.int64)
+    lasts = np.array([s.last for s in segments], np.int64)
+    reader = con.sql(
+        f"""SELECT {", ".join(COLUMNS)} FROM {spends}
+        WHERE prev_height BETWEEN {segments[0].first} AND {segments[-1].last}
+        ORDER BY prev_height"""
+    ).to_arrow_reader(STREAM_ROWS)
+    at, held = 0, list[pa.RecordBatch]()
+    for batch in reader:
+        heights = batch.column(0).to_numpy()
+        seg = np.searchsorted(firsts, heights, side="right") - 1
+        inside = heights <= lasts[seg]
+        # Sorted, so each segment's rows are one run of the batch.
+        keys, starts = np.unique(seg, return_index=True)
+        for k, lo, hi in zip(keys, starts, [*starts[1:], len(seg)], strict=True):
+            while at < k:
+                yield segments[at], _table(held)
+                at, held = at + 1, []
+            rows = batch.slice(lo, hi - lo).filter(pa.array(inside[lo:hi]))
+            if rows.num_rows:
+                held.append(rows)
+    while at < len(segments):
+        yield segments[at], _table(held)
+        at, held = at + 1, []
 
 
-def _partition(
-    con: duckdb.DuckDBPyConnection, folder: Path, segments: list[Segment], spends: str
-) -> None:
-    """The spends (view ``spends``) of outputs created in each segment, in one pass, as
-    ``folder/part=FIRST-LAST/*.parquet``."""
-    shutil.rmtree(folder, ignore_errors=True)
-    con.register(
-        "new_parts",
-        pa.table(
-            {
-                "first": [s.first for s in segments],
-                "last": [s.last for s in segments],
-                "part": [_key(s) for s in segments],
-            }
-        ),
-    )
-    con.execute(
-        f"""COPY (
-          SELECT p.part, r.prev_height, r.prev_txid, r.prev_vout
-          FROM {spends} r ASOF JOIN new_parts p ON r.prev_height >= p.first
-          WHERE r.prev_height <= p.last
-        ) TO '{folder}' (FORMAT PARQUET, PARTITION_BY (part), COMPRESSION SNAPPY)"""
-    )
-    con.unregister("new_parts")
+def _table(batches: list[pa.RecordBatch]) -> pa.Table | None:
+    return pa.Table.from_batches(batches) if batches else None
 
 
-def _copy_from_files(job: tuple[Segment, list[Path]]) -> int:
-    seg, files = job
-    table = pa.concat_tables([pq.read_table(f, columns=COLUMNS) for f in files]) if files else None
-    return respend(seg, table)
+def _copy_unit(unit: tuple[Segment, pa.Table | None]) -> int:
+    return respend(*unit)
 
 
 def respend(seg: Segment, spends: pa.Table | None) -> int:

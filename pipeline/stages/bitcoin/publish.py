@@ -447,10 +447,7 @@ def publish_tables(
                 )
                 for first, last, part in new
             ]
-            scratch_spent = data.path / "tmp" / "duckdb" / "spent"
-            copy_segments(
-                segments, con, changes, change_files, scratch_spent, threads, budget, on_ray, shared
-            )
+            copy_segments(segments, con, changes, change_files, threads, budget, on_ray, shared)
             work["outputs_rewritten"] += len(rewrite)
         else:
             # The rows the chain state wrote for the part, final as they are.

@@ -118,8 +118,9 @@ fn index_blocks(hashes: PyArray, heights: PyArray, best: PyArray) -> PyResult<Ve
     Ok(blocks)
 }
 
-/// Builds `btc_txindex` whole as SST files in `sst_dir` (`txindex-NNNNNN.sst`, each closed
-/// once it holds `sst_memory` bytes, in key order) from the transaction copies in the staged txid
+/// Builds `btc_txindex` whole as SST files in `sst_dir` (`txindex-RRR-NNNNNN.sst`, each closed
+/// once it holds its share of `sst_memory` bytes, in key order; `threads` ranges of keys
+/// written side by side) from the transaction copies in the staged txid
 /// files `txid_files` and in `batches` (record batches with `txid`, `block_hash` and
 /// `position`, as those files hold them: one range of the index built apart), and the
 /// headers table's `hash` (display hex), `height` (uint32, null when unconnected) and
@@ -141,11 +142,13 @@ pub fn write_txindex(
     sst_dir: PathBuf,
     sst_memory: usize,
     compress: bool,
+    threads: usize,
 ) -> PyResult<(Vec<PathBuf>, u64, u64)> {
     let blocks = index_blocks(hashes, heights, best)?;
     let batches: Vec<RecordBatch> = batches.into_iter().map(PyRecordBatch::into_inner).collect();
     py.detach(|| {
-        let mut builder = TxIndexBuilder::new(blocks, range_blocks, memory, &spill_dir);
+        let mut builder =
+            TxIndexBuilder::with_ranges(blocks, range_blocks, memory, &spill_dir, threads);
         for f in &txid_files {
             add_file(&mut builder, f)?;
         }
@@ -154,7 +157,8 @@ pub fn write_txindex(
         }
         let unknown = builder.unknown_blocks;
         std::fs::create_dir_all(&sst_dir).map_err(|e| format!("{}: {e}", sst_dir.display()))?;
-        let name = |i: usize| sst_dir.join(format!("txindex-{i:06}.sst"));
+        // Names sort in key order: by range, then by file within it.
+        let name = |k: usize, i: usize| sst_dir.join(format!("txindex-{k:03}-{i:06}.sst"));
         let (files, entries) = builder
             .finish(name, sst_memory, compress)
             .map_err(|e| format!("{}: {e}", sst_dir.display()))?;

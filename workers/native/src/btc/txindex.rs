@@ -61,17 +61,24 @@ impl Entry {
     }
 }
 
-/// Collects transaction copies, then writes the index as one SST file.
+/// Collects transaction copies, then writes the index as SST files: its keys cut into ranges
+/// (by their first two bytes), each range sorted, spilled and written on a thread of its own.
 pub struct TxIndexBuilder {
     /// By rank: each block's value prefix, `"{height_range} {hash hex} "`.
     prefixes: Vec<Vec<u8>>,
     rank_of: FxHashMap<[u8; 32], u32>,
-    entries: Vec<Entry>,
+    ranges: Vec<KeyRange>,
+    /// Entries a range holds before it spills a sorted run.
     max_entries: usize,
     spill_dir: PathBuf,
-    runs: Vec<PathBuf>,
     /// Copies whose block is not among the blocks given (not published, so not indexed).
     pub unknown_blocks: u64,
+}
+
+/// One range of keys: the entries held, and the sorted runs spilled to files.
+struct KeyRange {
+    entries: Vec<Entry>,
+    runs: Vec<PathBuf>,
 }
 
 impl TxIndexBuilder {
@@ -82,6 +89,19 @@ impl TxIndexBuilder {
         memory: usize,
         spill_dir: &Path,
     ) -> TxIndexBuilder {
+        TxIndexBuilder::with_ranges(blocks, range_blocks, memory, spill_dir, 1)
+    }
+
+    /// `new`, with the keys cut into `ranges` ranges (at most 256) that `finish` writes side
+    /// by side; they share `memory`.
+    pub fn with_ranges(
+        blocks: Vec<IndexBlock>,
+        range_blocks: u32,
+        memory: usize,
+        spill_dir: &Path,
+        ranges: usize,
+    ) -> TxIndexBuilder {
+        let ranges = ranges.clamp(1, 256);
         let mut order: Vec<usize> = (0..blocks.len()).collect();
         // Best chain first, then by height (unconnected last), then by hash.
         order.sort_by_key(|&i| {
@@ -109,15 +129,19 @@ impl TxIndexBuilder {
             prefixes.push(p);
             rank_of.insert(b.hash, rank as u32);
         }
-        let max_entries = (memory / ENTRY_BYTES).max(1 << 16);
+        let max_entries = (memory / ranges / ENTRY_BYTES).max(1 << 16);
         TxIndexBuilder {
             prefixes,
             rank_of,
             // Sized once: growing by doubling would hold the old and new buffers at once.
-            entries: Vec::with_capacity(max_entries),
+            ranges: (0..ranges)
+                .map(|_| KeyRange {
+                    entries: Vec::with_capacity(max_entries),
+                    runs: Vec::new(),
+                })
+                .collect(),
             max_entries,
             spill_dir: spill_dir.to_path_buf(),
-            runs: Vec::new(),
             unknown_blocks: 0,
         }
     }
@@ -130,23 +154,70 @@ impl TxIndexBuilder {
         };
         let mut key = *txid;
         key.reverse();
-        self.entries.push(Entry {
+        let top = usize::from(key[0]) << 8 | usize::from(key[1]);
+        let k = (top * self.ranges.len()) >> 16;
+        let range = &mut self.ranges[k];
+        range.entries.push(Entry {
             key,
             rank,
             position,
         });
-        if self.entries.len() >= self.max_entries {
-            self.spill()?;
+        if range.entries.len() >= self.max_entries {
+            range.spill(&self.spill_dir, k)?;
         }
         Ok(())
     }
 
-    fn spill(&mut self) -> io::Result<()> {
+    /// Writes the index as SST files named by `path(range, i)`, each closed once it holds
+    /// its range's share of `sst_memory` bytes (see [`SstFiles`]), whatever the chain's
+    /// length; the ranges are written on threads of their own. Returns the files, in key
+    /// order, and the entries.
+    pub fn finish(
+        self,
+        path: impl Fn(usize, usize) -> PathBuf + Sync,
+        sst_memory: usize,
+        compress: bool,
+    ) -> Result<(Vec<PathBuf>, u64), SstError> {
+        let share = (sst_memory / self.ranges.len()).max(1);
+        let TxIndexBuilder {
+            prefixes,
+            ranges,
+            spill_dir,
+            ..
+        } = self;
+        let (prefixes, spill_dir, path) = (&prefixes, &spill_dir, &path);
+        let written: Vec<Result<(Vec<PathBuf>, u64), SstError>> = std::thread::scope(|scope| {
+            let running: Vec<_> = ranges
+                .into_iter()
+                .enumerate()
+                .map(|(k, range)| {
+                    scope.spawn(move || {
+                        let mut out = SstFiles::create(|i| path(k, i), share, compress)?;
+                        range.finish_into(prefixes, spill_dir, k, |key, v| out.add(key, v))?;
+                        Ok(out.finish()?)
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|h| h.join().expect("a tx index range panicked"))
+                .collect()
+        });
+        let (mut files, mut entries) = (Vec::new(), 0);
+        for range in written {
+            let (f, n) = range?;
+            files.extend(f);
+            entries += n;
+        }
+        Ok((files, entries))
+    }
+}
+
+impl KeyRange {
+    fn spill(&mut self, spill_dir: &Path, k: usize) -> io::Result<()> {
         self.entries.sort_unstable_by(Entry::order);
-        std::fs::create_dir_all(&self.spill_dir)?;
-        let path = self
-            .spill_dir
-            .join(format!("run-{:06}.bin", self.runs.len()));
+        std::fs::create_dir_all(spill_dir)?;
+        let path = spill_dir.join(format!("run-{k:03}-{:06}.bin", self.runs.len()));
         let mut out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
         for e in &self.entries {
             out.write_all(&e.encode())?;
@@ -157,28 +228,16 @@ impl TxIndexBuilder {
         Ok(())
     }
 
-    /// Writes the index as SST files named by `path(i)`, each closed once it holds
-    /// `sst_memory` bytes (see [`SstFiles`]), whatever the chain's length. Returns the files
-    /// and the entries.
-    pub fn finish(
-        self,
-        path: impl Fn(usize) -> PathBuf,
-        sst_memory: usize,
-        compress: bool,
-    ) -> Result<(Vec<PathBuf>, u64), SstError> {
-        let mut out = SstFiles::create(path, sst_memory, compress)?;
-        self.finish_into(|k, v| out.add(k, v))?;
-        Ok(out.finish()?)
-    }
-
-    /// Hands `sink` each txid's entry (key, value), in key order.
+    /// Hands `sink` each txid's entry (key, value) of this range (`k`), in key order.
     fn finish_into<E: From<io::Error>>(
         mut self,
+        prefixes: &[Vec<u8>],
+        spill_dir: &Path,
+        k: usize,
         mut sink: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut value = Vec::with_capacity(96);
         let mut last: Option<[u8; 32]> = None;
-        let prefixes = std::mem::take(&mut self.prefixes);
         let mut put = |e: Entry| -> Result<(), E> {
             // Entries of a key come best first: the rest are other copies.
             if last == Some(e.key) {
@@ -198,7 +257,7 @@ impl TxIndexBuilder {
             return Ok(());
         }
         if !self.entries.is_empty() {
-            self.spill()?;
+            self.spill(spill_dir, k)?;
         }
         let mut readers = self
             .runs
@@ -269,7 +328,12 @@ mod tests {
         }
     }
 
-    fn build(memory: usize, copies: &[([u8; 32], u8, u32)], name: &str) -> Vec<(Vec<u8>, String)> {
+    fn build(
+        memory: usize,
+        ranges: usize,
+        copies: &[([u8; 32], u8, u32)],
+        name: &str,
+    ) -> Vec<(Vec<u8>, String)> {
         let dir =
             std::env::temp_dir().join(format!("rechain-txindex-{name}-{}", std::process::id()));
         let blocks = vec![
@@ -279,19 +343,27 @@ mod tests {
             block(4, None, Some(false)),
             block(5, Some(4), Some(false)),
         ];
-        let mut b = TxIndexBuilder::new(blocks, 10_000, memory, &dir);
+        let mut b = TxIndexBuilder::with_ranges(blocks, 10_000, memory, &dir, ranges);
         b.max_entries = memory;
         for (txid, blk, pos) in copies {
             b.add(txid, &[*blk; 32], *pos).unwrap();
         }
         assert_eq!(b.unknown_blocks, 1);
-        let spilled = !b.runs.is_empty();
+        let spilled = b.ranges.iter().any(|r| !r.runs.is_empty());
         let mut got = Vec::new();
-        b.finish_into(|k, v| {
-            got.push((k.to_vec(), String::from_utf8(v.to_vec()).unwrap()));
-            Ok::<(), io::Error>(())
-        })
-        .unwrap();
+        let TxIndexBuilder {
+            prefixes,
+            ranges: built,
+            ..
+        } = b;
+        for (k, range) in built.into_iter().enumerate() {
+            range
+                .finish_into(&prefixes, &dir, k, |k, v| {
+                    got.push((k.to_vec(), String::from_utf8(v.to_vec()).unwrap()));
+                    Ok::<(), io::Error>(())
+                })
+                .unwrap();
+        }
         assert_eq!(spilled, memory < copies.len());
         if spilled {
             assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "runs removed");
@@ -318,8 +390,8 @@ mod tests {
             (tx(4), 9, 0), // unknown block: not indexed
             (tx(5), 1, 4),
         ];
-        for memory in [1 << 20, 2, 1] {
-            let got = build(memory, &copies, &format!("m{memory}"));
+        for (memory, ranges) in [(1 << 20, 1), (2, 1), (1, 1), (1 << 20, 3), (1, 2)] {
+            let got = build(memory, ranges, &copies, &format!("m{memory}-{ranges}"));
             let key = |n: u8| {
                 let mut k = tx(n);
                 k.reverse();
@@ -337,7 +409,7 @@ mod tests {
                 (key(5), format!("0 {} 4", hex(1))),
             ];
             want.sort();
-            assert_eq!(got, want, "memory {memory}");
+            assert_eq!(got, want, "memory {memory}, {ranges} ranges");
         }
     }
 
@@ -345,7 +417,7 @@ mod tests {
     fn files_roll_over_at_the_memory_cap_and_an_empty_index_leaves_none() {
         let dir = std::env::temp_dir().join(format!("rechain-txindex-roll-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let name = |i: usize| dir.join(format!("{i}.sst"));
+        let name = |k: usize, i: usize| dir.join(format!("{k}-{i}.sst"));
         let blocks = || vec![block(1, Some(0), Some(true))];
         let mut b = TxIndexBuilder::new(blocks(), 10_000, 1 << 20, &dir);
         for n in 0..5u8 {
@@ -355,6 +427,20 @@ mod tests {
         let (files, entries) = b.finish(name, 24, true).unwrap();
         assert_eq!((files.len(), entries), (3, 5));
         assert!(files.iter().all(|f| f.exists()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        // Two ranges: each writes its own files; together they list every key in order.
+        let mut b = TxIndexBuilder::with_ranges(blocks(), 10_000, 1 << 20, &dir, 2);
+        for n in 0..6u8 {
+            b.add(&[n * 50; 32], &[1; 32], u32::from(n)).unwrap();
+        }
+        let (files, entries) = b.finish(name, 48, true).unwrap();
+        assert_eq!(entries, 6);
+        let mut sorted = files.clone();
+        sorted.sort();
+        assert_eq!(files, sorted, "files in key order");
+        assert!(files.iter().any(|f| f.ends_with("0-0.sst")));
+        assert!(files.iter().any(|f| f.ends_with("1-0.sst")));
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
         let empty = TxIndexBuilder::new(blocks(), 10_000, 1 << 20, &dir);
