@@ -127,5 +127,5 @@ def import_unit(
         staged[name] = write_part(batch, where, name)
     del batches
     if release_memory:
-        release_unused_memory()
+        release_unused_memory(collect=False)  # the batches form no cycles
     return EthStaged(unit, staged, dict(info), rows, time.perf_counter() - t0)

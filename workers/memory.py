@@ -25,10 +25,12 @@ def _libc() -> ctypes.CDLL | None:
     return libc if libc is not None and hasattr(libc, "malloc_trim") else None
 
 
-def release_unused_memory() -> None:
-    """Collects garbage, then returns free pages of Arrow's pool (if this process loaded
-    pyarrow: a Flow replay does not) and of the C heap."""
-    gc.collect()
+def release_unused_memory(collect: bool = True) -> None:
+    """Collects garbage (unless ``collect`` is false: a caller whose garbage holds no cycles,
+    freed by reference counts already), then returns free pages of Arrow's pool (if this
+    process loaded pyarrow: a Flow replay does not) and of the C heap."""
+    if collect:
+        gc.collect()
     pa = sys.modules.get("pyarrow")
     if pa is not None:
         pa.default_memory_pool().release_unused()

@@ -20,7 +20,7 @@ use super::decode::{coinbase_height, Spans};
 use super::encode::core_varint;
 use super::header::{sha256d, HEADER_LEN};
 use super::network::Network;
-use super::scan::xor_decode;
+use super::scan::xor_in_place;
 use super::utxo::UTXO_KEY_PREFIX;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fs::File;
@@ -200,10 +200,7 @@ fn read_record(
 ) -> Result<Vec<u8>, String> {
     let xor = |buf: &mut Vec<u8>, pos: u64| {
         if key != [0u8; 8] {
-            let raw = std::mem::take(buf);
-            let mut out = vec![0u8; raw.len()];
-            xor_decode(&raw, &mut out, key, pos);
-            *buf = out;
+            xor_in_place(buf, key, pos);
         }
     };
     if offset + 8 > len {

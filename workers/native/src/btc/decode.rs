@@ -807,10 +807,7 @@ fn refill(
     buf.resize(n, 0);
     file.read_exact_at(buf, pos)?;
     if key != [0u8; 8] {
-        let raw = std::mem::take(buf);
-        let mut out = vec![0u8; raw.len()];
-        super::scan::xor_decode(&raw, &mut out, key, pos);
-        *buf = out;
+        super::scan::xor_in_place(buf, key, pos);
     }
     *buf_pos = pos;
     Ok(())

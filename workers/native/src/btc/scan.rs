@@ -810,12 +810,7 @@ impl<'a> Scanner<'a> {
 /// De-obfuscates `raw` (which starts at absolute file offset `pos`) eight bytes at a time, with
 /// the key rotated to the chunk's phase (Core's approach since PR #31144).
 pub(crate) fn xor_decode(raw: &[u8], dec: &mut [u8], key: [u8; 8], pos: u64) {
-    let phase = (pos % 8) as usize;
-    let mut rotated = [0u8; 8];
-    for (i, b) in rotated.iter_mut().enumerate() {
-        *b = key[(phase + i) & 7];
-    }
-    let word = u64::from_ne_bytes(rotated);
+    let (rotated, word) = rotated_key(key, pos);
     let mut raw_chunks = raw.chunks_exact(8);
     let mut dec_chunks = dec.chunks_exact_mut(8);
     for (r, d) in (&mut raw_chunks).zip(&mut dec_chunks) {
@@ -830,6 +825,30 @@ pub(crate) fn xor_decode(raw: &[u8], dec: &mut [u8], key: [u8; 8], pos: u64) {
     {
         *d = r ^ rotated[i];
     }
+}
+
+/// `xor_decode` of `buf` into itself: a reader's buffer is de-obfuscated where it was read,
+/// not copied into a new allocation each time.
+pub(crate) fn xor_in_place(buf: &mut [u8], key: [u8; 8], pos: u64) {
+    let (rotated, word) = rotated_key(key, pos);
+    let mut chunks = buf.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let v = u64::from_ne_bytes((&*c).try_into().unwrap()) ^ word;
+        c.copy_from_slice(&v.to_ne_bytes());
+    }
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= rotated[i];
+    }
+}
+
+/// The key rotated to the phase of absolute offset `pos`, as bytes and as a native word.
+fn rotated_key(key: [u8; 8], pos: u64) -> ([u8; 8], u64) {
+    let phase = (pos % 8) as usize;
+    let mut rotated = [0u8; 8];
+    for (i, b) in rotated.iter_mut().enumerate() {
+        *b = key[(phase + i) & 7];
+    }
+    (rotated, u64::from_ne_bytes(rotated))
 }
 
 /// Word-wide: a preallocated zero tail is megabytes long and every byte of it is tested.
@@ -879,6 +898,21 @@ pub fn xor_key_from_bytes(b: Option<&[u8]>) -> Result<([u8; 8], Option<String>),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xor_in_place_matches_xor_decode_at_every_phase() {
+        let key = [0xe5, 0x52, 0x64, 0xec, 0x26, 0x74, 0x14, 0xf8];
+        let raw: Vec<u8> = (0..77u8).map(|i| i.wrapping_mul(29)).collect();
+        for pos in 0..16u64 {
+            for len in [0, 1, 7, 8, 9, 64, 77] {
+                let mut want = vec![0u8; len];
+                xor_decode(&raw[..len], &mut want, key, pos);
+                let mut got = raw[..len].to_vec();
+                xor_in_place(&mut got, key, pos);
+                assert_eq!(got, want, "pos {pos} len {len}");
+            }
+        }
+    }
     use std::io::Write;
 
     #[test]
