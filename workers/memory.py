@@ -51,22 +51,31 @@ MMAP_THRESHOLD = 1 << 20
 #: blocks are reused from the heap, and blocks of a 32nd of the budget each stay within it.
 MMAP_THRESHOLD_BUDGET_SHARE = 32
 MAX_MMAP_THRESHOLD = 32 << 20
+# The trim threshold (free memory at the top of a heap past which it is handed back) is set
+# to the same value: glibc's fixed default (128 KiB) hands back the pages a growing buffer was
+# just moved out of and faults them in again, zeroed, for the next one (a fifth of a streamed
+# checkpoint read); at the mmap threshold each of the ``ARENA_MAX`` heaps keeps at most a 32nd
+# of the budget, and ``release_unused_memory`` trims them all at stage ends.
+
 #: glibc makes up to eight heaps per core, one per thread that contends, each keeping its freed
 #: pages; the pipeline's threads share a few.
 ARENA_MAX = 4
 #: Arrow's allocator for this process and its children: jemalloc hands freed pages back after a
 #: few seconds, where Arrow's default (mimalloc) kept ~90 MiB more through a 10x-budget publish.
 ARROW_POOL = "jemalloc"
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 #: The allocator settings the user gave in the environment before this process started.
 _USER_SET = frozenset(
-    env for env in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX") if env in os.environ
+    env
+    for env in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
+    if env in os.environ
 )
 
 
 def bound_heap(budget: int | None = None) -> None:
-    """Fixes glibc's mmap threshold and heap count for this process and, through the
+    """Fixes glibc's mmap and trim thresholds and heap count for this process and, through the
     environment glibc reads at start-up, for the processes it starts (Ray's workers); picks
     Arrow's allocator (read when Arrow first allocates) the same way. With ``budget`` (once a
     command's ``--memory-budget`` is known) the threshold is ``mmap_threshold(budget)``."""
@@ -75,6 +84,7 @@ def bound_heap(budget: int | None = None) -> None:
     threshold = MMAP_THRESHOLD if budget is None else mmap_threshold(budget)
     for env, param, value in (
         ("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, threshold),
+        ("MALLOC_TRIM_THRESHOLD_", _M_TRIM_THRESHOLD, threshold),
         ("MALLOC_ARENA_MAX", _M_ARENA_MAX, ARENA_MAX),
     ):
         # A value set by the user wins (glibc has read it already).

@@ -9,7 +9,7 @@ use crate::btc::spend_resolve;
 use crate::btc::utxo::UTXO_KEY_PREFIX;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
-use crate::parquet_out::{write_batches, RowGroups};
+use crate::parquet_out::{write_batches, Layout, RowGroups};
 use crate::{key8, network};
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
@@ -282,7 +282,12 @@ impl ChainStateChunk {
                 let unsorted: Vec<&str> = unsorted.iter().map(String::as_str).collect();
                 let dictionary: Vec<&str> = dictionary.iter().map(String::as_str).collect();
                 let schema = Arc::clone(schema);
-                write_batches(path, schema, batches, &dictionary, &unsorted, groups)
+                let layout = Layout {
+                    dictionary: &dictionary,
+                    unsorted: &unsorted,
+                    ..Layout::default()
+                };
+                write_batches(path, schema, batches, &layout, groups)
             };
             std::thread::scope(|scope| {
                 let running: Vec<_> = specs

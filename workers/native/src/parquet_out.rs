@@ -1,6 +1,7 @@
 //! Parquet files written by the Rust core, with the settings `DataDir.stage_parquet_parts` gives
 //! pyarrow's writer (zstd, statistics, dictionary encoding only for the columns named; the
-//! tables may also name columns whose min/max statistics prune nothing), so a
+//! tables may also name columns whose min/max statistics prune nothing, and columns of random
+//! bytes stored uncompressed: see [`Layout`]), so a
 //! stage can publish a table without loading pyarrow. Where the file goes and when it becomes
 //! visible stays with `DataDir` (Python): this only writes the file it is given.
 
@@ -30,6 +31,20 @@ pub struct RowGroups {
     pub bytes: usize,
 }
 
+/// How a table's columns are encoded where they differ from the defaults (zstd, min/max
+/// statistics, no dictionary), by column name.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Layout<'a> {
+    /// Dictionary-encoded.
+    pub dictionary: &'a [&'a str],
+    /// Without min/max statistics: values such as random hashes or scripts, whose ranges per
+    /// page and row group prune nothing and cost a comparison per value.
+    pub unsorted: &'a [&'a str],
+    /// Stored uncompressed: random bytes (hashes, and paths that are hashes), which zstd
+    /// cannot shrink and spends as long on as on any other page.
+    pub uncompressed: &'a [&'a str],
+}
+
 /// One Parquet file being written batch by batch; row groups are closed by its owner.
 pub struct TableWriter {
     writer: ArrowWriter<File>,
@@ -37,24 +52,8 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
-    pub fn create(
-        path: &Path,
-        schema: SchemaRef,
-        dictionary_columns: &[&str],
-    ) -> Result<TableWriter, String> {
-        TableWriter::create_with(path, schema, dictionary_columns, &[])
-    }
-
-    /// `create`, with no statistics for `unsorted_columns`: values such as random hashes or
-    /// scripts, whose min and max per page and row group would prune nothing and cost a
-    /// comparison per value.
-    pub fn create_with(
-        path: &Path,
-        schema: SchemaRef,
-        dictionary_columns: &[&str],
-        unsorted_columns: &[&str],
-    ) -> Result<TableWriter, String> {
-        let props = properties(path, &schema, dictionary_columns, unsorted_columns)?;
+    pub fn create(path: &Path, schema: SchemaRef, layout: &Layout) -> Result<TableWriter, String> {
+        let props = properties(path, &schema, layout)?;
         let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let writer = ArrowWriter::try_new(file, schema, Some(props.build()))
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -79,32 +78,36 @@ impl TableWriter {
     }
 }
 
-/// The writer settings of every table the Rust core writes (see `TableWriter::create_with`).
+/// The writer settings of every table the Rust core writes (see [`Layout`]).
 fn properties(
     path: &Path,
     schema: &SchemaRef,
-    dictionary_columns: &[&str],
-    unsorted_columns: &[&str],
+    layout: &Layout,
 ) -> Result<WriterPropertiesBuilder, String> {
     let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_dictionary_enabled(false)
         .set_max_row_group_row_count(None);
-    for c in dictionary_columns {
-        props = props.set_column_dictionary_enabled(ColumnPath::from(*c), true);
-    }
-    for c in unsorted_columns {
+    let leaf = |c: &str| -> Result<ColumnPath, String> {
         let field = schema
             .field_with_name(c)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         // A list's values are the leaf `name.list.<item>` of the Parquet schema.
-        let leaf = match field.data_type() {
+        Ok(ColumnPath::new(match field.data_type() {
             DataType::List(item) | DataType::LargeList(item) => {
                 vec![c.to_string(), "list".into(), item.name().clone()]
             }
             _ => vec![c.to_string()],
-        };
-        props = props.set_column_statistics_enabled(ColumnPath::new(leaf), EnabledStatistics::None);
+        }))
+    };
+    for c in layout.dictionary {
+        props = props.set_column_dictionary_enabled(leaf(c)?, true);
+    }
+    for c in layout.unsorted {
+        props = props.set_column_statistics_enabled(leaf(c)?, EnabledStatistics::None);
+    }
+    for c in layout.uncompressed {
+        props = props.set_column_compression(leaf(c)?, Compression::UNCOMPRESSED);
     }
     Ok(props)
 }
@@ -143,7 +146,7 @@ pub fn replace_column(
         .ok_or_else(|| at(&format!("no top-level column {column}")))?;
     let field_index = arrow_schema.index_of(column).map_err(|e| at(&e))?;
     let field = arrow_schema.field(field_index).clone();
-    let props = properties(dest, &arrow_schema, &[], &[])?
+    let props = properties(dest, &arrow_schema, &Layout::default())?
         .set_key_value_metadata(parquet.file_metadata().key_value_metadata().cloned())
         .build();
     let out = File::create(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
@@ -221,24 +224,16 @@ pub fn replace_column(
 /// row group closes near its byte limit.
 const STEP_ROWS: usize = 8_192;
 
-/// Writes `batch` as one Parquet file at `path` (columns as for `TableWriter::create_with`),
-/// closing row groups at `groups`' limits; returns the rows written.
+/// Writes `batch` as one Parquet file at `path` (columns encoded as `layout` says), closing
+/// row groups at `groups`' limits; returns the rows written.
 pub fn write_batch(
     path: &Path,
     batch: &RecordBatch,
-    dictionary_columns: &[&str],
-    unsorted_columns: &[&str],
+    layout: &Layout,
     groups: RowGroups,
 ) -> Result<u64, String> {
     let batches = std::iter::once(Ok(batch.clone()));
-    write_batches(
-        path,
-        batch.schema(),
-        batches,
-        dictionary_columns,
-        unsorted_columns,
-        groups,
-    )
+    write_batches(path, batch.schema(), batches, layout, groups)
 }
 
 /// `write_batch` for a table built a batch at a time (`batches`, each of `schema`), so that
@@ -247,19 +242,10 @@ pub fn write_batches(
     path: &Path,
     schema: SchemaRef,
     batches: impl Iterator<Item = Result<RecordBatch, String>>,
-    dictionary_columns: &[&str],
-    unsorted_columns: &[&str],
+    layout: &Layout,
     groups: RowGroups,
 ) -> Result<u64, String> {
-    let mut t = AlignedTables::new(
-        vec![TableWriter::create_with(
-            path,
-            schema,
-            dictionary_columns,
-            unsorted_columns,
-        )?],
-        groups,
-    );
+    let mut t = AlignedTables::new(vec![TableWriter::create(path, schema, layout)?], groups);
     for batch in batches {
         let batch = batch?;
         let mut at = 0;
@@ -363,11 +349,15 @@ mod tests {
             assert!(col.statistics().is_some());
             meta.row_groups().iter().map(|g| g.num_rows()).collect()
         };
+        let dictionary_s = Layout {
+            dictionary: &["s"],
+            ..Layout::default()
+        };
         let write = |name: &str, limits: RowGroups| {
             let (a, b) = (dir.join(format!("{name}-a")), dir.join(format!("{name}-b")));
             let tables = vec![
-                TableWriter::create(&a, schema.clone(), &["s"]).unwrap(),
-                TableWriter::create(&b, small.clone(), &[]).unwrap(),
+                TableWriter::create(&a, schema.clone(), &dictionary_s).unwrap(),
+                TableWriter::create(&b, small.clone(), &Layout::default()).unwrap(),
             ];
             let mut t = AlignedTables::new(tables, limits);
             let mut lo = 0u64;
@@ -425,7 +415,12 @@ mod tests {
             rows: 3000,
             bytes: usize::MAX,
         };
-        write_batch(&src, &batch, &["s"], &["s"], groups).unwrap();
+        let layout = Layout {
+            dictionary: &["s"],
+            unsorted: &["s"],
+            ..Layout::default()
+        };
+        write_batch(&src, &batch, &layout, groups).unwrap();
         // The new flag: set for multiples of 3, else the old one (null stays null).
         let rows = replace_column(&src, &dest, "flag", &["n", "flag"], |b| {
             let n = b.column_by_name("n").unwrap().as_primitive::<UInt64Type>();

@@ -48,6 +48,7 @@ use super::checkpoint_stats::{OwnerRow, Sizes, TrieStats};
 use super::hash::{hash_leaves, Hash, Path};
 use super::mtrie::{Node, Register};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
+use crate::parquet_out::{Layout, TableWriter};
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt16Builder,
     UInt32Builder, UInt64Builder,
@@ -56,6 +57,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{UInt32Type, UInt64Type};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use std::path::Path as FsPath;
 use std::sync::Arc;
 
 fn list_of(item: DataType, nullable: bool) -> DataType {
@@ -426,6 +428,31 @@ pub fn registers_batch<R: AsRef<Register>>(regs: &[R]) -> RecordBatch {
         Arc::new(enc.finish()),
     ];
     RecordBatch::try_new(registers_schema(), cols).expect("registers columns match the schema")
+}
+
+/// `registers`' Parquet layout: `path` is a hash (random bytes: stored as they are; its
+/// statistics are kept, as the rows are in path order) and values are in no order.
+const REGISTERS_LAYOUT: Layout = Layout {
+    dictionary: &[],
+    unsorted: &["value"],
+    uncompressed: &["path"],
+};
+
+/// `register_hashes`' Parquet layout: every column but `height` is a hash; only `path` is
+/// in order.
+const REGISTER_HASHES_LAYOUT: Layout = Layout {
+    dictionary: &[],
+    unsorted: &["leaf_hash", "node_hash"],
+    uncompressed: &["path", "leaf_hash", "node_hash"],
+};
+
+/// The writers of a trie's `registers` file and of its `register_hashes` file beside it
+/// (written side by side, as [`AlignedTables`](crate::parquet_out::AlignedTables)).
+pub fn register_tables(registers: &FsPath, hashes: &FsPath) -> Result<Vec<TableWriter>, String> {
+    Ok(vec![
+        TableWriter::create(registers, registers_schema(), &REGISTERS_LAYOUT)?,
+        TableWriter::create(hashes, leaf_hashes_schema(), &REGISTER_HASHES_LAYOUT)?,
+    ])
 }
 
 pub fn leaf_hashes_schema() -> SchemaRef {

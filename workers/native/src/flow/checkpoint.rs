@@ -34,7 +34,7 @@ use super::record::Payload;
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
@@ -273,85 +273,134 @@ pub fn read_header(dir: &FsPath, name: &str) -> CpResult<Header> {
 }
 
 /// Reads a part file sequentially, tracking the offset and the CRC-32C of what was read.
+/// Fields are taken from a buffer of its own (not read one `read_exact` each) and the CRC is
+/// computed over each stretch of the buffer handed out, not field by field.
 pub(super) struct PartReader {
     pub(super) file: PathBuf,
-    inner: BufReader<File>,
+    f: File,
+    buf: Box<[u8]>,
+    /// `buf[pos..filled]` is read from the file and not yet handed out.
+    pos: usize,
+    filled: usize,
+    /// CRC-32C of everything handed out before `buf[crc_from..pos]`.
+    crc: u32,
+    crc_from: usize,
     pub(super) offset: u64,
     /// End of the region holding records (start of the footer).
     pub(super) end: u64,
-    crc: u32,
 }
 
 impl PartReader {
     /// A reader of `f` (positioned at `offset`) up to `end`, its CRC starting from nothing:
     /// the single-file versions checksum everything from byte 0.
     pub(super) fn new(file: &FsPath, f: File, offset: u64, end: u64) -> Self {
+        PartReader::with_crc(file, f, offset, end, 0)
+    }
+
+    fn with_crc(file: &FsPath, f: File, offset: u64, end: u64, crc: u32) -> Self {
         PartReader {
             file: file.to_path_buf(),
-            inner: BufReader::with_capacity(IO_BUF, f),
+            f,
+            buf: vec![0u8; IO_BUF].into_boxed_slice(),
+            pos: 0,
+            filled: 0,
+            crc,
+            crc_from: 0,
             offset,
             end,
-            crc: 0,
         }
     }
 
-    pub(super) fn bytes(&mut self, buf: &mut [u8], what: &str) -> CpResult<()> {
-        if self.offset + buf.len() as u64 > self.end {
-            return Err(CheckpointError::new(
-                &self.file,
-                self.offset,
-                "truncated",
-                format!(
-                    "{what} of {} bytes runs past the end of the node records ({})",
-                    buf.len(),
-                    self.end
-                ),
-            ));
-        }
-        self.inner
-            .read_exact(buf)
-            .map_err(|e| CheckpointError::io(&self.file, self.offset, &e))?;
-        self.crc = crc32c::crc32c_append(self.crc, buf);
-        self.offset += buf.len() as u64;
-        Ok(())
+    /// The CRC-32C of everything read so far.
+    pub(super) fn crc(&self) -> u32 {
+        crc32c::crc32c_append(self.crc, &self.buf[self.crc_from..self.pos])
     }
 
-    pub(super) fn u8(&mut self, what: &str) -> CpResult<u8> {
-        let mut b = [0u8; 1];
-        self.bytes(&mut b, what)?;
-        Ok(b[0])
-    }
-    pub(super) fn u16(&mut self, what: &str) -> CpResult<u16> {
-        let mut b = [0u8; 2];
-        self.bytes(&mut b, what)?;
-        Ok(u16::from_be_bytes(b))
-    }
-    pub(super) fn u32(&mut self, what: &str) -> CpResult<u32> {
-        let mut b = [0u8; 4];
-        self.bytes(&mut b, what)?;
-        Ok(u32::from_be_bytes(b))
-    }
-    pub(super) fn u64(&mut self, what: &str) -> CpResult<u64> {
-        let mut b = [0u8; 8];
-        self.bytes(&mut b, what)?;
-        Ok(u64::from_be_bytes(b))
-    }
-    pub(super) fn hash(&mut self, what: &str) -> CpResult<[u8; 32]> {
-        let mut b = [0u8; 32];
-        self.bytes(&mut b, what)?;
-        Ok(b)
-    }
-    pub(super) fn vec(&mut self, n: usize, what: &str) -> CpResult<Vec<u8>> {
+    fn check_room(&self, n: usize, what: &str) -> CpResult<()> {
         if self.offset + n as u64 > self.end {
             return Err(CheckpointError::new(
                 &self.file,
                 self.offset,
                 "truncated",
-                format!("{what} of {n} bytes runs past the end of the node records"),
+                format!(
+                    "{what} of {n} bytes runs past the end of the node records ({})",
+                    self.end
+                ),
             ));
         }
-        let mut v = vec![0u8; n];
-        self.bytes(&mut v, what)?;
+        Ok(())
+    }
+
+    /// Makes at least `n` (at most the buffer's size) unread bytes available in the buffer.
+    fn fill(&mut self, n: usize) -> CpResult<()> {
+        self.crc = self.crc();
+        self.buf.copy_within(self.pos..self.filled, 0);
+        self.filled -= self.pos;
+        self.pos = 0;
+        self.crc_from = 0;
+        while self.filled < n {
+            let got = self
+                .f
+                .read(&mut self.buf[self.filled..])
+                .map_err(|e| CheckpointError::io(&self.file, self.offset, &e))?;
+            if got == 0 {
+                let e = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+                return Err(CheckpointError::io(&self.file, self.offset, &e));
+            }
+            self.filled += got;
+        }
+        Ok(())
+    }
+
+    /// The next `n` bytes (`n` at most the buffer's size).
+    fn take(&mut self, n: usize, what: &str) -> CpResult<&[u8]> {
+        self.check_room(n, what)?;
+        if self.filled - self.pos < n {
+            self.fill(n)?;
+        }
+        let at = self.pos;
+        self.pos += n;
+        self.offset += n as u64;
+        Ok(&self.buf[at..at + n])
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> CpResult<[u8; N]> {
+        Ok(self.take(N, what)?.try_into().expect("N bytes"))
+    }
+
+    pub(super) fn u8(&mut self, what: &str) -> CpResult<u8> {
+        Ok(self.array::<1>(what)?[0])
+    }
+    pub(super) fn u16(&mut self, what: &str) -> CpResult<u16> {
+        Ok(u16::from_be_bytes(self.array(what)?))
+    }
+    pub(super) fn u32(&mut self, what: &str) -> CpResult<u32> {
+        Ok(u32::from_be_bytes(self.array(what)?))
+    }
+    pub(super) fn u64(&mut self, what: &str) -> CpResult<u64> {
+        Ok(u64::from_be_bytes(self.array(what)?))
+    }
+    pub(super) fn hash(&mut self, what: &str) -> CpResult<[u8; 32]> {
+        self.array(what)
+    }
+    pub(super) fn vec(&mut self, n: usize, what: &str) -> CpResult<Vec<u8>> {
+        if n <= self.buf.len() {
+            return Ok(self.take(n, what)?.to_vec());
+        }
+        // Longer than the buffer: what it holds, then the rest straight from the file.
+        self.check_room(n, what)?;
+        let mut v = Vec::with_capacity(n);
+        v.extend_from_slice(&self.buf[self.pos..self.filled]);
+        self.crc = crc32c::crc32c_append(self.crc(), &v);
+        let start = v.len();
+        v.resize(n, 0);
+        let at = self.offset + start as u64;
+        self.f
+            .read_exact(&mut v[start..])
+            .map_err(|e| CheckpointError::io(&self.file, at, &e))?;
+        self.crc = crc32c::crc32c_append(self.crc, &v[start..]);
+        (self.pos, self.filled, self.crc_from) = (0, 0, 0);
+        self.offset += n as u64;
         Ok(v)
     }
 }
@@ -485,13 +534,7 @@ pub(super) fn open_part(
     }
     f.seek(SeekFrom::Start(4))
         .map_err(|e| CheckpointError::io(file, 4, &e))?;
-    let reader = PartReader {
-        file: file.to_path_buf(),
-        inner: BufReader::with_capacity(IO_BUF, f),
-        offset: 4,
-        end: footer_at,
-        crc: crc(&head),
-    };
+    let reader = PartReader::with_crc(file, f, 4, footer_at, crc(&head));
     footer.truncate(footer_len as usize);
     Ok((reader, footer))
 }
@@ -510,7 +553,7 @@ pub(super) fn finish_part(r: &PartReader, footer: &[u8], stored: u32) -> CpResul
             ),
         ));
     }
-    let computed = crc32c::crc32c_append(r.crc, footer);
+    let computed = crc32c::crc32c_append(r.crc(), footer);
     if computed != stored {
         return Err(CheckpointError::new(
             &r.file,

@@ -23,10 +23,7 @@
 //! [`stream_into`] hands them (and each interior node's height) to any [`PartSink`], one per
 //! part (`checkpoint stats` folds them into counts, see [`super::checkpoint_stats`]).
 
-use super::batches::{
-    leaf_hashes_batch, leaf_hashes_batch_with, leaf_hashes_schema, registers_batch,
-    registers_schema,
-};
+use super::batches::{leaf_hashes_batch, leaf_hashes_batch_with, register_tables, registers_batch};
 use super::checkpoint::{
     checkpoint_version, computed_hash, finish_part, first_interior_mismatch, open_part, part_name,
     read_header, read_node, CheckpointError, CpResult, InteriorCheck, PartInfo, RawNode, Verify,
@@ -39,7 +36,7 @@ use super::hash::{
 use super::mtrie::{Node, Register, Trie};
 use super::node_store::{NodeStore, NodeWriter, StoreError};
 use super::register_sst::{RegisterSst, RegisterSstWriter};
-use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
+use crate::parquet_out::{AlignedTables, RowGroups};
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -803,10 +800,7 @@ pub fn stream(
     };
     let (info, done) = stream_into(dir, name, walk, |index, file| {
         let io = |m: String| CheckpointError::new(file, 0, "io", m);
-        let tables = vec![
-            TableWriter::create(&opts.registers[index], registers_schema(), &[]).map_err(io)?,
-            TableWriter::create(&opts.hashes[index], leaf_hashes_schema(), &[]).map_err(io)?,
-        ];
+        let tables = register_tables(&opts.registers[index], &opts.hashes[index]).map_err(io)?;
         let sst = opts
             .sst
             .as_ref()

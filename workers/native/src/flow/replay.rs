@@ -3,8 +3,8 @@
 //! (`py.rs` wraps it as `FlowForest`).
 
 use super::batches::{
-    leaf_hashes_batch, leaf_hashes_schema, registers_batch, registers_schema, trie_updates_batch,
-    trie_updates_schema, LoggedUpdate, RecordRow,
+    leaf_hashes_batch, register_tables, registers_batch, trie_updates_batch, trie_updates_schema,
+    LoggedUpdate, RecordRow,
 };
 use super::hash::{empty_root, Hash};
 use super::mtrie::{Forest, Trie, DEFAULT_CAPACITY};
@@ -12,7 +12,7 @@ use super::record::WalRecord;
 use super::register_sst::RegisterSst;
 use super::wal::Segment;
 use super::{visit_segment, ErrorKind, FlowError};
-use crate::parquet_out::{AlignedTables, RowGroups, TableWriter};
+use crate::parquet_out::{AlignedTables, Layout, RowGroups, TableWriter};
 use std::path::{Path, PathBuf};
 
 /// Rows built at a time by the Parquet writers and entry iterators (bounded memory).
@@ -179,7 +179,11 @@ impl ReplayState {
         groups: RowGroups,
         dictionary_columns: &[&str],
     ) -> Result<u64, String> {
-        let table = TableWriter::create(path, trie_updates_schema(), dictionary_columns)?;
+        let layout = Layout {
+            dictionary: dictionary_columns,
+            ..Layout::default()
+        };
+        let table = TableWriter::create(path, trie_updates_schema(), &layout)?;
         let mut out = AlignedTables::new(vec![table], groups);
         let log = &self.log;
         let mut done = 0;
@@ -209,11 +213,7 @@ impl ReplayState {
             store.clear_cache();
         }
         let mut cursor = self.trie(root)?.leaves();
-        let tables = vec![
-            TableWriter::create(registers_path, registers_schema(), &[])?,
-            TableWriter::create(hashes_path, leaf_hashes_schema(), &[])?,
-        ];
-        let mut out = AlignedTables::new(tables, groups);
+        let mut out = AlignedTables::new(register_tables(registers_path, hashes_path)?, groups);
         let mut writer = sst.as_ref().map(|s| s.writer("")).transpose()?;
         loop {
             let leaves = cursor
