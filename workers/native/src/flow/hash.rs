@@ -13,7 +13,7 @@
 //! SHA3-256 is FIPS 202 (domain byte 0x06, rate 136) over the Keccak-f[1600] permutation from
 //! the `keccak` crate; the 64-byte interior hash, the hot path, is one permutation.
 
-use super::keccak::{chains, sponges, Backend, RATE};
+use super::keccak::{chains, digests_into, sponges, Backend, RATE};
 use std::sync::OnceLock;
 
 /// A 32-byte SHA3-256 digest: node hash, root hash (state commitment).
@@ -230,7 +230,7 @@ pub fn hash_inters_on(backend: Backend, pairs: &[(Hash, Hash)]) -> Vec<Hash> {
             m[RATE / 8 - 1] = 0x80 << 56;
         }
         let refs: Vec<&[u64]> = msgs.iter().map(|m| &m[..]).collect();
-        if sponges(backend, &refs, 1, &mut result) {
+        if sponges(backend, &refs, &[1; 8][..lanes], &mut result) {
             out.extend(result.iter().map(from_words));
         } else {
             out.extend(g.iter().map(|(a, b)| hash_inter(a, b)));
@@ -240,70 +240,35 @@ pub fn hash_inters_on(backend: Backend, pairs: &[(Hash, Hash)]) -> Vec<Hash> {
     out
 }
 
-/// `HashLeaf(path, value)` of every pair, in order: messages of the same length in blocks go
-/// through the sponge four (AVX2) or eight (AVX-512) at a time.
+/// `HashLeaf(path, value)` of every pair, in order, four (AVX2) or eight (AVX-512) at a time
+/// on SIMD lanes (see [`digests_into`]).
 pub fn hash_leaves(leaves: &[(&Path, &[u8])]) -> Vec<Hash> {
     hash_leaves_on(Backend::detect(), leaves)
 }
 
 /// [`hash_leaves`] on a given back end (the tests compare them).
 pub fn hash_leaves_on(backend: Backend, leaves: &[(&Path, &[u8])]) -> Vec<Hash> {
-    let lanes = backend.lanes();
-    let blocks = |v: &[u8]| (32 + v.len()) / RATE + 1;
-    let mut out = vec![Hash::default(); leaves.len()];
-    if lanes == 1 {
-        for (o, (p, v)) in out.iter_mut().zip(leaves) {
-            *o = hash_leaf(p, v);
-        }
-        return out;
+    // `HashLeaf` is SHA3-256 of the path followed by the value.
+    let mut joined = Vec::with_capacity(leaves.iter().map(|(_, v)| 32 + v.len()).sum());
+    let mut ends = Vec::with_capacity(leaves.len());
+    for (p, v) in leaves {
+        joined.extend_from_slice(&p.0);
+        joined.extend_from_slice(v);
+        ends.push(joined.len());
     }
-    let mut order: Vec<(usize, usize)> = leaves
+    let mut start = 0;
+    let msgs: Vec<&[u8]> = ends
         .iter()
-        .enumerate()
-        .map(|(i, (_, v))| (blocks(v), i))
+        .map(|&end| {
+            let m = &joined[start..end];
+            start = end;
+            m
+        })
         .collect();
-    order.sort_unstable();
-    let mut padded: Vec<Vec<u64>> = vec![Vec::new(); lanes];
-    let mut bytes: Vec<u8> = Vec::new();
-    let mut result = vec![[0u64; 4]; lanes];
-    for group in order.chunk_by(|a, b| a.0 == b.0) {
-        let nblocks = group[0].0;
-        for g in group.chunks(lanes) {
-            if g.len() < lanes {
-                for &(_, i) in g {
-                    out[i] = hash_leaf(leaves[i].0, leaves[i].1);
-                }
-                continue;
-            }
-            for (k, &(_, i)) in g.iter().enumerate() {
-                let (p, v) = leaves[i];
-                bytes.clear();
-                bytes.extend_from_slice(&p.0);
-                bytes.extend_from_slice(v);
-                bytes.resize(nblocks * RATE, 0);
-                let at = 32 + v.len();
-                bytes[at] ^= 0x06;
-                bytes[nblocks * RATE - 1] ^= 0x80;
-                padded[k].clear();
-                padded[k].extend(
-                    bytes
-                        .chunks_exact(8)
-                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
-                );
-            }
-            let msgs: Vec<&[u64]> = padded.iter().map(Vec::as_slice).collect();
-            if sponges(backend, &msgs, nblocks, &mut result) {
-                for (k, &(_, i)) in g.iter().enumerate() {
-                    out[i] = from_words(&result[k]);
-                }
-            } else {
-                for &(_, i) in g {
-                    out[i] = hash_leaf(leaves[i].0, leaves[i].1);
-                }
-            }
-        }
-    }
-    out
+    let mut out = Vec::with_capacity(leaves.len());
+    let scalar = |m: &[u8]| sha3_256(m).0;
+    digests_into(backend, 0x06, &msgs, scalar, &mut Vec::new(), &mut out);
+    out.into_iter().map(Hash).collect()
 }
 
 /// `compact_value` of every job, in order. The chains (up to 256 permutations each) are

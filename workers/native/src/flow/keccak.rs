@@ -410,30 +410,42 @@ pub(crate) fn chains(
     }
 }
 
-/// SHA3-256 of `L` messages with the same number of blocks at once, one per lane: `msgs[j]`
-/// is lane `j`'s padded message as little-endian words (`nblocks` x 17, rate 136 bytes).
+/// The sponges of `N` messages at once, one per lane: `msgs[j]` is lane `j`'s padded message
+/// as little-endian words (`nblocks[j]` x 17, rate 136 bytes). Lanes may differ in length: a
+/// lane's digest is taken after its own last block (it absorbs zeros after that, unused).
 /// Returns each lane's digest words.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn sponge_body<L: Lane, const N: usize>(
     msgs: &[&[u64]; N],
-    nblocks: usize,
+    nblocks: &[usize; N],
     load: impl Fn([u64; N]) -> L,
     store: impl Fn(L) -> [u64; N],
 ) -> [[u64; 4]; N] {
     let mut s = [L::splat(0); 25];
-    for b in 0..nblocks {
+    let mut out = [[0u64; 4]; N];
+    let most = nblocks.iter().copied().max().unwrap_or(0);
+    for b in 0..most {
         for (i, lane) in s.iter_mut().take(17).enumerate() {
-            let words: [u64; N] = std::array::from_fn(|j| msgs[j][17 * b + i]);
+            let words: [u64; N] = std::array::from_fn(|j| {
+                if b < nblocks[j] {
+                    msgs[j][17 * b + i]
+                } else {
+                    0
+                }
+            });
             *lane = lane.xor(load(words));
         }
         permute(&mut s);
-    }
-    let mut out = [[0u64; 4]; N];
-    for i in 0..4 {
-        let w = store(s[i]);
-        for (j, o) in out.iter_mut().enumerate() {
-            o[i] = w[j];
+        if nblocks.contains(&(b + 1)) {
+            for i in 0..4 {
+                let w = store(s[i]);
+                for (j, o) in out.iter_mut().enumerate() {
+                    if nblocks[j] == b + 1 {
+                        o[i] = w[j];
+                    }
+                }
+            }
         }
     }
     out
@@ -441,7 +453,7 @@ unsafe fn sponge_body<L: Lane, const N: usize>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn sponge8_avx512(msgs: &[&[u64]; 8], nblocks: usize) -> [[u64; 4]; 8] {
+unsafe fn sponge8_avx512(msgs: &[&[u64]; 8], nblocks: &[usize; 8]) -> [[u64; 4]; 8] {
     use std::arch::x86_64::*;
     sponge_body(
         msgs,
@@ -457,7 +469,7 @@ unsafe fn sponge8_avx512(msgs: &[&[u64]; 8], nblocks: usize) -> [[u64; 4]; 8] {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn sponge4_avx2(msgs: &[&[u64]; 4], nblocks: usize) -> [[u64; 4]; 4] {
+unsafe fn sponge4_avx2(msgs: &[&[u64]; 4], nblocks: &[usize; 4]) -> [[u64; 4]; 4] {
     use std::arch::x86_64::*;
     sponge_body(
         msgs,
@@ -471,28 +483,28 @@ unsafe fn sponge4_avx2(msgs: &[&[u64]; 4], nblocks: usize) -> [[u64; 4]; 4] {
     )
 }
 
-/// SHA3-256 sponges of `backend.lanes()` padded messages of `nblocks` blocks each at once
+/// The sponges of `backend.lanes()` padded messages at once, `msgs[j]` of `nblocks[j]` blocks
 /// (see `sponge_body`); `false` for [`Backend::Scalar`] (the caller hashes one by one).
 pub(crate) fn sponges(
     backend: Backend,
     msgs: &[&[u64]],
-    nblocks: usize,
+    nblocks: &[usize],
     out: &mut [[u64; 4]],
 ) -> bool {
-    debug_assert!(msgs.iter().all(|m| m.len() >= 17 * nblocks));
+    debug_assert!(msgs.iter().zip(nblocks).all(|(m, n)| m.len() >= 17 * n));
     match backend {
         Backend::Scalar => false,
         // Safety: `Backend::detect` only returns these when the CPU has the features, and
         // every message holds `nblocks` blocks (checked by the slices' bounds).
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 => {
-            let r = unsafe { sponge4_avx2(arr(msgs), nblocks) };
+            let r = unsafe { sponge4_avx2(arr(msgs), arr(nblocks)) };
             out.copy_from_slice(&r);
             true
         }
         #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => {
-            let r = unsafe { sponge8_avx512(arr(msgs), nblocks) };
+            let r = unsafe { sponge8_avx512(arr(msgs), arr(nblocks)) };
             out.copy_from_slice(&r);
             true
         }
@@ -503,10 +515,11 @@ pub(crate) fn sponges(
 pub(crate) const RATE: usize = 136;
 
 /// A 256-bit-capacity sponge digest of each message in `msgs`, in order, into `out`: Keccak-256
-/// with `domain` 0x01 (Ethereum), SHA3-256 with 0x06. Messages with the same number of blocks
-/// go through the sponge four (AVX2) or eight (AVX-512) at a time; the rest, and every message
-/// on a CPU without either, through `scalar` (the caller's one-at-a-time digest of the same
-/// function). `padded` is scratch the caller keeps between calls.
+/// with `domain` 0x01 (Ethereum), SHA3-256 with 0x06. The messages go through the sponge four
+/// (AVX2) or eight (AVX-512) at a time, sorted by length so that the lanes of one pass end
+/// close together (a short last pass fills its spare lanes with an empty message); on a CPU
+/// without either, one at a time through `scalar` (the caller's digest of the same function).
+/// `padded` is scratch the caller keeps between calls.
 pub fn digests_into(
     backend: Backend,
     domain: u8,
@@ -518,7 +531,7 @@ pub fn digests_into(
     out.clear();
     out.resize(msgs.len(), [0; 32]);
     let lanes = backend.lanes();
-    if lanes == 1 || msgs.len() < lanes {
+    if lanes == 1 {
         for (o, m) in out.iter_mut().zip(msgs) {
             *o = scalar(m);
         }
@@ -532,24 +545,20 @@ pub fn digests_into(
     order.sort_unstable();
     padded.resize_with(lanes, Vec::new);
     let mut words = [[0u64; 4]; 8];
-    for group in order.chunk_by(|a, b| a.0 == b.0) {
-        let nblocks = group[0].0;
-        let (full, rest) = group.split_at(group.len() - group.len() % lanes);
-        for g in full.chunks(lanes) {
-            for (buf, &(_, i)) in padded.iter_mut().zip(g) {
-                pad_words(msgs[i], nblocks, domain, buf);
-            }
-            let views: Vec<&[u64]> = padded.iter().map(Vec::as_slice).collect();
-            let done = sponges(backend, &views, nblocks, &mut words[..lanes]);
-            debug_assert!(done, "a SIMD back end runs its sponges");
-            for (w, &(_, i)) in words.iter().zip(g) {
-                for (k, x) in w.iter().enumerate() {
-                    out[i][8 * k..8 * k + 8].copy_from_slice(&x.to_le_bytes());
-                }
-            }
+    let mut nblocks = [1usize; 8];
+    for g in order.chunks(lanes) {
+        for (k, buf) in padded.iter_mut().enumerate() {
+            let (blocks, msg) = g.get(k).map_or((1, &[][..]), |&(n, i)| (n, msgs[i]));
+            nblocks[k] = blocks;
+            pad_words(msg, blocks, domain, buf);
         }
-        for &(_, i) in rest {
-            out[i] = scalar(msgs[i]);
+        let views: Vec<&[u64]> = padded.iter().map(Vec::as_slice).collect();
+        let done = sponges(backend, &views, &nblocks[..lanes], &mut words[..lanes]);
+        debug_assert!(done, "a SIMD back end runs its sponges");
+        for (w, &(_, i)) in words.iter().zip(g) {
+            for (k, x) in w.iter().enumerate() {
+                out[i][8 * k..8 * k + 8].copy_from_slice(&x.to_le_bytes());
+            }
         }
     }
 }
@@ -608,7 +617,8 @@ mod tests {
     }
 
     /// Batches of messages of every length around the block boundaries, several of each (so
-    /// the SIMD lanes fill) and single ones (the scalar rest), on every back end this CPU has:
+    /// the SIMD lanes fill) and single ones (lanes of different lengths side by side), on every
+    /// back end this CPU has:
     /// each digest equals alloy's Keccak-256 (domain 0x01) and the `sha3` of Flow's hashing
     /// module (0x06), and the order of the input is kept.
     #[test]
@@ -635,19 +645,21 @@ mod tests {
             for (m, d) in views.iter().zip(&out) {
                 assert_eq!(*d, keccak(m), "{backend:?} keccak of {} bytes", m.len());
             }
-            // A scalar stand-in that always fails proves the lanes did the work.
+            // A scalar stand-in that always fails proves the lanes did all the work: messages
+            // of different lengths side by side, and a last pass short of lanes.
             if backend != Backend::Scalar {
-                let same_len: Vec<&[u8]> = views
-                    .iter()
-                    .filter(|m| m.len() == 17 * 20)
-                    .copied()
-                    .collect();
-                let lanes = backend.lanes();
-                let full = &same_len[..same_len.len() / lanes * lanes];
-                assert!(!full.is_empty());
-                digests_into(backend, 0x01, full, |_| [0; 32], &mut padded, &mut out);
-                for (m, d) in full.iter().zip(&out) {
-                    assert_eq!(*d, keccak(m), "{backend:?} lanes of {} bytes", m.len());
+                for n in [views.len(), backend.lanes() + 1, 1] {
+                    digests_into(
+                        backend,
+                        0x01,
+                        &views[..n],
+                        |_| [0; 32],
+                        &mut padded,
+                        &mut out,
+                    );
+                    for (m, d) in views.iter().zip(&out) {
+                        assert_eq!(*d, keccak(m), "{backend:?} lanes, {} bytes", m.len());
+                    }
                 }
             }
             digests_into(backend, 0x06, &views, sha3, &mut padded, &mut out);
