@@ -2145,6 +2145,40 @@ mod tests {
         path("0100000000000000000000000000000000000000000000000000000000000000")
     }
 
+    /// Fields on both sides of a buffer refill and a value longer than the reader's buffer
+    /// come back as written, with the CRC of every byte read and the offset after them; a
+    /// field past the end is refused without being read.
+    #[test]
+    fn part_reader_fields_across_refills_and_long_values() {
+        let dir = tmp("reader");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("part");
+        let long: Vec<u8> = (0..IO_BUF * 5 / 2)
+            .map(|i| (i * 7 + i / 251) as u8)
+            .collect();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&0xbeefu16.to_be_bytes());
+        bytes.resize(IO_BUF - 3, 9); // the next u64 straddles the first refill
+        bytes.extend_from_slice(&0x0102030405060708u64.to_be_bytes());
+        bytes.extend_from_slice(&long);
+        bytes.extend_from_slice(&[0xab; 32]);
+        bytes.extend_from_slice(&0xcafef00du32.to_be_bytes());
+        std::fs::write(&file, &bytes).unwrap();
+        let mut r = PartReader::new(&file, File::open(&file).unwrap(), 0, bytes.len() as u64);
+        assert_eq!(r.u16("a").unwrap(), 0xbeef);
+        assert_eq!(r.vec(IO_BUF - 5, "pad").unwrap(), vec![9; IO_BUF - 5]);
+        assert_eq!(r.u64("b").unwrap(), 0x0102030405060708);
+        assert_eq!(r.vec(long.len(), "long").unwrap(), long);
+        assert_eq!(r.hash("c").unwrap(), [0xab; 32]);
+        let before = r.offset;
+        assert_eq!(r.u64("past the end").unwrap_err().kind, "truncated");
+        assert_eq!(r.offset, before);
+        assert_eq!(r.u32("d").unwrap(), 0xcafef00d);
+        assert_eq!(r.offset, bytes.len() as u64);
+        assert_eq!(r.crc(), crc(&bytes));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Tries U1, U3, U4 of §6.2, built in one forest (so U4 shares U3's untouched nodes).
     fn tries_a() -> Vec<Trie> {
         let mut f = Forest::new(10, 1);
