@@ -170,6 +170,22 @@ def test_streamed_read_equals_the_in_memory_read_and_flow_go(
     rows = [cli_json("query", "--data", tmp_path / k, q, "--format", "json")
             for k in ("stream", "memory")]  # fmt: skip
     assert rows[0] == rows[1] and len(rows[0]) == oracle["tries"][-1]["registers"]
+    # Both writers encode the tables as declared: hashes (random bytes) uncompressed, the rest
+    # zstd.
+    import pyarrow.parquet as pq
+
+    raw = {"registers": {"path"}, "register_hashes": {"path", "leaf_hash", "node_hash"}}
+    for k in ("stream", "memory"):
+        for table, uncompressed in raw.items():
+            files = sorted((tmp_path / k / "parquet" / table).glob("*/*.parquet"))
+            assert files, (k, table)
+            for f in files:
+                meta = pq.ParquetFile(f).metadata
+                for g in range(meta.num_row_groups):
+                    for c in range(meta.num_columns):
+                        col = meta.row_group(g).column(c)
+                        want = "UNCOMPRESSED" if col.path_in_schema in uncompressed else "ZSTD"
+                        assert col.compression == want, (k, table, col.path_in_schema)
 
 
 def test_streamed_read_damage_names_file_and_offset_publishes_nothing(
