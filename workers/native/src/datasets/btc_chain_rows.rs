@@ -111,7 +111,7 @@ pub(crate) fn batches<'a>(
         "inputs" => b.spans.ins.len(),
         _ => b.spans.outs.len(),
     };
-    // (first block, end block, first value) of each batch.
+    // (first block, end block, first value, end value) of each batch.
     let mut cuts = Vec::new();
     let (mut first, mut rows, mut value_at) = (0, 0, 0);
     let mut first_value = 0;
