@@ -340,7 +340,7 @@ fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py,
     let h = btc::header::Header::parse(&v.header);
     d.set_item(
         "hash",
-        datasets::hex::display_hex(&btc::header::sha256d(&v.header)),
+        datasets::hex::display_hex(&btc::sha256::sha256d(&v.header)),
     )?;
     d.set_item("prev_hash", datasets::hex::display_hex(&h.prev_hash))?;
     d.set_item("merkle_root", datasets::hex::display_hex(&h.merkle_root))?;

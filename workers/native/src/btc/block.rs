@@ -9,8 +9,8 @@
 //! ```
 
 use super::encode::{Cursor, DecodeError};
-use super::header::{sha256d, HEADER_LEN};
-use sha2::{Digest, Sha256};
+use super::header::HEADER_LEN;
+use super::sha256::{sha256d, sha256d_each, sha256d_parts};
 
 pub const MAX_BLOCK_WEIGHT: u64 = 4_000_000;
 const WITNESS_COMMITMENT_PREFIX: [u8; 6] = [0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed];
@@ -45,14 +45,6 @@ pub struct BodySummary {
     pub weight: u64,
     /// Core's reject reason when a checked body is not the block its header commits to.
     pub invalid: Option<&'static str>,
-}
-
-fn double_sha(parts: &[&[u8]]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p);
-    }
-    Sha256::digest(h.finalize()).into()
 }
 
 pub fn parse_tx(c: &mut Cursor, data: &[u8], mode: BodyMode) -> Result<TxInfo, DecodeError> {
@@ -131,7 +123,8 @@ pub fn parse_tx(c: &mut Cursor, data: &[u8], mode: BodyMode) -> Result<TxInfo, D
     };
     if mode == BodyMode::Check {
         if segwit_form {
-            info.txid = double_sha(&[&data[start..start + 4], &data[body_start..body_end], lock]);
+            info.txid =
+                sha256d_parts(&[&data[start..start + 4], &data[body_start..body_end], lock]);
             info.wtxid = sha256d(&data[start..end]);
         } else {
             info.txid = sha256d(&data[start..end]);
@@ -174,8 +167,8 @@ pub fn merkle_root(leaves: &[[u8; 32]]) -> ([u8; 32], bool) {
         return ([0u8; 32], false);
     }
     let mut level: Vec<[u8; 32]> = leaves.to_vec();
+    let mut next = Vec::with_capacity(level.len().div_ceil(2));
     let mut mutated = false;
-    let mut buf = [0u8; 64];
     while level.len() > 1 {
         for pair in level.chunks_exact(2) {
             if pair[0] == pair[1] {
@@ -185,15 +178,13 @@ pub fn merkle_root(leaves: &[[u8; 32]]) -> ([u8; 32], bool) {
         if level.len() % 2 == 1 {
             level.push(*level.last().unwrap());
         }
-        let next: Vec<[u8; 32]> = level
-            .chunks_exact(2)
-            .map(|p| {
-                buf[..32].copy_from_slice(&p[0]);
-                buf[32..].copy_from_slice(&p[1]);
-                sha256d(&buf)
-            })
-            .collect();
-        level = next;
+        let pairs = level.len() / 2;
+        sha256d_each(
+            pairs,
+            |i, emit| emit(&[&level[2 * i], &level[2 * i + 1]]),
+            &mut next,
+        );
+        std::mem::swap(&mut level, &mut next);
     }
     (level[0], mutated)
 }
@@ -255,7 +246,7 @@ pub(crate) fn check_witness_and_weight(txs: &[TxInfo], weight: u64) -> Option<&'
             let mut wtxids: Vec<[u8; 32]> = txs.iter().map(|t| t.wtxid).collect();
             wtxids[0] = [0u8; 32];
             let (witness_root, _) = merkle_root(&wtxids);
-            if double_sha(&[&witness_root, &reserved]) != commitment {
+            if sha256d_parts(&[&witness_root, &reserved]) != commitment {
                 return Some("bad-witness-merkle-match");
             }
         }

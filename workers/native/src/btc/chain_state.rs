@@ -18,9 +18,10 @@
 
 use super::decode::{coinbase_height, Spans};
 use super::encode::core_varint;
-use super::header::{sha256d, HEADER_LEN};
+use super::header::HEADER_LEN;
 use super::network::Network;
 use super::scan::xor_in_place;
+use super::sha256::sha256d;
 use super::utxo::UTXO_KEY_PREFIX;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fs::File;

@@ -20,8 +20,9 @@
 //! VARINT (Core's `serialize.h`, not CompactSize): big-endian base-128, bit 7 set on every byte
 //! but the last, and one subtracted from every non-final group so each value has one encoding.
 
-use super::header::{sha256d, HEADER_LEN};
+use super::header::HEADER_LEN;
 use super::network::Network;
+use super::sha256::sha256d;
 use std::fmt;
 
 pub const KEY_BLOCK: u8 = b'b';

@@ -386,7 +386,7 @@ pub fn height_disagreements<'a>(
 mod tests {
     use super::*;
     use crate::btc::core_index::{block_key, DISK_INDEX_VERSION};
-    use crate::btc::header::sha256d;
+    use crate::btc::sha256::sha256d;
 
     fn record(nonce: u32, height: u32, data: Option<(u32, u32)>) -> (Vec<u8>, Vec<u8>, [u8; 32]) {
         let mut header = [0u8; 80];

@@ -14,10 +14,10 @@
 
 use super::block::{check_witness_and_weight, merkle_root, TxInfo, MAX_BLOCK_WEIGHT};
 use super::encode::{Cursor, DecodeError};
-use super::header::{sha256d, HEADER_LEN};
+use super::header::HEADER_LEN;
 use super::network::Network;
 use super::script::{address_into, classify, legacy_sigops, ScriptType};
-use sha2::{Digest, Sha256};
+use super::sha256::{sha256d, sha256d_each};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -55,6 +55,9 @@ pub(crate) struct TxSpan {
     pub(crate) ins: (usize, usize),
     pub(crate) outs: (usize, usize),
     stripped_size: usize,
+    /// The inputs and outputs (the stripped form less version and lock time); `None` for a
+    /// transaction in the legacy form, whose txid is the hash of all of it.
+    segwit_body: Option<(usize, usize)>,
     pub(crate) has_witness: bool,
     pub(crate) txid: [u8; 32],
     pub(crate) wtxid: [u8; 32],
@@ -77,6 +80,9 @@ pub(crate) struct Spans {
     pub(crate) ins: Vec<InSpan>,
     pub(crate) outs: Vec<OutSpan>,
     pub(crate) wit: Vec<(usize, usize)>,
+    /// Rows in `txs` of the transactions in the segwit form (their wtxid is hashed apart).
+    segwit: Vec<u32>,
+    digests: Vec<[u8; 32]>,
 }
 
 impl Spans {
@@ -87,17 +93,54 @@ impl Spans {
         self.ins.clear();
         self.outs.clear();
         self.wit.clear();
+        self.segwit.clear();
         let mut c = Cursor::new(data);
         c.skip(HEADER_LEN)?;
         let n_tx = c.compact_size()?;
         let mut stripped = c.pos();
         for _ in 0..n_tx {
-            let tx = parse_tx_spans(&mut c, data, self)?;
+            let tx = parse_tx_spans(&mut c, self)?;
             stripped += tx.stripped_size;
+            if tx.segwit_body.is_some() {
+                self.segwit.push(self.txs.len() as u32);
+            }
             self.txs.push(tx);
         }
         let consumed = c.pos();
+        self.hash_txs(data);
         Ok((consumed, 3 * stripped as u64 + consumed as u64))
+    }
+
+    /// Every txid, then every segwit wtxid, through the SHA-256 lanes at once (a legacy
+    /// transaction's wtxid is its txid).
+    fn hash_txs(&mut self, data: &[u8]) {
+        let (txs, segwit) = (&self.txs, &self.segwit);
+        sha256d_each(
+            txs.len() + segwit.len(),
+            |i, emit| match txs.get(i) {
+                Some(t) => match t.segwit_body {
+                    Some((s, e)) => emit(&[
+                        &data[t.start..t.start + 4],
+                        &data[s..e],
+                        &data[t.end - 4..t.end],
+                    ]),
+                    None => emit(&[&data[t.start..t.end]]),
+                },
+                None => {
+                    let t = &txs[segwit[i - txs.len()] as usize];
+                    emit(&[&data[t.start..t.end]])
+                }
+            },
+            &mut self.digests,
+        );
+        let (txids, wtxids) = self.digests.split_at(self.txs.len());
+        for (t, id) in self.txs.iter_mut().zip(txids) {
+            t.txid = *id;
+            t.wtxid = *id;
+        }
+        for (&row, wtxid) in self.segwit.iter().zip(wtxids) {
+            self.txs[row as usize].wtxid = *wtxid;
+        }
     }
 }
 
@@ -302,16 +345,9 @@ pub struct BodyDecoder {
     pub cols: BodyColumns,
 }
 
-fn double_sha(parts: &[&[u8]]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p);
-    }
-    Sha256::digest(h.finalize()).into()
-}
-
-/// Parses one transaction into spans; framing exactly as `block::parse_tx`.
-fn parse_tx_spans(c: &mut Cursor, data: &[u8], sp: &mut Spans) -> Result<TxSpan, DecodeError> {
+/// Parses one transaction into spans; framing exactly as `block::parse_tx`. Its txid and wtxid
+/// are left for `Spans::hash_txs`.
+fn parse_tx_spans(c: &mut Cursor, sp: &mut Spans) -> Result<TxSpan, DecodeError> {
     let start = c.pos();
     let version = c.u32()? as i32;
     let mut n_in = c.compact_size()?;
@@ -382,17 +418,10 @@ fn parse_tx_spans(c: &mut Cursor, data: &[u8], sp: &mut Spans) -> Result<TxSpan,
     }
     let lock_time = c.u32()?;
     let end = c.pos();
-    let segwit_form = body_start != start + 4;
-    let (txid, wtxid, stripped_size) = if segwit_form {
-        let txid = double_sha(&[
-            &data[start..start + 4],
-            &data[body_start..body_end],
-            &data[end - 4..end],
-        ]);
-        (txid, sha256d(&data[start..end]), 8 + body_end - body_start)
-    } else {
-        let txid = sha256d(&data[start..end]);
-        (txid, txid, end - start)
+    let segwit_body = (body_start != start + 4).then_some((body_start, body_end));
+    let stripped_size = match segwit_body {
+        Some((s, e)) => 8 + e - s,
+        None => end - start,
     };
     Ok(TxSpan {
         start,
@@ -402,9 +431,10 @@ fn parse_tx_spans(c: &mut Cursor, data: &[u8], sp: &mut Spans) -> Result<TxSpan,
         ins: (in_first, sp.ins.len()),
         outs: (out_first, sp.outs.len()),
         stripped_size,
+        segwit_body,
         has_witness,
-        txid,
-        wtxid,
+        txid: [0; 32],
+        wtxid: [0; 32],
     })
 }
 

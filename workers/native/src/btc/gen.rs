@@ -9,8 +9,9 @@
 use super::block::merkle_root;
 use super::encode::write_compact_size;
 use super::gen_keys::{KeyRing, Kind, Owned, KEY_COUNT, KINDS};
-use super::header::{block_work, check_pow, sha256d, Header};
+use super::header::{block_work, check_pow, Header};
 use super::network::Network;
+use super::sha256::sha256d;
 use primitive_types::U256;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

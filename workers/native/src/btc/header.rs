@@ -5,15 +5,10 @@
 //! | version | prev hash (32) | merkle root (32) | time  | bits  | nonce |
 //! ```
 
+use super::sha256::sha256d;
 use primitive_types::U256;
-use sha2::{Digest, Sha256};
 
 pub const HEADER_LEN: usize = 80;
-
-pub fn sha256d(data: &[u8]) -> [u8; 32] {
-    let first = Sha256::digest(data);
-    Sha256::digest(first).into()
-}
 
 /// The reference the scanner is measured against: `n` headers hashed one after another by the
 /// same `sha256d` the scanner uses, single thread, in seconds.

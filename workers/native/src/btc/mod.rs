@@ -14,6 +14,7 @@ pub mod link;
 pub mod network;
 pub mod scan;
 pub mod script;
+pub mod sha256;
 pub mod spend_resolve;
 pub mod txindex;
 pub mod utxo;

@@ -17,8 +17,9 @@
 
 use super::block::{parse_block, BodyMode};
 use super::encode::read_compact_size;
-use super::header::{sha256d, Header, PowChecker, HEADER_LEN};
+use super::header::{Header, PowChecker, HEADER_LEN};
 use super::network::Network;
+use super::sha256::sha256d;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;

@@ -280,28 +280,54 @@ const BECH32_GEN_TABLE: [u32; 32] = {
 };
 
 /// One step of the BCH checksum over 5-bit values (BIP173's polymod).
-fn bech32_step(chk: u32, value: u8) -> u32 {
+const fn bech32_step(chk: u32, value: u8) -> u32 {
     (((chk & 0x1ff_ffff) << 5) ^ value as u32) ^ BECH32_GEN_TABLE[(chk >> 25) as usize]
 }
 
-/// Segwit address of a witness program (version 0: bech32, 1..16: bech32m), written straight
-/// into `out`: no intermediate strings, since every witness output of a chain gets one.
-fn segwit_address(hrp: &str, version: u8, program: &[u8], out: &mut Vec<u8>) {
+/// The checksum state after the expanded human-readable part (high bits, 0, low bits).
+const fn hrp_checksum(hrp: &[u8]) -> u32 {
     let mut chk = 1u32;
-    for &c in hrp.as_bytes() {
-        chk = bech32_step(chk, c >> 5);
+    let mut i = 0;
+    while i < hrp.len() {
+        chk = bech32_step(chk, hrp[i] >> 5);
+        i += 1;
     }
     chk = bech32_step(chk, 0);
-    for &c in hrp.as_bytes() {
-        chk = bech32_step(chk, c & 31);
+    i = 0;
+    while i < hrp.len() {
+        chk = bech32_step(chk, hrp[i] & 31);
+        i += 1;
     }
-    out.extend_from_slice(hrp.as_bytes());
-    out.push(b'1');
-    let mut emit = |v: u8, out: &mut Vec<u8>| {
+    chk
+}
+
+/// The networks' parts, expanded once: every witness output of a chain starts from one.
+const HRP_CHECKSUMS: [(&str, u32); 3] = [
+    ("bc", hrp_checksum(b"bc")),
+    ("tb", hrp_checksum(b"tb")),
+    ("bcrt", hrp_checksum(b"bcrt")),
+];
+
+/// Segwit address of a witness program (version 0: bech32, 1..16: bech32m), built on the
+/// stack and appended to `out` at once: no intermediate strings, since every witness output
+/// of a chain gets one.
+fn segwit_address(hrp: &str, version: u8, program: &[u8], out: &mut Vec<u8>) {
+    let mut chk = HRP_CHECKSUMS
+        .iter()
+        .find(|(h, _)| *h == hrp)
+        .map_or_else(|| hrp_checksum(hrp.as_bytes()), |&(_, c)| c);
+    // BIP173 caps an address at 90 characters; a 40-byte program with a 4-letter part is 75.
+    let mut buf = [0u8; 128];
+    let mut n = hrp.len();
+    buf[..n].copy_from_slice(hrp.as_bytes());
+    buf[n] = b'1';
+    n += 1;
+    let mut emit = |v: u8| {
         chk = bech32_step(chk, v);
-        out.push(BECH32_CHARSET[v as usize]);
+        buf[n] = BECH32_CHARSET[v as usize];
+        n += 1;
     };
-    emit(version, out);
+    emit(version);
     // The program regrouped from 8-bit to 5-bit values, zero-padded at the end.
     let (mut acc, mut bits) = (0u32, 0u32);
     for &b in program {
@@ -309,18 +335,21 @@ fn segwit_address(hrp: &str, version: u8, program: &[u8], out: &mut Vec<u8>) {
         bits += 8;
         while bits >= 5 {
             bits -= 5;
-            emit(((acc >> bits) & 31) as u8, out);
+            emit(((acc >> bits) & 31) as u8);
         }
         acc &= (1 << bits) - 1;
     }
     if bits > 0 {
-        emit(((acc << (5 - bits)) & 31) as u8, out);
+        emit(((acc << (5 - bits)) & 31) as u8);
     }
     for _ in 0..6 {
         chk = bech32_step(chk, 0);
     }
     chk ^= if version == 0 { 1 } else { BECH32M_CONST };
-    out.extend((0..6).map(|i| BECH32_CHARSET[((chk >> (5 * (5 - i))) & 31) as usize]));
+    for i in 0..6 {
+        buf[n + i] = BECH32_CHARSET[((chk >> (5 * (5 - i))) & 31) as usize];
+    }
+    out.extend_from_slice(&buf[..n + 6]);
 }
 
 /// Appends the address of `s` (already classified as `kind`) to `out` as ASCII; false (and
@@ -331,7 +360,7 @@ pub fn address_into(s: &[u8], kind: ScriptType, network: Network, out: &mut Vec<
         let mut payload = [0u8; 25];
         payload[0] = version;
         payload[1..21].copy_from_slice(hash);
-        let check = super::header::sha256d(&payload[..21]);
+        let check = super::sha256::sha256d(&payload[..21]);
         payload[21..].copy_from_slice(&check[..4]);
         base58_25(&payload, out);
     };

@@ -1,0 +1,414 @@
+//! Bitcoin's double SHA-256, one message at a time (`sha256d`) and many at once
+//! (`Sha256dLanes`): txids, wtxids, merkle nodes and base58 checksums are short independent
+//! messages, and a SHA-NI round waits on the one before it, so two messages compressed
+//! together keep the SHA unit busy where one leaves it idle half the time. Without SHA-NI the
+//! lanes fall back to the `sha2` crate's compression, block by block.
+
+use sha2::{Digest, Sha256};
+use std::cell::RefCell;
+
+const INIT: [u32; 8] = [
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+];
+
+pub fn sha256d(data: &[u8]) -> [u8; 32] {
+    let first = Sha256::digest(data);
+    Sha256::digest(first).into()
+}
+
+/// `sha256d` of the concatenation of `parts`.
+pub fn sha256d_parts(parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    Sha256::digest(h.finalize()).into()
+}
+
+fn state_bytes(state: &[u32; 8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for (o, w) in out.chunks_exact_mut(4).zip(state) {
+        o.copy_from_slice(&w.to_be_bytes());
+    }
+    out
+}
+
+/// The one padded block of a 32-byte message (the second hash of `sha256d`).
+fn digest_block(digest: &[u8; 32]) -> [u8; 64] {
+    let mut block = [0u8; 64];
+    block[..32].copy_from_slice(digest);
+    block[32] = 0x80;
+    block[62] = 0x01; // 256 bits, big-endian
+    block
+}
+
+fn compress1(state: &mut [u32; 8], block: &[u8; 64]) {
+    #[cfg(target_arch = "x86_64")]
+    if ni::available() {
+        // SAFETY: the CPU has the SHA, SSE4.1 and SSSE3 extensions (checked above).
+        return unsafe { ni::compress::<1>([state], [block]) };
+    }
+    sha2::compress256(state, &[(*block).into()]);
+}
+
+fn compress2(a: &mut [u32; 8], block_a: &[u8; 64], b: &mut [u32; 8], block_b: &[u8; 64]) {
+    #[cfg(target_arch = "x86_64")]
+    if ni::available() {
+        // SAFETY: as in `compress1`.
+        return unsafe { ni::compress::<2>([a, b], [block_a, block_b]) };
+    }
+    sha2::compress256(a, &[(*block_a).into()]);
+    sha2::compress256(b, &[(*block_b).into()]);
+}
+
+/// One lane: a message padded to whole blocks, how far it is compressed, and whose it is.
+#[derive(Default)]
+struct Lane {
+    padded: Vec<u8>,
+    at: usize,
+    state: [u32; 8],
+    slot: usize,
+}
+
+impl Lane {
+    fn load(&mut self, slot: usize, parts: &[&[u8]]) {
+        self.padded.clear();
+        for p in parts {
+            self.padded.extend_from_slice(p);
+        }
+        let bits = (self.padded.len() as u64) * 8;
+        self.padded.push(0x80);
+        let len = self.padded.len().div_ceil(64) * 64;
+        let len = if len - self.padded.len() < 8 {
+            len + 64
+        } else {
+            len
+        };
+        self.padded.resize(len - 8, 0);
+        self.padded.extend_from_slice(&bits.to_be_bytes());
+        self.at = 0;
+        self.state = INIT;
+        self.slot = slot;
+    }
+
+    fn block(&self) -> &[u8; 64] {
+        self.padded[self.at..self.at + 64].try_into().unwrap()
+    }
+
+    fn done(&self) -> bool {
+        self.at == self.padded.len()
+    }
+}
+
+/// Double SHA-256 of many messages, two compressed at a time: each lane takes the next message
+/// as soon as its own is hashed, so lanes never wait on each other's lengths. Reusable; its
+/// buffers grow to the longest message and stay.
+#[derive(Default)]
+pub struct Sha256dLanes {
+    lanes: [Lane; 2],
+    /// (slot, first digest) of messages whose first hash is done.
+    firsts: Vec<(usize, [u8; 32])>,
+}
+
+impl Sha256dLanes {
+    /// `out[i]` = sha256d of the concatenation of `message(i)`'s parts, for every `i < n`.
+    pub fn hash<F>(&mut self, n: usize, mut message: F, out: &mut Vec<[u8; 32]>)
+    where
+        F: FnMut(usize, &mut dyn FnMut(&[&[u8]])),
+    {
+        out.clear();
+        out.resize(n, [0u8; 32]);
+        self.firsts.clear();
+        let mut next = 0;
+        let mut live = [false; 2];
+        let lanes = &mut self.lanes;
+        let firsts = &mut self.firsts;
+        let mut refill = |lane: &mut Lane, live: &mut bool, next: &mut usize| {
+            if lane.done() && *live {
+                firsts.push((lane.slot, state_bytes(&lane.state)));
+                *live = false;
+            }
+            while !*live && *next < n {
+                let slot = *next;
+                *next += 1;
+                message(slot, &mut |parts| lane.load(slot, parts));
+                *live = true;
+            }
+        };
+        loop {
+            for (lane, live) in lanes.iter_mut().zip(live.iter_mut()) {
+                refill(lane, live, &mut next);
+            }
+            let [a, b] = &mut *lanes;
+            match live {
+                [true, true] => {
+                    let (ba, bb) = (*a.block(), *b.block());
+                    compress2(&mut a.state, &ba, &mut b.state, &bb);
+                    a.at += 64;
+                    b.at += 64;
+                }
+                [true, false] | [false, true] => {
+                    let lane = if live[0] { a } else { b };
+                    let block = *lane.block();
+                    compress1(&mut lane.state, &block);
+                    lane.at += 64;
+                }
+                [false, false] => break,
+            }
+        }
+        // The second hash: one block each, two at a time.
+        let mut pairs = firsts.chunks_exact(2);
+        for pair in &mut pairs {
+            let (mut sa, mut sb) = (INIT, INIT);
+            compress2(
+                &mut sa,
+                &digest_block(&pair[0].1),
+                &mut sb,
+                &digest_block(&pair[1].1),
+            );
+            out[pair[0].0] = state_bytes(&sa);
+            out[pair[1].0] = state_bytes(&sb);
+        }
+        for (slot, first) in pairs.remainder() {
+            let mut s = INIT;
+            compress1(&mut s, &digest_block(first));
+            out[*slot] = state_bytes(&s);
+        }
+    }
+}
+
+thread_local! {
+    static LANES: RefCell<Sha256dLanes> = RefCell::new(Sha256dLanes::default());
+}
+
+/// `Sha256dLanes::hash` on this thread's lanes: `out[i]` = sha256d of `message(i)`'s parts.
+pub fn sha256d_each<F>(n: usize, message: F, out: &mut Vec<[u8; 32]>)
+where
+    F: FnMut(usize, &mut dyn FnMut(&[&[u8]])),
+{
+    LANES.with_borrow_mut(|lanes| lanes.hash(n, message, out));
+}
+
+#[cfg(target_arch = "x86_64")]
+mod ni {
+    //! SHA-256 compression on the SHA extensions, `N` independent blocks interleaved round by
+    //! round (Intel's state layout: ABEF and CDGH words in two registers).
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    const K: [u32; 64] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2,
+    ];
+
+    pub(super) fn available() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            is_x86_feature_detected!("sha")
+                && is_x86_feature_detected!("sse4.1")
+                && is_x86_feature_detected!("ssse3")
+        })
+    }
+
+    /// Compresses `blocks[i]` into `states[i]` for each of the `N` lanes.
+    ///
+    /// # Safety
+    /// The CPU must have the SHA, SSE4.1 and SSSE3 extensions.
+    #[target_feature(enable = "sha,sse2,ssse3,sse4.1")]
+    pub(super) unsafe fn compress<const N: usize>(
+        states: [&mut [u32; 8]; N],
+        blocks: [&[u8; 64]; N],
+    ) {
+        let be_words = _mm_set_epi64x(0x0c0d0e0f08090a0b, 0x0405060700010203);
+        let mut abef = [_mm_setzero_si128(); N];
+        let mut cdgh = [_mm_setzero_si128(); N];
+        let mut w = [[_mm_setzero_si128(); 4]; N];
+        for l in 0..N {
+            let abcd = _mm_loadu_si128(states[l].as_ptr().cast());
+            let efgh = _mm_loadu_si128(states[l].as_ptr().add(4).cast());
+            let cdab = _mm_shuffle_epi32(abcd, 0xB1);
+            let hgfe = _mm_shuffle_epi32(efgh, 0x1B);
+            abef[l] = _mm_alignr_epi8(cdab, hgfe, 8);
+            cdgh[l] = _mm_blend_epi16(hgfe, cdab, 0xF0);
+            for (q, word) in w[l].iter_mut().enumerate() {
+                let raw = _mm_loadu_si128(blocks[l].as_ptr().add(16 * q).cast());
+                *word = _mm_shuffle_epi8(raw, be_words);
+            }
+        }
+        let (abef0, cdgh0) = (abef, cdgh);
+        // Sixteen quads of four rounds, unrolled so every message word stays in a register;
+        // from the fifth quad on, each quad's words come from the four before (sigma0 by
+        // sha256msg1, sigma1 by sha256msg2).
+        macro_rules! quads {
+            ($($q:literal)*) => {$(
+                let k = _mm_loadu_si128(K.as_ptr().add(4 * $q).cast());
+                for l in 0..N {
+                    let w = &mut w[l];
+                    if $q >= 4 {
+                        let s0 = _mm_sha256msg1_epu32(w[$q % 4], w[($q + 1) % 4]);
+                        let w7 = _mm_alignr_epi8(w[($q + 3) % 4], w[($q + 2) % 4], 4);
+                        w[$q % 4] = _mm_sha256msg2_epu32(_mm_add_epi32(s0, w7), w[($q + 3) % 4]);
+                    }
+                    let wk = _mm_add_epi32(w[$q % 4], k);
+                    cdgh[l] = _mm_sha256rnds2_epu32(cdgh[l], abef[l], wk);
+                    abef[l] = _mm_sha256rnds2_epu32(abef[l], cdgh[l], _mm_shuffle_epi32(wk, 0x0E));
+                }
+            )*};
+        }
+        quads!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        for l in 0..N {
+            let abef = _mm_add_epi32(abef[l], abef0[l]);
+            let cdgh = _mm_add_epi32(cdgh[l], cdgh0[l]);
+            let feba = _mm_shuffle_epi32(abef, 0x1B);
+            let dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+            let abcd = _mm_blend_epi16(feba, dchg, 0xF0);
+            let efgh = _mm_alignr_epi8(dchg, feba, 8);
+            _mm_storeu_si128(states[l].as_mut_ptr().cast(), abcd);
+            _mm_storeu_si128(states[l].as_mut_ptr().add(4).cast(), efgh);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn messages(n: usize) -> Vec<Vec<u8>> {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        (0..n)
+            .map(|i| {
+                // Lengths around every padding edge (55, 56, 63, 64 bytes) and long ones.
+                let len = match i % 7 {
+                    0 => i % 130,
+                    1 => 55 + i % 10,
+                    2 => 119 + i % 3,
+                    _ => (i * 37) % 1500,
+                };
+                (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The sha2 crate as the oracle: every message alone, split into parts, in any lane.
+    #[test]
+    fn lanes_match_the_sha2_crate() {
+        let msgs = messages(301);
+        let mut lanes = Sha256dLanes::default();
+        let mut out = Vec::new();
+        lanes.hash(msgs.len(), |i, emit| emit(&[&msgs[i]]), &mut out);
+        for (m, got) in msgs.iter().zip(&out) {
+            let want: [u8; 32] = Sha256::digest(Sha256::digest(m)).into();
+            assert_eq!(*got, want, "message of {} bytes", m.len());
+        }
+        // The same messages in three parts (as a segwit txid is hashed) give the same digests.
+        let mut split = Vec::new();
+        lanes.hash(
+            msgs.len(),
+            |i, emit| {
+                let m = &msgs[i];
+                let (a, rest) = m.split_at(m.len() / 3);
+                let (b, c) = rest.split_at(rest.len() / 2);
+                emit(&[a, b, c])
+            },
+            &mut split,
+        );
+        assert_eq!(split, out);
+        // Odd and even counts, and none.
+        for n in [0, 1, 2, 3] {
+            lanes.hash(n, |i, emit| emit(&[&msgs[i]]), &mut split);
+            assert_eq!(split, out[..n]);
+        }
+    }
+
+    #[test]
+    fn both_compressions_match_the_sha2_crate() {
+        let msgs = messages(40);
+        for pair in msgs.chunks_exact(2) {
+            let block = |m: &[u8]| {
+                let mut b = [0u8; 64];
+                for (i, x) in b.iter_mut().enumerate() {
+                    *x = m.get(i).copied().unwrap_or(i as u8);
+                }
+                b
+            };
+            let (ba, bb) = (block(&pair[0]), block(&pair[1]));
+            let (mut a, mut b, mut a1) = (INIT, INIT, INIT);
+            compress2(&mut a, &ba, &mut b, &bb);
+            compress1(&mut a1, &ba);
+            let (mut wa, mut wb) = (INIT, INIT);
+            sha2::compress256(&mut wa, &[ba.into()]);
+            sha2::compress256(&mut wb, &[bb.into()]);
+            assert_eq!((a, b, a1), (wa, wb, wa));
+        }
+    }
+
+    /// `cargo test --release sha256::tests::rate -- --ignored --nocapture`: MB/s of txid-sized
+    /// messages through the lanes and through `sha256d` one at a time.
+    #[test]
+    #[ignore]
+    fn compress_rate() {
+        let (mut a, mut b) = (INIT, INIT);
+        let block = [7u8; 64];
+        let n = 2_000_000;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            compress1(&mut a, &block);
+        }
+        let one = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        for _ in 0..n / 2 {
+            compress2(&mut a, &block, &mut b, &block);
+        }
+        let two = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            sha2::compress256(&mut b, &[block.into()]);
+        }
+        let crate_s = t.elapsed().as_secs_f64();
+        std::hint::black_box((a, b));
+        println!(
+            "MB/s: compress1 {:.0}, compress2 {:.0}, sha2 crate {:.0}",
+            64.0 * n as f64 / one / 1e6,
+            64.0 * n as f64 / two / 1e6,
+            64.0 * n as f64 / crate_s / 1e6
+        );
+    }
+
+    #[test]
+    #[ignore]
+    fn rate() {
+        let msgs: Vec<Vec<u8>> = (0..200_000).map(|i| vec![i as u8; 180 + i % 200]).collect();
+        let bytes: usize = msgs.iter().map(Vec::len).sum();
+        let mut lanes = Sha256dLanes::default();
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            lanes.hash(msgs.len(), |i, emit| emit(&[&msgs[i]]), &mut out);
+            let lanes_s = t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            let one: Vec<[u8; 32]> = msgs.iter().map(|m| sha256d(m)).collect();
+            let one_s = t.elapsed().as_secs_f64();
+            assert_eq!(one, out);
+            println!(
+                "lanes {:.0} MB/s, one at a time {:.0} MB/s",
+                bytes as f64 / lanes_s / 1e6,
+                bytes as f64 / one_s / 1e6
+            );
+        }
+    }
+}
