@@ -281,10 +281,14 @@ pub struct BodyColumns {
 
 impl BodyColumns {
     /// Grows every row column once for a parsed block (amortised like `Vec::reserve`), so
-    /// the per-output and per-input pushes never reallocate.
-    fn reserve_block(&mut self, sp: &Spans) {
+    /// the per-output and per-input pushes never reallocate; `blocks` times the block's rows
+    /// and bytes, so that a unit's first block can make room for the whole unit (no column
+    /// then moves as it grows).
+    fn reserve_block(&mut self, sp: &Spans, blocks: usize) {
         let (n_tx, n_in, n_out, n_wit) = (sp.txs.len(), sp.ins.len(), sp.outs.len(), sp.wit.len());
-        let span_bytes = |(s, e): (usize, usize)| e - s;
+        let (n_tx, n_in, n_out, n_wit) =
+            (n_tx * blocks, n_in * blocks, n_out * blocks, n_wit * blocks);
+        let span_bytes = |(s, e): (usize, usize)| (e - s) * blocks;
         let t = &mut self.txs;
         for v in [&mut t.block, &mut t.position, &mut t.lock_time] {
             v.reserve(n_tx);
@@ -341,6 +345,9 @@ pub enum Rows {
 pub struct BodyDecoder {
     network: Network,
     rows: Rows,
+    /// Where the blocks still to come end, until the first valid one has made room for them
+    /// all (`expect_end`).
+    expect_end: Option<u64>,
     spans: Spans,
     pub cols: BodyColumns,
 }
@@ -491,6 +498,7 @@ impl BodyDecoder {
         BodyDecoder {
             network,
             rows,
+            expect_end: None,
             spans: Spans::default(),
             cols: BodyColumns::default(),
         }
@@ -524,6 +532,13 @@ impl BodyDecoder {
                 self.finish_block(Some(data), reason, stripped as u32, weight);
             }
         }
+    }
+
+    /// The blocks to come end about at file offset `end`: the next valid block reserves its
+    /// rows and bytes scaled to the blocks like it that fit before there (an estimate; the
+    /// columns still grow past it if need be).
+    pub fn expect_end(&mut self, end: u64) {
+        self.expect_end = Some(end);
     }
 
     /// A record whose bytes are not where the index says: an invalid row with the reason.
@@ -681,7 +696,14 @@ impl BodyDecoder {
         } else if let (true, Some(data)) = (valid, data) {
             let sp = &self.spans;
             let c = &mut self.cols;
-            c.reserve_block(sp);
+            let offset = *c.blocks.offset.last().unwrap();
+            let blocks = match self.expect_end.take() {
+                // The blocks up to the last one's start, the last one, and an eighth more
+                // for blocks larger than this one.
+                Some(end) => (end.saturating_sub(offset) / data.len().max(1) as u64 + 1) * 9 / 8,
+                None => 1,
+            };
+            c.reserve_block(sp, blocks.clamp(1, 1 << 16) as usize);
             for (pos, t) in sp.txs.iter().enumerate() {
                 let tx_row = c.txs.txid.len() as u32;
                 let (size, weight, vsize) = t.sizes();
@@ -784,6 +806,9 @@ pub fn decode_file_rows(
     let mut dec = BodyDecoder::with_rows(network, rows);
     let mut buf: Vec<u8> = Vec::new();
     let mut buf_pos = 0u64;
+    if let Some(&last) = offsets.last() {
+        dec.expect_end(last.min(len));
+    }
     for &off in offsets {
         let head_end = off + 8;
         if !covers(buf_pos, &buf, off, head_end) {
