@@ -10,7 +10,7 @@
 
 use super::encode::{Cursor, DecodeError};
 use super::header::HEADER_LEN;
-use super::sha256::{sha256d, sha256d_each, sha256d_parts};
+use super::sha256::{sha256d, sha256d_64_pairs, sha256d_parts};
 
 pub const MAX_BLOCK_WEIGHT: u64 = 4_000_000;
 const WITNESS_COMMITMENT_PREFIX: [u8; 6] = [0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed];
@@ -178,12 +178,7 @@ pub fn merkle_root(leaves: &[[u8; 32]]) -> ([u8; 32], bool) {
         if level.len() % 2 == 1 {
             level.push(*level.last().unwrap());
         }
-        let pairs = level.len() / 2;
-        sha256d_each(
-            pairs,
-            |i, emit| emit(&[&level[2 * i], &level[2 * i + 1]]),
-            &mut next,
-        );
+        sha256d_64_pairs(&level, &mut next);
         std::mem::swap(&mut level, &mut next);
     }
     (level[0], mutated)

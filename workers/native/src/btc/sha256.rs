@@ -177,6 +177,47 @@ impl Sha256dLanes {
     }
 }
 
+/// The padding block of a 64-byte message (512 bits).
+const PAD_64: [u8; 64] = {
+    let mut block = [0u8; 64];
+    block[0] = 0x80;
+    block[62] = 0x02;
+    block
+};
+
+fn sha256d_64_one(node: &[u8; 64]) -> [u8; 32] {
+    let mut s = INIT;
+    compress1(&mut s, node);
+    compress1(&mut s, &PAD_64);
+    let mut d = INIT;
+    compress1(&mut d, &digest_block(&state_bytes(&s)));
+    state_bytes(&d)
+}
+
+/// One merkle level: `out[i]` = sha256d(`level[2i]` | `level[2i + 1]`) for a level of even
+/// length. Each pair is already a 64-byte block in place and its padding is a constant block,
+/// so nothing is copied, and two nodes are hashed at a time.
+pub fn sha256d_64_pairs(level: &[[u8; 32]], out: &mut Vec<[u8; 32]>) {
+    out.clear();
+    let nodes = level.as_flattened().chunks_exact(64);
+    let nodes: Vec<&[u8; 64]> = nodes.map(|n| n.try_into().unwrap()).collect();
+    let mut two = nodes.chunks_exact(2);
+    for pair in &mut two {
+        let (mut a, mut b) = (INIT, INIT);
+        compress2(&mut a, pair[0], &mut b, pair[1]);
+        compress2(&mut a, &PAD_64, &mut b, &PAD_64);
+        let (da, db) = (
+            digest_block(&state_bytes(&a)),
+            digest_block(&state_bytes(&b)),
+        );
+        let (mut a2, mut b2) = (INIT, INIT);
+        compress2(&mut a2, &da, &mut b2, &db);
+        out.push(state_bytes(&a2));
+        out.push(state_bytes(&b2));
+    }
+    out.extend(two.remainder().iter().map(|n| sha256d_64_one(n)));
+}
+
 thread_local! {
     static LANES: RefCell<Sha256dLanes> = RefCell::new(Sha256dLanes::default());
 }
@@ -332,6 +373,21 @@ mod tests {
         for n in [0, 1, 2, 3] {
             lanes.hash(n, |i, emit| emit(&[&msgs[i]]), &mut split);
             assert_eq!(split, out[..n]);
+        }
+    }
+
+    #[test]
+    fn merkle_pairs_match_the_sha2_crate() {
+        let msgs = messages(40);
+        let leaves: Vec<[u8; 32]> = msgs.iter().map(|m| Sha256::digest(m).into()).collect();
+        let mut out = Vec::new();
+        for n in [0, 2, 4, 6, 38] {
+            sha256d_64_pairs(&leaves[..n], &mut out);
+            let want: Vec<[u8; 32]> = leaves[..n]
+                .chunks_exact(2)
+                .map(|p| sha256d(&[p[0], p[1]].concat()))
+                .collect();
+            assert_eq!(out, want, "{n} leaves");
         }
     }
 
