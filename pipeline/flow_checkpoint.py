@@ -578,25 +578,14 @@ def _registers_files(data: DataDir) -> list[Path]:
     return sorted(gens[-1].glob("*.parquet"))
 
 
-def _register_groups(files: list[Path]) -> Iterator[tuple[pa.RecordBatch, pa.RecordBatch | None]]:
-    """Row groups of the `registers` files with the same row groups of `register_hashes`
-    (same generation, written alongside in the same row groups) where those exist."""
-    import pyarrow.parquet as pq
-
+def _register_hashes_files(files: list[Path]) -> list[str | None]:
+    """The `register_hashes` file written alongside each `registers` file (same generation and
+    name, same row groups), where there is one."""
+    out: list[str | None] = []
     for f in files:
-        hashes_file = f.parent.parent.parent / fs.REGISTER_HASHES / f.parent.name / f.name
-        regs = pq.ParquetFile(f)
-        hashes = pq.ParquetFile(hashes_file) if hashes_file.is_file() else None
-        if hashes is not None and hashes.metadata.num_rows != regs.metadata.num_rows:
-            hashes = None
-        for i in range(regs.num_row_groups):
-            t = regs.read_row_group(i, columns=["path", "encoded_key", "value"])
-            if t.num_rows == 0:
-                continue
-            h = None
-            if hashes is not None and i < hashes.num_row_groups:
-                h = hashes.read_row_group(i).combine_chunks().to_batches()[0]
-            yield t.combine_chunks().to_batches()[0], h
+        h = f.parent.parent.parent / fs.REGISTER_HASHES / f.parent.name / f.name
+        out.append(str(h) if h.is_file() else None)
+    return out
 
 
 def write(
@@ -625,20 +614,20 @@ def write(
             number = int(summary.get("last_segment") or 0)
         files = _registers_files(data)
         name = checkpoint_name(number)
-        builder = _native.FlowCheckpointBuilder(str(out), name, threads)
+        reg_size = summary.get("reg_size")
         try:
-            rows = 0
-            for batch, hashes in _register_groups(files):
-                builder.push(batch, hashes)
-                rows += batch.num_rows
-            reg_size = summary.get("reg_size")
-            result = dict(builder.finish(None if reg_size is None else int(reg_size)))
+            result = dict(
+                _native.flow_checkpoint_write_registers(
+                    [str(f) for f in files],
+                    _register_hashes_files(files),
+                    str(out),
+                    name,
+                    threads,
+                    None if reg_size is None else int(reg_size),
+                )
+            )
         except _native.FlowCheckpointError as e:
-            builder.abort()
             _raise(e)
-        except Exception:
-            builder.abort()
-            raise
     trie = dict(result["tries"][0])
     if trie["root"] != current:
         for p in out.glob(f"{name}*"):
@@ -651,7 +640,7 @@ def write(
         "root": trie["root"],
         "reg_count": int(trie["reg_count"]),
         "reg_size": int(trie["reg_size"]),
-        "registers_read": rows,
+        "registers_read": int(result["registers_read"]),
         "bytes": int(result["bytes"]),
         "part_nodes": list(result["part_nodes"]),
         "top_nodes": int(result["top_nodes"]),

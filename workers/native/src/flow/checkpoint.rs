@@ -1617,10 +1617,18 @@ fn common_prefix_bits(a: &Path, b: &Path) -> usize {
 /// a batch, and the stack of pending subtrees is folded as far as the next path allows, so
 /// every node is written as soon as it is complete.
 pub struct RegisterCheckpointBuilder {
-    /// None for a root-only builder (`root_only`), which hashes but writes nothing.
+    /// None for a root-only builder (`root_only`), which hashes but writes nothing, and for a
+    /// part's fold (`part_fold`), whose checkpoint another builder commits.
     staged: Option<Staged>,
+    /// The temporary files written to, by part index (empty for a root-only builder).
+    part_files: Vec<PathBuf>,
     write: bool,
     threads: usize,
+    /// Subtrees are not folded above this depth: 0 for a whole trie, `SUBTRIE_LEVEL` for one
+    /// part's fold, whose root the assembling builder takes.
+    floor: usize,
+    /// Parts whose files a part's fold wrote (this builder leaves them alone).
+    external: [bool; SUBTRIE_COUNT],
     parts: Vec<Option<CrcWriter>>,
     part_counts: [u64; SUBTRIE_COUNT],
     current_part: usize,
@@ -1643,6 +1651,18 @@ impl RegisterCheckpointBuilder {
         Ok(Self::with_output(Some(staged), threads))
     }
 
+    /// The fold of one part's registers (all of them, in path order, and no others) into that
+    /// part's file of `whole`'s checkpoint: the parts' folds can run in parallel, as no node
+    /// below depth 4 depends on another part, and `whole.assemble` then builds the top.
+    pub(super) fn part_fold(whole: &RegisterCheckpointBuilder, part: usize) -> Self {
+        let mut b = Self::with_output(None, 1);
+        b.write = whole.write;
+        b.part_files = whole.part_files.clone();
+        b.floor = SUBTRIE_LEVEL;
+        b.current_part = part;
+        b
+    }
+
     /// A builder that computes the trie's root, register count and size from sorted
     /// registers without writing a checkpoint (`rechain verify` recomputes roots with it).
     pub fn root_only(threads: usize) -> Self {
@@ -1652,8 +1672,13 @@ impl RegisterCheckpointBuilder {
     fn with_output(staged: Option<Staged>, threads: usize) -> Self {
         RegisterCheckpointBuilder {
             write: staged.is_some(),
+            part_files: staged
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.temps.iter().map(|t| t.0.clone()).collect()),
             staged,
             threads: threads.max(1),
+            floor: 0,
+            external: [false; SUBTRIE_COUNT],
             parts: (0..SUBTRIE_COUNT).map(|_| None).collect(),
             part_counts: [0; SUBTRIE_COUNT],
             current_part: 0,
@@ -1670,9 +1695,15 @@ impl RegisterCheckpointBuilder {
     }
 
     fn file(&self) -> PathBuf {
-        self.staged
-            .as_ref()
-            .map_or_else(PathBuf::new, |s| s.temps[SUBTRIE_COUNT + 1].1.clone())
+        self.staged.as_ref().map_or_else(
+            || {
+                self.part_files
+                    .get(self.current_part)
+                    .cloned()
+                    .unwrap_or_default()
+            },
+            |s| s.temps[SUBTRIE_COUNT + 1].1.clone(),
+        )
     }
 
     /// Adds registers; paths must be strictly increasing across all calls. Empty values
@@ -1750,7 +1781,7 @@ impl RegisterCheckpointBuilder {
             let Some(top) = self.stack.last().copied() else {
                 return Ok(());
             };
-            if (top.depth as isize) <= boundary + 1 {
+            if (top.depth as isize) <= boundary.max(self.floor as isize - 1) + 1 {
                 return Ok(());
             }
             self.stack.pop();
@@ -1786,11 +1817,7 @@ impl RegisterCheckpointBuilder {
             self.current_part += 1;
         }
         if self.parts[part].is_none() {
-            let temp = self
-                .staged
-                .as_ref()
-                .expect("builder not finished")
-                .temp(part);
+            let temp = self.part_files[part].clone();
             let mut w = CrcWriter::create(temp)?;
             w.put(&version_bytes(MAGIC_SUBTRIE))?;
             self.parts[part] = Some(w);
@@ -1799,14 +1826,13 @@ impl RegisterCheckpointBuilder {
     }
 
     fn close_part(&mut self, part: usize) -> CpResult<()> {
+        if self.external[part] {
+            return Ok(());
+        }
         let mut w = match self.parts[part].take() {
             Some(w) => w,
             None => {
-                let temp = self
-                    .staged
-                    .as_ref()
-                    .expect("builder not finished")
-                    .temp(part);
+                let temp = self.part_files[part].clone();
                 let mut w = CrcWriter::create(temp)?;
                 w.put(&version_bytes(MAGIC_SUBTRIE))?;
                 w
@@ -1978,6 +2004,116 @@ impl RegisterCheckpointBuilder {
     }
 }
 
+/// What one part's fold leaves for the assembling builder.
+pub(super) struct PartFold {
+    part: usize,
+    nodes: u64,
+    /// The part's subtree at depth 4, its nodes written to the part's file.
+    root: Option<Pending>,
+    /// The part's only register: its depth (below 4, or 4 alone in its file) depends on the
+    /// neighbouring parts, so the assembling builder places it.
+    lone: Option<(Path, Arc<Payload>, Option<CachedLeaf>)>,
+    reg_count: u64,
+    reg_size: u64,
+    cached_leaves: u64,
+    hashed_leaves: u64,
+}
+
+impl PartFold {
+    fn path(&self) -> Option<Path> {
+        self.root
+            .map(|r| r.path)
+            .or(self.lone.as_ref().map(|l| l.0))
+    }
+}
+
+impl RegisterCheckpointBuilder {
+    /// Completes a part's fold (see [`Self::part_fold`]): its file is finished and synced.
+    pub(super) fn finish_part(mut self) -> CpResult<PartFold> {
+        let part = self.current_part;
+        let lone = match self.last.take() {
+            Some((path, payload, None, cached)) => Some((path, payload, cached)),
+            Some((path, payload, Some(left), cached)) => {
+                self.fold_ready(vec![(path, payload, left + 1, cached)])?;
+                None
+            }
+            None => None,
+        };
+        self.reduce(-1)?;
+        let root = self.stack.pop();
+        if self.stack.pop().is_some() || root.is_some_and(|r| r.depth != SUBTRIE_LEVEL) {
+            return Err(CheckpointError::new(
+                &self.file(),
+                0,
+                "unsorted_input",
+                format!("part {part}: registers of another part were given to its fold"),
+            ));
+        }
+        if root.is_some() && self.write {
+            self.close_part(part)?;
+        }
+        Ok(PartFold {
+            part,
+            nodes: self.part_counts[part],
+            root,
+            lone,
+            reg_count: self.reg_count,
+            reg_size: self.reg_size,
+            cached_leaves: self.cached_leaves,
+            hashed_leaves: self.hashed_leaves,
+        })
+    }
+
+    /// Takes the parts' folds (any order; nothing pushed to this builder) and folds the top of
+    /// the trie from them, in the order and with the nodes a sequential fold gives; `finish`
+    /// then writes the top part and the header.
+    pub(super) fn assemble(&mut self, mut folds: Vec<PartFold>) -> CpResult<()> {
+        folds.sort_by_key(|f| f.part);
+        folds.retain(|f| f.root.is_some() || f.lone.is_some());
+        for f in &folds {
+            if f.root.is_some() {
+                self.external[f.part] = true;
+                self.part_counts[f.part] = f.nodes;
+            }
+            self.reg_count += f.reg_count;
+            self.reg_size += f.reg_size;
+            self.cached_leaves += f.cached_leaves;
+            self.hashed_leaves += f.hashed_leaves;
+        }
+        let paths: Vec<Path> = folds.iter().filter_map(PartFold::path).collect();
+        for (i, f) in folds.into_iter().enumerate() {
+            let path = paths[i];
+            let next = paths.get(i + 1);
+            if let Some(root) = f.root {
+                self.stack.push(root);
+            } else if let Some((_, payload, cached)) = f.lone {
+                let shared = [i.checked_sub(1).map(|j| &paths[j]), next];
+                let depth = shared
+                    .iter()
+                    .flatten()
+                    .map(|n| common_prefix_bits(&path, n) + 1)
+                    .max()
+                    .unwrap_or(0);
+                let ready = [(path, payload, depth, cached)];
+                let (hashes, cached) = leaf_hashes(&ready, 1);
+                self.cached_leaves += cached;
+                self.hashed_leaves += 1 - cached;
+                self.reg_count += 1;
+                self.reg_size += ready[0].1.size();
+                let at = self.emit_leaf(depth, &hashes[0], &path, &ready[0].1)?;
+                self.stack.push(Pending {
+                    depth,
+                    hash: hashes[0],
+                    path,
+                    at,
+                });
+            }
+            self.reduce(next.map_or(-1, |n| common_prefix_bits(&path, n) as isize))?;
+        }
+        Ok(())
+    }
+}
+
 fn trailing_crc(file: &FsPath) -> CpResult<u32> {
     let mut f = File::open(file).map_err(|e| CheckpointError::io(file, 0, &e))?;
     let mut b = [0u8; 4];
@@ -2051,7 +2187,7 @@ fn leaf_hashes(ready: &[ReadyLeaf], threads: usize) -> (Vec<Hash>, u64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::flow::from_hex;
     use crate::flow::mtrie::Forest;
@@ -2127,7 +2263,7 @@ mod tests {
         from_hex(s).unwrap()
     }
 
-    fn upd(root: Hash, writes: Vec<(Path, Arc<Payload>)>) -> TrieUpdate {
+    pub(crate) fn upd(root: Hash, writes: Vec<(Path, Arc<Payload>)>) -> TrieUpdate {
         TrieUpdate {
             root,
             paths: writes.iter().map(|w| w.0).collect(),
@@ -2135,7 +2271,7 @@ mod tests {
         }
     }
 
-    fn tmp(tag: &str) -> PathBuf {
+    pub(crate) fn tmp(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("rechain-cp-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
@@ -2327,7 +2463,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    fn random_registers(n: usize, seed: u64) -> Vec<(Path, Arc<Payload>)> {
+    pub(crate) fn random_registers(n: usize, seed: u64) -> Vec<(Path, Arc<Payload>)> {
         let mut x = seed;
         let mut next = || {
             x ^= x << 13;
@@ -2353,7 +2489,7 @@ mod tests {
         regs
     }
 
-    fn read_all(dir: &FsPath) -> Vec<(String, Vec<u8>)> {
+    pub(crate) fn read_all(dir: &FsPath) -> Vec<(String, Vec<u8>)> {
         let mut v: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| {

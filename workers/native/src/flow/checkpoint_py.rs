@@ -22,17 +22,17 @@ use super::batches::{
     checkpoint_tries_batch,
 };
 use super::checkpoint::{
-    checkpoint_version, count_registers, load, verify_part, write_tries, CachedLeaf,
-    CheckpointError, PartInfo, RegisterCheckpointBuilder, Verify, WriteInfo,
+    checkpoint_version, count_registers, load, verify_part, write_tries, CheckpointError, PartInfo,
+    RegisterCheckpointBuilder, Verify, WriteInfo,
 };
 use super::checkpoint_stats::{collect, OwnerMerge};
 use super::checkpoint_stream::{page_in, stream, StreamInfo, StreamOptions, Walk};
-use super::hash::{chain_throughput, Hash, Path};
+use super::hash::chain_throughput;
 use super::mtrie::{Forest, DEFAULT_CAPACITY};
 use super::node_store::NodeStore;
 use super::py::FlowForest;
-use super::record::Payload;
 use super::register_sst::RegisterSst;
+use super::registers_checkpoint::{register_rows, write_from_registers};
 use super::replay::ReplayState;
 use crate::parquet_out::RowGroups;
 use crate::store::encode_register_value;
@@ -459,67 +459,34 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, String
         .ok_or_else(|| format!("registers batch has no column {name}"))
 }
 
-/// `(path, payload, cached hashes)` rows of a registers batch (`path`, `encoded_key`,
-/// `value`) and, when given, the matching `register_hashes` batch (`path`, `height`,
-/// `leaf_hash`, `node_hash`; a row whose path differs, or a batch of another length, is no
-/// cache: those leaves are hashed).
-type Row = (Path, Arc<Payload>, Option<CachedLeaf>);
-fn register_rows(batch: &RecordBatch, hashes: Option<&RecordBatch>) -> Result<Vec<Row>, String> {
-    let paths = binary_values(column(batch, "path")?, "path")?;
-    let keys = binary_values(column(batch, "encoded_key")?, "encoded_key")?;
-    let values = binary_values(column(batch, "value")?, "value")?;
-    let mut cache: Vec<Option<CachedLeaf>> = vec![None; paths.len()];
-    if let Some(h) = hashes.filter(|h| h.num_rows() == paths.len()) {
-        // Read in place (fixed-size columns): no copy per row.
-        let fixed = |name: &str| {
-            column(h, name)?
-                .as_fixed_size_binary_opt()
-                .filter(|a| a.value_length() == 32)
-                .ok_or_else(|| format!("register_hashes column {name}: expected 32-byte binary"))
-        };
-        let (hp, leaf, node) = (fixed("path")?, fixed("leaf_hash")?, fixed("node_hash")?);
-        let height = column(h, "height")?
-            .as_primitive_opt::<arrow_array::types::UInt16Type>()
-            .ok_or("register_hashes column height: expected uint16")?;
-        for (i, c) in cache.iter_mut().enumerate() {
-            let valid = [
-                hp.is_valid(i),
-                leaf.is_valid(i),
-                node.is_valid(i),
-                height.is_valid(i),
-            ];
-            if valid.iter().all(|v| *v) && paths[i].as_deref() == Some(hp.value(i)) {
-                let word = |a: &arrow_array::FixedSizeBinaryArray| {
-                    Hash(a.value(i).try_into().expect("32 bytes"))
-                };
-                *c = Some(CachedLeaf {
-                    height: height.value(i),
-                    leaf_hash: word(leaf),
-                    node_hash: word(node),
-                });
-            }
-        }
-    }
-    let mut out = Vec::with_capacity(paths.len());
-    for (i, (((p, k), v), c)) in paths
-        .into_iter()
-        .zip(keys)
-        .zip(values)
-        .zip(cache)
-        .enumerate()
-    {
-        let p = p.ok_or_else(|| format!("row {i}: null path"))?;
-        let path: [u8; 32] = p
-            .as_slice()
-            .try_into()
-            .map_err(|_| format!("row {i}: path of {} bytes, expected 32", p.len()))?;
-        out.push((
-            Path(path),
-            Arc::new(Payload::new(k.unwrap_or_default(), v.unwrap_or_default())),
-            c,
+/// Writes the one-trie checkpoint `dir/name` from a data folder's `registers` files (table
+/// order), each with its `register_hashes` file or None; the parts are folded on `threads`
+/// threads. Returns what `FlowCheckpointBuilder.finish` does, and `registers_read`: the table's
+/// rows.
+#[pyfunction]
+#[pyo3(signature = (registers, hashes, dir, name, threads=None, reg_size=None))]
+fn flow_checkpoint_write_registers<'py>(
+    py: Python<'py>,
+    registers: Vec<PathBuf>,
+    hashes: Vec<Option<PathBuf>>,
+    dir: PathBuf,
+    name: String,
+    threads: Option<usize>,
+    reg_size: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    if hashes.len() != registers.len() {
+        return Err(PyValueError::new_err(
+            "one register_hashes entry per registers file",
         ));
     }
-    Ok(out)
+    let files: Vec<(PathBuf, Option<PathBuf>)> = registers.into_iter().zip(hashes).collect();
+    let n = threads_or_cores(threads);
+    let (info, rows) = py
+        .detach(|| write_from_registers(&files, &dir, &name, n, reg_size))
+        .map_err(|e| cp_err(py, &e))?;
+    let d = write_dict(py, &info)?;
+    d.set_item("registers_read", rows)?;
+    Ok(d)
 }
 
 /// Streams registers in path order into a one-trie v6 checkpoint (bounded memory).
@@ -566,7 +533,7 @@ impl FlowCheckpointBuilder {
         let batch = batch.into_inner();
         let hashes = hashes.map(PyRecordBatch::into_inner);
         let r = py.detach(|| -> Result<Result<(), CheckpointError>, String> {
-            let rows = register_rows(&batch, hashes.as_ref())?;
+            let rows = register_rows(&batch, hashes.as_ref(), None)?;
             Ok(b.push_cached(rows))
         });
         match r {
@@ -711,6 +678,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;
     m.add_function(wrap_pyfunction!(flow_register_values, m)?)?;
     m.add_class::<FlowCheckpointBuilder>()?;
+    m.add_function(wrap_pyfunction!(flow_checkpoint_write_registers, m)?)?;
     m.add(
         "FlowCheckpointError",
         m.py().get_type::<FlowCheckpointError>(),

@@ -15,6 +15,7 @@
 //! | `checkpoint` | v6 checkpoint files: verified reads, flow-go-identical writes      | §5   |
 //! | `checkpoint_legacy` | v1/v3/v4/v5 single-file checkpoints, read into tries      | §5   |
 //! | `checkpoint_stream` | v6 read in bounded memory, registers streamed to Parquet  | §5   |
+//! | `registers_checkpoint` | the `registers` table → a v6 checkpoint, parts in parallel | §5 |
 //! | `replay`   | the replay state: forest, current root, update log, its publication  | —    |
 //! | `py`       | PyO3 wrappers                                                        | —    |
 //!
@@ -35,6 +36,7 @@ pub mod node_store;
 pub mod py;
 pub mod record;
 pub mod register_sst;
+pub mod registers_checkpoint;
 pub mod replay;
 pub mod wal;
 pub mod writer;
