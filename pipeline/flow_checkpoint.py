@@ -698,6 +698,13 @@ def add_cli(flow: Any) -> None:
         "--number", type=int, default=None, help="checkpoint number (default: last segment)"
     )
     w.add_argument("--threads", type=int, default=None)
+    w.add_argument(
+        "--memory-budget",
+        type=parse_size,
+        default=parse_size("1G"),
+        help="the heap's thresholds follow it as in every command (the write holds one row "
+        "group of the registers table per thread)",
+    )
     w.add_argument("--json", action="store_true")
     s = cp.add_parser(
         "stats",

@@ -1144,7 +1144,9 @@ impl CrcWriter {
         Ok(())
     }
 
-    /// Appends the CRC of everything written, flushes and fsyncs; returns the CRC.
+    /// Appends the CRC of everything written, flushes and starts the file's writeback (the
+    /// fsync is `Staged::commit`'s, so a thread goes on while the disk catches up); returns
+    /// the CRC.
     fn finish(mut self) -> CpResult<u32> {
         let c = self.crc;
         self.inner
@@ -1155,8 +1157,7 @@ impl CrcWriter {
             .inner
             .into_inner()
             .map_err(|e| CheckpointError::io(&self.file, self.written, e.error()))?;
-        f.sync_all()
-            .map_err(|e| CheckpointError::io(&self.file, self.written, &e))?;
+        crate::writeback::start(&f);
         Ok(c)
     }
 }
@@ -1255,10 +1256,15 @@ impl Staged {
         self.temps[i].0.clone()
     }
 
-    /// Renames the parts, then the header last (a reader looks for the header first). If a
-    /// rename fails, the files already renamed are removed again (flow-go's
-    /// `deleteCheckpointFiles`).
+    /// Syncs every file, then renames the parts and the header last (a reader looks for the
+    /// header first). If a rename fails, the files already renamed are removed again
+    /// (flow-go's `deleteCheckpointFiles`).
     fn commit(mut self) -> CpResult<()> {
+        for (temp, _) in &self.temps {
+            File::open(temp)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| CheckpointError::io(temp, 0, &e))?;
+        }
         for (k, (temp, target)) in self.temps.iter().enumerate() {
             if let Err(e) = std::fs::rename(temp, target) {
                 for (_, done) in &self.temps[..k] {
@@ -1565,11 +1571,42 @@ enum NodeRef {
     Top(usize),
 }
 
+/// A node's hash, or its slot in the builder's batch of interior hashes not yet computed.
+#[derive(Debug, Clone, Copy)]
+enum NodeHash {
+    Known(Hash),
+    Slot(usize),
+}
+
+impl NodeHash {
+    /// The hash, once `flush` has computed it.
+    fn known(self) -> Hash {
+        match self {
+            NodeHash::Known(h) => h,
+            NodeHash::Slot(_) => unreachable!("read before the builder's flush"),
+        }
+    }
+}
+
+/// A subtrie node the builder has numbered but not written yet (its bytes wait for the hash
+/// of an interior node).
+enum Queued {
+    /// An encoded leaf, the builder's queued bytes up to `end`.
+    Leaf { part: usize, end: usize },
+    Interior {
+        part: usize,
+        height: u16,
+        slot: usize,
+        left: u64,
+        right: u64,
+    },
+}
+
 /// An unfinished subtree on the builder's stack.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     depth: usize,
-    hash: Hash,
+    hash: NodeHash,
     /// Any path in the subtree (its first `depth` bits are the subtree's position).
     path: Path,
     at: NodeRef,
@@ -1580,7 +1617,7 @@ enum TopNode {
     Leaf(Vec<u8>),
     Interior {
         height: u16,
-        hash: Hash,
+        hash: NodeHash,
         left: Option<NodeRef>,
         right: Option<NodeRef>,
     },
@@ -1643,6 +1680,11 @@ pub struct RegisterCheckpointBuilder {
     reg_size: u64,
     scratch: Vec<u8>,
     row: u64,
+    /// The children of each interior node whose hash is not computed yet: `flush` hashes them
+    /// level by level, many at a time on SIMD lanes, then writes the nodes queued behind them.
+    inters: Vec<(NodeHash, NodeHash)>,
+    queued: Vec<Queued>,
+    queued_bytes: Vec<u8>,
 }
 
 impl RegisterCheckpointBuilder {
@@ -1691,6 +1733,9 @@ impl RegisterCheckpointBuilder {
             reg_size: 0,
             scratch: Vec::with_capacity(4096),
             row: 0,
+            inters: Vec::new(),
+            queued: Vec::new(),
+            queued_bytes: Vec::new(),
         }
     }
 
@@ -1765,13 +1810,85 @@ impl RegisterCheckpointBuilder {
             let at = self.emit_leaf(*depth, &hash, path, payload)?;
             self.stack.push(Pending {
                 depth: *depth,
-                hash,
+                hash: NodeHash::Known(hash),
                 path: *path,
                 at,
             });
             let boundary = next.map(|n| common_prefix_bits(path, &n) as isize);
             self.reduce(boundary.unwrap_or(-1))?;
         }
+        self.flush()
+    }
+
+    /// Computes the queued interior hashes (children before parents: by level, each level in
+    /// one batch) and writes the queued nodes in order.
+    fn flush(&mut self) -> CpResult<()> {
+        let mut level: Vec<usize> = Vec::with_capacity(self.inters.len());
+        let mut by_level: Vec<Vec<usize>> = Vec::new();
+        for (i, (a, b)) in self.inters.iter().enumerate() {
+            let of = |h: &NodeHash| match h {
+                NodeHash::Known(_) => 0,
+                NodeHash::Slot(s) => level[*s] + 1,
+            };
+            let l = of(a).max(of(b));
+            level.push(l);
+            if by_level.len() <= l {
+                by_level.push(Vec::new());
+            }
+            by_level[l].push(i);
+        }
+        let mut hashes = vec![Hash::default(); self.inters.len()];
+        for slots in &by_level {
+            let resolve = |h: &NodeHash| match h {
+                NodeHash::Known(h) => *h,
+                NodeHash::Slot(s) => hashes[*s],
+            };
+            let pairs: Vec<(Hash, Hash)> = slots
+                .iter()
+                .map(|&i| (resolve(&self.inters[i].0), resolve(&self.inters[i].1)))
+                .collect();
+            for (&i, h) in slots.iter().zip(hash_inters(&pairs)) {
+                hashes[i] = h;
+            }
+        }
+        self.inters.clear();
+        let known = |h: &mut NodeHash| {
+            if let NodeHash::Slot(s) = *h {
+                *h = NodeHash::Known(hashes[s]);
+            }
+        };
+        self.stack.iter_mut().for_each(|p| known(&mut p.hash));
+        for n in &mut self.top {
+            if let TopNode::Interior { hash, .. } = n {
+                known(hash);
+            }
+        }
+        let queued = std::mem::take(&mut self.queued);
+        let bytes = std::mem::take(&mut self.queued_bytes);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut start = 0;
+        for q in &queued {
+            match *q {
+                Queued::Leaf { part, end } => {
+                    self.part_writer(part)?.put(&bytes[start..end])?;
+                    start = end;
+                }
+                Queued::Interior {
+                    part,
+                    height,
+                    slot,
+                    left,
+                    right,
+                } => {
+                    encode_interior(&mut scratch, height, &hashes[slot], left, right);
+                    self.part_writer(part)?.put(&scratch)?;
+                }
+            }
+        }
+        self.scratch = scratch;
+        (self.queued, self.queued_bytes) = (queued, bytes);
+        self.queued.clear();
+        self.queued_bytes.clear();
         Ok(())
     }
 
@@ -1797,11 +1914,10 @@ impl RegisterCheckpointBuilder {
                 None if top.path.bit(d) == 1 => (None, Some(top)),
                 None => (Some(top), None),
             };
-            let hash = hash_inter(
-                &left.map_or(child_default, |n| n.hash),
-                &right.map_or(child_default, |n| n.hash),
-            );
-            let at = self.emit_interior(d, height, &hash, &top.path, left, right)?;
+            let child = |n: Option<Pending>| n.map_or(NodeHash::Known(child_default), |n| n.hash);
+            self.inters.push((child(left), child(right)));
+            let hash = NodeHash::Slot(self.inters.len() - 1);
+            let at = self.emit_interior(d, height, hash, &top.path, left, right)?;
             self.stack.push(Pending {
                 depth: d,
                 hash,
@@ -1857,7 +1973,9 @@ impl RegisterCheckpointBuilder {
         let r = if depth >= SUBTRIE_LEVEL {
             let part = (path.0[0] >> 4) as usize;
             if self.write {
-                self.part_writer(part)?.put(&scratch)?;
+                self.queued_bytes.extend_from_slice(&scratch);
+                let end = self.queued_bytes.len();
+                self.queued.push(Queued::Leaf { part, end });
             }
             self.part_counts[part] += 1;
             NodeRef::Part(part, self.part_counts[part])
@@ -1873,7 +1991,7 @@ impl RegisterCheckpointBuilder {
         &mut self,
         depth: usize,
         height: u16,
-        hash: &Hash,
+        hash: NodeHash,
         path: &Path,
         left: Option<Pending>,
         right: Option<Pending>,
@@ -1884,18 +2002,24 @@ impl RegisterCheckpointBuilder {
                 Some(NodeRef::Part(_, j)) => j,
                 _ => 0,
             };
-            let mut scratch = std::mem::take(&mut self.scratch);
-            encode_interior(&mut scratch, height, hash, local(left), local(right));
             if self.write {
-                self.part_writer(part)?.put(&scratch)?;
+                let NodeHash::Slot(slot) = hash else {
+                    unreachable!("interior hashes are computed in batches");
+                };
+                self.queued.push(Queued::Interior {
+                    part,
+                    height,
+                    slot,
+                    left: local(left),
+                    right: local(right),
+                });
             }
-            self.scratch = scratch;
             self.part_counts[part] += 1;
             Ok(NodeRef::Part(part, self.part_counts[part]))
         } else {
             self.top.push(TopNode::Interior {
                 height,
-                hash: *hash,
+                hash,
                 left: left.map(|p| p.at),
                 right: right.map(|p| p.at),
             });
@@ -1918,11 +2042,12 @@ impl RegisterCheckpointBuilder {
             self.fold_ready(vec![(p, pl, depth, cached)])?;
         }
         self.reduce(-1)?;
+        self.flush()?;
         if let Some(s) = reg_size {
             self.reg_size = s;
         }
         if !self.write {
-            let root = self.stack.pop().map_or_else(empty_root, |p| p.hash);
+            let root = self.stack.pop().map_or_else(empty_root, |p| p.hash.known());
             return Ok(WriteInfo {
                 tries: vec![(root, self.reg_count, self.reg_size)],
                 part_nodes: self.part_counts.to_vec(),
@@ -1960,14 +2085,15 @@ impl RegisterCheckpointBuilder {
                     left,
                     right,
                 } => {
-                    encode_interior(&mut scratch, *height, hash, global(*left), global(*right));
+                    let h = hash.known();
+                    encode_interior(&mut scratch, *height, &h, global(*left), global(*right));
                     w.put(&scratch)?;
                 }
             }
         }
         let root = self.stack.pop();
         let (root_index, root_hash) = match root {
-            Some(p) => (global(Some(p.at)), p.hash),
+            Some(p) => (global(Some(p.at)), p.hash.known()),
             None => (0, empty_root()),
         };
         let mut rec = Vec::with_capacity(TRIE_RECORD_LEN as usize);
@@ -2040,6 +2166,7 @@ impl RegisterCheckpointBuilder {
             None => None,
         };
         self.reduce(-1)?;
+        self.flush()?;
         let root = self.stack.pop();
         if self.stack.pop().is_some() || root.is_some_and(|r| r.depth != SUBTRIE_LEVEL) {
             return Err(CheckpointError::new(
@@ -2103,14 +2230,14 @@ impl RegisterCheckpointBuilder {
                 let at = self.emit_leaf(depth, &hashes[0], &path, &ready[0].1)?;
                 self.stack.push(Pending {
                     depth,
-                    hash: hashes[0],
+                    hash: NodeHash::Known(hashes[0]),
                     path,
                     at,
                 });
             }
             self.reduce(next.map_or(-1, |n| common_prefix_bits(&path, n) as isize))?;
         }
-        Ok(())
+        self.flush()
     }
 }
 
