@@ -596,7 +596,8 @@ def write(
     threads: int | None = None,
 ) -> dict[str, Any]:
     """`rechain flow checkpoint write`: the data folder's current state as a one-trie v6
-    checkpoint, streamed from the `registers` table (path order)."""
+    checkpoint, streamed from the `registers` table (path order; its parts folded on `threads`
+    threads by the Rust core, which reads the Parquet files itself)."""
     t0 = time.perf_counter()
     with DataDir(data_path, readonly=True) as data:
         summary = data.meta_get(fs.META_FLOW_SUMMARY)
