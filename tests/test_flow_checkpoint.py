@@ -148,6 +148,24 @@ def test_rechain_checkpoints_load_in_flow_go(
                        "--root", "00" * 32)  # fmt: skip
     assert code != 0 and "not " + "00" * 32 in err
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+    # The parts are folded on threads: any count gives flow-go's bytes.
+    for threads in (1, 3):
+        out_t = tmp_path / f"out{threads}"
+        cli_json("flow", "checkpoint", "write", "--data", data, "--out", out_t,
+                 "--threads", threads, "--json")  # fmt: skip
+        assert {
+            p.name.removeprefix(f"checkpoint.{last:08d}"): p.read_bytes() for p in out_t.iterdir()
+        } == flowgo_own, threads
+    # A registers file whose rows are out of path order is refused with the file, and nothing
+    # is written.
+    import pyarrow.parquet as pq
+
+    regs = sorted((data / "parquet" / "registers").glob("*/*.parquet"))[-1]
+    table = pq.read_table(regs)
+    pq.write_table(table.take(list(reversed(range(table.num_rows)))), regs)
+    code, _, err = cli("flow", "checkpoint", "write", "--data", data, "--out", tmp_path / "y")
+    assert code != 0 and "not strictly increasing" in err and regs.name in err, err
+    assert not (tmp_path / "y").exists() or not any((tmp_path / "y").iterdir())
 
 
 def test_replay_writes_checkpoints_and_resumes_from_them(

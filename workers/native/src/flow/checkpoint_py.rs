@@ -13,7 +13,8 @@
 //!   -> (FlowForest, dict)`
 //! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
 //! * `FlowCheckpointBuilder(dir, name, threads=None)`: `push(registers batch)`, `finish()`
-//! * `flow_register_values(batch) -> array`: RocksDB values of a `registers` batch
+//! * `flow_checkpoint_write_registers(registers, hashes, dir, name, ...) -> dict`
+//! * `flow_register_split(values, version) -> (encoded_key, value)`: RocksDB values split
 //! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> dict`: the keccak floor
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
@@ -35,10 +36,7 @@ use super::register_sst::RegisterSst;
 use super::registers_checkpoint::{register_rows, write_from_registers};
 use super::replay::ReplayState;
 use crate::parquet_out::RowGroups;
-use crate::store::encode_register_value;
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch};
-use arrow_schema::DataType;
+use arrow_array::{Array, ArrayRef, BinaryArray};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -432,33 +430,6 @@ fn flow_checkpoint_write<'py>(
     write_dict(py, &info)
 }
 
-fn binary_values(col: &ArrayRef, name: &str) -> Result<Vec<Option<Vec<u8>>>, String> {
-    Ok(match col.data_type() {
-        DataType::Binary => col
-            .as_binary::<i32>()
-            .iter()
-            .map(|v| v.map(<[u8]>::to_vec))
-            .collect(),
-        DataType::LargeBinary => col
-            .as_binary::<i64>()
-            .iter()
-            .map(|v| v.map(<[u8]>::to_vec))
-            .collect(),
-        DataType::FixedSizeBinary(_) => col
-            .as_fixed_size_binary()
-            .iter()
-            .map(|v| v.map(<[u8]>::to_vec))
-            .collect(),
-        other => return Err(format!("column {name}: expected binary, got {other}")),
-    })
-}
-
-fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, String> {
-    batch
-        .column_by_name(name)
-        .ok_or_else(|| format!("registers batch has no column {name}"))
-}
-
 /// Writes the one-trie checkpoint `dir/name` from a data folder's `registers` files (table
 /// order), each with its `register_hashes` file or None; the parts are folded on `threads`
 /// threads. Returns what `FlowCheckpointBuilder.finish` does, and `registers_read`: the table's
@@ -570,42 +541,8 @@ impl FlowCheckpointBuilder {
     }
 }
 
-/// RocksDB values of a `registers` batch: `version u8 | key length u32 BE | encoded key |
-/// value` (the `flow_registers` layout of `schemas/flow.py`), one per row.
-#[pyfunction]
-#[pyo3(signature = (batch, version=1))]
-fn flow_register_values(py: Python<'_>, batch: PyRecordBatch, version: u8) -> PyResult<Py<PyAny>> {
-    let batch = batch.into_inner();
-    let arr = py
-        .detach(|| -> Result<BinaryArray, String> {
-            let keys = binary_values(column(&batch, "encoded_key")?, "encoded_key")?;
-            let values = binary_values(column(&batch, "value")?, "value")?;
-            let cap: usize = keys
-                .iter()
-                .zip(&values)
-                .map(|(k, v)| 5 + k.as_ref().map_or(0, Vec::len) + v.as_ref().map_or(0, Vec::len))
-                .sum();
-            let mut b = arrow_array::builder::BinaryBuilder::with_capacity(keys.len(), cap);
-            let mut buf = Vec::new();
-            for (k, v) in keys.iter().zip(&values) {
-                buf.clear();
-                encode_register_value(
-                    version,
-                    k.as_deref().unwrap_or_default(),
-                    v.as_deref().unwrap_or_default(),
-                    &mut buf,
-                );
-                b.append_value(&buf);
-            }
-            Ok(b.finish())
-        })
-        .map_err(PyValueError::new_err)?;
-    let arr: ArrayRef = Arc::new(arr);
-    Ok(PyArray::from_array_ref(arr).to_pyarrow(py)?.unbind())
-}
-
-/// The inverse of `flow_register_values`: splits `flow_registers` values into the
-/// `encoded_key` and `value` columns; a value that is not that layout is an error naming its row.
+/// Splits `flow_registers` values (`version u8 | key length u32 BE | encoded key | value`, the
+/// layout of `schemas/flow.py`) into the `encoded_key` and `value` columns; a value that is not that layout is an error naming its row.
 #[pyfunction]
 fn flow_register_split(
     py: Python<'_>,
@@ -676,7 +613,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_checkpoint_stats, m)?)?;
     m.add_class::<FlowCheckpointOwners>()?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;
-    m.add_function(wrap_pyfunction!(flow_register_values, m)?)?;
     m.add_class::<FlowCheckpointBuilder>()?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_write_registers, m)?)?;
     m.add(

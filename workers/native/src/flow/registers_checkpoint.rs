@@ -53,6 +53,7 @@ impl<'a> Binary<'a> {
         })
     }
 
+    /// Row `i`'s bytes; None where null.
     fn get(&self, i: usize) -> Option<&'a [u8]> {
         match self {
             Binary::Small(a) => a.is_valid(i).then(|| a.value(i)),
