@@ -333,16 +333,17 @@ pub fn write_from_registers(
     let mut whole = RegisterCheckpointBuilder::new(dir, name, threads)?;
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let results: Mutex<Vec<Result<PartFold, CheckpointError>>> = Mutex::new(Vec::new());
-    let fold = |part: usize| -> Result<PartFold, CheckpointError> {
+    // A part given up because another failed gives None, so only the real error is reported.
+    let results: Mutex<Vec<Result<Option<PartFold>, CheckpointError>>> = Mutex::new(Vec::new());
+    let fold = |part: usize| -> Result<Option<PartFold>, CheckpointError> {
         let mut b = RegisterCheckpointBuilder::part_fold(&whole, part);
         for g in groups.iter().filter(|g| g.parts().contains(&part)) {
             if failed.load(Ordering::Relaxed) {
-                break;
+                return Ok(None);
             }
             b.push_cached(group_rows(&inputs, g, part)?)?;
         }
-        b.finish_part()
+        b.finish_part().map(Some)
     };
     std::thread::scope(|s| {
         for _ in 0..threads.clamp(1, SUBTRIE_COUNT) {
@@ -359,11 +360,14 @@ pub fn write_from_registers(
             });
         }
     });
-    let folds = results
+    let folds: Vec<PartFold> = results
         .into_inner()
         .unwrap_or_else(|e| e.into_inner())
         .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
     whole.assemble(folds)?;
     Ok((whole.finish_with(reg_size)?, rows))
 }
