@@ -316,34 +316,31 @@ type TableSpec = Spec<SchemaRef>;
 
 /// The outputs the best chain spent, given as three equal-length arrays: the height each was
 /// created at (uint32), its txid (32 bytes, display order) and its vout (uint32).
-fn spent_set(
-    heights: PyArray,
-    txids: PyArray,
-    vouts: PyArray,
-) -> PyResult<rustc_hash::FxHashSet<btc_chain_rows::SpentOutput>> {
+fn spent_outputs(
+    heights: &arrow_array::ArrayRef,
+    txids: &[&[u8]],
+    vouts: &arrow_array::ArrayRef,
+) -> Result<btc_chain_rows::SpentOutputs, String> {
     use arrow_array::cast::AsArray;
     use arrow_array::types::UInt32Type;
-    let bad = |what: &str| PyValueError::new_err(format!("spent outputs: {what}"));
-    let (heights, _) = heights.into_inner();
-    let (txids, _) = txids.into_inner();
-    let (vouts, _) = vouts.into_inner();
+    let bad = |what: &str| format!("spent outputs: {what}");
     let heights = heights
         .as_primitive_opt::<UInt32Type>()
         .ok_or_else(|| bad("heights must be uint32"))?;
     let vouts = vouts
         .as_primitive_opt::<UInt32Type>()
         .ok_or_else(|| bad("vouts must be uint32"))?;
-    let txids = crate::binary_values(&txids)?;
     if heights.len() != txids.len() || vouts.len() != txids.len() {
         return Err(bad("arrays differ in length"));
     }
-    let mut spent = rustc_hash::FxHashSet::default();
-    spent.reserve(txids.len());
-    for ((h, t), v) in heights.values().iter().zip(&txids).zip(vouts.values()) {
-        let txid: [u8; 32] = (*t).try_into().map_err(|_| bad("txids are 32 bytes"))?;
-        spent.insert((*h, txid, *v));
-    }
-    Ok(spent)
+    let txids = txids
+        .iter()
+        .map(|t| <&[u8; 32]>::try_from(*t))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| bad("txids are 32 bytes"))?;
+    Ok(btc_chain_rows::SpentOutputs::new(
+        (heights.values().iter().zip(txids).zip(vouts.values())).map(|((h, t), v)| (*h, t, *v)),
+    ))
 }
 
 /// Copies a published `outputs` file from `src` to `dest` with its `spent` column set from
@@ -360,8 +357,12 @@ fn respend_outputs(
     spent_vouts: PyArray,
     keep_old: bool,
 ) -> PyResult<u64> {
-    let spent = spent_set(spent_heights, spent_txids, spent_vouts)?;
+    let (heights, _) = spent_heights.into_inner();
+    let (txids, _) = spent_txids.into_inner();
+    let (vouts, _) = spent_vouts.into_inner();
+    let txids = crate::binary_values(&txids)?;
     py.detach(|| {
+        let spent = spent_outputs(&heights, &txids, &vouts)?;
         crate::parquet_out::replace_column(
             &src,
             &dest,

@@ -216,7 +216,8 @@ pub fn replace_column(
         out_group.close().map_err(|e| at(&e))?;
         rows += group_rows;
     }
-    writer.close().map_err(|e| at(&e))?;
+    let out = writer.into_inner().map_err(|e| at(&e))?;
+    crate::writeback::start(&out);
     Ok(rows)
 }
 

@@ -20,7 +20,6 @@ use arrow_array::{
 };
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, SchemaRef};
-use rustc_hash::FxHashSet as HashSet;
 use std::sync::Arc;
 
 /// One applied best-chain block: its height, hash (internal order), bytes and parse.
@@ -487,15 +486,39 @@ pub(crate) fn inputs(
     batch(schema, cols, "inputs")
 }
 
-/// An output the best chain spent: (height it was created at, txid in display order, vout).
-pub(crate) type SpentOutput = (u32, [u8; 32], u32);
+/// The outputs the best chain spent, as `respent` looks them up: (height each was created
+/// at, txid, vout), sorted, the txid held as the display-order hex the rows spell it in. Hex
+/// of display-order bytes sorts as the bytes do, so a row's own text is compared, never
+/// parsed, and a row's search covers only its height's spends (a few hundred, in cache).
+pub(crate) struct SpentOutputs(Vec<SpentKey>);
+
+/// (height, txid hex, vout) of a spent output.
+type SpentKey = (u32, [u8; 64], u32);
+
+impl SpentOutputs {
+    /// From each spent output's height, txid (32 bytes, display order) and vout.
+    pub(crate) fn new<'a>(spends: impl Iterator<Item = (u32, &'a [u8; 32], u32)>) -> Self {
+        let mut keys: Vec<_> = spends
+            .map(|(height, txid, vout)| (height, hex::hex32(txid), vout))
+            .collect();
+        keys.sort_unstable();
+        SpentOutputs(keys)
+    }
+
+    /// The spends of outputs created at `height`.
+    fn at_height(&self, height: u32) -> &[SpentKey] {
+        let lo = self.0.partition_point(|k| k.0 < height);
+        let n = self.0[lo..].partition_point(|k| k.0 == height);
+        &self.0[lo..lo + n]
+    }
+}
 
 /// The `spent` column of published `outputs` rows (a batch of at least their `height`,
 /// `txid`, `vout` and `spent` columns) for the spends in `spent`: true for an output in it;
 /// otherwise, with `keep_old`, the row's old flag (a null stays null, as SQL's `OR`), else false.
 pub(crate) fn respent(
     rows: &RecordBatch,
-    spent: &HashSet<SpentOutput>,
+    spent: &SpentOutputs,
     keep_old: bool,
 ) -> Result<ArrayRef, String> {
     use arrow_array::cast::AsArray;
@@ -518,12 +541,27 @@ pub(crate) fn respent(
         .as_boolean_opt()
         .ok_or("outputs.spent is not boolean")?;
     let mut out = arrow_array::builder::BooleanBuilder::with_capacity(rows.num_rows());
+    // Rows come in height order: the current height's spends are found once.
+    let mut here: Option<(u32, &[SpentKey])> = None;
     for i in 0..rows.num_rows() {
-        // The spends' txids are in display order, which is the order of the hex.
-        let mut raw = hex::parse_display_hex(txid.value(i))
-            .ok_or_else(|| format!("outputs.txid {:?} is not 32 bytes of hex", txid.value(i)))?;
-        raw.reverse();
-        let hit = spent.contains(&(height.value(i), raw, vout.value(i)));
+        let h = height.value(i);
+        let spends = match here {
+            Some((at, spends)) if at == h => spends,
+            _ => here.insert((h, spent.at_height(h))).1,
+        };
+        let hit = !spends.is_empty() && {
+            let text = txid.value(i).as_bytes();
+            if text.len() != 64 {
+                return Err(format!(
+                    "outputs.txid {:?} is not 32 bytes of hex",
+                    txid.value(i)
+                ));
+            }
+            let v = vout.value(i);
+            spends
+                .binary_search_by(|k| (&k.1[..], k.2).cmp(&(text, v)))
+                .is_ok()
+        };
         out.append_option(match (hit, keep_old) {
             (true, _) => Some(true),
             (false, true) => old.is_valid(i).then(|| old.value(i)),
@@ -601,4 +639,80 @@ pub(crate) fn outputs(
         cols.push(col);
     }
     batch(schema, cols, "outputs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::Array;
+    use arrow_schema::{Field, Schema};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashSet;
+
+    fn rows(outs: &[(u32, [u8; 32], u32, Option<bool>)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("height", DataType::UInt32, false),
+            Field::new("txid", DataType::Utf8, false),
+            Field::new("vout", DataType::UInt32, false),
+            Field::new("spent", DataType::Boolean, true),
+        ]));
+        let txids: Vec<String> = outs.iter().map(|o| hex::to_hex(&o.1)).collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(UInt32Array::from_iter_values(outs.iter().map(|o| o.0))),
+                Arc::new(StringArray::from(txids)),
+                Arc::new(UInt32Array::from_iter_values(outs.iter().map(|o| o.2))),
+                Arc::new(BooleanArray::from_iter(outs.iter().map(|o| o.3))),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Flags from the sorted lookup equal a plain set's, for rows in height order and not,
+    /// with spends of other heights, txids or vouts that must not match, and old flags
+    /// (nulls included) kept or not.
+    #[test]
+    fn respent_matches_a_set_of_spends() {
+        let mut rng = SmallRng::seed_from_u64(17);
+        let txids: Vec<[u8; 32]> = (0..300).map(|_| rng.gen()).collect();
+        let mut outs = Vec::new();
+        for (i, t) in txids.iter().enumerate() {
+            for v in 0..rng.gen_range(1..4u32) {
+                let old = [None, Some(true), Some(false)][rng.gen_range(0..3)];
+                outs.push(((i / 7) as u32, *t, v, old));
+            }
+        }
+        let mut spends: Vec<(u32, [u8; 32], u32)> = outs
+            .iter()
+            .filter(|_| rng.gen_bool(0.6))
+            .map(|o| (o.0, o.1, o.2))
+            .collect();
+        // Near misses: another height, vout, or one txid byte off.
+        let (h, t, v) = spends[0];
+        let mut other = t;
+        other[31] ^= 1;
+        spends.extend([(h + 1000, t, v), (h, t, v + 50), (h, other, v)]);
+        let set: HashSet<_> = spends.iter().copied().collect();
+        let lookup = SpentOutputs::new(spends.iter().map(|(h, t, v)| (*h, t, *v)));
+        let mut shuffled = outs.clone();
+        shuffled.reverse();
+        for batch in [&outs, &shuffled] {
+            for keep_old in [false, true] {
+                let got = respent(&rows(batch), &lookup, keep_old).unwrap();
+                let got = got.as_boolean();
+                for (i, o) in batch.iter().enumerate() {
+                    let want = match (set.contains(&(o.0, o.1, o.2)), keep_old) {
+                        (true, _) => Some(true),
+                        (false, true) => o.3,
+                        (false, false) => Some(false),
+                    };
+                    assert_eq!(got.is_valid(i).then(|| got.value(i)), want, "row {i}");
+                }
+            }
+        }
+        assert!(set.len() > 300, "enough spends to cover many heights");
+    }
 }

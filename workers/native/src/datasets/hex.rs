@@ -41,6 +41,13 @@ pub fn forward_hex_into(bytes: &[u8], out: &mut String) {
     out.push_str(std::str::from_utf8(&buf[..2 * n]).expect("hex digits are ASCII"));
 }
 
+/// The hex of 32 bytes, in byte order.
+pub fn hex32(bytes: &[u8; 32]) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    encode(bytes, &mut out);
+    out
+}
+
 /// Lower-case hex of any byte string.
 pub fn to_hex(bytes: &[u8]) -> String {
     let mut out = Vec::with_capacity(2 * bytes.len());
