@@ -492,14 +492,22 @@ pub(crate) fn inputs(
 /// parsed, and a row's search covers only its height's spends (a few hundred, in cache).
 pub(crate) struct SpentOutputs(Vec<SpentKey>);
 
-/// (height, txid hex, vout) of a spent output.
-type SpentKey = (u32, [u8; 64], u32);
+/// (height, txid hex, vout) of a spent output, with the hex's first 8 digits as a number
+/// after the height: it orders as the hex does and settles nearly every comparison.
+type SpentKey = (u32, u64, [u8; 64], u32);
+
+fn hex_prefix(text: &[u8]) -> u64 {
+    u64::from_be_bytes(text[..8].try_into().expect("8 of the 64 digits"))
+}
 
 impl SpentOutputs {
     /// From each spent output's height, txid (32 bytes, display order) and vout.
     pub(crate) fn new<'a>(spends: impl Iterator<Item = (u32, &'a [u8; 32], u32)>) -> Self {
         let mut keys: Vec<_> = spends
-            .map(|(height, txid, vout)| (height, hex::hex32(txid), vout))
+            .map(|(height, txid, vout)| {
+                let text = hex::hex32(txid);
+                (height, hex_prefix(&text), text, vout)
+            })
             .collect();
         keys.sort_unstable();
         SpentOutputs(keys)
@@ -559,7 +567,7 @@ pub(crate) fn respent(
             }
             let v = vout.value(i);
             spends
-                .binary_search_by(|k| (&k.1[..], k.2).cmp(&(text, v)))
+                .binary_search_by(|k| (k.1, &k.2[..], k.3).cmp(&(hex_prefix(text), text, v)))
                 .is_ok()
         };
         out.append_option(match (hit, keep_old) {
