@@ -85,7 +85,6 @@ def decoder_rate(blocks: Path) -> tuple[float, float, int, int]:
             r = decode_unit(u)
             txs += r.transactions.num_rows
             nbytes += r.bytes_decoded
-            del r
         rates.append(nbytes / (time.perf_counter() - t0) / MB)
     return rates[0], rates[1], txs, nbytes
 
