@@ -565,9 +565,9 @@ pub(crate) fn respent(
                     txid.value(i)
                 ));
             }
-            let v = vout.value(i);
+            let key = (hex_prefix(text), text, vout.value(i));
             spends
-                .binary_search_by(|k| (k.1, &k.2[..], k.3).cmp(&(hex_prefix(text), text, v)))
+                .binary_search_by(|k| (k.1, &k.2[..], k.3).cmp(&key))
                 .is_ok()
         };
         out.append_option(match (hit, keep_old) {
