@@ -8,7 +8,7 @@
 use rechain_native::flow::hash::{empty_root, Hash, Path};
 use rechain_native::flow::mtrie::{Forest, Node, Register};
 use rechain_native::flow::node_store::NodeStore;
-use rechain_native::flow::record::{Payload, TrieUpdate};
+use rechain_native::flow::record::{Payload, PayloadRef, TrieUpdate};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -102,7 +102,13 @@ fn cache_charges_cover_loaded_nodes() {
         // Flow's registers: keys of a few dozen bytes, values from empty to a few hundred.
         let key = vec![i as u8; 20 + (i % 50) as usize];
         let value = vec![7u8; (i as usize * 37) % 400];
-        let reg = Register::new(Path(path), Payload::new(key, value));
+        let reg = Register::new(
+            Path(path),
+            PayloadRef {
+                key: &key,
+                value: &value,
+            },
+        );
         leaves.push(w.leaf(3, Hash([i as u8; 32]), &reg).expect("leaf"));
     }
     for (i, two) in leaves.chunks(2).enumerate() {

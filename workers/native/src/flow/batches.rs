@@ -158,7 +158,7 @@ impl RecordsBuilder {
                 }
                 for pl in &u.payloads {
                     self.encoded_keys.values().append_value(&pl.key);
-                    let parts = pl.key_parts();
+                    let parts = pl.view().key_parts();
                     let part = |t: u16| {
                         parts
                             .as_ref()
@@ -395,7 +395,7 @@ pub fn registers_batch<R: AsRef<Register>>(regs: &[R]) -> RecordBatch {
     let n = regs.len();
     // Sized up front: growing a column by doubling copies its bytes again at every step.
     let (key_bytes, value_bytes) = regs.iter().fold((0, 0), |(k, v), r| {
-        let pl = &r.as_ref().payload;
+        let pl = r.as_ref().payload();
         (k + pl.key.len(), v + pl.value.len())
     });
     let mut path = FixedSizeBinaryBuilder::with_capacity(n, 32);
@@ -405,7 +405,7 @@ pub fn registers_batch<R: AsRef<Register>>(regs: &[R]) -> RecordBatch {
     let mut size = UInt64Builder::with_capacity(n);
     let mut value = BinaryBuilder::with_capacity(n, value_bytes);
     for r in regs {
-        let (p, pl) = (&r.as_ref().path, &r.as_ref().payload);
+        let (p, pl) = (r.as_ref().path(), r.as_ref().payload());
         path.append_value(p.0).expect("paths are 32 bytes");
         let parts = pl.key_parts();
         let part = |t: u16| {
@@ -415,9 +415,9 @@ pub fn registers_batch<R: AsRef<Register>>(regs: &[R]) -> RecordBatch {
         };
         owner.append_option(part(KEY_PART_OWNER));
         key.append_option(part(KEY_PART_KEY));
-        enc.append_value(&pl.key);
+        enc.append_value(pl.key);
         size.append_value(pl.value.len() as u64);
-        value.append_value(&pl.value);
+        value.append_value(pl.value);
     }
     let cols: Vec<ArrayRef> = vec![
         Arc::new(path.finish()),
@@ -471,7 +471,7 @@ pub fn leaf_hashes_batch(leaves: &[Arc<Node>]) -> RecordBatch {
     let pairs: Vec<(&Path, &[u8])> = leaves
         .iter()
         .filter_map(|l| match &**l {
-            Node::Leaf { reg, .. } => Some((&reg.path, &reg.payload.value[..])),
+            Node::Leaf { reg, .. } => Some((reg.path(), reg.value())),
             Node::Interior { .. } | Node::Paged { .. } => None,
         })
         .collect();
@@ -509,7 +509,7 @@ pub fn leaf_hashes_batch_with(leaves: &[Arc<Node>], leaf_hashes: &[Hash]) -> Rec
             hash,
         } = &**l
         {
-            path.append_value(reg.path.0).expect("paths are 32 bytes");
+            path.append_value(reg.path().0).expect("paths are 32 bytes");
             height.append_value(*h);
             leaf.append_value(lh.0).expect("hashes are 32 bytes");
             node.append_value(hash.0).expect("hashes are 32 bytes");
@@ -732,7 +732,7 @@ mod tests {
     #[test]
     fn registers_columns() {
         let pl = payload("owner1", "key1", &[1, 2, 3]);
-        let regs = vec![Register::new(p1(), Payload::clone(&pl))];
+        let regs = vec![Register::new(p1(), pl.view())];
         let b = registers_batch(&regs);
         assert_eq!(b.num_rows(), 1);
         assert_eq!(b.schema(), registers_schema());

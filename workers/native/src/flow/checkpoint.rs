@@ -30,7 +30,7 @@ use super::hash::{
     hash_inter, hash_inters, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
 };
 use super::mtrie::{Node, Register, Trie};
-use super::record::Payload;
+use super::record::{Payload, PayloadRef};
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -411,8 +411,7 @@ pub(super) enum RawNode {
     Leaf {
         height: u16,
         hash: Hash,
-        path: Path,
-        payload: Payload,
+        reg: Arc<Register>,
     },
     Interior {
         height: u16,
@@ -437,8 +436,7 @@ pub(super) fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
                     RawNode::Leaf {
                         height,
                         hash,
-                        path,
-                        payload: Payload::default(),
+                        reg: Register::new(path, PayloadRef::default()),
                     },
                 ));
             }
@@ -446,7 +444,19 @@ pub(super) fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
             let klen = r.u32("encoded key length")? as usize;
             let key = r.vec(klen, "encoded key")?;
             let vlen = r.u32("value length")? as usize;
-            let value = r.vec(vlen, "value")?;
+            let reg = if vlen <= r.buf.len() {
+                let value = r.take(vlen, "value")?;
+                Register::new(path, PayloadRef { key: &key, value })
+            } else {
+                let value = r.vec(vlen, "value")?;
+                Register::new(
+                    path,
+                    PayloadRef {
+                        key: &key,
+                        value: &value,
+                    },
+                )
+            };
             if r.offset - start != plen {
                 return Err(CheckpointError::new(
                     &r.file,
@@ -458,15 +468,7 @@ pub(super) fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
                     ),
                 ));
             }
-            Ok((
-                at,
-                RawNode::Leaf {
-                    height,
-                    hash,
-                    path,
-                    payload: Payload::new(key, value),
-                },
-            ))
+            Ok((at, RawNode::Leaf { height, hash, reg }))
         }
         NODE_INTERIOR => {
             let left = r.u64("left child index")?;
@@ -585,7 +587,7 @@ pub(super) fn computed_hash(
     right: Option<Hash>,
 ) -> Hash {
     match node {
-        RawNode::Leaf { path, payload, .. } => compact_value(path, &payload.value, height),
+        RawNode::Leaf { reg, .. } => compact_value(reg.path(), reg.value(), height),
         RawNode::Interior { .. } => {
             let d = default_hash(height.saturating_sub(1));
             hash_inter(&left.unwrap_or(d), &right.unwrap_or(d))
@@ -677,16 +679,7 @@ pub(super) fn build_node(
         }
     }
     Ok(Arc::new(match raw {
-        RawNode::Leaf {
-            height,
-            hash,
-            path,
-            payload,
-        } => Node::Leaf {
-            height,
-            reg: Register::new(path, payload),
-            hash,
-        },
+        RawNode::Leaf { height, hash, reg } => Node::Leaf { height, reg, hash },
         RawNode::Interior { height, hash, .. } => Node::Interior {
             height,
             left,
@@ -761,12 +754,9 @@ fn read_subtrie_part(
             *permutations += match (&raw, verify) {
                 (_, Verify::None) => 0,
                 (RawNode::Interior { .. }, _) => 1,
-                (
-                    RawNode::Leaf {
-                        height, payload, ..
-                    },
-                    Verify::Full,
-                ) => compact_value_permutations(payload.value.len(), *height),
+                (RawNode::Leaf { height, reg, .. }, Verify::Full) => {
+                    compact_value_permutations(reg.value().len(), *height)
+                }
                 (RawNode::Leaf { .. }, Verify::Interior) => 0,
             };
             let child = |c: u64| -> CpResult<Option<Arc<Node>>> {
@@ -873,8 +863,8 @@ fn check_leaf_hashes(
         .iter()
         .filter_map(|&(_, i)| match &*nodes[i] {
             Node::Leaf { height, reg, .. } => Some(LeafJob {
-                path: &reg.path,
-                value: &reg.payload.value,
+                path: reg.path(),
+                value: reg.value(),
                 height: *height,
             }),
             Node::Interior { .. } | Node::Paged { .. } => None,
@@ -1169,7 +1159,7 @@ fn version_bytes(magic: u16) -> [u8; 4] {
     b
 }
 
-fn encode_leaf(out: &mut Vec<u8>, height: u16, hash: &Hash, path: &Path, payload: &Payload) {
+fn encode_leaf(out: &mut Vec<u8>, height: u16, hash: &Hash, path: &Path, payload: PayloadRef<'_>) {
     out.clear();
     out.push(NODE_LEAF);
     out.extend_from_slice(&height.to_be_bytes());
@@ -1178,9 +1168,9 @@ fn encode_leaf(out: &mut Vec<u8>, height: u16, hash: &Hash, path: &Path, payload
     let plen = 8 + payload.key.len() + payload.value.len();
     out.extend_from_slice(&(plen as u32).to_be_bytes());
     out.extend_from_slice(&(payload.key.len() as u32).to_be_bytes());
-    out.extend_from_slice(&payload.key);
+    out.extend_from_slice(payload.key);
     out.extend_from_slice(&(payload.value.len() as u32).to_be_bytes());
-    out.extend_from_slice(&payload.value);
+    out.extend_from_slice(payload.value);
 }
 
 fn encode_interior(out: &mut Vec<u8>, height: u16, hash: &Hash, left: u64, right: u64) {
@@ -1397,7 +1387,7 @@ fn store_unique_nodes(
                 if visited.contains_key(&node_key(&held)) {
                     continue;
                 }
-                encode_leaf(scratch, *height, hash, &reg.path, &reg.payload);
+                encode_leaf(scratch, *height, hash, reg.path(), reg.payload());
                 out.put(scratch)?;
                 visited.insert(node_key(&held), *counter);
                 *counter += 1;
@@ -1969,7 +1959,7 @@ impl RegisterCheckpointBuilder {
     ) -> CpResult<NodeRef> {
         let height = (MAX_HEIGHT as usize - depth) as u16;
         let mut scratch = std::mem::take(&mut self.scratch);
-        encode_leaf(&mut scratch, height, hash, path, payload);
+        encode_leaf(&mut scratch, height, hash, path, payload.view());
         let r = if depth >= SUBTRIE_LEVEL {
             let part = (path.0[0] >> 4) as usize;
             if self.write {
@@ -2688,7 +2678,7 @@ pub(crate) mod tests {
             .map(|n| match &**n {
                 Node::Leaf { height, reg, hash } => Some(CachedLeaf {
                     height: *height,
-                    leaf_hash: crate::flow::hash::hash_leaf(&reg.path, &reg.payload.value),
+                    leaf_hash: crate::flow::hash::hash_leaf(reg.path(), reg.value()),
                     node_hash: *hash,
                 }),
                 Node::Interior { .. } | Node::Paged { .. } => None,

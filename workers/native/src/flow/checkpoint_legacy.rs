@@ -28,7 +28,7 @@ use super::checkpoint::{
     PartReader, RawNode, Verify, MAGIC_HEADER,
 };
 use super::hash::{empty_root, Hash, Path, MAX_HEIGHT};
-use super::mtrie::{Node, Trie};
+use super::mtrie::{Node, Register, Trie};
 use super::record::Payload;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -170,8 +170,7 @@ fn read_node_v3(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
         RawNode::Leaf {
             height,
             hash,
-            path,
-            payload,
+            reg: Register::new(path, payload.view()),
         },
     ))
 }
@@ -200,8 +199,7 @@ fn read_node_v4(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
                 RawNode::Leaf {
                     height,
                     hash,
-                    path,
-                    payload,
+                    reg: Register::new(path, payload.view()),
                 },
             ))
         }
@@ -376,9 +374,9 @@ fn load_version(file: &FsPath, version: u16) -> CpResult<Loaded> {
         };
         let (l, rt) = (child(li)?, child(ri)?);
         let (reg_count, reg_size) = match &raw {
-            RawNode::Leaf { payload, .. } => {
+            RawNode::Leaf { reg, .. } => {
                 leaves += 1;
-                (1, (payload.key.len() + payload.value.len()) as u64)
+                (1, reg.payload().size())
             }
             RawNode::Interior { .. } => {
                 let m = |s: Option<&Stored>| s.map_or((0, 0), |s| (s.reg_count, s.reg_size));

@@ -244,7 +244,7 @@ impl PartSink for StatsSink {
                 continue;
             };
             self.leaf_depths[(MAX_HEIGHT - height) as usize] += 1;
-            let p = &reg.payload;
+            let p = reg.payload();
             let (k, v) = (p.key.len() as u64, p.value.len() as u64);
             let parts = p.key_parts();
             let part = |t: u16| {
@@ -613,7 +613,7 @@ mod tests {
         let mut owners: BTreeMap<Vec<u8>, Sizes> = BTreeMap::new();
         let mut kinds: BTreeMap<&str, Sizes> = BTreeMap::new();
         for reg in t.leaves().next_chunk(usize::MAX).unwrap() {
-            let p = &reg.payload;
+            let p = reg.payload();
             let (k, v) = (p.key.len() as u64, p.value.len() as u64);
             let owner = p.key_part(KEY_PART_OWNER).unwrap().to_vec();
             owners.entry(owner).or_default().add(k, v);

@@ -358,7 +358,7 @@ struct PartOut<S> {
 impl<S: PartSink> PartOut<S> {
     fn push(&mut self, at: u64, leaf: Arc<Node>, limit: usize) -> CpResult<()> {
         if let Node::Leaf { reg, .. } = &*leaf {
-            self.bytes += reg.payload.key.len() + reg.payload.value.len() + 100;
+            self.bytes += reg.key().len() + reg.value().len() + 100;
         }
         self.batch.push((at, leaf));
         if self.batch.len() >= LEAF_BATCH || self.bytes >= limit {
@@ -388,7 +388,7 @@ impl<S: PartSink> PartOut<S> {
                 .batch
                 .iter()
                 .filter_map(|(_, n)| n.register())
-                .map(|r| (&r.path, &r.payload.value[..]))
+                .map(|r| (r.path(), r.value()))
                 .collect();
             hash_leaves(&pairs)
         });
@@ -398,13 +398,11 @@ impl<S: PartSink> PartOut<S> {
                 .iter()
                 .filter_map(|(_, n)| match &**n {
                     Node::Leaf { height, reg, .. } => {
-                        self.permutations += super::hash::compact_value_permutations(
-                            reg.payload.value.len(),
-                            *height,
-                        );
+                        self.permutations +=
+                            super::hash::compact_value_permutations(reg.value().len(), *height);
                         Some(LeafJob {
-                            path: &reg.path,
-                            value: &reg.payload.value,
+                            path: reg.path(),
+                            value: reg.value(),
                             height: *height,
                         })
                     }
@@ -433,7 +431,7 @@ impl<S: PartSink> PartOut<S> {
         self.registers += leaves
             .iter()
             .filter_map(|l| l.register())
-            .filter(|r| !r.payload.value.is_empty())
+            .filter(|r| !r.value().is_empty())
             .count() as u64;
         self.rows += leaves.len() as u64;
         self.sink
@@ -446,16 +444,7 @@ impl<S: PartSink> PartOut<S> {
 
 fn leaf_node(raw: RawNode) -> Arc<Node> {
     match raw {
-        RawNode::Leaf {
-            height,
-            hash,
-            path,
-            payload,
-        } => Arc::new(Node::Leaf {
-            height,
-            reg: Register::new(path, payload),
-            hash,
-        }),
+        RawNode::Leaf { height, hash, reg } => Arc::new(Node::Leaf { height, reg, hash }),
         RawNode::Interior { .. } => unreachable!("only leaves are written out"),
     }
 }
@@ -902,14 +891,9 @@ where
                 let top_leaf = slots[i].top_leaf.map(|j| {
                     let n = &top.nodes[j];
                     let leaf = match &n.raw {
-                        RawNode::Leaf {
-                            height,
-                            hash,
-                            path,
-                            payload,
-                        } => Arc::new(Node::Leaf {
+                        RawNode::Leaf { height, hash, reg } => Arc::new(Node::Leaf {
                             height: *height,
-                            reg: Register::new(*path, payload.clone()),
+                            reg: reg.clone(),
                             hash: *hash,
                         }),
                         RawNode::Interior { .. } => unreachable!("slots hold leaves"),
@@ -1050,14 +1034,9 @@ pub fn page_in(
     };
     for n in &s.top.nodes {
         let placeholder = match &n.raw {
-            RawNode::Leaf {
-                height,
-                hash,
-                path,
-                payload,
-            } => w
-                .leaf(*height, *hash, &Register::new(*path, payload.clone()))
-                .map_err(store_err)?,
+            RawNode::Leaf { height, hash, reg } => {
+                w.leaf(*height, *hash, reg).map_err(store_err)?
+            }
             RawNode::Interior {
                 height,
                 hash,
@@ -1296,9 +1275,7 @@ mod tests {
                 .unwrap()
                 .iter()
                 .map(|n| match &**n {
-                    Node::Leaf { height, hash, reg } => {
-                        (*height, *hash, reg.payload.value.to_vec())
-                    }
+                    Node::Leaf { height, hash, reg } => (*height, *hash, reg.value().to_vec()),
                     _ => panic!("a cursor yields leaves"),
                 })
                 .collect()

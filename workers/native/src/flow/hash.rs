@@ -40,6 +40,7 @@ impl std::fmt::Debug for Hash {
 /// A 32-byte register path. Bit `i` (0..256) is bit `7 - i % 8` of byte `i / 8` (MSB first);
 /// bit 0 chooses the root's child, 0 = left.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(transparent)] // a register's bytes are borrowed as its `Path` (`Register::path`)
 pub struct Path(pub [u8; 32]);
 
 impl Path {

@@ -253,12 +253,17 @@ pub fn visit_segment(
     loop {
         match reader.next_record() {
             Ok(Some(raw)) => {
-                match record::decode(&raw.data).and_then(|rec| visit(index, raw.offset, rec)) {
+                let offset = raw.offset;
+                // The record's bytes are freed before it is visited: an update's apply is the
+                // peak of a replay's memory.
+                let rec = record::decode(&raw.data);
+                drop(raw);
+                match rec.and_then(|rec| visit(index, offset, rec)) {
                     Ok(()) => {
                         index += 1;
                         end = reader.position();
                     }
-                    Err(kind) => return (end, Some(FlowError::new(seg.number, raw.offset, kind))),
+                    Err(kind) => return (end, Some(FlowError::new(seg.number, offset, kind))),
                 }
             }
             Ok(None) => return (end.max(reader.position().min(seg.file_len)), None),

@@ -24,7 +24,7 @@
 
 use super::hash::{Hash, Path};
 use super::mtrie::{Node, Register};
-use super::record::Payload;
+use super::record::PayloadRef;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -67,10 +67,10 @@ const fn arc_bytes<T>() -> usize {
 /// so up to twice that per entry just after it grew.
 const MAP_ENTRY: usize = 2 * (std::mem::size_of::<(Loc, (Arc<Node>, usize))>() + 1) * 8 / 7;
 
-/// Heap bytes of a leaf in memory: the node, its register, the key and value boxes. What a
+/// Heap bytes of a leaf in memory: the node and its register (path, key and value). What a
 /// paged forest counts against its hold for each new leaf, and the cache for each loaded one.
 pub fn leaf_heap_bytes(key_bytes: usize, value_bytes: usize) -> usize {
-    arc_bytes::<Node>() + arc_bytes::<Register>() + heap_bytes(key_bytes) + heap_bytes(value_bytes)
+    arc_bytes::<Node>() + heap_bytes(Register::arc_bytes(key_bytes, value_bytes))
 }
 
 /// Heap bytes of an interior node in memory, its children apart.
@@ -409,7 +409,7 @@ impl NodeStore {
                 let key = rest.get(36..36usize.checked_add(klen)?)?;
                 let value = &rest[36 + klen..];
                 let cost = leaf_cost(key.len(), value.len());
-                let reg = Register::new(path, Payload::new(key, value));
+                let reg = Register::new(path, PayloadRef { key, value });
                 Some((Node::Leaf { height, reg, hash }, cost))
             }
             KIND_INTERIOR => {
@@ -489,11 +489,11 @@ impl NodeWriter {
     /// Writes a leaf; returns its location.
     fn put_leaf(&mut self, height: u16, hash: &Hash, reg: &Register) -> StoreResult<Loc> {
         self.start(KIND_LEAF, height, hash);
-        self.scratch.extend_from_slice(&reg.path.0);
+        self.scratch.extend_from_slice(&reg.path().0);
         self.scratch
-            .extend_from_slice(&(reg.payload.key.len() as u32).to_le_bytes());
-        self.scratch.extend_from_slice(&reg.payload.key);
-        self.scratch.extend_from_slice(&reg.payload.value);
+            .extend_from_slice(&(reg.key().len() as u32).to_le_bytes());
+        self.scratch.extend_from_slice(reg.key());
+        self.scratch.extend_from_slice(reg.value());
         self.put()
     }
 
@@ -650,10 +650,9 @@ impl PageOut {
     /// Node `n` of this pass as a load from `store` gives it, and its cost in the cache.
     fn as_loaded(&self, store: &Arc<NodeStore>, n: &Arc<Node>) -> Option<(Arc<Node>, usize)> {
         match &**n {
-            Node::Leaf { reg, .. } => Some((
-                n.clone(),
-                leaf_cost(reg.payload.key.len(), reg.payload.value.len()),
-            )),
+            Node::Leaf { reg, .. } => {
+                Some((n.clone(), leaf_cost(reg.key().len(), reg.value().len())))
+            }
             Node::Interior {
                 height,
                 left,

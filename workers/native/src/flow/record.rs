@@ -11,7 +11,7 @@
 //!
 //! As in flow-go, bytes after the last payload, or after a payload's value inside its
 //! length-prefixed slot, are ignored, and the encoded key is kept as is (its parts are only
-//! decoded on demand, [`Payload::key_parts`]). Every length is checked against the bytes left
+//! decoded on demand, [`PayloadRef::key_parts`]). Every length is checked against the bytes left
 //! before it is used, so allocations never exceed the record's size.
 
 use super::hash::{Hash, Path};
@@ -61,6 +61,39 @@ impl Payload {
         Payload::new(encode_key(parts), value)
     }
 
+    /// The payload borrowed, as a trie's registers give theirs.
+    pub fn view(&self) -> PayloadRef<'_> {
+        PayloadRef {
+            key: &self.key,
+            value: &self.value,
+        }
+    }
+
+    /// `Payload.Size()`: encoded key length + value length.
+    pub fn size(&self) -> u64 {
+        self.view().size()
+    }
+
+    /// `Payload.IsEmpty()`: an empty value means the register is unallocated (deleted).
+    pub fn is_empty(&self) -> bool {
+        self.value.is_empty()
+    }
+
+    /// First part of the given type, e.g. [`KEY_PART_OWNER`].
+    pub fn key_part(&self, typ: u16) -> Option<&[u8]> {
+        self.view().key_part(typ)
+    }
+}
+
+/// A payload borrowed from where it is stored: a decoded record's [`Payload`], or a trie's
+/// register (key and value in one allocation with the path).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct PayloadRef<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+impl<'a> PayloadRef<'a> {
     /// `Payload.Size()`: encoded key length + value length.
     pub fn size(&self) -> u64 {
         (self.key.len() + self.value.len()) as u64
@@ -72,12 +105,12 @@ impl Payload {
     }
 
     /// The key's parts `(type, value)`, or `None` if the encoded key is malformed.
-    pub fn key_parts(&self) -> Option<Vec<(u16, &[u8])>> {
-        decode_key(&self.key)
+    pub fn key_parts(&self) -> Option<Vec<(u16, &'a [u8])>> {
+        decode_key(self.key)
     }
 
     /// First part of the given type, e.g. [`KEY_PART_OWNER`].
-    pub fn key_part(&self, typ: u16) -> Option<&[u8]> {
+    pub fn key_part(&self, typ: u16) -> Option<&'a [u8]> {
         self.key_parts()?
             .into_iter()
             .find(|(t, _)| *t == typ)

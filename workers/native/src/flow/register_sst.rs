@@ -51,10 +51,10 @@ impl RegisterSstWriter {
     pub fn add(&mut self, registers: &[&Arc<Register>]) -> Result<(), String> {
         for reg in registers {
             self.value.clear();
-            let payload = &reg.payload;
-            encode_register_value(self.version, &payload.key, &payload.value, &mut self.value);
+            let payload = reg.payload();
+            encode_register_value(self.version, payload.key, payload.value, &mut self.value);
             self.files
-                .add(&reg.path.0, &self.value)
+                .add(&reg.path().0, &self.value)
                 .map_err(|e| format!("{}: {e}", self.dir.display()))?;
         }
         Ok(())

@@ -76,19 +76,17 @@ impl ReplayState {
         &mut self,
         segment: u64,
         offset: u64,
-        rec: &WalRecord,
+        rec: WalRecord,
     ) -> Result<Option<Hash>, ErrorKind> {
-        let root = match rec {
-            WalRecord::Update(u) => {
-                let a = self.forest.update(u)?;
-                self.current = a.root;
-                self.applied += 1;
-                Some(a.root)
-            }
-            WalRecord::Delete(_) => None,
-        };
-        self.log.push(LoggedUpdate::new(segment, offset, rec, root));
-        Ok(root)
+        let mut logged = LoggedUpdate::new(segment, offset, &rec, None);
+        if let WalRecord::Update(u) = rec {
+            let a = self.forest.update_owned(u)?;
+            self.current = a.root;
+            self.applied += 1;
+            logged.root = Some(a.root);
+        }
+        self.log.push(logged);
+        Ok(logged.root)
     }
 
     /// Applies decoded rows in order: per row the new root of an update, None for a delete
@@ -97,7 +95,7 @@ impl ReplayState {
     pub fn apply_rows(&mut self, rows: Vec<RecordRow>) -> (Vec<Option<Hash>>, Option<FlowError>) {
         let mut roots = Vec::with_capacity(rows.len());
         for row in rows {
-            match self.apply_record(row.segment, row.offset, &row.record) {
+            match self.apply_record(row.segment, row.offset, row.record) {
                 Ok(root) => roots.push(root),
                 Err(kind) => return (roots, Some(FlowError::new(row.segment, row.offset, kind))),
             }
@@ -116,14 +114,12 @@ impl ReplayState {
         let seg = Segment::open(path, segment_no)?;
         let (mut updates, mut deletes, mut paths) = (0u64, 0u64, 0u64);
         let (end, error) = visit_segment(&seg, |_index, offset, rec| {
-            self.apply_record(segment_no, offset, &rec)?;
-            match &rec {
-                WalRecord::Update(u) => {
-                    updates += 1;
-                    paths += u.paths.len() as u64;
-                }
-                WalRecord::Delete(_) => deletes += 1,
-            }
+            let (update, delete, n_paths) = match &rec {
+                WalRecord::Update(u) => (1, 0, u.paths.len() as u64),
+                WalRecord::Delete(_) => (0, 1, 0),
+            };
+            self.apply_record(segment_no, offset, rec)?;
+            (updates, deletes, paths) = (updates + update, deletes + delete, paths + n_paths);
             Ok(())
         });
         Ok(SegmentReplay {
