@@ -44,7 +44,8 @@ const REG_HEAD: usize = REG_KEY_AT + 4;
 impl Register {
     pub fn new(path: Path, payload: PayloadRef<'_>) -> Arc<Register> {
         let (key, value) = (payload.key, payload.value);
-        let key_len = u32::try_from(key.len()).expect("a register key over 4 GiB");
+        // Every format rechain reads gives a key a u32 length.
+        let key_len = u32::try_from(key.len()).expect("a key of at most 4 GiB");
         let mut bytes = Arc::<[u8]>::new_uninit_slice(REG_HEAD + key.len() + value.len());
         let buf = Arc::get_mut(&mut bytes).expect("a new Arc is unique");
         let parts: [&[u8]; 4] = [&path.0, &key_len.to_le_bytes(), key, value];
