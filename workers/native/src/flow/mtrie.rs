@@ -1033,6 +1033,20 @@ mod tests {
     use super::*;
     use crate::flow::record::tests::{p1, p2, p3, path, payload};
 
+    #[test]
+    fn register_keeps_path_key_and_value_apart() {
+        let big = vec![0xabu8; 70_000];
+        let cases: [(&[u8], &[u8]); 4] = [(b"", b""), (b"k", b""), (b"", b"v"), (b"key", &big)];
+        for (key, value) in cases {
+            let reg = Register::new(p2(), PayloadRef { key, value });
+            assert_eq!(*reg.path(), p2());
+            assert_eq!((reg.key(), reg.value()), (key, value));
+            assert_eq!(reg.payload(), PayloadRef { key, value });
+            assert_eq!(reg.payload().size(), (key.len() + value.len()) as u64);
+            assert_eq!(reg.payload().is_empty(), value.is_empty());
+        }
+    }
+
     fn h(s: &str) -> Hash {
         Hash::from_hex(s).unwrap()
     }

@@ -87,7 +87,7 @@ impl Payload {
 
 /// A payload borrowed from where it is stored: a decoded record's [`Payload`], or a trie's
 /// register (key and value in one allocation with the path).
-#[derive(Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
 pub struct PayloadRef<'a> {
     pub key: &'a [u8],
     pub value: &'a [u8],
