@@ -444,19 +444,15 @@ pub(super) fn read_node(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
             let klen = r.u32("encoded key length")? as usize;
             let key = r.vec(klen, "encoded key")?;
             let vlen = r.u32("value length")? as usize;
-            let reg = if vlen <= r.buf.len() {
-                let value = r.take(vlen, "value")?;
-                Register::new(path, PayloadRef { key: &key, value })
+            // A value that fits the reader's buffer is copied from there into the register.
+            let long;
+            let value = if vlen <= r.buf.len() {
+                r.take(vlen, "value")?
             } else {
-                let value = r.vec(vlen, "value")?;
-                Register::new(
-                    path,
-                    PayloadRef {
-                        key: &key,
-                        value: &value,
-                    },
-                )
+                long = r.vec(vlen, "value")?;
+                &long
             };
+            let reg = Register::new(path, PayloadRef { key: &key, value });
             if r.offset - start != plen {
                 return Err(CheckpointError::new(
                     &r.file,
