@@ -33,14 +33,18 @@ import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peer_parsers  # noqa: E402
-from common import btc_reindex_cmd, machine, run_measured, write_result  # noqa: E402
-from rechain.schemas import tables  # noqa: E402
+from common import (  # noqa: E402
+    btc_reindex_cmd,
+    encoding_floor,
+    machine,
+    run_measured,
+    write_result,
+)
 from rechain.workers import _native  # noqa: E402
 from rechain.workers.btc_decode import BodyUnit, decode_unit  # noqa: E402
 
@@ -182,34 +186,13 @@ def peers(blocks: Path, data: Path) -> tuple[dict, list[str]]:
 
 
 def tables_floor(data: Path, threads: int = 2) -> dict:
-    """The four published tables encoded again from memory with their declared layouts, on
-    ``threads`` threads (pyarrow's writer, the same zstd as the Rust core's): the encoding's CPU
-    seconds, and those over the threads, ``floor_s`` (reading the files back is not counted). A
-    full reindex must at least write these."""
-    import pyarrow.parquet as pq
-
-    def encode(path: Path) -> float:
-        spec = tables.TABLES[path.parts[-4]]
-        rows = pq.read_table(path)
-        t0 = time.thread_time()
-        pq.write_table(
-            rows,
-            data / "floor" / f"{path.parts[-4]}-{path.name}",
-            compression=spec.compression,
-            compression_level=1,
-            use_dictionary=list(spec.dictionary_columns) or False,
-            write_statistics=[c for c in rows.column_names if c not in spec.unsorted_columns],
-            row_group_size=spec.row_group_rows,
-        )
-        return time.thread_time() - t0
-
+    """The four published tables encoded again from memory (``encoding_floor``): a full
+    reindex must at least write these."""
     files = sorted((data / "parquet").glob("*/*/height_range=*/seg-*.parquet"))
-    files = [f for f in files if f.parts[-4] in ("blocks", "transactions", "inputs", "outputs")]
-    (data / "floor").mkdir(exist_ok=True)
-    with ThreadPoolExecutor(threads) as pool:
-        cpu = sum(pool.map(encode, files))
-    shutil.rmtree(data / "floor")
-    return {"threads": threads, "files": len(files), "cpu_s": cpu, "floor_s": cpu / threads}
+    return encoding_floor(
+        [f for f in files if f.parts[-4] in ("blocks", "transactions", "inputs", "outputs")],
+        threads,
+    )
 
 
 def ratio(value: float | None, target: float, note: str = "") -> dict:

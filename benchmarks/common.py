@@ -1,4 +1,5 @@
-"""Shared benchmark helpers: machine description, peak RSS of a process tree, result files."""
+"""Shared benchmark helpers: machine description, peak RSS of a process tree, result files, the
+encoding floor of published Parquet tables."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +132,38 @@ def btc_reindex_cmd(blocks: Path, data: Path, workers: int, *extra: str) -> list
         str(BIN), "btc", "reindex", "--blocks", str(blocks), "--data", str(data),
         "--network", "regtest", "--no-progress", "--json", "--workers", str(workers), *extra,
     ]  # fmt: skip
+
+
+def encoding_floor(files: list[Path], threads: int = 2, repeat: int = 1) -> dict[str, Any]:
+    """The Parquet ``files`` encoded again from memory on ``threads`` threads (pyarrow's writer,
+    zstd at level 1 as the Rust core writes it), each with the settings its own metadata records
+    per column (codec, dictionary, statistics) and its largest row group: the encoding's CPU
+    seconds (the least of ``repeat`` rounds), and those over the threads, ``floor_s`` (reading
+    the files is not counted). A run that publishes these tables spends at least this writing
+    them, whoever writes them."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    def encode(path: Path) -> float:
+        meta = pq.ParquetFile(path).metadata
+        rows = pq.read_table(path)
+        first = meta.row_group(0)
+        columns = [first.column(i) for i in range(first.num_columns)]
+        codec = {c.path_in_schema: c.compression.lower() for c in columns}
+        codec = {k: "none" if v == "uncompressed" else v for k, v in codec.items()}
+        t0 = time.thread_time()
+        pq.write_table(
+            rows,
+            io.BytesIO(),
+            compression=codec,
+            compression_level={k: 1 for k, v in codec.items() if v == "zstd"} or None,
+            use_dictionary=[c.path_in_schema for c in columns if c.has_dictionary_page] or False,
+            write_statistics=[c.path_in_schema for c in columns if c.is_stats_set] or False,
+            row_group_size=max(meta.row_group(g).num_rows for g in range(meta.num_row_groups)),
+        )
+        return time.thread_time() - t0
+
+    with ThreadPoolExecutor(threads) as pool:
+        cpu = min(sum(pool.map(encode, files)) for _ in range(max(1, repeat)))
+    return {"threads": threads, "files": len(files), "cpu_s": cpu, "floor_s": cpu / threads}
