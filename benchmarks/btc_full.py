@@ -151,8 +151,14 @@ def hash_ceiling(data: Path) -> dict:
     return {"hashed_bytes_per_block_byte": per_byte, "ceiling_vs_limit": 1 / per_byte}
 
 
-def full_reindex(blocks: Path, data: Path, workers: int, budget: str) -> tuple[dict, float, float]:
+def full_reindex(
+    blocks: Path, data: Path, workers: int, budget: str, cores: int | None = None
+) -> tuple[dict, float, float]:
+    """A full reindex (JSON result, wall seconds, peak RSS of its process tree in MiB); with
+    ``cores``, pinned to the first that many CPUs (Ray's processes inherit the pinning)."""
     cmd = btc_reindex_cmd(blocks, data, workers, "--mode", "full", "--memory-budget", budget)
+    if cores is not None:
+        cmd = ["taskset", "--cpu-list", f"0-{cores - 1}", *cmd]
     done, rss, elapsed = run_measured(cmd)
     return json.loads(done.stdout), elapsed, rss.peak_tree / 2**20
 
@@ -233,18 +239,20 @@ def main() -> None:
         first_pass_rate, rate, txs, nbytes = decoder_rate(blocks)
         body_rate = verdicts_rate(blocks)
         real_rate = real_block_rate(work)
-        runs = {}
-        for workers in (1, 2):
+        runs: dict[int | str, dict] = {}
+        # One worker with every core (the coordinator's own threads use them all), two
+        # workers, and one worker pinned to one core: how the pipeline grows with cores.
+        for key, workers, cores in ((1, 1, None), (2, 2, None), ("1_on_1_core", 1, 1)):
             result, elapsed, rss = full_reindex(
-                blocks, work / f"data{workers}", workers, args.memory_budget
+                blocks, work / f"data{key}", workers, args.memory_budget, cores
             )
             run = result["run"]
-            if workers == 1:
+            if key == 1:
                 ceiling = hash_ceiling(work / "data1")
                 floor = tables_floor(work / "data1")
             # The whole pipeline: every stage of the reindex, Ray start-up reported apart.
             pipeline_s = elapsed - run["ray_start_s"]
-            runs[workers] = {
+            runs[key] = {
                 "elapsed_s": elapsed,
                 "ray_start_s": run["ray_start_s"],
                 "whole_pipeline_s": pipeline_s,
@@ -322,6 +330,9 @@ def main() -> None:
             # Beside the targets: the peers use every core, so the 2-worker run is the like for
             # like; and the tables' own encoding, which no faster pipeline can skip.
             "context": {
+                # Strong scaling: one core, then two (the 2-worker run), same work.
+                "whole_pipeline_1_to_2_cores": runs["1_on_1_core"]["whole_pipeline_s"]
+                / runs[2]["whole_pipeline_s"],
                 "whole_pipeline_2_workers_vs_utxo_parser": runs[2]["whole_pipeline_mb_per_s"]
                 / max(peer[k]["mb_per_s"] for k in ("utxo_parser", "utxo_parser_sized")),
                 "whole_pipeline_2_workers_vs_blocks_iterator": runs[2]["whole_pipeline_mb_per_s"]
