@@ -320,7 +320,11 @@ def main() -> None:
                     "rechain's whole pipeline on 1 worker",
                 ),
                 "decode_only_vs_block_parser_per_core": ratio(
-                    rate / peer["block_parser"]["mb_per_cpu_s"], 1.5
+                    rate / peer["block_parser"]["mb_per_cpu_s"],
+                    1.5,
+                    "BlockParser hashes nothing; the decoder must hash the txids, wtxids and "
+                    "merkle trees, so it can reach at most the hashing ceiling: see "
+                    "context.block_parser_1_5x_vs_hashing_ceiling",
                 ),
                 "decoder_vs_hashing_ceiling": ratio(rate / hashing_ceiling, 0.5),
                 "whole_pipeline_1_to_2_workers": ratio(
@@ -333,6 +337,11 @@ def main() -> None:
                 # Strong scaling: one core, then two (the 2-worker run), same work.
                 "whole_pipeline_1_to_2_cores": runs["1_on_1_core"]["whole_pipeline_s"]
                 / runs[2]["whole_pipeline_s"],
+                # Above 1, the decode-only target lies above the hashing ceiling: no decoder
+                # that hashes what the tables hold can meet it on this machine.
+                "block_parser_1_5x_vs_hashing_ceiling": 1.5
+                * peer["block_parser"]["mb_per_cpu_s"]
+                / hashing_ceiling,
                 "whole_pipeline_2_workers_vs_utxo_parser": runs[2]["whole_pipeline_mb_per_s"]
                 / max(peer[k]["mb_per_s"] for k in ("utxo_parser", "utxo_parser_sized")),
                 "whole_pipeline_2_workers_vs_blocks_iterator": runs[2]["whole_pipeline_mb_per_s"]
