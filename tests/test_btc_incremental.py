@@ -4,10 +4,17 @@ coins the chain state reads through a chunk it has applied but not yet committed
 
 from __future__ import annotations
 
+import random
+
+import duckdb
+import pyarrow as pa
+import pytest
+from rechain.pipeline.errors import RechainError
 from rechain.pipeline.stages.bitcoin.publish import (
     OFFCHAIN_GROUP_PARTS,
     _add_prints,
     _offchain_groups,
+    _spent_prints,
 )
 
 
@@ -43,6 +50,39 @@ def test_a_group_is_kept_only_while_every_part_holds_the_same_blocks() -> None:
 def test_spend_prints_add_up() -> None:
     assert _add_prints("3:100", "0:0") == "3:100"
     assert _add_prints("3:100", "2:-7") == "5:93"
+
+
+def test_spend_prints_per_segment_are_those_of_its_spends() -> None:
+    """Each segment's print is the count and hash sum of exactly the spends of its heights,
+    as a range join of every spend against every segment defines it: segments with gaps
+    between them, one without spends, spends below, between and above every segment."""
+    rng = random.Random(7)
+    n = 5_000
+    spends = pa.table(
+        {
+            "prev_height": pa.array([rng.randrange(0, 400) for _ in range(n)], pa.uint32()),
+            "prev_txid": pa.array([rng.randbytes(32) for _ in range(n)], pa.binary()),
+            "prev_vout": pa.array([rng.randrange(0, 4) for _ in range(n)], pa.uint32()),
+        }
+    )
+    segs = [(10, 49), (50, 50), (51, 120), (130, 199), (200, 260), (300, 300), (390, 395)]
+    con = duckdb.connect()
+    con.register("spends", spends)
+    got = _spent_prints(con, segs, "spends")
+    for first, last in segs:
+        row = con.execute(
+            """SELECT count(*), coalesce(sum(hash(prev_height, prev_txid, prev_vout)::HUGEINT), 0)
+            FROM spends WHERE prev_height BETWEEN ? AND ?""",
+            [first, last],
+        ).fetchone()
+        assert row is not None
+        count, total = row
+        inside = sum(first <= h <= last for h in spends.column("prev_height").to_pylist())
+        assert count == inside
+        assert got[(first, last)] == f"{count}:{total}"
+    assert sorted(got) == segs
+    with pytest.raises(RechainError, match="overlap"):
+        _spent_prints(con, [(10, 49), (40, 60)], "spends")
 
 
 def test_a_chunk_sees_the_coins_of_the_uncommitted_chunk_before_it() -> None:

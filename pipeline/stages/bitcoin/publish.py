@@ -31,6 +31,7 @@ copies decoded again in full from their blk files (the body pass stages no other
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -373,7 +374,9 @@ def publish_tables(
     # can set a ``spent`` flag are then those of the new parts (a spend follows its output),
     # and flags only turn on. Otherwise (an unwind removed spends) every segment's spends are
     # counted again from all parts.
-    appended = len(kept) == len(old) and all(a > seg["last"] for a, _, _ in new for seg in kept)
+    appended = len(kept) == len(old) and (
+        not new or not kept or min(a for a, _, _ in new) > max(seg["last"] for seg in kept)
+    )
     all_files = chain_state.spend_files(data)
     new_files = [str(chain_state.spends_dir(data) / name) for _, _, name in new]
     spends_view(con, "res_all", all_files)
@@ -475,7 +478,8 @@ def publish_tables(
                 os.rename(f, dest)
             shutil.rmtree(off, ignore_errors=True)
         lap("offchain_s")
-        linked = {seg["path"]: seg for seg in kept if seg not in rewrite}
+        rewritten = {seg["path"] for seg in rewrite}
+        linked = {seg["path"]: seg for seg in kept if seg["path"] not in rewritten}
         rows[name] = _count_rows(tmp, linked, name, seg_rows)
         data.publish_generation(name, generation, tmp)
         if name == ds.OUTPUTS:
@@ -571,21 +575,33 @@ def _add_prints(a: str, b: str) -> str:
 def _spent_prints(
     con: duckdb.DuckDBPyConnection, segs: list[tuple[int, int]], spends: str
 ) -> dict[tuple[int, int], str]:
-    """Per segment (first, last): count and hash sum of the spends (view ``spends``) of its
-    outputs."""
+    """Per segment (first, last; sorted, disjoint): count and hash sum of the spends (view
+    ``spends``) of its outputs. The spends are summed per spent height first, and each height
+    finds its segment by an as-of join on the segments' first heights: the work grows with
+    the spends and the heights, never with spends times segments (a range join of every
+    spend against every segment would, thousands of segments on mainnet)."""
     if not segs:
         return {}
     import pyarrow as pa
 
+    for a, b in itertools.pairwise(segs):
+        if b[0] <= a[1]:
+            raise RechainError(f"publish: segments {a} and {b} overlap or are out of order")
     con.register(
         "segs",
         pa.table({"first": [a for a, _ in segs], "last": [b for _, b in segs]}),
     )
     got = con.execute(
-        f"""SELECT g.first, g.last, count(r.prev_height),
-                  coalesce(sum(hash(r.prev_height, r.prev_txid, r.prev_vout)::HUGEINT)
-                    FILTER (WHERE r.prev_height IS NOT NULL), 0)
-        FROM segs g LEFT JOIN {spends} r ON r.prev_height BETWEEN g.first AND g.last
+        f"""WITH per_height AS (
+              SELECT prev_height, count(*) AS n,
+                     sum(hash(prev_height, prev_txid, prev_vout)::HUGEINT) AS h
+              FROM {spends} WHERE prev_height IS NOT NULL GROUP BY prev_height),
+            placed AS (
+              SELECT g.first, g.last, p.n, p.h
+              FROM per_height p ASOF JOIN segs g ON p.prev_height >= g.first
+              WHERE p.prev_height <= g.last)
+        SELECT g.first, g.last, coalesce(sum(x.n), 0)::BIGINT, coalesce(sum(x.h), 0)
+        FROM segs g LEFT JOIN placed x ON x.first = g.first AND x.last = g.last
         GROUP BY ALL"""
     ).fetchall()
     con.unregister("segs")
