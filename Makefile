@@ -56,6 +56,7 @@ bench: setup
 	$(BIN)/python benchmarks/eth_headers.py
 	$(BIN)/python benchmarks/scaling.py
 	$(BIN)/python benchmarks/btc_full_scaling.py
+	$(BIN)/python benchmarks/btc_publish_prints.py
 	$(BIN)/python benchmarks/charts.py
 
 lint: setup

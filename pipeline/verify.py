@@ -40,6 +40,9 @@ VOLATILE_META = {
     fs.META_FLOW_GENERATION,
     layout.META_ETH_RUN,
 }
+#: Meta key prefixes of the same kind: stage checkpoints, and the applied chain's parts (how
+#: it was cut into chunks, as ``META_BTC_CHAIN_STATE``).
+VOLATILE_META_PREFIXES = (layout.META_STAGE_PREFIX, layout.META_BTC_CHAIN_PART_PREFIX)
 #: Meta keys whose JSON holds timings (keys ending in ``_s``) beside content.
 TIMED_META = {fs.META_FLOW_SUMMARY, fs.META_FLOW_CHECKPOINT}
 #: Registers compared and hashed per step of the Flow check.
@@ -103,7 +106,7 @@ def digest(data: DataDir) -> dict[str, str]:
         h = hashlib.sha256()
         for key, value in data.items(cf):
             if cf == layout.CF_META and (
-                key in VOLATILE_META or key.startswith(layout.META_STAGE_PREFIX)
+                key in VOLATILE_META or key.startswith(VOLATILE_META_PREFIXES)
             ):
                 continue
             if cf == layout.CF_META and key in TIMED_META:

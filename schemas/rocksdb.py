@@ -79,9 +79,13 @@ META_BTC_RUN = b"btc/run"
 META_BTC_INVALID_BLOCKS = b"btc/invalid_blocks"
 #: Result of the last full decode (UTXO figures, tables published): JSON.
 META_BTC_FULL = b"btc/full"
-#: How far the UTXO set has been applied: JSON {height, hash, utxo_count, total_amount,
-#: spends: [[first height, last height, part file], ...]}, written with each applied chunk.
+#: How far the UTXO set has been applied: JSON {layout, height, hash, utxo_count,
+#: total_amount}, written with each applied chunk.
 META_BTC_CHAIN_STATE = b"btc/chain_state"
+#: The applied chain's parts, one key each (``chain_part_key(first height)``): JSON [first
+#: height, last height, part file], written in the same write as the chunk's checkpoint, so a
+#: commit writes one part, not the list of every part before it.
+META_BTC_CHAIN_PART_PREFIX = b"btc/chain_part/"
 #: The published full-decode tables' segments: JSON {generation, segments: [{first, last,
 #: hash (display, of the block at last), path, spent (fingerprint)}]} (pipeline/stages/bitcoin/
 #: publish.py).
@@ -140,6 +144,12 @@ def best_chain_key(height: int) -> bytes:
 
 def undo_key(height: int) -> bytes:
     return struct.pack(">I", height)
+
+
+def chain_part_key(first: int) -> bytes:
+    """``META_BTC_CHAIN_PART_PREFIX`` key of the chain-state part from height ``first``: keys
+    in height order."""
+    return META_BTC_CHAIN_PART_PREFIX + struct.pack(">I", first)
 
 
 def best_chain_hash(bucket: bytes | None, height: int) -> bytes | None:

@@ -16,7 +16,8 @@ block that breaks one is recorded invalid and the link stage invalidated, as Cor
 to the best valid chain; the blocks below it stay applied.
 
 A chunk never crosses a multiple of ``SEGMENT_BLOCKS`` heights, and each one leaves a *part*
-named by its heights in five folders under ``DATADIR/stage``: ``spends/`` (one row per
+named by its heights in five folders under ``DATADIR/stage``, listed by a key of its own
+(``layout.chain_part_key``) written with the chunk's checkpoint: ``spends/`` (one row per
 best-chain input: its value and the output it spent, for the publish stage's ``spent``
 flags), and ``rows/blocks/``, ``rows/transactions/``, ``rows/inputs/`` and ``rows/outputs/``:
 those tables' rows for the chunk's blocks, written once by the Rust core while the chunk's
@@ -78,8 +79,10 @@ INDEX_READ_BLOCKS = 1_024
 #: Chunks (and so the published tables' segments) never cross a multiple of this many heights:
 #: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
 SEGMENT_BLOCKS = 1_000
-#: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block.
-LAYOUT = 4
+#: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block,
+#: but for layout 4 (its parts listed in the checkpoint itself), whose list becomes part keys.
+LAYOUT = 5
+LISTED_PARTS_LAYOUT = 4
 
 
 def spends_dir(data: DataDir) -> Path:
@@ -97,27 +100,45 @@ def part_dirs(data: DataDir) -> list[Path]:
 
 
 def checkpoint(data: DataDir) -> dict[str, Any] | None:
-    """The applied chain's tip, the set's figures and the parts (first height, last height,
-    name), or None when nothing is applied."""
+    """The applied chain's tip and the set's figures, or None when nothing is applied."""
     cp: dict[str, Any] | None = data.meta_get(layout.META_BTC_CHAIN_STATE)
     return cp
 
 
-def parts(data: DataDir) -> list[tuple[int, int, str]]:
+Part = tuple[int, int, str]
+
+
+def parts(data: DataDir) -> list[Part]:
     """The parts of the applied chain, in height order: (first, last, name)."""
-    cp = checkpoint(data) or {}
-    return [(int(lo), int(hi), str(name)) for lo, hi, name in cp.get("parts", [])]
+    cp = checkpoint(data)
+    if cp is None:
+        # Keys a killed reset left behind are not parts of anything.
+        return []
+    listed = cp.get("parts") if cp.get("layout") == LISTED_PARTS_LAYOUT else None
+    entries = (
+        listed
+        if listed is not None
+        else (
+            json.loads(v) for _, v in data.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)
+        )
+    )
+    return [(int(lo), int(hi), str(name)) for lo, hi, name in entries]
 
 
 def spend_files(data: DataDir, first: int = 0, last: int | None = None) -> list[str]:
     """The staged spends parts of the applied chain (those holding heights ``first`` to
     ``last``), in height order."""
-    cp = checkpoint(data) or {}
     return [
         str(spends_dir(data) / name)
-        for lo, hi, name in cp.get("parts", [])
+        for lo, hi, name in parts(data)
         if hi >= first and (last is None or lo <= last)
     ]
+
+
+def _part_entry(part: Part) -> tuple[bytes, bytes]:
+    """A part's key and value (``layout.chain_part_key``)."""
+    first, last, name = part
+    return layout.chain_part_key(first), _json([first, last, name])
 
 
 def empty_spends() -> pa.RecordBatch:
@@ -176,16 +197,15 @@ class ChainStateStage(Stage[BtcRun]):
         data = ctx.data
         t0 = time.perf_counter()
         cp = checkpoint(data)
+        if cp is not None and cp.get("layout") == LISTED_PARTS_LAYOUT:
+            cp = _list_parts_by_key(data, cp)
         if cp is not None and cp.get("layout") != LAYOUT:
             log.info("chain state: a checkpoint of another layout, rebuilt from the genesis block")
             cp = None
         if cp is None:
             reset(data)
-            cp = {
-                "height": -1, "hash": None, "utxo_count": 0, "total_amount": 0, "parts": [],
-                "layout": LAYOUT,
-            }  # fmt: skip
-        _remove_unlisted_parts(data, cp)
+            cp = {"height": -1, "hash": None, "utxo_count": 0, "total_amount": 0, "layout": LAYOUT}
+        _remove_unlisted_parts(data, parts(data))
         best = best_chain(data)
         tip = len(best) // 32 - 1
         fork = _fork_point(data, cp, best, tip)
@@ -251,19 +271,32 @@ def _apply_in_order(
 
 
 def reset(data: DataDir) -> None:
-    """Forgets the applied chain: checkpoint first (so a killed reset is redone), then the set,
-    the undo data and the staged spends."""
+    """Forgets the applied chain: checkpoint first (so a killed reset is redone), then the part
+    keys, the set, the undo data and the staged parts."""
     data.write({}, {layout.CF_META: [layout.META_BTC_CHAIN_STATE]})
+    stale = [k for k, _ in data.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)]
+    if stale:
+        data.write({}, {layout.CF_META: stale})
     data.reset_column_family(layout.CF_BTC_UTXO)
     data.reset_column_family(layout.CF_BTC_UNDO)
     for folder in part_dirs(data):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _remove_unlisted_parts(data: DataDir, cp: dict[str, Any]) -> None:
-    """Deletes part files no checkpoint lists (written by a run killed before its commit, or
+def _list_parts_by_key(data: DataDir, cp: dict[str, Any]) -> dict[str, Any]:
+    """A layout-4 checkpoint (its parts listed in it) as this layout's: a key per part and the
+    checkpoint without the list, in one write. Returns the new checkpoint."""
+    entries = [_part_entry(p) for p in parts(data)]
+    cp = {k: v for k, v in cp.items() if k != "parts"} | {"layout": LAYOUT}
+    keys = [layout.META_BTC_CHAIN_STATE, *(k for k, _ in entries)]
+    data.write_columns({layout.CF_META: (keys, [_json(cp), *(v for _, v in entries)])})
+    return cp
+
+
+def _remove_unlisted_parts(data: DataDir, listed: list[Part]) -> None:
+    """Deletes part files no part key lists (written by a run killed before its commit, or
     dropped by an unwind)."""
-    keep = {name for _, _, name in cp["parts"]}
+    keep = {name for _, _, name in listed}
     for folder in part_dirs(data):
         if not folder.exists():
             continue
@@ -309,29 +342,39 @@ def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
             "hash": None if below_undo is None else _native.undo_block_hash(below_undo),
             "utxo_count": cp["utxo_count"] + change["count_delta"],
             "total_amount": cp["total_amount"] + change["amount_delta"],
-            "parts": _trim_parts(data, cp["parts"], below),
         }
+        current = parts(data)
+        unchanged = set(current)
+        trimmed = [_part_entry(p) for p in _trim_parts(data, current, below) if p not in unchanged]
+        dropped = [layout.chain_part_key(first) for first, _, _ in current if first > below]
         data.write_columns(
             {
                 layout.CF_BTC_UTXO: change["puts"],
-                layout.CF_META: ([layout.META_BTC_CHAIN_STATE], [_json(cp)]),
+                layout.CF_META: (
+                    [layout.META_BTC_CHAIN_STATE, *(k for k, _ in trimmed)],
+                    [_json(cp), *(v for _, v in trimmed)],
+                ),
             },
-            {layout.CF_BTC_UTXO: change["deletes"], layout.CF_BTC_UNDO: keys},
+            {
+                layout.CF_BTC_UTXO: change["deletes"],
+                layout.CF_BTC_UNDO: keys,
+                layout.CF_META: dropped,
+            },
         )
         kill_point("chain_state.unwound")
         height = below
-    _remove_unlisted_parts(data, cp)
+    _remove_unlisted_parts(data, parts(data))
     return cp
 
 
-def _trim_parts(data: DataDir, parts: list[list[Any]], below: int) -> list[list[Any]]:
+def _trim_parts(data: DataDir, listed: list[Part], below: int) -> list[Part]:
     """The parts of heights up to ``below``: those above it dropped, the one reaching across
-    it rewritten without its rows above (under a new name; the old files go once the
-    checkpoint no longer lists them)."""
-    kept = []
-    for first, last, name in parts:
+    it rewritten without its rows above (under a new name; the old files go once no part key
+    lists them)."""
+    kept: list[Part] = []
+    for first, last, name in listed:
         if last <= below:
-            kept.append([first, last, name])
+            kept.append((first, last, name))
         elif first <= below:
             trimmed = part_name(first, below)
             for folder in part_dirs(data):
@@ -341,7 +384,7 @@ def _trim_parts(data: DataDir, parts: list[list[Any]], below: int) -> list[list[
                 # ``outputs`` file's pages into a segment.
                 write = partial(pq.write_table, rows, write_page_index=True)
                 write_file_atomic(folder / trimmed, write)
-            kept.append([first, below, trimmed])
+            kept.append((first, below, trimmed))
     return kept
 
 
@@ -486,7 +529,7 @@ def commit_applied(
     ctx: BtcRun, cp: dict[str, Any], first: int, result: dict[str, Any]
 ) -> dict[str, Any]:
     """Commits an applied chunk whose part is written: its set changes and undo records with
-    the checkpoint naming its part, in one write; returns the new checkpoint."""
+    the checkpoint and its part's key, in one write; returns the new checkpoint."""
     t1 = time.perf_counter()
     last = first + int(result["blocks"]) - 1
     cp = {
@@ -495,13 +538,13 @@ def commit_applied(
         "hash": result["tip"][1],
         "utxo_count": cp["utxo_count"] + result["count_delta"],
         "total_amount": cp["total_amount"] + result["amount_delta"],
-        "parts": [*cp["parts"], [first, last, part_name(first, last)]],
     }
+    part_key, part_value = _part_entry((first, last, part_name(first, last)))
     ctx.data.write_columns(
         {
             layout.CF_BTC_UTXO: result["puts"],
             layout.CF_BTC_UNDO: result["undo"],
-            layout.CF_META: ([layout.META_BTC_CHAIN_STATE], [_json(cp)]),
+            layout.CF_META: ([layout.META_BTC_CHAIN_STATE, part_key], [_json(cp), part_value]),
         },
         {layout.CF_BTC_UTXO: result["deletes"]},
     )
