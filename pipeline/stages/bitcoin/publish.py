@@ -578,8 +578,9 @@ def _spent_prints(
     """Per segment (first, last; sorted, disjoint): count and hash sum of the spends (view
     ``spends``) of its outputs. The spends are summed per spent height first, and each height
     finds its segment by an as-of join on the segments' first heights: the work grows with
-    the spends and the heights, never with spends times segments (a range join of every
-    spend against every segment would, thousands of segments on mainnet)."""
+    the spends and the heights, not with spends times segments as a range join of every
+    spend against every segment does (DuckDB runs one as a nested loop; a mainnet chain has
+    tens of thousands of segments)."""
     if not segs:
         return {}
     import pyarrow as pa
