@@ -288,9 +288,8 @@ def _read_streaming(
                 return None
             _raise(e)
         verify_s = time.perf_counter() - t_read
+        # The stream refuses a checkpoint without tries (kind `no_tries`).
         tries = [dict(t) for t in info["tries"]]
-        if not tries:
-            raise RechainError(f"{cpdir / name} offset 0: checkpoint holds no tries")
         last = tries[-1]
         if int(info["registers"]) != int(last["reg_count"]):
             discard()

@@ -265,6 +265,29 @@ def set_version(path: Path, v: int) -> None:
     path.write_bytes(bytes(b))
 
 
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as flow-go's checkpoint files carry it; bitwise, for test files of
+    a few KB."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def rewrite_with_crcs(cp: Path, name: str, index: int, body: bytes) -> None:
+    """Part `index` of checkpoint `name` replaced by `body` (its CRC trailer excluded) with a
+    right CRC, and the header's copy of it and its own CRC set right: a file whose checksums
+    all hold, damaged only where `body` differs."""
+    crc = crc32c(body).to_bytes(4, "big")
+    (cp / f"{name}.{index:03d}").write_bytes(body + crc)
+    head = bytearray((cp / name).read_bytes())
+    head[6 + 4 * index : 10 + 4 * index] = crc
+    head[-4:] = crc32c(bytes(head[:-4])).to_bytes(4, "big")
+    (cp / name).write_bytes(bytes(head))
+
+
 def test_damaged_checkpoints_name_file_and_offset_and_leave_data_alone(
     flowgo: Path,  # noqa: F811
     wal: tuple[Path, dict[str, Any]],

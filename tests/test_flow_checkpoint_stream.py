@@ -21,7 +21,7 @@ import pytest
 
 from benchmarks.common import BIN, run_measured
 from tests.conftest import cli, cli_json
-from tests.test_flow_checkpoint import corrupt_cases, flip
+from tests.test_flow_checkpoint import corrupt_cases, flip, rewrite_with_crcs
 from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 
 NAME = "checkpoint.00000000"
@@ -220,6 +220,47 @@ def test_streamed_read_damage_names_file_and_offset_publishes_nothing(
     # No staged generation left behind, and the content is what it was.
     assert not list((data / "parquet").glob("*/.*.tmp"))
     assert json.dumps(digest(data)["digest"], sort_keys=True) == before
+
+
+def test_leaf_off_its_place_or_no_trie_refused_by_every_read(tmp_path: Path) -> None:
+    """Checksums right, content wrong (found by fuzzing, `checkpoint_stream`): a leaf whose
+    path leads to another subtrie, which a read that trusts the stored hashes took (in memory
+    it then failed in the SST writer with a traceback), and a checkpoint without a trie record,
+    which broke a paged replay (an IndexError). Every read names the file and offset; nothing
+    is published."""
+    from rechain.workers import _native
+
+    misplaced = tmp_path / "misplaced"
+    misplaced.mkdir()
+    make_checkpoint(misplaced, 300, 8, 1)
+    part = bytearray((misplaced / f"{NAME}.003").read_bytes()[:-4])
+    part[4 + 35] = 0x70  # the part's first node is a leaf: its path's first byte
+    rewrite_with_crcs(misplaced, NAME, 3, bytes(part))
+
+    empty = tmp_path / "empty"
+    _native.flow_checkpoint_write(_native.FlowForest(threads=1), str(empty), NAME)
+    top = (empty / f"{NAME}.016").read_bytes()[:-4]
+    record = 8 + 8 + 8 + 32  # the empty trie's record, before the counts (u64, u16)
+    rewrite_with_crcs(empty, NAME, 16, top[: -10 - record] + top[-10:-2] + bytes(2))
+
+    wal = tmp_path / "wal"
+    wal.mkdir()
+    for cp, want in (
+        (misplaced, f"{NAME}.003 offset 4: leaf path 70"),
+        (empty, f"{NAME} offset 0: checkpoint holds no tries"),
+    ):
+        data = tmp_path / f"d-{cp.name}"
+        for extra in ([], ["--in-memory"], ["--trust-hashes"], ["--trust-hashes", "--in-memory"]):
+            code, _, err = cli("flow", "checkpoint", "read", "--dir", cp, "--data", data, *extra)
+            assert code != 0 and want in err, (cp.name, extra, err)
+        # A replay from it, paged (the budget far below the checkpoint) and in memory.
+        for budget in ("1K", "1G"):
+            code, _, err = cli(
+                "flow", "replay", "--wal", wal, "--data", data, "--checkpoint", cp,
+                "--memory-budget", budget, "--trust-hashes", "--no-progress",
+            )  # fmt: skip
+            assert code != 0 and want in err, (cp.name, budget, err)
+        assert not list((data / "parquet").glob("*/0*")), "nothing published"
 
 
 def test_kill_during_streamed_read_then_rerun_is_identical(tmp_path: Path) -> None:

@@ -96,6 +96,11 @@ impl CheckpointError {
         )
     }
 
+    /// A checkpoint without a trie record: nothing to read registers or roots from.
+    pub(super) fn no_tries(main_file: &FsPath) -> Self {
+        CheckpointError::new(main_file, 0, "no_tries", "checkpoint holds no tries")
+    }
+
     pub(super) fn io(file: &FsPath, offset: u64, e: &std::io::Error) -> Self {
         let kind = if e.kind() == std::io::ErrorKind::NotFound {
             "missing_file"
@@ -595,23 +600,101 @@ pub(super) fn computed_hash(
 struct NodeTable<'a> {
     /// Subtrie parts' nodes (local index j of part k is `parts[k][j - 1]`).
     parts: &'a [Vec<Arc<Node>>],
+    /// A leaf path under each of them (see [`path_under`]), indexed alike.
+    paths: &'a [Vec<Path>],
     /// Global index of each part's first node.
     starts: Vec<u64>,
     subtrie_total: u64,
     top: Vec<Arc<Node>>,
+    top_paths: Vec<Path>,
 }
 
 impl NodeTable<'_> {
+    /// (part, index in it) of a subtrie node, or None for a top node (or 0).
+    fn place(&self, global: u64) -> Option<(usize, usize)> {
+        if global == 0 || global > self.subtrie_total {
+            return None;
+        }
+        let k = self.starts.partition_point(|&s| s <= global) - 1;
+        Some((k, (global - self.starts[k]) as usize))
+    }
+
     fn get(&self, global: u64) -> Option<&Arc<Node>> {
         if global == 0 {
             return None;
         }
-        if global <= self.subtrie_total {
-            let k = self.starts.partition_point(|&s| s <= global) - 1;
-            return self.parts[k].get((global - self.starts[k]) as usize);
+        match self.place(global) {
+            Some((k, j)) => self.parts[k].get(j),
+            None => self.top.get((global - self.subtrie_total - 1) as usize),
         }
-        self.top.get((global - self.subtrie_total - 1) as usize)
     }
+
+    /// A leaf path under node `global` (which `get` found).
+    fn path(&self, global: u64) -> Option<Path> {
+        if global == 0 {
+            return None;
+        }
+        match self.place(global) {
+            Some((k, j)) => self.paths[k].get(j).copied(),
+            None => self
+                .top_paths
+                .get((global - self.subtrie_total - 1) as usize)
+                .copied(),
+        }
+    }
+}
+
+/// A path of some leaf under an interior node of `height` (not a leaf's: those carry their
+/// own), from a leaf path under each child (`left`, `right`), each subtree already checked to
+/// hold only leaves whose paths lead to it: the left one's bit at this node's depth must be 0,
+/// the right one's 1, and the two must agree above it. Otherwise a leaf is stored off the place
+/// its path leads to, which hashes the reader trusts would not show and which breaks the
+/// registers' path order (`bad_path_order` at the node, `at`).
+pub(super) fn path_under(
+    file: &FsPath,
+    at: u64,
+    height: u16,
+    left: Option<Path>,
+    right: Option<Path>,
+) -> CpResult<Path> {
+    let depth = usize::from(MAX_HEIGHT - height);
+    let off = |why: String| CheckpointError::new(file, at, "bad_path_order", why);
+    if let Some(l) = left.filter(|l| l.bit(depth) != 0) {
+        return Err(off(format!(
+            "leaf path {} lies under the left child of a node at depth {depth}",
+            l.to_hex()
+        )));
+    }
+    if let Some(r) = right.filter(|r| r.bit(depth) != 1) {
+        return Err(off(format!(
+            "leaf path {} lies under the right child of a node at depth {depth}",
+            r.to_hex()
+        )));
+    }
+    match (left, right) {
+        (Some(l), Some(r)) => {
+            if (0..depth).any(|b| l.bit(b) != r.bit(b)) {
+                return Err(off(format!(
+                    "leaf paths {} and {} under one node at depth {depth} differ above it",
+                    l.to_hex(),
+                    r.to_hex()
+                )));
+            }
+            Ok(l)
+        }
+        (Some(p), None) | (None, Some(p)) => Ok(p),
+        (None, None) => Err(CheckpointError::new(
+            file,
+            at,
+            "bad_node",
+            "interior node without children",
+        )),
+    }
+}
+
+/// The subtrie position (part index) a path leads to.
+pub(super) fn subtrie_position(path: &Path) -> usize {
+    usize::from(path.0[0] >> (8 - SUBTRIE_LEVEL))
 }
 
 pub(super) fn build_node(
@@ -711,18 +794,24 @@ pub struct PartInfo {
 /// Decodes subtrie part `index` into its nodes (local indices), checking magic, version, the
 /// CRC (against `expected_crc` from the header and against the contents), the descendants-first
 /// order, and the node hashes as `verify` asks.
+/// One subtrie part read: its nodes, a leaf path under each (see [`path_under`]), whether
+/// a node of the part references each, and what it held.
+type PartNodes = (Vec<Arc<Node>>, Vec<Path>, Vec<bool>, PartInfo);
+
 fn read_subtrie_part(
     dir: &FsPath,
     name: &str,
     index: usize,
     expected_crc: u32,
     verify: Verify,
-) -> CpResult<(Vec<Arc<Node>>, PartInfo)> {
+) -> CpResult<PartNodes> {
     let file = dir.join(part_name(name, index));
     let (mut r, footer) = open_part(&file, MAGIC_SUBTRIE, 8, expected_crc)?;
     let count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
     check_count(&file, r.end, count, r.end - 4)?;
     let mut nodes: Vec<Arc<Node>> = Vec::with_capacity(count as usize);
+    let mut paths: Vec<Path> = Vec::with_capacity(count as usize);
+    let mut referenced = vec![false; count as usize];
     let mut leaves = 0u64;
     // Hashes are recomputed in batches on SIMD lanes (leaves' compact-value chains, see
     // `hash::compact_values`, and interior nodes, see `hash::hash_inters`): the nodes are
@@ -732,6 +821,8 @@ fn read_subtrie_part(
     let mut interior: Vec<InteriorCheck> = Vec::new();
     let mut permutations = 0u64;
     let mut read_all = |nodes: &mut Vec<Arc<Node>>,
+                        paths: &mut Vec<Path>,
+                        referenced: &mut Vec<bool>,
                         leaves: &mut u64,
                         queued: &mut Vec<(u64, usize)>,
                         interior: &mut Vec<InteriorCheck>,
@@ -769,8 +860,33 @@ fn read_subtrie_part(
                 Ok((c > 0).then(|| nodes[(c - 1) as usize].clone()))
             };
             let (l, rt) = (child(left)?, child(right)?);
+            for c in [left, right].into_iter().filter(|&c| c > 0) {
+                referenced[(c - 1) as usize] = true;
+            }
             let children = (l.as_ref().map(|n| n.hash()), rt.as_ref().map(|n| n.hash()));
             let node = build_node(&file, at, raw, l, rt, Verify::None)?;
+            let path = match &*node {
+                Node::Leaf { reg, .. } => {
+                    let position = subtrie_position(reg.path());
+                    if position != index {
+                        return Err(CheckpointError::new(
+                            &file,
+                            at,
+                            "bad_path_order",
+                            format!(
+                                "leaf path {} lies under subtrie position {position}, not {index}",
+                                reg.path().to_hex()
+                            ),
+                        ));
+                    }
+                    *reg.path()
+                }
+                _ => {
+                    let under = |c: u64| (c > 0).then(|| paths[(c - 1) as usize]);
+                    path_under(&file, at, node.height(), under(left), under(right))?
+                }
+            };
+            paths.push(path);
             if is_leaf && verify == Verify::Full {
                 queued.push((at, nodes.len()));
             } else if !is_leaf && verify != Verify::None {
@@ -787,6 +903,8 @@ fn read_subtrie_part(
     };
     let read = read_all(
         &mut nodes,
+        &mut paths,
+        &mut referenced,
         &mut leaves,
         &mut queued,
         &mut interior,
@@ -798,6 +916,8 @@ fn read_subtrie_part(
     let bytes = r.end + 12;
     Ok((
         nodes,
+        paths,
+        referenced,
         PartInfo {
             index,
             nodes: count,
@@ -889,7 +1009,7 @@ pub fn verify_part(dir: &FsPath, name: &str, index: usize, verify: Verify) -> Cp
         ));
     }
     let header = read_header(dir, name)?;
-    read_subtrie_part(dir, name, index, header.part_crcs[index], verify).map(|(_, info)| info)
+    read_subtrie_part(dir, name, index, header.part_crcs[index], verify).map(|(_, _, _, info)| info)
 }
 
 /// Allocated registers (leaves with a value) of a trie, counted by walking it.
@@ -940,7 +1060,7 @@ pub fn load(
         }
     }
     let threads = threads.clamp(1, SUBTRIE_COUNT);
-    type PartRead = CpResult<(Vec<Arc<Node>>, PartInfo)>;
+    type PartRead = CpResult<PartNodes>;
     let mut results: Vec<Option<PartRead>> = (0..SUBTRIE_COUNT).map(|_| None).collect();
     std::thread::scope(|s| {
         let chunks: Vec<_> = results
@@ -966,13 +1086,38 @@ pub fn load(
         }
     });
     let mut parts = Vec::with_capacity(SUBTRIE_COUNT);
+    let mut paths = Vec::with_capacity(SUBTRIE_COUNT);
+    let mut referenced = Vec::new();
     let mut infos = Vec::with_capacity(SUBTRIE_COUNT);
     for r in results {
-        let (nodes, info) = r.expect("every part was read")?;
+        let (nodes, part_paths, part_referenced, info) = r.expect("every part was read")?;
         parts.push(nodes);
+        paths.push(part_paths);
+        referenced.extend(part_referenced);
         infos.push(info);
     }
-    let (tries, top_nodes) = read_top(dir, name, &parts, header.part_crcs[TOP_PART])?;
+    let top = read_top(dir, name, &parts, &paths, header.part_crcs[TOP_PART])?;
+    // flow-go writes only nodes a trie reaches: any other node is damage (which a read that
+    // trusts the stored hashes would otherwise take).
+    referenced.extend(std::iter::repeat_n(false, top.offsets.len()));
+    for g in top.references {
+        referenced[(g - 1) as usize] = true;
+    }
+    if let Some(j) = referenced.iter().position(|r| !r) {
+        let global = j as u64 + 1;
+        let mut first = 1u64;
+        for (k, part) in parts.iter().enumerate() {
+            if global < first + part.len() as u64 {
+                let f = dir.join(part_name(name, k));
+                let at = node_offset(&f, global - first, header.part_crcs[k])?;
+                return Err(unreferenced(&f, at));
+            }
+            first += part.len() as u64;
+        }
+        let f = dir.join(part_name(name, TOP_PART));
+        return Err(unreferenced(&f, top.offsets[(global - first) as usize]));
+    }
+    let (tries, top_nodes) = (top.tries, top.offsets.len() as u64);
     Ok(Loaded {
         tries,
         parts: infos,
@@ -980,12 +1125,39 @@ pub fn load(
     })
 }
 
+fn unreferenced(file: &FsPath, at: u64) -> CheckpointError {
+    CheckpointError::new(
+        file,
+        at,
+        "unreferenced_node",
+        "no node and no trie references this node",
+    )
+}
+
+/// The offset of the `n`th node (from 0) of a subtrie part already read once.
+fn node_offset(file: &FsPath, n: u64, crc: u32) -> CpResult<u64> {
+    let (mut r, _) = open_part(file, MAGIC_SUBTRIE, 8, crc)?;
+    for _ in 0..n {
+        read_node(&mut r)?;
+    }
+    Ok(r.offset)
+}
+
+/// The top part read: its tries, each top node's offset, and the global index of every node
+/// a top node or a trie record references.
+struct TopRead {
+    tries: Vec<Trie>,
+    offsets: Vec<u64>,
+    references: Vec<u64>,
+}
+
 fn read_top(
     dir: &FsPath,
     name: &str,
     parts: &[Vec<Arc<Node>>],
+    paths: &[Vec<Path>],
     expected_crc: u32,
-) -> CpResult<(Vec<Trie>, u64)> {
+) -> CpResult<TopRead> {
     let file = dir.join(part_name(name, TOP_PART));
     let (mut r, footer) = open_part(&file, MAGIC_TOPTRIE, 10, expected_crc)?;
     let top_count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
@@ -1019,10 +1191,14 @@ fn read_top(
     check_count(&file, r.end, top_count, room - trie_count * TRIE_RECORD_LEN)?;
     let mut table = NodeTable {
         parts,
+        paths,
         starts,
         subtrie_total: total,
         top: Vec::with_capacity(top_count as usize),
+        top_paths: Vec::with_capacity(top_count as usize),
     };
+    let mut offsets = Vec::with_capacity(top_count as usize);
+    let mut references = Vec::new();
     for j in 1..=top_count {
         let global = total + j;
         let (at, raw) = read_node(&mut r)?;
@@ -1044,13 +1220,29 @@ fn read_top(
             Ok(table.get(c).cloned())
         };
         let (l, rt) = (child(left)?, child(right)?);
+        references.extend([left, right].into_iter().filter(|&c| c > 0));
+        offsets.push(at);
         let node = build_node(&file, at, raw, l, rt, Verify::Full)?;
+        let path = match &*node {
+            Node::Leaf { reg, .. } => *reg.path(),
+            _ => path_under(
+                &file,
+                at,
+                node.height(),
+                table.path(left),
+                table.path(right),
+            )?,
+        };
         table.top.push(node);
+        table.top_paths.push(path);
     }
     let mut tries = Vec::with_capacity(trie_count as usize);
     for _ in 0..trie_count {
         let at = r.offset;
         let root_index = r.u64("trie root index")?;
+        if root_index > 0 {
+            references.push(root_index);
+        }
         let reg_count = r.u64("trie register count")?;
         let reg_size = r.u64("trie register size")?;
         let root_hash = Hash(r.hash("trie root hash")?);
@@ -1096,7 +1288,11 @@ fn read_top(
         });
     }
     finish_part(&r, &footer, expected_crc)?;
-    Ok((tries, top_count))
+    Ok(TopRead {
+        tries,
+        offsets,
+        references,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -183,15 +183,7 @@ fn flow_checkpoint_load<'py>(
             .map_err(|e| cp_err(py, &e))?,
     )?;
     if loaded.tries.is_empty() {
-        return Err(cp_err(
-            py,
-            &CheckpointError {
-                file: dir.join(&name).display().to_string(),
-                offset: 0,
-                kind: "no_tries",
-                message: "checkpoint holds no tries".into(),
-            },
-        ));
+        return Err(cp_err(py, &CheckpointError::no_tries(&dir.join(&name))));
     }
     Ok((FlowForest::from_tries(loaded.tries, threads), info))
 }

@@ -355,9 +355,10 @@ pub fn collect(
     for h in &info.top_interior_heights {
         interim_depths[(MAX_HEIGHT - h) as usize] += 1;
     }
-    let (root, reg_count, reg_size) = *info.tries.last().ok_or_else(|| {
-        CheckpointError::new(&dir.join(name), 0, "no_tries", "checkpoint holds no tries")
-    })?;
+    let (root, reg_count, reg_size) = *info
+        .tries
+        .last()
+        .ok_or_else(|| CheckpointError::no_tries(&dir.join(name)))?;
     let mut total = Sizes::default();
     for s in kinds.values() {
         total.merge(s);

@@ -12,8 +12,9 @@
 //! and resolved last from the parts' roots. A checkpoint of several tries (which share nodes:
 //! a later trie's nodes reference earlier ones anywhere in the part) is refused with kind
 //! `shared_node` before any part is read; the caller reads those with
-//! [`super::checkpoint::load`]. In a one-trie checkpoint a node referencing anything but the
-//! subtrees just before it is damage.
+//! [`super::checkpoint::load`]; one without a trie record with kind `no_tries`. In a one-trie
+//! checkpoint a node referencing anything but the subtrees just before it is damage, and so is
+//! a leaf out of path order (`bad_path_order`, checked even when the hashes are trusted).
 //!
 //! Nothing here decides what is published: the files are written where the caller says (a
 //! staging folder) and are only meaningful if this returns `Ok` (every CRC, node and root
@@ -500,6 +501,7 @@ fn stream_part<S: PartSink>(
     let check_interior = walk_opts.verify != Verify::None;
     let mut stack: Vec<Pending> = Vec::with_capacity(MAX_PENDING);
     let (mut leaves, mut interior_perms) = (0u64, 0u64);
+    let mut last_path: Option<Path> = None;
     let mut walk = |out: &mut PartOut<S>| -> CpResult<()> {
         for i in 1..=count {
             if i % 65_536 == 0 && stop.load(Ordering::Relaxed) {
@@ -585,6 +587,31 @@ fn stream_part<S: PartSink>(
             } else {
                 leaves += 1;
                 let leaf = leaf_node(raw);
+                if let Some(reg) = leaf.register() {
+                    // The one trie's leaves come in path order, each under its part's position.
+                    // Hashes check this too; a read that trusts them still must, since the
+                    // registers it writes are keys in path order.
+                    let path = *reg.path();
+                    let position = usize::from(path.0[0] >> (8 - SUBTRIE_LEVEL));
+                    let misplaced = if position != index {
+                        Some(format!(
+                            "lies under subtrie position {position}, not {index}"
+                        ))
+                    } else if last_path.is_some_and(|p| path <= p) {
+                        Some("is not after the part's leaf before it".to_string())
+                    } else {
+                        None
+                    };
+                    if let Some(why) = misplaced {
+                        return Err(CheckpointError::new(
+                            &file,
+                            at,
+                            "bad_path_order",
+                            format!("leaf path {} {why}", path.to_hex()),
+                        ));
+                    }
+                    last_path = Some(path);
+                }
                 out.sink
                     .leaf_read(&leaf)
                     .map_err(|m| CheckpointError::new(&file, at, "io", m))?;
@@ -649,13 +676,15 @@ fn stream_part<S: PartSink>(
     })
 }
 
-/// Resolves the top nodes from the parts' roots (hashes recomputed as `verify` says) and
-/// checks every trie record.
+/// Resolves the top nodes from the parts' roots and checks every trie record. Every top
+/// node's hash is recomputed whatever the read trusts (a few nodes), as [`load`] does, so a
+/// trusting read refuses the same damage there as the in-memory one.
+///
+/// [`load`]: super::checkpoint::load
 fn resolve_top(
     top: &Top,
     roots: &HashMap<u64, Pending>,
     total: u64,
-    verify: Verify,
 ) -> CpResult<Vec<(Hash, u64, u64)>> {
     let mut resolved: Vec<Pending> = Vec::with_capacity(top.nodes.len());
     let get = |resolved: &Vec<Pending>, g: u64, at: u64| -> CpResult<Option<Pending>> {
@@ -691,10 +720,6 @@ fn resolve_top(
                 format!("node height {height}"),
             ));
         }
-        let check = !matches!(
-            (&n.raw, verify),
-            (_, Verify::None) | (RawNode::Leaf { .. }, Verify::Interior)
-        );
         let (l, r) = match &n.raw {
             RawNode::Interior { left, right, .. } => {
                 let (l, r) = (
@@ -723,13 +748,11 @@ fn resolve_top(
             }
             RawNode::Leaf { .. } => (None, None),
         };
-        if check {
-            let computed = computed_hash(height, &n.raw, l, r);
-            if computed != stored {
-                return Err(CheckpointError::hash_mismatch(
-                    &top.file, n.at, stored, computed,
-                ));
-            }
+        let computed = computed_hash(height, &n.raw, l, r);
+        if computed != stored {
+            return Err(CheckpointError::hash_mismatch(
+                &top.file, n.at, stored, computed,
+            ));
         }
         resolved.push(Pending {
             index: g,
@@ -865,6 +888,9 @@ where
     }
     starts.push(total + 1);
     let top = read_top_raw(dir, name, header.part_crcs[TOP_PART], total)?;
+    if top.tries.is_empty() {
+        return Err(CheckpointError::no_tries(&dir.join(name)));
+    }
     if top.tries.len() > 1 {
         return Err(CheckpointError::new(
             &top.file,
@@ -973,7 +999,7 @@ where
             ));
         }
     }
-    info.tries = resolve_top(&top, &roots, total, walk.verify)?;
+    info.tries = resolve_top(&top, &roots, total)?;
     info.top_nodes = top.nodes.len() as u64;
     info.top_interior_heights = top
         .nodes
@@ -1052,9 +1078,7 @@ pub fn page_in(
         top.push(placeholder);
     }
     w.flush().map_err(store_err)?;
-    let Some(record) = s.top.tries.last() else {
-        return Ok((s.info, Trie::empty()));
-    };
+    let record = (s.top.tries.last()).ok_or_else(|| CheckpointError::no_tries(&dir.join(name)))?;
     let trie = Trie {
         root: child(&top, record.root_index, record.at)?,
         reg_count: record.reg_count,
@@ -1369,6 +1393,108 @@ mod tests {
             std::fs::write(dir.join(&fname), &good).unwrap();
         }
         stream(&dir, name, &opts(&dir, Verify::Full)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `file` of checkpoint `name` replaced by `bytes` with its CRC set right, and the
+    /// header's copy of it (part `index`), so only the change itself is damage.
+    fn rewrite_with_crcs(dir: &FsPath, name: &str, index: usize, mut bytes: Vec<u8>) {
+        let body = bytes.len() - 4;
+        let crc = crc32c::crc32c(&bytes[..body]).to_be_bytes();
+        bytes[body..].copy_from_slice(&crc);
+        std::fs::write(dir.join(part_name(name, index)), &bytes).unwrap();
+        let mut head = std::fs::read(dir.join(name)).unwrap();
+        head[6 + 4 * index..10 + 4 * index].copy_from_slice(&crc);
+        let body = head.len() - 4;
+        let crc = crc32c::crc32c(&head[..body]).to_be_bytes();
+        head[body..].copy_from_slice(&crc);
+        std::fs::write(dir.join(name), head).unwrap();
+    }
+
+    /// Found by fuzzing (`checkpoint_stream`): a read that trusts the hashes took a leaf
+    /// stored off its place in path order (its registers then broke the SST writer's order, an
+    /// I/O error); and a checkpoint without a trie record gave the paged read an empty trie.
+    #[test]
+    fn refuses_a_leaf_off_its_path_order_and_a_checkpoint_without_tries() {
+        let dir = tmp("order");
+        let name = "checkpoint.00000001";
+        write_tries(&tries()[1..], &dir, name, 1).unwrap();
+        let part = part_name(name, 3);
+        let good = std::fs::read(dir.join(&part)).unwrap();
+        // A part is stored children first: its first node (after magic and version) is a
+        // leaf, whose path follows its type, height and hash.
+        let path_at = 4 + 35;
+        // Under another subtrie position: refused at the leaf itself. Past the leaf after it
+        // (same position): refused there, the first leaf out of order.
+        for (label, byte, refused_at) in
+            [("other position", 0x70, 4), ("after the next", 0x3f, 106)]
+        {
+            let mut bad = good.clone();
+            bad[path_at] = byte;
+            rewrite_with_crcs(&dir, name, 3, bad);
+            for verify in [Verify::None, Verify::Interior, Verify::Full] {
+                let e = stream(&dir, name, &opts(&dir, verify)).unwrap_err();
+                assert!(e.file.ends_with(&part), "{e}");
+                // The first damage in file order wins: a full check finds the first leaf's
+                // hash (over its path) wrong before the order breaks.
+                let want = if verify == Verify::Full && refused_at > 4 {
+                    ("hash_mismatch", 4 + 3)
+                } else {
+                    ("bad_path_order", refused_at)
+                };
+                assert_eq!((e.kind, e.offset), want, "{label} {verify:?}: {e}");
+                // The in-memory load refuses it too (at the leaf, or at the node whose
+                // subtrees' paths disagree).
+                let e = load(&dir, name, 1, verify).unwrap_err();
+                assert!(e.file.ends_with(&part), "{e}");
+                assert_eq!(e.kind, want.0, "load, {label} {verify:?}: {e}");
+            }
+        }
+        // A node that drops its right child: the subtree it held is referenced by no node.
+        let mut bad = good.clone();
+        let mut at = 4;
+        let interior = loop {
+            if bad[at] == 1 {
+                break at;
+            }
+            let payload = u32::from_be_bytes(bad[at + 67..at + 71].try_into().unwrap());
+            at += 71 + payload as usize;
+        };
+        bad[interior + 43..interior + 51].fill(0);
+        rewrite_with_crcs(&dir, name, 3, bad);
+        let e = stream(&dir, name, &opts(&dir, Verify::None)).unwrap_err();
+        assert_eq!(e.kind, "bad_child_index", "{e}");
+        let e = load(&dir, name, 1, Verify::None).unwrap_err();
+        assert_eq!(e.kind, "unreferenced_node", "{e}");
+        assert!(e.file.ends_with(&part) && e.offset < interior as u64, "{e}");
+        rewrite_with_crcs(&dir, name, 3, good);
+        stream(&dir, name, &opts(&dir, Verify::None)).unwrap();
+
+        // No trie record: the top part's record cut out and its count set to 0.
+        let top = std::fs::read(dir.join(part_name(name, TOP_PART))).unwrap();
+        let record = 8 + 8 + 8 + 32;
+        let footer = top.len() - 4 - 10;
+        let mut cut = top[..footer - record].to_vec();
+        cut.extend_from_slice(&top[footer..footer + 8]);
+        cut.extend_from_slice(&0u16.to_be_bytes());
+        cut.extend_from_slice(&[0; 4]);
+        rewrite_with_crcs(&dir, name, TOP_PART, cut);
+        // The in-memory load finds the trie's nodes unreferenced (the root, last in the top).
+        let e = load(&dir, name, 1, Verify::None).unwrap_err();
+        assert_eq!(e.kind, "unreferenced_node");
+        assert!(e.file.ends_with(&part_name(name, TOP_PART)), "{e}");
+        let e = stream(&dir, name, &opts(&dir, Verify::Full)).unwrap_err();
+        assert_eq!((e.kind, e.offset), ("no_tries", 0));
+        assert_eq!(e.file, dir.join(name).display().to_string());
+        let walk = Walk {
+            threads: 2,
+            verify: Verify::None,
+            batch_bytes: 1 << 10,
+        };
+        let store = NodeStore::create(&dir.join("store"), 4 << 10).unwrap();
+        let e = page_in(&dir, name, walk, &store).unwrap_err();
+        assert_eq!(e.kind, "no_tries");
+        drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
