@@ -91,6 +91,22 @@ fn fuzz_checkpoint_read() {
     run("checkpoint_read", 600);
 }
 
+#[test]
+fn fuzz_checkpoint_stream() {
+    // Each single-trie seed streams, so mutations start from the streamed read's paths.
+    let seeds = fuzz_support::checkpoint_stream_seeds();
+    let streamed = seeds
+        .iter()
+        .filter(|s| targets::checkpoint_input_streams(s))
+        .count();
+    assert_eq!(
+        streamed,
+        seeds.len() - 1,
+        "a single-trie seed does not stream"
+    );
+    run("checkpoint_stream", 300);
+}
+
 /// Every saved crash input passes its target now.
 #[test]
 fn fuzz_regressions_pass() {

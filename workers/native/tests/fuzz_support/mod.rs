@@ -217,11 +217,71 @@ fn record_seeds() -> Vec<Vec<u8>> {
 
 /// Checkpoints of small forests (an empty trie; chains of updates with overwrites and
 /// deletions, several tries sharing nodes) written by rechain's flow-go-identical writer.
+/// `checkpoint_read` seeds: the seed forests' checkpoints (every trie of each), and flow-go's
+/// single-file checkpoints (versions 1, 3, 4 and 5).
 fn checkpoint_seeds() -> Vec<Vec<u8>> {
+    let mut seeds = Vec::new();
+    for tries in seed_forests() {
+        let files = checkpoint_files(&tries);
+        for (fix, trust) in [(true, false), (true, true), (false, false)] {
+            seeds.push(targets::checkpoint_input(&files, fix, trust));
+        }
+    }
+    let legacy = native_dir().join("../../tests/data/flow_checkpoints");
+    for v in [1, 3, 4, 5] {
+        let file = std::fs::read(legacy.join(format!("checkpoint.v{v}"))).expect("legacy file");
+        for (fix, trust) in [(true, false), (true, true)] {
+            seeds.push(targets::checkpoint_input(
+                std::slice::from_ref(&file),
+                fix,
+                trust,
+            ));
+        }
+    }
+    seeds
+}
+
+/// `checkpoint_stream` seeds: the last trie of each seed forest alone (what a streamed read
+/// takes), and every trie of the largest (which only the in-memory load reads).
+pub fn checkpoint_stream_seeds() -> Vec<Vec<u8>> {
+    let forests = seed_forests();
+    let mut seeds = Vec::new();
+    for tries in &forests {
+        let files = checkpoint_files(&tries[tries.len() - 1..]);
+        for (fix, trust) in [(true, false), (true, true), (false, false)] {
+            seeds.push(targets::checkpoint_input(&files, fix, trust));
+        }
+    }
+    let all = forests.last().expect("seed forests");
+    seeds.push(targets::checkpoint_input(
+        &checkpoint_files(all),
+        true,
+        false,
+    ));
+    seeds
+}
+
+/// `tries` written as a checkpoint by the v6 writer: the main file, then its 17 parts.
+fn checkpoint_files(tries: &[rechain_native::flow::mtrie::Trie]) -> Vec<Vec<u8>> {
     use rechain_native::flow::checkpoint::{checkpoint_name, part_name, write_tries};
+    let dir = std::env::temp_dir().join(format!("rechain-cp-seed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = checkpoint_name(1);
+    write_tries(tries, &dir, &name, 1).expect("write seed checkpoint");
+    let mut files = vec![std::fs::read(dir.join(&name)).unwrap()];
+    for i in 0..targets::CHECKPOINT_FILES - 1 {
+        files.push(std::fs::read(dir.join(part_name(&name, i))).unwrap());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    files
+}
+
+/// Small forests grown by random updates (the empty trie first, then each update's trie).
+fn seed_forests() -> Vec<Vec<rechain_native::flow::mtrie::Trie>> {
     use rechain_native::flow::hash::Path as TriePath;
     use rechain_native::flow::mtrie::{Forest, Trie};
-    let mut seeds = Vec::new();
+    let mut forests = Vec::new();
     let mut rng = SmallRng::seed_from_u64(6);
     for (updates, per) in [(0usize, 0usize), (1, 1), (2, 3), (4, 12), (6, 40)] {
         let mut forest = Forest::new(16, 1);
@@ -259,21 +319,9 @@ fn checkpoint_seeds() -> Vec<Vec<u8>> {
             root = forest.update(&u).expect("seed update applies").root;
             tries.push(forest.get(&root).expect("new root").clone());
         }
-        let dir = std::env::temp_dir().join(format!("rechain-cp-seed-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let name = checkpoint_name(1);
-        write_tries(&tries, &dir, &name, 1).expect("write seed checkpoint");
-        let mut files = vec![std::fs::read(dir.join(&name)).unwrap()];
-        for i in 0..targets::CHECKPOINT_FILES - 1 {
-            files.push(std::fs::read(dir.join(part_name(&name, i))).unwrap());
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
-        for (fix, trust) in [(true, false), (true, true), (false, false)] {
-            seeds.push(targets::checkpoint_input(&files, fix, trust));
-        }
+        forests.push(tries);
     }
-    seeds
+    forests
 }
 
 pub fn seeds(target: &str) -> Vec<Vec<u8>> {
@@ -283,6 +331,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "wal_segment" => wal_seeds(),
         "wal_record" => record_seeds(),
         "checkpoint_read" => checkpoint_seeds(),
+        "checkpoint_stream" => checkpoint_stream_seeds(),
         other => panic!("unknown fuzz target {other}"),
     };
     s.extend(regressions(target).into_iter().map(|(_, b)| b));

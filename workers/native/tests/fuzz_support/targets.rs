@@ -11,21 +11,26 @@ use rechain_native::btc::encode::Cursor;
 use rechain_native::btc::network::Network;
 use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
 use rechain_native::flow::checkpoint::{
-    checkpoint_name, load, part_name, verify_part, write_tries, CheckpointError, Verify,
-    HEADER_LEN, SUBTRIE_COUNT,
+    checkpoint_name, count_registers, load, part_name, verify_part, write_tries, CheckpointError,
+    Loaded, Verify, HEADER_LEN, SUBTRIE_COUNT, VERSION_V6,
 };
+use rechain_native::flow::checkpoint_stream::{page_in, stream, StreamOptions, Walk};
+use rechain_native::flow::node_store::NodeStore;
 use rechain_native::flow::record::{decode, encode_delete, encode_update, WalRecord};
+use rechain_native::flow::register_sst::RegisterSst;
 use rechain_native::flow::wal::{snappy_decode, Segment, PAGE_SIZE};
 use rechain_native::flow::{decode_segment, ErrorKind};
+use rechain_native::parquet_out::RowGroups;
 use std::cell::RefCell;
 use std::path::PathBuf;
 
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 6] = [
     "blk_scan",
     "block_decode",
     "wal_segment",
     "wal_record",
     "checkpoint_read",
+    "checkpoint_stream",
 ];
 
 /// Runs target `name` on `data`; panics (with the broken invariant) when one does not hold.
@@ -36,6 +41,7 @@ pub fn run(name: &str, data: &[u8]) {
         "wal_segment" => wal_segment(data),
         "wal_record" => wal_record(data),
         "checkpoint_read" => checkpoint_read(data),
+        "checkpoint_stream" => checkpoint_stream(data),
         other => panic!("unknown fuzz target {other}"),
     }
 }
@@ -509,6 +515,16 @@ fn fix_checkpoint_crcs(files: &mut [Vec<u8>]) {
             part_crcs.push(c);
         }
     }
+    if let [single] = files {
+        // A single-file version (3, 4, 5): its CRC-32C closes the file.
+        let version = single.get(2..4).map(|v| u16::from_be_bytes([v[0], v[1]]));
+        if matches!(version, Some(3..=5)) && single.len() >= 8 {
+            let body = single.len() - 4;
+            let c = crc32c(&single[..body]);
+            single[body..].copy_from_slice(&c.to_be_bytes());
+        }
+        return;
+    }
     if let Some(main) = files.first_mut().filter(|m| m.len() as u64 == HEADER_LEN) {
         for (i, c) in part_crcs.iter().enumerate() {
             main[6 + 4 * i..10 + 4 * i].copy_from_slice(&c.to_be_bytes());
@@ -543,16 +559,15 @@ fn checkpoint_read(data: &[u8]) {
     checkpoint_input_loads(data);
 }
 
-/// Runs the `checkpoint_read` target's checks; true when the input loaded as a checkpoint.
-pub fn checkpoint_input_loads(data: &[u8]) -> bool {
-    let Some((&flags, rest)) = data.split_first() else {
-        return false;
-    };
+/// A `checkpoint_read` input's files written into the scratch folder `tag` (CRCs set right
+/// first if its flags ask): the folder, the main file's name and the hashes to check.
+fn write_checkpoint_input(data: &[u8], tag: &str) -> Option<(PathBuf, String, Verify)> {
+    let (&flags, rest) = data.split_first()?;
     let mut files = split_checkpoint_input(rest);
     if flags & 1 != 0 {
         fix_checkpoint_crcs(&mut files);
     }
-    let dir = scratch_dir("cp");
+    let dir = scratch_dir(tag);
     let name = checkpoint_name(1);
     for (i, f) in files.iter().enumerate() {
         let file = if i == 0 {
@@ -566,6 +581,14 @@ pub fn checkpoint_input_loads(data: &[u8]) -> bool {
         Verify::None
     } else {
         Verify::Full
+    };
+    Some((dir, name, verify))
+}
+
+/// Runs the `checkpoint_read` target's checks; true when the input loaded as a checkpoint.
+pub fn checkpoint_input_loads(data: &[u8]) -> bool {
+    let Some((dir, name, verify)) = write_checkpoint_input(data, "cp") else {
+        return false;
     };
     for i in 0..SUBTRIE_COUNT {
         if let Err(e) = verify_part(&dir, &name, i, verify) {
@@ -599,4 +622,151 @@ pub fn checkpoint_input_loads(data: &[u8]) -> bool {
             true
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flow checkpoint, streamed
+
+/// The streamed read (registers to Parquet and SST files) and the paged read (nodes into a
+/// node store) against the in-memory load of the same bytes: each accepts exactly what the
+/// load accepts, with the same tries, registers and parts, except where only the load reads
+/// (another version, several tries); every error names a checkpoint file and an offset in it.
+fn checkpoint_stream(data: &[u8]) {
+    checkpoint_input_streams(data);
+}
+
+/// Runs the `checkpoint_stream` target's checks; true when the input streamed.
+pub fn checkpoint_input_streams(data: &[u8]) -> bool {
+    let Some((dir, name, verify)) = write_checkpoint_input(data, "cps") else {
+        return false;
+    };
+    let loaded = load(&dir, &name, 2, verify);
+    let out = scratch_dir("cps-out");
+    std::fs::create_dir_all(out.join("sst")).expect("create scratch folder");
+    let files = |t: &str| -> Vec<PathBuf> {
+        (0..SUBTRIE_COUNT)
+            .map(|i| out.join(format!("{t}-{i:02}.parquet")))
+            .collect()
+    };
+    let opts = StreamOptions {
+        threads: 2,
+        verify,
+        registers: files("registers"),
+        hashes: files("hashes"),
+        groups: RowGroups {
+            rows: 64,
+            bytes: 1 << 16,
+        },
+        batch_bytes: 1 << 10,
+        sst: Some(RegisterSst {
+            dir: out.join("sst"),
+            max_held: 256,
+            version: 1,
+            compress: true,
+        }),
+    };
+    let streamed = stream(&dir, &name, &opts).map(|(info, _)| info);
+    let walk = Walk {
+        threads: 2,
+        verify,
+        batch_bytes: 1 << 10,
+    };
+    let store = NodeStore::create(&out.join("store"), 4 << 10).expect("create a node store");
+    let paged = page_in(&dir, &name, walk, &store).map(|(info, trie)| {
+        assert_eq!(
+            info.tries.last().map(|t| t.0),
+            Some(trie.root_hash()),
+            "the paged trie's root is not its record's"
+        );
+        info
+    });
+    for e in [
+        &loaded.as_ref().err(),
+        &streamed.as_ref().err(),
+        &paged.as_ref().err(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        check_checkpoint_error(e, &dir);
+    }
+    // Where only the in-memory load reads: another version, or several tries; and a leaf
+    // off its place, which a load that trusts the hashes takes as stored, while the streamed
+    // reads (writing registers in path order) refuse it.
+    let load_only = |e: &CheckpointError| match e.kind {
+        "unsupported_version" => rechain_native::flow::checkpoint::checkpoint_version(&dir, &name)
+            .is_ok_and(|v| v != VERSION_V6),
+        "shared_node" => loaded.as_ref().is_ok_and(|l| l.tries.len() > 1),
+        "no_tries" => loaded.as_ref().is_ok_and(|l| l.tries.is_empty()),
+        "bad_path_order" => {
+            verify != Verify::Full
+                && loaded
+                    .as_ref()
+                    .is_ok_and(|l| l.tries.last().is_some_and(has_misplaced_leaf))
+        }
+        _ => false,
+    };
+    let key = |l: &Loaded| -> Vec<_> {
+        l.tries
+            .iter()
+            .map(|t| (t.root_hash(), t.reg_count, t.reg_size))
+            .collect()
+    };
+    let shape = |ps: &[rechain_native::flow::checkpoint::PartInfo]| -> Vec<(u64, u64, u64)> {
+        ps.iter().map(|p| (p.nodes, p.leaves, p.bytes)).collect()
+    };
+    for (what, read) in [("streamed", &streamed), ("paged", &paged)] {
+        match (&loaded, read) {
+            (Ok(l), Ok(info)) => {
+                assert_eq!(info.tries, key(l), "{what}: tries differ from the load's");
+                assert_eq!(
+                    shape(&info.parts),
+                    shape(&l.parts),
+                    "{what}: parts differ from the load's"
+                );
+                let last = l.tries.last().expect("a streamed checkpoint has a trie");
+                let registers = count_registers(last).expect("count the loaded registers");
+                assert_eq!(
+                    info.registers, registers,
+                    "{what}: registers differ from the load's"
+                );
+            }
+            (Ok(_), Err(e)) => assert!(load_only(e), "{what}: refused what the load read: {e}"),
+            (Err(e), Ok(_)) => panic!("{what}: read what the load refused: {e}"),
+            (Err(_), Err(_)) => {}
+        }
+    }
+    drop(store);
+    streamed.is_ok()
+}
+
+/// Whether a leaf of `trie` has a path that does not lead to where it is stored.
+fn has_misplaced_leaf(trie: &rechain_native::flow::mtrie::Trie) -> bool {
+    use rechain_native::flow::mtrie::Node;
+    // (node, depth, path bits above it, as a 256-bit big-endian number's bytes)
+    let mut todo = Vec::new();
+    if let Some(root) = &trie.root {
+        todo.push((root.clone(), 0usize, [0u8; 32]));
+    }
+    while let Some((node, depth, prefix)) = todo.pop() {
+        match &*node {
+            Node::Leaf { reg, .. } => {
+                let path = reg.path();
+                if (0..depth).any(|i| path.bit(i) != (prefix[i >> 3] >> (7 - (i & 7))) & 1) {
+                    return true;
+                }
+            }
+            Node::Interior { left, right, .. } => {
+                for (bit, child) in [(0u8, left), (1, right)] {
+                    if let Some(c) = child {
+                        let mut p = prefix;
+                        p[depth >> 3] |= bit << (7 - (depth & 7));
+                        todo.push((c.clone(), depth + 1, p));
+                    }
+                }
+            }
+            Node::Paged { .. } => unreachable!("a loaded trie is in memory"),
+        }
+    }
+    false
 }
