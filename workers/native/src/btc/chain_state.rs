@@ -16,7 +16,7 @@
 //! Unwinding a block deletes the coins it created (as they are after the block) and puts back
 //! the coins it spent or overwrote (as they were before it): the exact inverse of applying it.
 
-use super::decode::{coinbase_height, Spans};
+use super::decode::{coinbase_height, is_null_prevout, Spans};
 use super::encode::core_varint;
 use super::header::HEADER_LEN;
 use super::network::Network;
@@ -523,8 +523,15 @@ fn apply_block(
     let Some(coinbase) = sp.txs.first() else {
         return Err(format!("block {} has no transactions", display(&b.hash)));
     };
+    // The body checks keep a block whose first transaction is not a coinbase (one input, the
+    // null outpoint) off the best chain; one that reaches here anyway is refused as Core
+    // refuses it, not read past the inputs it lacks.
+    let first = &sp.ins[coinbase.ins.0..coinbase.ins.1];
+    if first.len() != 1 || !is_null_prevout(&data[first[0].prev..]) {
+        return Ok(Some("bad-cb-missing"));
+    }
     if b.height as u64 >= bip34 {
-        let first = &sp.ins[coinbase.ins.0];
+        let first = &first[0];
         let sig = &data[first.script.0..first.script.1];
         if coinbase_height(sig) != Some(b.height as i64) {
             return Ok(Some("bad-cb-height"));
@@ -881,6 +888,20 @@ mod tests {
                     &spend_cb1(49 * COIN),
                 ]),
                 "bad-cb-amount",
+            ),
+            // No coinbase first (found by fuzzing `chain_state`: a first transaction without
+            // inputs was read past its end): a spend, or two null inputs.
+            (101, block(&[&spend_cb1(COIN)]), "bad-cb-missing"),
+            (
+                101,
+                block(&[&tx(
+                    &[
+                        ([0u8; 32], u32::MAX, b"\x01\x65"),
+                        ([0u8; 32], u32::MAX, b""),
+                    ],
+                    &[(COIN, OP_TRUE)],
+                )]),
+                "bad-cb-missing",
             ),
         ];
         for (height, bad, reason) in cases {

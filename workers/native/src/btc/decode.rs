@@ -461,7 +461,7 @@ fn has_duplicate_prevout<'a>(data: &'a [u8], ins: &[InSpan], scratch: &mut Vec<&
     scratch.windows(2).any(|w| w[0] == w[1])
 }
 
-fn is_null_prevout(p: &[u8]) -> bool {
+pub(crate) fn is_null_prevout(p: &[u8]) -> bool {
     p[..32].iter().all(|&b| b == 0) && p[32..36] == [0xff; 4]
 }
 
