@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECONDS:-60}
-targets=(blk_scan block_decode wal_segment wal_record checkpoint_read checkpoint_stream)
+targets=(blk_scan block_decode wal_segment wal_record checkpoint_read checkpoint_stream chain_state)
 
 if [[ -z ${FUZZ_STABLE:-} ]] && cargo +nightly --version >/dev/null 2>&1 \
     && cargo fuzz --version >/dev/null 2>&1; then

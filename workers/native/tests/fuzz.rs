@@ -107,6 +107,19 @@ fn fuzz_checkpoint_stream() {
     run("checkpoint_stream", 300);
 }
 
+#[test]
+fn fuzz_chain_state() {
+    // Each seed is a valid chain: all of it applies, as one chunk and as two.
+    for seed in fuzz_support::chain_state_seeds() {
+        let blocks = targets::chain_state_compared(&seed);
+        assert!(
+            blocks.is_some_and(|b| b > 100),
+            "a seed chain does not apply: {blocks:?}"
+        );
+    }
+    run("chain_state", 300);
+}
+
 /// Every saved crash input passes its target now.
 #[test]
 fn fuzz_regressions_pass() {

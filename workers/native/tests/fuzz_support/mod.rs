@@ -217,6 +217,59 @@ fn record_seeds() -> Vec<Vec<u8>> {
 
 /// Checkpoints of small forests (an empty trie; chains of updates with overwrites and
 /// deletions, several tries sharing nodes) written by rechain's flow-go-identical writer.
+/// `chain_state` seeds: generated regtest chains (signed spends of real, mature coins from
+/// height 101 on, some segwit, some OP_RETURN), cut in a few places.
+pub fn chain_state_seeds() -> Vec<Vec<u8>> {
+    use rechain_native::btc::gen::{generate, GenConfig};
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut seeds = Vec::new();
+    for (seed, blocks, txs) in [(1u64, 106u64, 3usize), (2, 115, 6)] {
+        let dir = std::env::temp_dir().join(format!(
+            "rechain-fuzz-chain-{}-{call}-{seed}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = GenConfig {
+            network: Network::Regtest,
+            blocks,
+            seed,
+            file_size: 1 << 30,
+            xor: false,
+            shuffle_window: 0,
+            side_branches: 0,
+            orphans: 0,
+            tx_min: 1,
+            tx_max: txs,
+            reorg_depth: 0,
+            reorg_back: false,
+            bad_signature_height: 0,
+        };
+        generate(&cfg, &dir).expect("generate a seed chain");
+        let file = std::fs::read(dir.join("blk00000.dat")).expect("the generated blk file");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mut chain = Vec::new();
+        let mut at = 0;
+        while at + 8 <= file.len() {
+            let size = u32::from_le_bytes(file[at + 4..at + 8].try_into().unwrap()) as usize;
+            if size == 0 {
+                break;
+            }
+            chain.push(file[at + 8..at + 8 + size].to_vec());
+            at += 8 + size;
+        }
+        assert_eq!(
+            chain.len() as u64,
+            blocks,
+            "genesis, then every block in height order"
+        );
+        for split in [0u16, 50, 100, 102] {
+            seeds.push(targets::chain_state_input(split, &chain));
+        }
+    }
+    seeds
+}
+
 /// `checkpoint_read` seeds: the seed forests' checkpoints (every trie of each), and flow-go's
 /// single-file checkpoints (versions 1, 3, 4 and 5).
 fn checkpoint_seeds() -> Vec<Vec<u8>> {
@@ -264,7 +317,10 @@ pub fn checkpoint_stream_seeds() -> Vec<Vec<u8>> {
 /// `tries` written as a checkpoint by the v6 writer: the main file, then its 17 parts.
 fn checkpoint_files(tries: &[rechain_native::flow::mtrie::Trie]) -> Vec<Vec<u8>> {
     use rechain_native::flow::checkpoint::{checkpoint_name, part_name, write_tries};
-    let dir = std::env::temp_dir().join(format!("rechain-cp-seed-{}", std::process::id()));
+    // Targets build their seeds on parallel test threads of one process: a folder per call.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rechain-cp-seed-{}-{call}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let name = checkpoint_name(1);
@@ -332,6 +388,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "wal_record" => record_seeds(),
         "checkpoint_read" => checkpoint_seeds(),
         "checkpoint_stream" => checkpoint_stream_seeds(),
+        "chain_state" => chain_state_seeds(),
         other => panic!("unknown fuzz target {other}"),
     };
     s.extend(regressions(target).into_iter().map(|(_, b)| b));

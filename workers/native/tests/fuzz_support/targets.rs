@@ -24,13 +24,14 @@ use rechain_native::parquet_out::RowGroups;
 use std::cell::RefCell;
 use std::path::PathBuf;
 
-pub const TARGETS: [&str; 6] = [
+pub const TARGETS: [&str; 7] = [
     "blk_scan",
     "block_decode",
     "wal_segment",
     "wal_record",
     "checkpoint_read",
     "checkpoint_stream",
+    "chain_state",
 ];
 
 /// Runs target `name` on `data`; panics (with the broken invariant) when one does not hold.
@@ -42,6 +43,7 @@ pub fn run(name: &str, data: &[u8]) {
         "wal_record" => wal_record(data),
         "checkpoint_read" => checkpoint_read(data),
         "checkpoint_stream" => checkpoint_stream(data),
+        "chain_state" => chain_state(data),
         other => panic!("unknown fuzz target {other}"),
     }
 }
@@ -769,4 +771,213 @@ fn has_misplaced_leaf(trie: &rechain_native::flow::mtrie::Trie) -> bool {
         }
     }
     false
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bitcoin chain state
+
+/// A `chain_state` input: `split u16 LE | (length u32 LE | block)*`, the blocks at heights 0,
+/// 1, ... of a regtest chain; `split` picks where the chain is cut into two chunks.
+pub fn chain_state_input(split: u16, blocks: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = split.to_le_bytes().to_vec();
+    for b in blocks {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    out
+}
+
+type CoinSet = std::collections::HashMap<rechain_native::btc::chain_state::Key, Vec<u8>>;
+
+/// A chunk of `blocks` (from `first`) applied to `set` as the stage applies one to RocksDB:
+/// its needed coins read, its net change written. None: the blocks do not frame as a chunk.
+fn apply_chunk(
+    set: &mut CoinSet,
+    first: usize,
+    blocks: &[Vec<u8>],
+) -> Option<Result<rechain_native::btc::chain_state::Applied, String>> {
+    use rechain_native::btc::chain_state::Chunk;
+    use rechain_native::btc::sha256::sha256d;
+    let framed: Vec<(u32, [u8; 32], Vec<u8>)> = blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            (
+                (first + i) as u32,
+                sha256d(&b[..b.len().min(80)]),
+                b.clone(),
+            )
+        })
+        .collect();
+    let chunk = Chunk::from_blocks(Network::Regtest, framed).ok()?;
+    let values = chunk.needed.iter().map(|k| set.get(k).cloned()).collect();
+    let applied = chunk.apply(values);
+    if let Ok(a) = &applied {
+        write_change(set, &a.puts, &a.deletes);
+    }
+    Some(applied)
+}
+
+fn write_change(
+    set: &mut CoinSet,
+    puts: &[(rechain_native::btc::chain_state::Key, Vec<u8>)],
+    deletes: &[rechain_native::btc::chain_state::Key],
+) {
+    for k in deletes {
+        set.remove(k);
+    }
+    for (k, v) in puts {
+        set.insert(*k, v.clone());
+    }
+}
+
+/// (coins, amount) of a set.
+fn set_totals(set: &CoinSet) -> (i64, i128) {
+    use rechain_native::btc::chain_state::coin_fields;
+    let amount = set
+        .values()
+        .map(|v| coin_fields(v).expect("a stored coin decodes").2 as i128)
+        .sum();
+    (set.len() as i64, amount)
+}
+
+fn unwind_into(set: &mut CoinSet, undo: &[(u32, Vec<u8>)]) {
+    let records: Vec<Vec<u8>> = undo.iter().rev().map(|u| u.1.clone()).collect();
+    let (puts, deletes, _, _) =
+        rechain_native::btc::chain_state::unwind(&records).expect("its own undo records unwind");
+    write_change(set, &puts, &deletes);
+}
+
+/// The chain applied as one chunk and as two: the same verdict (first failing block and
+/// reason), coins, spends and undo records, whatever the cut (chunks are the stage's unit of
+/// work, not part of the result); each chunk's deltas match what it changed; unwinding the
+/// second chunk's blocks gives back the set after the first, and unwinding all of them the
+/// empty set.
+fn chain_state(data: &[u8]) {
+    chain_state_compared(data);
+}
+
+/// Runs the `chain_state` target's checks; the blocks applied when the whole chain and its
+/// two chunks applied and were compared (None otherwise).
+pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
+    if data.len() < 2 {
+        return None;
+    }
+    let split = u16::from_le_bytes([data[0], data[1]]) as usize;
+    let mut blocks = Vec::new();
+    let mut rest = &data[2..];
+    while rest.len() >= 4 && blocks.len() < 400 {
+        let n = (u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize).min(rest.len() - 4);
+        blocks.push(rest[4..4 + n].to_vec());
+        rest = &rest[4 + n..];
+    }
+    if blocks.len() < 2 {
+        return None;
+    }
+    let cut = 1 + split % (blocks.len() - 1);
+    let mut whole_set = CoinSet::default();
+    let Some(whole) = apply_chunk(&mut whole_set, 0, &blocks) else {
+        // Some block does not frame: neither do the chunks holding it (no panic either way).
+        let mut set = CoinSet::default();
+        let _ = apply_chunk(&mut set, 0, &blocks[..cut]);
+        let _ = apply_chunk(&mut set, cut, &blocks[cut..]);
+        return None;
+    };
+    // A block the chunk cannot apply at all (no coinbase, say: the body checks keep such a
+    // block off the best chain) is an error for the whole chunk, unless a block before it
+    // broke a rule, where applying stops. So the chain errs if and only if the chunk holding
+    // the first such block errs and no rule broke before it.
+    let mut set = CoinSet::default();
+    let a = apply_chunk(&mut set, 0, &blocks[..cut]).expect("a part of a framed chain frames");
+    let a = match a {
+        Err(e) => {
+            assert!(
+                whole.is_err(),
+                "the first chunk errs ({e}), the whole chain does not"
+            );
+            return None;
+        }
+        Ok(a) => a,
+    };
+    assert_eq!(
+        (a.count_delta, a.amount_delta),
+        set_totals(&set),
+        "first chunk's deltas"
+    );
+    let after_a = set.clone();
+    let mut parts = vec![&a];
+    let b;
+    if a.failure.is_none() {
+        let applied =
+            apply_chunk(&mut set, cut, &blocks[cut..]).expect("a part of a framed chain frames");
+        b = match applied {
+            Err(e) => {
+                assert!(
+                    whole.is_err(),
+                    "the second chunk errs ({e}), the whole chain does not"
+                );
+                return None;
+            }
+            Ok(b) => b,
+        };
+        let (count, amount) = set_totals(&set);
+        let before = set_totals(&after_a);
+        assert_eq!(
+            (b.count_delta, b.amount_delta),
+            (count - before.0, amount - before.1),
+            "second chunk's deltas"
+        );
+        parts.push(&b);
+    }
+    let whole = match whole {
+        Ok(w) => w,
+        Err(e) => panic!("the whole chain errs ({e}), its chunks do not"),
+    };
+    let failure = parts.iter().find_map(|p| p.failure);
+    assert_eq!(
+        failure, whole.failure,
+        "verdicts differ with the cut at {cut}"
+    );
+    assert_eq!(
+        parts.iter().map(|p| p.blocks).sum::<u32>(),
+        whole.blocks,
+        "blocks applied"
+    );
+    assert!(set == whole_set, "coins differ with the cut at {cut}");
+    let undo: Vec<(u32, Vec<u8>)> = parts.iter().flat_map(|p| p.undo.clone()).collect();
+    assert_eq!(
+        undo, whole.undo,
+        "undo records differ with the cut at {cut}"
+    );
+    let spends = |f: &dyn Fn(&rechain_native::btc::chain_state::SpendRows) -> Vec<u64>| {
+        parts
+            .iter()
+            .flat_map(|p| f(&p.spends))
+            .collect::<Vec<u64>>()
+    };
+    type Column = fn(&rechain_native::btc::chain_state::SpendRows) -> Vec<u64>;
+    let columns: [(&str, Column); 5] = [
+        ("height", |s| s.height.iter().map(|&v| v.into()).collect()),
+        ("vin", |s| s.vin.iter().map(|&v| v.into()).collect()),
+        ("value", |s| s.value.clone()),
+        ("prev_height", |s| {
+            s.prev_height.iter().map(|&v| v.into()).collect()
+        }),
+        ("prev_vout", |s| {
+            s.prev_vout.iter().map(|&v| v.into()).collect()
+        }),
+    ];
+    for (name, column) in columns {
+        assert_eq!(spends(&column), column(&whole.spends), "spends' {name}");
+    }
+    if parts.len() == 2 {
+        unwind_into(&mut set, &parts[1].undo);
+        assert!(
+            set == after_a,
+            "unwinding the second chunk misses the first's set"
+        );
+    }
+    unwind_into(&mut set, &parts[0].undo);
+    assert!(set.is_empty(), "unwinding every block leaves coins");
+    Some(whole.blocks)
 }
