@@ -266,8 +266,47 @@ pub fn chain_state_seeds() -> Vec<Vec<u8>> {
         for split in [0u16, 50, 100, 102] {
             seeds.push(targets::chain_state_input(split, &chain));
         }
+        // Near the rules: a spend repeated in its own block and three blocks later (a double
+        // spend, in one chunk or across the cut), each block's transactions otherwise intact.
+        let h = (101..chain.len() - 3)
+            .find(|&h| block_txs(&chain[h]).len() >= 2)
+            .expect("a block with a spend");
+        let spend = block_txs(&chain[h])[1].clone();
+        for (at, split) in [(h, 0u16), (h + 3, (h - 1) as u16), (h + 3, (h + 1) as u16)] {
+            let mut twice = chain.clone();
+            twice[at] = with_tx(&twice[at], &spend);
+            seeds.push(targets::chain_state_input(split, &twice));
+        }
     }
     seeds
+}
+
+/// A block's transactions, as bytes.
+fn block_txs(block: &[u8]) -> Vec<Vec<u8>> {
+    use rechain_native::btc::block::{parse_tx, BodyMode};
+    use rechain_native::btc::encode::Cursor;
+    let mut c = Cursor::new(block);
+    c.skip(80).unwrap();
+    let n = c.compact_size().unwrap();
+    (0..n)
+        .map(|_| {
+            let start = c.pos();
+            parse_tx(&mut c, block, BodyMode::FrameOnly).unwrap();
+            block[start..c.pos()].to_vec()
+        })
+        .collect()
+}
+
+/// `block` with `tx` appended (fewer than 252 transactions: a one-byte count).
+fn with_tx(block: &[u8], tx: &[u8]) -> Vec<u8> {
+    let txs = block_txs(block);
+    assert!(txs.len() < 0xfc);
+    let mut out = block[..80].to_vec();
+    out.push(txs.len() as u8 + 1);
+    for t in txs.iter().chain([&tx.to_vec()]) {
+        out.extend_from_slice(t);
+    }
+    out
 }
 
 /// `checkpoint_read` seeds: the seed forests' checkpoints (every trie of each), and flow-go's

@@ -970,6 +970,19 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
     for (name, column) in columns {
         assert_eq!(spends(&column), column(&whole.spends), "spends' {name}");
     }
+    // The partitioned apply (a Ray cluster's): each chunk's coins resolved by txid partition
+    // from the events of the chunks before it, then applied on its own, gives the same.
+    let partitions = 1 + split % 5;
+    let resolved = partitioned(&blocks, cut, partitions);
+    for (c, (mine, theirs)) in parts.iter().zip(&resolved).enumerate() {
+        let theirs = theirs
+            .as_ref()
+            .expect("a chunk applies to its resolved coins");
+        assert!(
+            same_applied(mine, theirs),
+            "chunk {c} applied to coins resolved in {partitions} partitions differs"
+        );
+    }
     if parts.len() == 2 {
         unwind_into(&mut set, &parts[1].undo);
         assert!(
@@ -980,4 +993,82 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
     unwind_into(&mut set, &parts[0].undo);
     assert!(set.is_empty(), "unwinding every block leaves coins");
     Some(whole.blocks)
+}
+
+/// The two chunks (cut at `cut`) applied as the partitioned chain state applies them: events
+/// split into `partitions` txid partitions, each partition folded over both chunks, each chunk
+/// applied to the coins that gives it (the range starts on the empty set).
+fn partitioned(
+    blocks: &[Vec<u8>],
+    cut: usize,
+    partitions: usize,
+) -> Vec<Result<rechain_native::btc::chain_state::Applied, String>> {
+    use rechain_native::btc::chain_state::Chunk;
+    use rechain_native::btc::sha256::sha256d;
+    use rechain_native::btc::spend_resolve::{resolve, stored_keys};
+    let chunk = |first: usize, part: &[Vec<u8>]| {
+        let framed = part
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                (
+                    (first + i) as u32,
+                    sha256d(&b[..b.len().min(80)]),
+                    b.clone(),
+                )
+            })
+            .collect();
+        Chunk::from_blocks(Network::Regtest, framed).expect("a part of a framed chain frames")
+    };
+    let chunks = [chunk(0, &blocks[..cut]), chunk(cut, &blocks[cut..])];
+    let events: Vec<Vec<Vec<u8>>> = chunks.iter().map(|c| c.events(partitions)).collect();
+    let folded: Vec<Vec<Vec<u8>>> = (0..partitions)
+        .map(|p| {
+            let of_partition: Vec<&[u8]> = events.iter().map(|e| e[p].as_slice()).collect();
+            resolve(&of_partition).expect("a partition's events fold")
+        })
+        .collect();
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(c, chunk)| {
+            let bufs: Vec<&[u8]> = folded.iter().map(|f| f[c].as_slice()).collect();
+            let mut stored = rustc_hash::FxHashMap::default();
+            for buf in &bufs {
+                for k in stored_keys(buf)? {
+                    stored.insert(k, None); // the range starts on the empty set
+                }
+            }
+            chunk.apply(chunk.coins_from(&bufs, &stored)?)
+        })
+        .collect()
+}
+
+fn same_applied(
+    a: &rechain_native::btc::chain_state::Applied,
+    b: &rechain_native::btc::chain_state::Applied,
+) -> bool {
+    let (x, y) = (&a.spends, &b.spends);
+    (a.blocks, a.tip, a.failure, a.count_delta, a.amount_delta)
+        == (b.blocks, b.tip, b.failure, b.count_delta, b.amount_delta)
+        && a.puts == b.puts
+        && a.deletes == b.deletes
+        && a.undo == b.undo
+        && (
+            &x.height,
+            &x.pos,
+            &x.vin,
+            &x.value,
+            &x.prev_height,
+            &x.prev_txid,
+            &x.prev_vout,
+        ) == (
+            &y.height,
+            &y.pos,
+            &y.vin,
+            &y.value,
+            &y.prev_height,
+            &y.prev_txid,
+            &y.prev_vout,
+        )
 }
