@@ -27,9 +27,9 @@
 use super::batches::{leaf_hashes_batch, leaf_hashes_batch_with, register_tables, registers_batch};
 use super::checkpoint::{
     checkpoint_version, computed_hash, finish_part, first_interior_mismatch, open_part, part_name,
-    read_header, read_node, CheckpointError, CpResult, InteriorCheck, PartInfo, RawNode, Verify,
-    LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE, SUBTRIE_COUNT, SUBTRIE_LEVEL, TOP_PART,
-    TRIE_RECORD_LEN, VERSION_V6,
+    path_under, read_header, read_node, subtrie_position, CheckpointError, CpResult, InteriorCheck,
+    PartInfo, RawNode, Verify, LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE, SUBTRIE_COUNT,
+    SUBTRIE_LEVEL, TOP_PART, TRIE_RECORD_LEN, VERSION_V6,
 };
 use super::hash::{
     compact_values_from, default_hash, empty_root, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
@@ -88,6 +88,8 @@ struct Pending {
     index: u64,
     hash: Hash,
     height: u16,
+    /// A leaf path under it (see [`path_under`]).
+    path: Path,
 }
 
 /// A top-part node as stored (children as global indices).
@@ -526,7 +528,7 @@ fn stream_part<S: PartSink>(
                     format!("node height {height} > {MAX_HEIGHT}"),
                 ));
             }
-            if let RawNode::Interior { left, right, .. } = raw {
+            let path = if let RawNode::Interior { left, right, .. } = raw {
                 let mut child = |c: u64, field: u64| -> CpResult<Option<Pending>> {
                     if c == 0 {
                         return Ok(None);
@@ -584,43 +586,49 @@ fn stream_part<S: PartSink>(
                     let children = (lc.map_or(d, |c| c.hash), rc.map_or(d, |c| c.hash));
                     out.push_interior(at, children, stored)?;
                 }
+                path_under(&file, at, height, lc.map(|c| c.path), rc.map(|c| c.path))?
             } else {
                 leaves += 1;
                 let leaf = leaf_node(raw);
-                if let Some(reg) = leaf.register() {
-                    // The one trie's leaves come in path order, each under its part's position.
-                    // Hashes check this too; a read that trusts them still must, since the
-                    // registers it writes are keys in path order.
-                    let path = *reg.path();
-                    let position = usize::from(path.0[0] >> (8 - SUBTRIE_LEVEL));
-                    let misplaced = if position != index {
-                        Some(format!(
-                            "lies under subtrie position {position}, not {index}"
-                        ))
-                    } else if last_path.is_some_and(|p| path <= p) {
-                        Some("is not after the part's leaf before it".to_string())
-                    } else {
-                        None
-                    };
-                    if let Some(why) = misplaced {
-                        return Err(CheckpointError::new(
-                            &file,
-                            at,
-                            "bad_path_order",
-                            format!("leaf path {} {why}", path.to_hex()),
-                        ));
-                    }
-                    last_path = Some(path);
+                let path = match leaf.register() {
+                    Some(reg) => *reg.path(),
+                    None => unreachable!("a leaf read from a part holds its register"),
+                };
+                // Each leaf lies where its path leads: under its part's position, after the
+                // leaf before it (checked here, before the sink takes it: the registers it
+                // writes are keys in path order), and on the side of each node above it that
+                // its path takes (`path_under`, as the node is read). Hashes check this too; a
+                // read that trusts them still must.
+                let position = subtrie_position(&path);
+                let misplaced = if position != index {
+                    Some(format!(
+                        "lies under subtrie position {position}, not {index}"
+                    ))
+                } else if last_path.is_some_and(|p| path <= p) {
+                    Some("is not after the part's leaf before it".to_string())
+                } else {
+                    None
+                };
+                if let Some(why) = misplaced {
+                    return Err(CheckpointError::new(
+                        &file,
+                        at,
+                        "bad_path_order",
+                        format!("leaf path {} {why}", path.to_hex()),
+                    ));
                 }
+                last_path = Some(path);
                 out.sink
                     .leaf_read(&leaf)
                     .map_err(|m| CheckpointError::new(&file, at, "io", m))?;
                 out.push(at, leaf, limit)?;
-            }
+                path
+            };
             stack.push(Pending {
                 index: i,
                 hash: stored,
                 height,
+                path,
             });
             if stack.len() > MAX_PENDING {
                 return Err(CheckpointError::new(
@@ -720,7 +728,7 @@ fn resolve_top(
                 format!("node height {height}"),
             ));
         }
-        let (l, r) = match &n.raw {
+        let (children, l, r) = match &n.raw {
             RawNode::Interior { left, right, .. } => {
                 let (l, r) = (
                     get(&resolved, *left, n.at + 35)?,
@@ -744,9 +752,20 @@ fn resolve_top(
                         ));
                     }
                 }
-                (l.map(|c| c.hash), r.map(|c| c.hash))
+                (Some((l, r)), l.map(|c| c.hash), r.map(|c| c.hash))
             }
-            RawNode::Leaf { .. } => (None, None),
+            RawNode::Leaf { .. } => (None, None, None),
+        };
+        let path = match (children, &n.raw) {
+            (Some((l, r)), _) => path_under(
+                &top.file,
+                n.at,
+                height,
+                l.map(|c| c.path),
+                r.map(|c| c.path),
+            )?,
+            (None, RawNode::Leaf { reg, .. }) => *reg.path(),
+            (None, RawNode::Interior { .. }) => unreachable!("an interior node has children"),
         };
         let computed = computed_hash(height, &n.raw, l, r);
         if computed != stored {
@@ -758,6 +777,7 @@ fn resolve_top(
             index: g,
             hash: stored,
             height,
+            path,
         });
     }
     let mut tries = Vec::with_capacity(top.tries.len());
@@ -1425,29 +1445,35 @@ mod tests {
         // leaf, whose path follows its type, height and hash.
         let path_at = 4 + 35;
         // Under another subtrie position: refused at the leaf itself. Past the leaf after it
-        // (same position): refused there, the first leaf out of order.
-        for (label, byte, refused_at) in
-            [("other position", 0x70, 4), ("after the next", 0x3f, 106)]
-        {
+        // (same position): the stream refuses the next leaf, out of order, before it reaches
+        // the output; the in-memory load refuses the node above both, whose subtrees' paths
+        // disagree. The first damage in file order wins: a full check finds the leaf's hash
+        // (over its path) wrong first.
+        for (label, byte) in [("other position", 0x70), ("after the next", 0x3f)] {
             let mut bad = good.clone();
             bad[path_at] = byte;
             rewrite_with_crcs(&dir, name, 3, bad);
             for verify in [Verify::None, Verify::Interior, Verify::Full] {
                 let e = stream(&dir, name, &opts(&dir, verify)).unwrap_err();
                 assert!(e.file.ends_with(&part), "{e}");
-                // The first damage in file order wins: a full check finds the first leaf's
-                // hash (over its path) wrong before the order breaks.
-                let want = if verify == Verify::Full && refused_at > 4 {
-                    ("hash_mismatch", 4 + 3)
-                } else {
-                    ("bad_path_order", refused_at)
-                };
-                assert_eq!((e.kind, e.offset), want, "{label} {verify:?}: {e}");
-                // The in-memory load refuses it too (at the leaf, or at the node whose
-                // subtrees' paths disagree).
-                let e = load(&dir, name, 1, verify).unwrap_err();
-                assert!(e.file.ends_with(&part), "{e}");
-                assert_eq!(e.kind, want.0, "load, {label} {verify:?}: {e}");
+                let l = load(&dir, name, 1, verify).unwrap_err();
+                assert_eq!(l.file, e.file);
+                let (got, loaded) = ((e.kind, e.offset), (l.kind, l.offset));
+                match (label, verify) {
+                    ("other position", _) => {
+                        assert_eq!(
+                            (got, loaded),
+                            (("bad_path_order", 4), ("bad_path_order", 4))
+                        )
+                    }
+                    (_, Verify::Full) => {
+                        assert_eq!((got, loaded), (("hash_mismatch", 7), ("hash_mismatch", 7)))
+                    }
+                    _ => {
+                        assert_eq!(got, ("bad_path_order", 106), "{e}");
+                        assert!(l.kind == "bad_path_order" && l.offset > 106, "{l}");
+                    }
+                }
             }
         }
         // A node that drops its right child: the subtree it held is referenced by no node.

@@ -692,20 +692,12 @@ pub fn checkpoint_input_streams(data: &[u8]) -> bool {
     {
         check_checkpoint_error(e, &dir);
     }
-    // Where only the in-memory load reads: another version, or several tries; and a leaf
-    // off its place, which a load that trusts the hashes takes as stored, while the streamed
-    // reads (writing registers in path order) refuse it.
+    // Where only the in-memory load reads: another version, several tries, or none.
     let load_only = |e: &CheckpointError| match e.kind {
         "unsupported_version" => rechain_native::flow::checkpoint::checkpoint_version(&dir, &name)
             .is_ok_and(|v| v != VERSION_V6),
         "shared_node" => loaded.as_ref().is_ok_and(|l| l.tries.len() > 1),
         "no_tries" => loaded.as_ref().is_ok_and(|l| l.tries.is_empty()),
-        "bad_path_order" => {
-            verify != Verify::Full
-                && loaded
-                    .as_ref()
-                    .is_ok_and(|l| l.tries.last().is_some_and(has_misplaced_leaf))
-        }
         _ => false,
     };
     let key = |l: &Loaded| -> Vec<_> {
@@ -742,37 +734,6 @@ pub fn checkpoint_input_streams(data: &[u8]) -> bool {
     streamed.is_ok()
 }
 
-/// Whether a leaf of `trie` has a path that does not lead to where it is stored.
-fn has_misplaced_leaf(trie: &rechain_native::flow::mtrie::Trie) -> bool {
-    use rechain_native::flow::mtrie::Node;
-    // (node, depth, path bits above it, as a 256-bit big-endian number's bytes)
-    let mut todo = Vec::new();
-    if let Some(root) = &trie.root {
-        todo.push((root.clone(), 0usize, [0u8; 32]));
-    }
-    while let Some((node, depth, prefix)) = todo.pop() {
-        match &*node {
-            Node::Leaf { reg, .. } => {
-                let path = reg.path();
-                if (0..depth).any(|i| path.bit(i) != (prefix[i >> 3] >> (7 - (i & 7))) & 1) {
-                    return true;
-                }
-            }
-            Node::Interior { left, right, .. } => {
-                for (bit, child) in [(0u8, left), (1, right)] {
-                    if let Some(c) = child {
-                        let mut p = prefix;
-                        p[depth >> 3] |= bit << (7 - (depth & 7));
-                        todo.push((c.clone(), depth + 1, p));
-                    }
-                }
-            }
-            Node::Paged { .. } => unreachable!("a loaded trie is in memory"),
-        }
-    }
-    false
-}
-
 // ---------------------------------------------------------------------------------------------
 // Bitcoin chain state
 
@@ -789,16 +750,14 @@ pub fn chain_state_input(split: u16, blocks: &[Vec<u8>]) -> Vec<u8> {
 
 type CoinSet = std::collections::HashMap<rechain_native::btc::chain_state::Key, Vec<u8>>;
 
-/// A chunk of `blocks` (from `first`) applied to `set` as the stage applies one to RocksDB:
-/// its needed coins read, its net change written. None: the blocks do not frame as a chunk.
-fn apply_chunk(
-    set: &mut CoinSet,
+/// `blocks` framed as a chunk of the chain state from height `first` (each block's hash from
+/// its first 80 bytes).
+fn frame_chunk(
     first: usize,
     blocks: &[Vec<u8>],
-) -> Option<Result<rechain_native::btc::chain_state::Applied, String>> {
-    use rechain_native::btc::chain_state::Chunk;
+) -> Result<rechain_native::btc::chain_state::Chunk, String> {
     use rechain_native::btc::sha256::sha256d;
-    let framed: Vec<(u32, [u8; 32], Vec<u8>)> = blocks
+    let framed = blocks
         .iter()
         .enumerate()
         .map(|(i, b)| {
@@ -809,7 +768,17 @@ fn apply_chunk(
             )
         })
         .collect();
-    let chunk = Chunk::from_blocks(Network::Regtest, framed).ok()?;
+    rechain_native::btc::chain_state::Chunk::from_blocks(Network::Regtest, framed)
+}
+
+/// A chunk of `blocks` (from `first`) applied to `set` as the stage applies one to RocksDB:
+/// its needed coins read, its net change written. None: the blocks do not frame as a chunk.
+fn apply_chunk(
+    set: &mut CoinSet,
+    first: usize,
+    blocks: &[Vec<u8>],
+) -> Option<Result<rechain_native::btc::chain_state::Applied, String>> {
+    let chunk = frame_chunk(first, blocks).ok()?;
     let values = chunk.needed.iter().map(|k| set.get(k).cloned()).collect();
     let applied = chunk.apply(values);
     if let Ok(a) = &applied {
@@ -1003,22 +972,9 @@ fn partitioned(
     cut: usize,
     partitions: usize,
 ) -> Vec<Result<rechain_native::btc::chain_state::Applied, String>> {
-    use rechain_native::btc::chain_state::Chunk;
-    use rechain_native::btc::sha256::sha256d;
     use rechain_native::btc::spend_resolve::{resolve, stored_keys};
     let chunk = |first: usize, part: &[Vec<u8>]| {
-        let framed = part
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                (
-                    (first + i) as u32,
-                    sha256d(&b[..b.len().min(80)]),
-                    b.clone(),
-                )
-            })
-            .collect();
-        Chunk::from_blocks(Network::Regtest, framed).expect("a part of a framed chain frames")
+        frame_chunk(first, part).expect("a part of a framed chain frames")
     };
     let chunks = [chunk(0, &blocks[..cut]), chunk(cut, &blocks[cut..])];
     let events: Vec<Vec<Vec<u8>>> = chunks.iter().map(|c| c.events(partitions)).collect();
