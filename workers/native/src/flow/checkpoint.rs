@@ -791,13 +791,13 @@ pub struct PartInfo {
     pub permutations: u64,
 }
 
-/// Decodes subtrie part `index` into its nodes (local indices), checking magic, version, the
-/// CRC (against `expected_crc` from the header and against the contents), the descendants-first
-/// order, and the node hashes as `verify` asks.
 /// One subtrie part read: its nodes, a leaf path under each (see [`path_under`]), whether
 /// a node of the part references each, and what it held.
 type PartNodes = (Vec<Arc<Node>>, Vec<Path>, Vec<bool>, PartInfo);
 
+/// Decodes subtrie part `index` into its nodes (local indices), checking magic, version, the
+/// CRC (against `expected_crc` from the header and against the contents), the descendants-first
+/// order, each leaf's place (`path_under`) and the node hashes as `verify` asks.
 fn read_subtrie_part(
     dir: &FsPath,
     name: &str,
