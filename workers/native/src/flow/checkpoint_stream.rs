@@ -1098,7 +1098,11 @@ pub fn page_in(
         top.push(placeholder);
     }
     w.flush().map_err(store_err)?;
-    let record = (s.top.tries.last()).ok_or_else(|| CheckpointError::no_tries(&dir.join(name)))?;
+    let record = s
+        .top
+        .tries
+        .last()
+        .ok_or_else(|| CheckpointError::no_tries(&dir.join(name)))?;
     let trie = Trie {
         root: child(&top, record.root_index, record.at)?,
         reg_count: record.reg_count,
