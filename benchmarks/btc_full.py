@@ -3,22 +3,25 @@ SHA-256 limit and with the crates.io parsers (``peer_parsers.py``) on the same b
 
 Reports: the Rust decoder's MB/s on one core (every transaction, input and output to Arrow
 columns, merkle/witness checks: rechain's decode-only rate, from a second pass over the files,
-as a worker that has decoded before runs; the first pass, which also grows and faults in the
-process's heap, is reported beside it; and the body pass's decoder,
-which checks the same and builds only verdict rows and txids) against hashlib's SHA-256 MB/s on one
-core measured now, restated as the hashing ceiling: ``sha256_work`` counts the bytes any full
-decoder must hash per block byte on this chain (txid, wtxid for segwit, merkle trees, base58
-checksums), so ``limit / sha256_work`` is the most a decoder can reach and the decoder is reported
-as a fraction of that; the body pass and the whole pipeline (Ray start-up reported apart) with 1
-and 2 Ray workers; and bitcoin-block-parser (``BlockParser``, ``UtxoParser``) and blocks_iterator
-(with previous outputs) on the same files, each with wall and CPU seconds, MB/s and MB/s per CPU
-second, their counts checked against rechain's tables (a mismatch is printed on stderr and
-recorded under ``peer_mismatches``); and Bitcoin Core's own reindex of the same files through
-the oracle harness of ``tests/bitcoin_core`` (``-assumevalid`` at the tip, as a node runs it),
-which must end on rechain's tip and UTXO count and amount. ``ratios`` holds issue 17's
-targets, each with its value. ``tables_floor`` is what the contract's tables cost alone: every
-published segment read back into memory and encoded again with its declared layout (zstd, the
-same dictionaries and statistics) on 2 threads, no decoding, no state.
+as a worker that has decoded before runs, in units of the body pass's size at
+``--memory-budget`` and with the heap settings of every rechain process; the first pass, which
+also grows and faults in the process's heap, is reported beside it; and the body pass's decoder,
+which checks the same and builds only verdict rows and txids) against hashlib's SHA-256 MB/s on
+one core measured now, restated as the hashing ceiling: ``sha256_work`` counts the bytes any
+full decoder must hash per block byte on this chain (txid, wtxid for segwit, merkle trees,
+base58 checksums), so ``limit / sha256_work`` is the most a decoder can reach and the decoder is
+reported as a fraction of that; the body pass and the whole pipeline with 1 and 2 workers
+(threads of the process, as a run without ``--ray-address`` has them), 1 pinned to one core, and
+2 on an embedded Ray (its start-up reported apart); and bitcoin-block-parser (``BlockParser``,
+``UtxoParser``) and blocks_iterator (with previous outputs) on the same files, each with wall
+and CPU seconds, MB/s and MB/s per CPU second, their counts checked against rechain's tables (a
+mismatch is printed on stderr and recorded under ``peer_mismatches``); and Bitcoin Core's own
+reindex of the same files through the oracle harness of ``tests/bitcoin_core`` (``-assumevalid``
+at the tip, as a node runs it), which must end on rechain's tip and UTXO count and amount.
+``ratios`` holds issue 17's targets, each with its value. ``tables_floor`` is what the
+contract's tables cost alone: every published segment read back into memory and encoded again
+with its declared layout (zstd, the same dictionaries and statistics) on 2 threads, no decoding,
+no state.
 
     .venv/bin/python benchmarks/btc_full.py [--blocks 13500] [--tx-per-block 100:400]
         [--node DIR]   # keep the generated chain in DIR and reuse it when it is there
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -45,8 +49,12 @@ from common import (  # noqa: E402
     run_measured,
     write_result,
 )
+from rechain.pipeline import local_runner  # noqa: E402
+from rechain.pipeline.cli import parse_size  # noqa: E402
+from rechain.pipeline.stages.bitcoin.bodies import unit_bytes  # noqa: E402
 from rechain.workers import _native  # noqa: E402
 from rechain.workers.btc_decode import BodyUnit, decode_unit  # noqa: E402
+from rechain.workers.memory import bound_heap  # noqa: E402
 
 MB = 1e6
 
@@ -72,15 +80,38 @@ def block_offsets(path: Path) -> list[int]:
     return out
 
 
-def decoder_rate(blocks: Path) -> tuple[float, float, int, int]:
-    """Single-thread decode of every record of every file (page cache warm), twice: MB/s of
-    the first pass (the process's heap grown and faulted in as it goes) and of the second (the
-    steady state of a worker that has decoded before, which is the decoder's rate), txs,
-    bytes."""
-    units = [
-        BodyUnit(i, str(f), i, tuple(block_offsets(f)), "regtest", b"\0" * 8)
-        for i, f in enumerate(sorted(blocks.glob("blk*.dat")))
-    ]
+def rechain_heap(budget: int) -> None:
+    """This process's heap as every rechain process sets it under ``budget`` (``bound_heap``:
+    the decoder's buffers come from it), the environment its children (the CLI, the peers)
+    start from left as it was."""
+    saved = dict(os.environ)
+    bound_heap(budget)
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def body_units(blocks: Path, unit: int) -> list[BodyUnit]:
+    """Every record of every file, in units of about ``unit`` block bytes as the body pass cuts
+    them (``bodies.unit_bytes``): a unit's columns are a few times its bytes, so whole-file
+    units would measure the allocator mapping and faulting in hundreds of MiB per unit, which
+    no run does."""
+    units: list[BodyUnit] = []
+    for i, f in enumerate(sorted(blocks.glob("blk*.dat"))):
+        offsets = block_offsets(f)
+        start = 0
+        for j in range(1, len(offsets) + 1):
+            if j == len(offsets) or offsets[j] - offsets[start] >= unit:
+                units.append(
+                    BodyUnit(len(units), str(f), i, tuple(offsets[start:j]), "regtest", b"\0" * 8)
+                )
+                start = j
+    return units
+
+
+def decoder_rate(units: list[BodyUnit]) -> tuple[float, float, int, int]:
+    """Single-thread decode of ``units`` (page cache warm), twice: MB/s of the first pass
+    (the process's heap grown and faulted in as it goes) and of the second (the steady state of
+    a worker that has decoded before, which is the decoder's rate), txs, bytes."""
     rates = []
     for _ in range(2):
         t0 = time.perf_counter()
@@ -93,14 +124,13 @@ def decoder_rate(blocks: Path) -> tuple[float, float, int, int]:
     return rates[0], rates[1], txs, nbytes
 
 
-def verdicts_rate(blocks: Path) -> float:
+def verdicts_rate(units: list[BodyUnit]) -> float:
     """The body pass's decoder on one core (``decode_blk_verdicts``: every block checked as the
     full decoder checks it, only the verdict rows and txids built), page cache warm: MB/s."""
-    files = [(str(f), block_offsets(f)) for f in sorted(blocks.glob("blk*.dat"))]
     nbytes = 0
     t0 = time.perf_counter()
-    for i, (path, offsets) in enumerate(files):
-        _, n = _native.decode_blk_verdicts(path, i, offsets, "regtest", b"\0" * 8)
+    for u in units:
+        _, n = _native.decode_blk_verdicts(u.path, u.file_no, list(u.offsets), u.network, u.xor_key)
         nbytes += n
     return nbytes / (time.perf_counter() - t0) / MB
 
@@ -152,15 +182,18 @@ def hash_ceiling(data: Path) -> dict:
 
 
 def full_reindex(
-    blocks: Path, data: Path, workers: int, budget: str, cores: int | None = None
-) -> tuple[dict, float, float]:
-    """A full reindex (JSON result, wall seconds, peak RSS of its process tree in MiB); with
-    ``cores``, pinned to the first that many CPUs (Ray's processes inherit the pinning)."""
+    blocks: Path, data: Path, workers: int, budget: str, cores: int | None, on_ray: bool
+) -> tuple[dict, float, float, float]:
+    """A full reindex (JSON result, wall seconds, peak RSS of its process tree in MiB, CPU
+    seconds); with ``cores``, pinned to the first that many CPUs (Ray's processes inherit the
+    pinning); ``on_ray``, on an embedded Ray instead of the process's threads."""
     cmd = btc_reindex_cmd(blocks, data, workers, "--mode", "full", "--memory-budget", budget)
+    if on_ray:
+        cmd = ["env", f"{local_runner.EXECUTION_ENV}=ray", *cmd]
     if cores is not None:
         cmd = ["taskset", "--cpu-list", f"0-{cores - 1}", *cmd]
     done, rss, elapsed = run_measured(cmd)
-    return json.loads(done.stdout), elapsed, rss.peak_tree / 2**20
+    return json.loads(done.stdout), elapsed, rss.peak_tree / 2**20, rss.cpu_s
 
 
 def peers(blocks: Path, data: Path) -> tuple[dict, list[str]]:
@@ -236,15 +269,24 @@ def main() -> None:
         blocks = node / "blocks"
         file_bytes = sum(f.stat().st_size for f in blocks.glob("blk*.dat"))
         limit = sha256_limit()
-        first_pass_rate, rate, txs, nbytes = decoder_rate(blocks)
-        body_rate = verdicts_rate(blocks)
+        budget = parse_size(args.memory_budget)
+        rechain_heap(budget)
+        units = body_units(blocks, unit_bytes(budget))
+        first_pass_rate, rate, txs, nbytes = decoder_rate(units)
+        body_rate = verdicts_rate(units)
         real_rate = real_block_rate(work)
         runs: dict[int | str, dict] = {}
         # One worker with every core (the coordinator's own threads use them all), two
-        # workers, and one worker pinned to one core: how the pipeline grows with cores.
-        for key, workers, cores in ((1, 1, None), (2, 2, None), ("1_on_1_core", 1, 1)):
-            result, elapsed, rss = full_reindex(
-                blocks, work / f"data{key}", workers, args.memory_budget, cores
+        # workers, and one worker pinned to one core: how the pipeline grows with cores; and
+        # two workers of an embedded Ray, the cluster's path on one machine.
+        for key, workers, cores, on_ray in (
+            (1, 1, None, False),
+            (2, 2, None, False),
+            ("1_on_1_core", 1, 1, False),
+            ("2_on_ray", 2, None, True),
+        ):
+            result, elapsed, rss, cpu_s = full_reindex(
+                blocks, work / f"data{key}", workers, args.memory_budget, cores, on_ray
             )
             run = result["run"]
             if key == 1:
@@ -262,6 +304,9 @@ def main() -> None:
                 "publish_s": run["publish_s"],
                 "utxo_and_txindex_s": run["utxo_s"],
                 "peak_rss_tree_mib": rss,
+                "cpu_s": cpu_s,
+                "execution": "ray" if on_ray else "threads",
+                "stage_s": run["stage_s"],
                 "utxo_count": result["full"]["utxo_count"],
             }
         peer, mismatches = peers(blocks, work / "data1")
@@ -342,6 +387,9 @@ def main() -> None:
                 "block_parser_1_5x_vs_hashing_ceiling": 1.5
                 * peer["block_parser"]["mb_per_cpu_s"]
                 / hashing_ceiling,
+                # The same two workers on an embedded Ray (its start-up apart) over threads.
+                "whole_pipeline_2_workers_ray_over_threads": runs["2_on_ray"]["whole_pipeline_s"]
+                / runs[2]["whole_pipeline_s"],
                 "whole_pipeline_2_workers_vs_utxo_parser": runs[2]["whole_pipeline_mb_per_s"]
                 / max(peer[k]["mb_per_s"] for k in ("utxo_parser", "utxo_parser_sized")),
                 "whole_pipeline_2_workers_vs_blocks_iterator": runs[2]["whole_pipeline_mb_per_s"]

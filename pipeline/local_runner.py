@@ -1,7 +1,9 @@
-"""Running work units in this process on a thread pool, for stages too short to pay for Ray.
+"""Running work units in this process on a thread pool: how every stage runs on one machine.
 
-Starting an embedded Ray cluster costs seconds; a stage whose whole work is a few seconds of
-Rust (which releases the GIL) runs faster on threads of the coordinator. Results come back in
+The Rust core releases the GIL, so a process's threads keep every core busy; an embedded Ray
+cluster on the same machine adds its start-up (seconds), daemons that compete with the work for
+the cores, and hand-overs between processes, and saves nothing (measured on a full reindex of
+1.1 GB: see benchmarks/README.md). Ray is for clusters: ``--ray-address``. Results come back in
 submission order with bounded look-ahead, through the same executor as
 ``ray_runtime.ordered_results`` (``pipeline/ordered.py``). ``use_ray`` is the one rule every
 stage follows to choose.
@@ -17,26 +19,22 @@ from typing import TypeVar
 from rechain.pipeline.ordered import ordered
 from rechain.workers import fault_injection
 
-#: Without ``--ray-address``, a stage whose input is at most this many bytes runs on threads:
-#: Ray's start-up (seconds, and resident processes) costs more than it saves.
-LOCAL_MAX_BYTES = 1 << 30
-#: ``ray`` or ``threads`` overrides the size rule (tests and benchmarks of either path);
-#: ``--ray-address`` always means Ray.
+#: ``ray`` runs a machine's stages on an embedded Ray cluster (tests and benchmarks of the Ray
+#: path without a cluster), ``threads`` (the default) on this process's threads;
+#: ``--ray-address`` and injected worker faults always mean Ray.
 EXECUTION_ENV = "RECHAIN_EXECUTION"
 
 U = TypeVar("U")
 R = TypeVar("R")
 
 
-def use_ray(ray_address: str | None, input_bytes: int) -> bool:
+def use_ray(ray_address: str | None) -> bool:
     """Whether a stage runs its units as Ray tasks (else on this process's threads)."""
     forced = os.environ.get(EXECUTION_ENV, "")
     if forced not in ("", "ray", "threads"):
         raise ValueError(f"{EXECUTION_ENV}={forced!r}: expected ray or threads")
     # Injected worker faults (tests) target Ray tasks; on threads they would kill the run.
-    if ray_address is not None or forced == "ray" or os.environ.get(fault_injection.ENV):
-        return True
-    return forced != "threads" and input_bytes > LOCAL_MAX_BYTES
+    return ray_address is not None or forced == "ray" or bool(os.environ.get(fault_injection.ENV))
 
 
 def ordered_local(

@@ -72,7 +72,7 @@ class BodiesStage(Stage[BtcRun]):
         if not units:
             return Done(rows=staged.num_rows)
         t_decode = time.perf_counter()
-        on_ray = use_ray(ctx.opts.ray_address, sum(u.block_bytes for u in units))
+        on_ray = use_ray(ctx.opts.ray_address)
         log.info("decode: %d unit(s) on %s", len(units), "Ray" if on_ray else "threads")
         if on_ray:
             from rechain.pipeline.ray_runtime import ensure_ray

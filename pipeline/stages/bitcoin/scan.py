@@ -1,10 +1,10 @@
 """Stage ``scan``: reads the blk files' new bytes into the scan log.
 
 Plans shards from each file's committed position (a resumed or grown file is scanned only from
-where its last run stopped, a file's provisional tail again), runs them on Ray or, when guided
-by a Core block index or small (``local_runner.use_ray``), on threads, and commits each result
-in file order through the committer. The scan log is incremental by itself, so this stage runs
-every time: finding nothing new is its cheap case.
+where its last run stopped, a file's provisional tail again), runs them on threads or, on a
+cluster (``local_runner.use_ray``) and unless a Core block index guides them, on Ray, and
+commits each result in file order through the committer. The scan log is incremental by itself,
+so this stage runs every time: finding nothing new is its cheap case.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ class ScanStage(Stage[BtcRun]):
         t_scan = time.perf_counter()
         guide = ctx.guide
         collect = guide.collect if guide is not None else None
-        # Guided by an index, or small, the scan is seconds of Rust: threads beat Ray.
+        # Guided by an index, the scan reads a few bytes per block: threads beat Ray anywhere.
         guided = guide is not None and bool(guide.hints) and not ctx.opts.ray_address
-        local = guided or not use_ray(ctx.opts.ray_address, total_bytes)
+        local = guided or not use_ray(ctx.opts.ray_address)
         if units and local:
             _execute_local(units, ctx, total_bytes, collect)
         elif units:

@@ -113,7 +113,7 @@ class BlocksStage(Stage[EthRun]):
             table_dir(data, t.name).mkdir(parents=True, exist_ok=True)
         _remove_temp_parts(data)
         total = sum(_unit_bytes(u) for u in todo)
-        use_ray = local_runner.use_ray(opts.ray_address, total)
+        use_ray = local_runner.use_ray(opts.ray_address)
         if not use_ray and 0 < len(todo) < ctx.workers:
             # Fewer units than cores: each unit's proof-of-work checks share the spare ones.
             todo = [dataclasses.replace(u, pow_threads=ctx.workers // len(todo)) for u in todo]

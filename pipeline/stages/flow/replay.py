@@ -1,11 +1,11 @@
 """Stage ``replay``: WAL segments decoded and applied to the MTrie forest in WAL order.
 
-For a WAL below the size rule of ``local_runner.use_ray`` and without --ray-address, each
-segment is decoded and applied record by record in this process (Rust, GIL released), holding
-only the segment's bytes and the forest; above it, or on a cluster, Ray workers decode segments
-ahead of the apply. With ``--checkpoint-every N`` a checkpoint is written every N segments as
-the forest reaches it. Bad input stops the replay where flow-go would, but says what it found
-(segment, offset, reason, as a skip); nothing past the last good update is applied.
+Without --ray-address (``local_runner.use_ray``), each segment is decoded and applied record by
+record in this process (Rust, GIL released), holding only the segment's bytes and the forest; on
+a cluster, Ray workers decode segments ahead of the apply. With ``--checkpoint-every N`` a
+checkpoint is written every N segments as the forest reaches it. Bad input stops the replay
+where flow-go would, but says what it found (segment, offset, reason, as a skip); nothing past
+the last good update is applied.
 
 The forest lives in this process: the stage is ephemeral. Resumed from a checkpoint too large
 for ``--memory-budget`` (``flow_checkpoint.needs_paging``), or replaying a WAL that could build
@@ -69,9 +69,9 @@ class ReplayStage(Stage[FlowRun]):
         total = sum(Path(p).stat().st_size for _, p in segments)
         progress = Progress(total, enabled=opts.progress, label="replay")
         stopped = False
-        # Applying updates, not decoding, bounds a replay (decoding is ~1% of it): below the
-        # size rule Ray's start-up, processes and hand-over cost more than parallel decoding.
-        decode_on_ray = local_runner.use_ray(opts.ray_address, total)
+        # Applying updates, not decoding, bounds a replay (decoding is ~1% of it): on one
+        # machine Ray's start-up, processes and hand-over cost more than parallel decoding.
+        decode_on_ray = local_runner.use_ray(opts.ray_address)
         steps = (
             _apply_ray_decoded(forest, segments, opts, workers)
             if decode_on_ray
