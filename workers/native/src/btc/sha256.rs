@@ -14,8 +14,26 @@ const INIT: [u32; 8] = [
 ];
 
 pub fn sha256d(data: &[u8]) -> [u8; 32] {
-    let first = Sha256::digest(data);
-    Sha256::digest(first).into()
+    // Compressed in place, without a `Digest`: its buffering and set-up add a fifth to the two
+    // compressions of a short message (an address checksum's 21 bytes: 102 against 122 ns).
+    let mut s = INIT;
+    let mut blocks = data.chunks_exact(64);
+    for b in &mut blocks {
+        compress1(&mut s, b.try_into().expect("64 bytes"));
+    }
+    let rest = blocks.remainder();
+    let mut tail = [0u8; 128];
+    tail[..rest.len()].copy_from_slice(rest);
+    tail[rest.len()] = 0x80;
+    // The length takes the last 8 bytes: a second block when the rest leaves no room for it.
+    let n = if rest.len() < 56 { 64 } else { 128 };
+    tail[n - 8..n].copy_from_slice(&(data.len() as u64 * 8).to_be_bytes());
+    for b in tail[..n].chunks_exact(64) {
+        compress1(&mut s, b.try_into().expect("64 bytes"));
+    }
+    let mut d = INIT;
+    compress1(&mut d, &digest_block(&state_bytes(&s)));
+    state_bytes(&d)
 }
 
 /// `sha256d` of the concatenation of `parts`.
@@ -378,6 +396,16 @@ mod tests {
         }
     }
 
+    /// Every length across the one- and two-block paddings and past them.
+    #[test]
+    fn sha256d_matches_the_sha2_crate() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        for n in 0..=data.len() {
+            let want: [u8; 32] = Sha256::digest(Sha256::digest(&data[..n])).into();
+            assert_eq!(sha256d(&data[..n]), want, "{n} bytes");
+        }
+    }
+
     #[test]
     fn merkle_pairs_match_the_sha2_crate() {
         let msgs = messages(40);
@@ -387,7 +415,7 @@ mod tests {
             sha256d_64_pairs(&leaves[..n], &mut out);
             let want: Vec<[u8; 32]> = leaves[..n]
                 .chunks_exact(2)
-                .map(|p| sha256d(&[p[0], p[1]].concat()))
+                .map(|p| Sha256::digest(Sha256::digest([p[0], p[1]].concat())).into())
                 .collect();
             assert_eq!(out, want, "{n} leaves");
         }
