@@ -218,42 +218,72 @@ pub fn is_unspendable(s: &[u8]) -> bool {
 
 const BASE58: &[u8; 58] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
 
-/// Base58 of a 25-byte version | hash160 | checksum payload: the number is divided by 58^5 in
-/// u32 limbs, five digits at a time (the generic byte-wise algorithm is quadratic per digit).
+/// 58^5, the base of the limbs a base58 number is built in (five digits each, fits in a u32).
+const B58_LIMB: u64 = 58u64.pow(5);
+/// Limbs of 58^5 (most significant first) a 25-byte number has at most: 58^35 > 2^200.
+const B58_LIMBS: usize = 7;
+
+/// `B58_POWERS[i]` = 2^(32 * (6 - i)) in `B58_LIMBS` limbs of 58^5, most significant first: the
+/// weight of the payload's u32 word `i` (the first word holds its first byte only).
+static B58_POWERS: [[u64; B58_LIMBS]; 7] = {
+    let mut table = [[0u64; B58_LIMBS]; 7];
+    let mut i = 0;
+    while i < 7 {
+        // 2^(32 * (6 - i)) as u32 words, most significant first, divided by 58^5 repeatedly.
+        let mut words = [0u64; 7];
+        words[i] = 1;
+        let mut j = B58_LIMBS;
+        while j > 0 {
+            j -= 1;
+            let mut rem = 0u64;
+            let mut w = 0;
+            while w < 7 {
+                let cur = (rem << 32) | words[w];
+                words[w] = cur / B58_LIMB;
+                rem = cur % B58_LIMB;
+                w += 1;
+            }
+            table[i][j] = rem;
+        }
+        i += 1;
+    }
+    table
+};
+
+/// Base58 of a 25-byte version | hash160 | checksum payload. Each limb of 58^5 is a sum of
+/// products of the payload's words by their weights (`B58_POWERS`): independent multiplies
+/// instead of a long division whose every step waits on the one before. The sums fit in a u64:
+/// six words below 2^32 times weights below 58^5, plus the one-byte first word, stay below
+/// 1.7 * 10^19, and so do they with the carry of the limb after them (below 2^35).
 fn base58_25(payload: &[u8; 25], out: &mut Vec<u8>) {
-    const BIG: u64 = 58u64.pow(5);
-    let mut limbs = [0u32; 7];
-    let mut padded = [0u8; 28];
-    padded[3..].copy_from_slice(payload);
-    for (i, limb) in limbs.iter_mut().enumerate() {
-        *limb = u32::from_be_bytes(padded[4 * i..4 * i + 4].try_into().unwrap());
+    let mut words = [0u64; 7];
+    words[0] = payload[0] as u64;
+    for (i, w) in words[1..].iter_mut().enumerate() {
+        *w = u32::from_be_bytes(payload[1 + 4 * i..5 + 4 * i].try_into().unwrap()) as u64;
     }
-    let mut digits = [0u8; 40];
-    let mut n = 0;
-    let mut first = 0;
-    while first < limbs.len() {
-        let mut rem = 0u64;
-        for limb in &mut limbs[first..] {
-            let cur = (rem << 32) | *limb as u64;
-            *limb = (cur / BIG) as u32;
-            rem = cur % BIG;
-        }
-        for _ in 0..5 {
-            digits[n] = (rem % 58) as u8;
-            rem /= 58;
-            n += 1;
-        }
-        while first < limbs.len() && limbs[first] == 0 {
-            first += 1;
+    let mut limbs = [0u64; B58_LIMBS];
+    for (w, powers) in words.iter().zip(&B58_POWERS) {
+        for (l, p) in limbs.iter_mut().zip(powers) {
+            *l += w * p;
         }
     }
-    while n > 0 && digits[n - 1] == 0 {
-        n -= 1;
+    for j in (1..B58_LIMBS).rev() {
+        limbs[j - 1] += limbs[j] / B58_LIMB;
+        limbs[j] %= B58_LIMB;
+    }
+    let mut digits = [0u8; 5 * B58_LIMBS];
+    for (limb, five) in limbs.iter().zip(digits.chunks_exact_mut(5)) {
+        let mut v = *limb;
+        for d in five.iter_mut().rev() {
+            *d = (v % 58) as u8;
+            v /= 58;
+        }
     }
     for _ in payload.iter().take_while(|b| **b == 0) {
         out.push(b'1');
     }
-    out.extend(digits[..n].iter().rev().map(|&d| BASE58[d as usize]));
+    let first = digits.iter().position(|&d| d != 0).unwrap_or(digits.len());
+    out.extend(digits[first..].iter().map(|&d| BASE58[d as usize]));
 }
 
 const BECH32_CHARSET: &[u8; 32] = b"qpzry9x8gf2tvdw0s3jn54khce6mua7l";
