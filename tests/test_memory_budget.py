@@ -31,11 +31,13 @@ def _full(blocks: Path, data: Path) -> tuple[dict, int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("execution", ["threads", "ray"])
 def test_full_reindex_of_ten_times_the_budget_stays_within_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, execution: str
 ) -> None:
-    # Both runs on Ray, so that the baseline holds Ray's own processes too.
-    monkeypatch.setenv(local_runner.EXECUTION_ENV, "ray")
+    # On the process's threads (a local run's default) and on an embedded Ray; both runs of a
+    # case alike, so that the baseline holds Ray's own processes where they run.
+    monkeypatch.setenv(local_runner.EXECUTION_ENV, execution)
     tiny = gen_chain(tmp_path / "tiny", "--blocks", "30", "--tx-per-block", "100:400")
     big = gen_chain(tmp_path / "big", "--blocks", str(BLOCKS), "--tx-per-block", "100:400")
     size = big["bytes"]  # block records, not the files' zero-filled preallocated tails
@@ -46,7 +48,7 @@ def test_full_reindex_of_ten_times_the_budget_stays_within_it(
     assert result["full"]["utxo_count"] == big["utxo_count"]
     assert result["full"]["total_amount"] == big["total_amount"]
     print(
-        f"\ninput {size >> 20} MiB, budget {BUDGET >> 20} MiB; peak RSS coordinator "
+        f"\n{execution}: input {size >> 20} MiB, budget {BUDGET >> 20} MiB; peak RSS coordinator "
         f"{root >> 20} MiB (baseline {base_root >> 20}), Ray tree {tree >> 20} MiB "
         f"(baseline {base_tree >> 20})"
     )
