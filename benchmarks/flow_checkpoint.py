@@ -9,6 +9,9 @@ flow-go replays it and writes checkpoint C with its own writer. On C:
 * read again with `--trust-leaf-hashes` (interior hashes and roots still recomputed), with
   `--trust-hashes` (every stored hash taken, as flow-go does), with `--in-memory` (the whole
   forest loaded first), and streamed within `--memory-budget` of a tenth of the checkpoint;
+* verify: `rechain flow checkpoint verify`, every check of the read with nothing published
+  (every hash recomputed, and with `--trust-hashes`): like for like with flow-go's read, which
+  publishes nothing;
 * write: `rechain flow checkpoint write` (streams the data folder's registers with the leaf
   hashes the read published in `register_hashes`, checks each by `HashLeaf`, recomputes the
   interior hashes and the root) vs flow-go's `StoreCheckpointV6Concurrently` of the tries it
@@ -26,9 +29,10 @@ flow-go replays it and writes checkpoint C with its own writer. On C:
 
 reporting seconds and peak RSS of each, and checking both sides agree on the root and register
 count (and that flow-go loads rechain's checkpoint). The verifying read, the `--trust-hashes`
-read and flow-go's read run `--repeat` times each, in turn, and so do rechain's write and
-flow-go's store; each reports its least time (all of them are kept) and its largest peak RSS,
-as the floor is the best of several runs.
+read, flow-go's read and both verifications run `--repeat` times each, in turn, and so do
+rechain's write and flow-go's store; each reports its least time (all of them are kept) and
+its largest peak RSS, as the floor is the best of several runs. The checkpoint's files are read
+once before each timed read (`warm_page_cache`: these hosts page idle files out).
 
     .venv/bin/python benchmarks/flow_checkpoint.py [--updates 8000] [--registers-per-update 40]
         [--repeat 3]
@@ -48,7 +52,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import TreeRss, encoding_floor, machine, run_measured, write_result  # noqa: E402
+from common import (  # noqa: E402
+    TreeRss,
+    encoding_floor,
+    machine,
+    run_measured,
+    warm_page_cache,
+    write_result,
+)
 from flow_replay import BIN, flowgo_binary  # noqa: E402
 
 KECCAK_RATE = """
@@ -119,13 +130,23 @@ def main() -> None:
         # flow-go's) and flow-go's, in turn, each into a fresh data folder.
         def our_read(data: str, *flags: str) -> tuple[dict[str, Any], TreeRss, float]:
             shutil.rmtree(work / data, ignore_errors=True)
+            warm_page_cache(cp)
             done, rss, wall = run_measured(
                 [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
                  "--data", str(work / data), "--workers", str(args.workers), "--json", *flags]
             )  # fmt: skip
             return json.loads(done.stdout), rss, wall
 
+        def our_verify(*flags: str) -> tuple[dict[str, Any], TreeRss, float]:
+            warm_page_cache(cp)
+            done, rss, wall = run_measured(
+                [str(BIN), "flow", "checkpoint", "verify", "--dir", str(cp), "--file", NAME,
+                 "--workers", str(args.workers), "--json", *flags]
+            )  # fmt: skip
+            return json.loads(done.stdout), rss, wall
+
         def go_read_once() -> tuple[dict[str, Any], TreeRss, float]:
+            warm_page_cache(cp)
             done, rss, wall = run_measured(
                 [str(flowgo), "read-checkpoint", "--dir", str(cp), "--file", NAME]
             )
@@ -136,11 +157,15 @@ def main() -> None:
             "verify": [],
             "trust": [],
             "flowgo": [],
+            "verify_only": [],
+            "verify_only_trust": [],
         }
         for _ in range(max(1, args.repeat)):
             runs["verify"].append(our_read("data"))
             runs["trust"].append(our_read("data_trust_all", "--trust-hashes"))
             runs["flowgo"].append(go_read_once())
+            runs["verify_only"].append(our_verify())
+            runs["verify_only_trust"].append(our_verify("--trust-hashes"))
 
         def least(kind: str) -> tuple[dict[str, Any], TreeRss, float]:
             """The fastest run of `kind`, with the largest peak RSS of all its runs."""
@@ -154,6 +179,9 @@ def main() -> None:
         mine, ours_r_rss, ours_r_wall = least("verify")
         trust_all, ours_th_rss, _ = least("trust")
         go_read, go_r_rss, go_r_wall = least("flowgo")
+        checked, checked_rss, _ = least("verify_only")
+        checked_trust, checked_trust_rss, _ = least("verify_only_trust")
+        warm_page_cache(cp)
         ours_t, ours_t_rss, _ = run_measured(
             [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
              "--data", str(work / "data_trust"), "--workers", str(args.workers),
@@ -161,6 +189,7 @@ def main() -> None:
         )  # fmt: skip
         trusting = json.loads(ours_t.stdout)
         # The whole forest loaded first (the replay's loader), then published.
+        warm_page_cache(cp)
         ours_m, ours_m_rss, _ = run_measured(
             [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
              "--data", str(work / "data_memory"), "--workers", str(args.workers),
@@ -169,6 +198,7 @@ def main() -> None:
         in_memory = json.loads(ours_m.stdout)
         # Streamed within a budget of a tenth of the checkpoint.
         budget = max(16 << 20, (cp_bytes // 10) >> 20 << 20)
+        warm_page_cache(cp)
         ours_b, ours_b_rss, _ = run_measured(
             [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
              "--data", str(work / "data_budget"), "--workers", str(args.workers),
@@ -258,6 +288,9 @@ def main() -> None:
                 "rechain_read_trust_hashes": trust_all["root"] == root
                 and trust_all["reg_count"] == regs,
                 "rechain_read_at_budget": bounded["root"] == root and bounded["reg_count"] == regs,
+                "rechain_verify": checked["root"] == root and checked["reg_count"] == regs,
+                "rechain_verify_trust_hashes": checked_trust["root"] == root
+                and checked_trust["reg_count"] == regs,
                 "rechain_write": wrote["root"] == root and wrote["reg_count"] == regs,
                 "rechain_write_without_register_hashes": wrote_nocache["root"] == root
                 and wrote_nocache["reg_count"] == regs,
@@ -307,6 +340,23 @@ def main() -> None:
                 "flowgo_rss_over_streaming_at_budget": round(
                     go_r_rss.peak_root / ours_b_rss.peak_root, 2
                 ),
+            },
+            # `checkpoint verify`: the read's checks, nothing published, as flow-go's read
+            # publishes nothing (like for like with it, and with the keccak floor).
+            "verify_only": {
+                "full_s": round(checked["total_s"], 3),
+                "trust_hashes_s": round(checked_trust["total_s"], 3),
+                "runs_s": {k: times(k) for k in ("verify_only", "verify_only_trust")},
+                "flowgo_read_s": round(go_read_s, 3),
+                "trust_hashes_speedup_vs_flowgo_read": round(
+                    go_read_s / checked_trust["total_s"], 3
+                ),
+                "full_vs_keccak_floor": round(checked["total_s"] / floor_s, 3),
+                "peak_rss_mib": {
+                    "full": round(checked_rss.peak_root / 2**20),
+                    "trust_hashes": round(checked_trust_rss.peak_root / 2**20),
+                    "flowgo": round(go_r_rss.peak_root / 2**20),
+                },
             },
             "keccak_floor": {
                 "backend": best_rate["backend"],
@@ -363,6 +413,11 @@ def main() -> None:
             "targets": {
                 "trust-hashes read >= 2x flowgo": go_read_s / trust_all["total_s"] >= 2,
                 "verifying read <= 1.25x keccak floor": ours_read_s / floor_s <= 1.25,
+                "trust-hashes verify (nothing published, as flow-go) >= 2x flowgo read": go_read_s
+                / checked_trust["total_s"]
+                >= 2,
+                "verify (nothing published) <= 1.25x keccak floor": checked["total_s"] / floor_s
+                <= 1.25,
                 "write no slower": ours_write_s <= go_write_s,
                 "forest store no slower": forest_write["store_s"] <= go_write_s,
                 "read rss (rechain process) <= flowgo": ours_r_rss.peak_root <= go_r_rss.peak_root,

@@ -1,6 +1,6 @@
-"""The streamed `rechain flow checkpoint read` (v6, one trie; the default): bounded memory,
-same output as the in-memory read and flow-go v0.33.1, damage reported with nothing published,
-kill -9 then rerun identical.
+"""The streamed `rechain flow checkpoint read` (v6, one trie; the default): bounded memory (and
+`checkpoint verify`'s), same output as the in-memory read and flow-go v0.33.1, damage reported
+with nothing published, kill -9 then rerun identical.
 
 Large checkpoints are written by rechain's streaming checkpoint builder (byte for byte
 flow-go's checkpoint of the same trie, see test_flow_checkpoint) from generated registers in
@@ -117,6 +117,18 @@ def bounded_read(tmp_path: Path, budget: int, registers: int) -> None:
     )
     assert rss - base_rss <= budget
     assert digest(tmp_path / "d1")["ok"]
+    # `checkpoint verify` streams the same way, keeping nothing.
+    verified = {}
+    for cp in ("small", "big"):
+        done, v_rss, _ = run_measured(
+            [str(BIN), "flow", "checkpoint", "verify", "--dir", str(tmp_path / cp), "--json",
+             "--memory-budget", str(budget)]
+        )  # fmt: skip
+        verified[cp] = (json.loads(done.stdout), v_rss.peak_root)
+    (v_got, v_rss), (_, v_base_rss) = verified["big"], verified["small"]
+    assert (v_got["mode"], v_got["root"]) == ("streaming", big["root"])
+    print(f"verify: peak RSS {v_rss >> 20} MiB (baseline {v_base_rss >> 20} MiB)")
+    assert v_rss - v_base_rss <= budget
 
 
 def test_streamed_read_of_ten_times_the_budget_stays_within_it(tmp_path: Path) -> None:

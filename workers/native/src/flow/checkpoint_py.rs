@@ -5,6 +5,8 @@
 //! * `flow_checkpoint_version(dir, name) -> int`
 //! * `flow_checkpoint_stream(dir, name, registers, hashes, ...) -> dict` (bounded memory; with
 //!   `sst_dir`, the register SST files too)
+//! * `flow_checkpoint_verify(dir, name, threads=None, verify="full", batch_bytes) -> dict`
+//!   (the streamed read's checks, nothing kept)
 //! * `flow_checkpoint_page_in(dir, name, store_dir, cache_bytes, hold_bytes, ...)
 //!   -> (FlowForest, dict)`: a forest paged out to a node store (bounded memory)
 //! * `flow_checkpoint_stats(dir, name, spill_dir, ...) -> dict` (`checkpoint stats`, streamed;
@@ -27,7 +29,9 @@ use super::checkpoint::{
     RegisterCheckpointBuilder, Verify, WriteInfo,
 };
 use super::checkpoint_stats::{collect, OwnerMerge};
-use super::checkpoint_stream::{page_in, stream, StreamInfo, StreamOptions, Walk};
+use super::checkpoint_stream::{
+    page_in, stream, verify as verify_stream, StreamInfo, StreamOptions, Walk,
+};
 use super::hash::chain_throughput;
 use super::mtrie::{Forest, DEFAULT_CAPACITY};
 use super::node_store::NodeStore;
@@ -242,6 +246,31 @@ fn flow_checkpoint_stream<'py>(
     let out = stream_dict(py, &info)?;
     out.set_item("sst_files", sst_files)?;
     Ok(out)
+}
+
+/// Verifies v6 checkpoint `name` of `dir` (one trie) as `flow_checkpoint_stream` reads it
+/// (`verify` alike), keeping nothing: leaf batches of `batch_bytes` per part. Returns
+/// `tries`, `parts`, `top_nodes`, `rows` and `registers`. Raises `FlowCheckpointError` (kind
+/// `shared_node`: several tries; verify it with `flow_checkpoint_load`).
+#[pyfunction]
+#[pyo3(signature = (dir, name, threads=None, verify="full", batch_bytes=1 << 20))]
+fn flow_checkpoint_verify<'py>(
+    py: Python<'py>,
+    dir: PathBuf,
+    name: String,
+    threads: Option<usize>,
+    verify: &str,
+    batch_bytes: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let walk = Walk {
+        threads: threads_or_cores(threads),
+        verify: parse_verify(verify)?,
+        batch_bytes,
+    };
+    let info = py
+        .detach(|| verify_stream(&dir, &name, walk))
+        .map_err(|e| cp_err(py, &e))?;
+    stream_dict(py, &info)
 }
 
 /// Pages v6 checkpoint `name` of `dir` (one trie) into a node store in the new folder
@@ -601,6 +630,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_checkpoint_load, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_version, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(flow_checkpoint_verify, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_page_in, m)?)?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_stats, m)?)?;
     m.add_class::<FlowCheckpointOwners>()?;

@@ -21,8 +21,9 @@
 //! checked).
 //!
 //! What happens to the checked leaves is the caller's: [`stream`] writes them to Parquet,
-//! [`stream_into`] hands them (and each interior node's height) to any [`PartSink`], one per
-//! part (`checkpoint stats` folds them into counts, see [`super::checkpoint_stats`]).
+//! [`verify`] drops them, [`stream_into`] hands them (and each interior node's height) to any
+//! [`PartSink`], one per part (`checkpoint stats` folds them into counts, see
+//! [`super::checkpoint_stats`]).
 
 use super::batches::{leaf_hashes_batch, leaf_hashes_batch_with, register_tables, registers_batch};
 use super::checkpoint::{
@@ -866,6 +867,29 @@ where
     stream_checked(dir, name, walk, make_sink).map(|s| (s.info, s.sinks))
 }
 
+/// Verifies checkpoint `name` of `dir` (v6, one trie) on `walk.threads` threads without
+/// keeping or writing anything of it: the checks of [`stream`] (CRCs, structure, path order,
+/// the hashes `walk.verify` recomputes, every root against its record), in memory bounded by
+/// the trie depth and `walk.batch_bytes` of leaves per part.
+pub fn verify(dir: &FsPath, name: &str, walk: Walk) -> CpResult<StreamInfo> {
+    stream_into(dir, name, walk, |_, _| Ok(Discard)).map(|(info, _)| info)
+}
+
+/// A sink that drops the checked leaves ([`verify`]'s).
+struct Discard;
+
+impl PartSink for Discard {
+    type Done = ();
+
+    fn leaves(&mut self, _: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn finish(self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 /// A checked stream: what [`stream_into`] returns, and the top part and each part's first
 /// global node index (with one past the last), for a caller that rebuilds the top.
 struct Streamed<D> {
@@ -1281,10 +1305,34 @@ mod tests {
             };
             assert_eq!(shape(&got.parts), shape(&loaded.parts));
             assert!(got.parts.iter().filter(|p| p.leaves > 0).count() == SUBTRIE_COUNT);
+            // Verifying alone finds the same, and runs the same hashes.
+            let walk = Walk {
+                threads: 2,
+                verify,
+                batch_bytes: 1 << 10,
+            };
+            let checked = super::verify(&dir, name, walk).unwrap();
+            assert_eq!(checked.tries, got.tries);
+            assert_eq!((checked.rows, checked.registers), (400, 400));
+            let work = |ps: &[PartInfo]| -> Vec<(u64, u64)> {
+                ps.iter().map(|p| (p.nodes, p.permutations)).collect()
+            };
+            assert_eq!(work(&checked.parts), work(&got.parts));
         }
         // Several tries share nodes: refused before any part is read, for the in-memory load.
         write_tries(&t, &dir, "checkpoint.00000002", 1).unwrap();
         let e = stream(&dir, "checkpoint.00000002", &opts(&dir, Verify::Full)).unwrap_err();
+        assert_eq!(e.kind, "shared_node");
+        let e = super::verify(
+            &dir,
+            "checkpoint.00000002",
+            Walk {
+                threads: 1,
+                verify: Verify::Full,
+                batch_bytes: 1 << 10,
+            },
+        )
+        .unwrap_err();
         assert_eq!(e.kind, "shared_node");
         std::fs::remove_dir_all(&dir).unwrap();
     }
