@@ -71,6 +71,33 @@ def _raise(e: Exception) -> None:
     raise RechainError(str(e)) from e
 
 
+def checkpoint_version(directory: Path, name: str) -> int:
+    """The version of checkpoint `name` (its header file's), or `RechainError` naming the file
+    when it is missing or not a checkpoint."""
+    if not (directory / name).is_file():
+        raise RechainError(f"{directory / name}: checkpoint file not found")
+    try:
+        return int(_native.flow_checkpoint_version(str(directory), name))
+    except _native.FlowCheckpointError as e:
+        raise RechainError(str(e)) from e
+
+
+def _verify_mode(verify_leaves: bool, trust_hashes: bool) -> str:
+    """The Rust reader's `verify`: every hash (`full`), leaf hashes trusted (`interior`), or
+    every stored hash trusted (`none`)."""
+    return "none" if trust_hashes else ("full" if verify_leaves else "interior")
+
+
+#: Output files one streamed part may buffer for (registers + hashes row groups, the batch
+#: of leaves being checked, the reader's buffer), in shares of the memory budget per thread.
+_STREAM_SHARES = 32
+
+
+def _stream_share(memory_budget: int, threads: int) -> int:
+    """Bytes of leaves one streamed part buffers (see `_STREAM_SHARES`)."""
+    return max(64 << 10, memory_budget // (_STREAM_SHARES * threads))
+
+
 def load_forest(
     directory: Path,
     name: str,
@@ -87,13 +114,7 @@ def load_forest(
     stored hash (as flow-go does; each root is still compared with its record).
     Returns a `FlowForest` (current root = the checkpoint's last trie) and what was read."""
     t0 = time.perf_counter()
-    header = directory / name
-    if not header.is_file():
-        raise RechainError(f"{header}: checkpoint file not found")
-    try:
-        version = int(_native.flow_checkpoint_version(str(directory), name))
-    except _native.FlowCheckpointError as e:
-        _raise(e)
+    version = checkpoint_version(directory, name)
     # Versions 1, 3, 4 and 5 are one file without parts to share out: read here, whole.
     if ray_address is None or version != 6:
         try:
@@ -230,11 +251,6 @@ def _load_forest_on_ray(
     return forest, info
 
 
-#: Output files one streamed part may buffer for (registers + hashes row groups, the batch
-#: of leaves being checked, the reader's buffer), in shares of the memory budget per thread.
-_STREAM_SHARES = 32
-
-
 def _read_streaming(
     cpdir: Path,
     name: str,
@@ -253,7 +269,7 @@ def _read_streaming(
     from rechain.pipeline.store import part_file_name
     from rechain.schemas import tables
 
-    share = max(64 << 10, memory_budget // (_STREAM_SHARES * threads))
+    share = _stream_share(memory_budget, threads)
     with DataDir(data_path) as data:
         generation = int(data.meta_get(fs.META_FLOW_GENERATION) or 0) + 1
         staged = {
@@ -360,14 +376,9 @@ def read(
     m = _NAME.match(name)
     number = int(m.group(1)) if m else None
     threads = workers or os.cpu_count() or 1
-    if not (cpdir / name).is_file():
-        raise RechainError(f"{cpdir / name}: checkpoint file not found")
-    try:
-        version = int(_native.flow_checkpoint_version(str(cpdir), name))
-    except _native.FlowCheckpointError as e:
-        _raise(e)
+    version = checkpoint_version(cpdir, name)
     if version == 6 and ray_address is None and not in_memory:
-        verify = "none" if trust_hashes else ("full" if verify_leaves else "interior")
+        verify = _verify_mode(verify_leaves, trust_hashes)
         streamed = _read_streaming(
             cpdir, name, data_path, number, threads, verify, memory_budget, t0
         )
@@ -430,16 +441,11 @@ def verify(
     `RechainError` naming the file and offset of the first damage."""
     t0 = time.perf_counter()
     threads = workers or os.cpu_count() or 1
-    if not (cpdir / name).is_file():
-        raise RechainError(f"{cpdir / name}: checkpoint file not found")
-    try:
-        version = int(_native.flow_checkpoint_version(str(cpdir), name))
-    except _native.FlowCheckpointError as e:
-        _raise(e)
-    mode = "none" if trust_hashes else ("full" if verify_leaves else "interior")
+    version = checkpoint_version(cpdir, name)
+    mode = _verify_mode(verify_leaves, trust_hashes)
     info: dict[str, Any] | None = None
     if version == 6:
-        share = max(64 << 10, memory_budget // (_STREAM_SHARES * threads))
+        share = _stream_share(memory_budget, threads)
         try:
             info = dict(
                 _native.flow_checkpoint_verify(
@@ -504,17 +510,12 @@ def stats(
 
     t0 = time.perf_counter()
     threads = workers or os.cpu_count() or 1
-    if not (cpdir / name).is_file():
-        raise RechainError(f"{cpdir / name}: checkpoint file not found")
-    try:
-        version = int(_native.flow_checkpoint_version(str(cpdir), name))
-    except _native.FlowCheckpointError as e:
-        _raise(e)
+    version = checkpoint_version(cpdir, name)
     if version != 6:
         raise RechainError(
             f"{cpdir / name}: version {version}: stats are gathered from v6 checkpoints only"
         )
-    share = max(64 << 10, memory_budget // (_STREAM_SHARES * threads))
+    share = _stream_share(memory_budget, threads)
     with DataDir(data_path) as data:
         spill = data.path / ".checkpoint-stats-spill"
         shutil.rmtree(spill, ignore_errors=True)
@@ -721,6 +722,27 @@ def write(
 # -- CLI (registered from pipeline/cli.py) ----------------------------------------------------
 
 
+def _source_args(p: argparse.ArgumentParser) -> None:
+    """`--dir` and `--file`: the checkpoint a command reads."""
+    p.add_argument("--dir", type=Path, required=True, help="folder holding the checkpoint files")
+    p.add_argument("--file", default=None, help="main file name (default: the latest checkpoint)")
+
+
+def _trust_args(p: argparse.ArgumentParser) -> None:
+    """`--trust-leaf-hashes` and `--trust-hashes` of a read or verification."""
+    p.add_argument(
+        "--trust-leaf-hashes",
+        action="store_true",
+        help="do not recompute leaf hashes from the values (interior hashes and roots still are)",
+    )
+    p.add_argument(
+        "--trust-hashes",
+        action="store_true",
+        help="take every stored hash as flow-go does (structure, CRCs, roots against records "
+        "still checked)",
+    )
+
+
 def add_cli(flow: Any) -> None:
     """Adds `flow checkpoint read|verify|write|stats` to the `flow` subparsers."""
     from rechain.pipeline.cli import parse_size
@@ -729,22 +751,11 @@ def add_cli(flow: Any) -> None:
         dest="cp_action", required=True
     )
     r = cp.add_parser("read", help="verify a checkpoint and load it into the data folder")
-    r.add_argument("--dir", type=Path, required=True, help="folder holding the checkpoint files")
-    r.add_argument("--file", default=None, help="main file name (default: the latest checkpoint)")
+    _source_args(r)
     r.add_argument("--data", type=Path, required=True)
     r.add_argument("--workers", type=int, default=0)
     r.add_argument("--ray-address", default=None)
-    r.add_argument(
-        "--trust-leaf-hashes",
-        action="store_true",
-        help="do not recompute leaf hashes from the values (interior hashes and roots still are)",
-    )
-    r.add_argument(
-        "--trust-hashes",
-        action="store_true",
-        help="take every stored hash as flow-go does (structure, CRCs, roots against records "
-        "still checked)",
-    )
+    _trust_args(r)
     r.add_argument(
         "--memory-budget",
         type=parse_size,
@@ -762,20 +773,9 @@ def add_cli(flow: Any) -> None:
         help="every check of read (hashes recomputed, roots against records), nothing kept: "
         "streamed within --memory-budget",
     )
-    v.add_argument("--dir", type=Path, required=True, help="folder holding the checkpoint files")
-    v.add_argument("--file", default=None, help="main file name (default: the latest checkpoint)")
+    _source_args(v)
     v.add_argument("--workers", type=int, default=0)
-    v.add_argument(
-        "--trust-leaf-hashes",
-        action="store_true",
-        help="do not recompute leaf hashes from the values (interior hashes and roots still are)",
-    )
-    v.add_argument(
-        "--trust-hashes",
-        action="store_true",
-        help="take every stored hash as flow-go does (structure, CRCs, roots against records "
-        "still checked)",
-    )
+    _trust_args(v)
     v.add_argument(
         "--memory-budget",
         type=parse_size,
@@ -804,8 +804,7 @@ def add_cli(flow: Any) -> None:
         help="counts and sizes per owner, register kind and depth (streamed; flow-go's "
         "checkpoint-collect-stats)",
     )
-    s.add_argument("--dir", type=Path, required=True, help="folder holding the checkpoint files")
-    s.add_argument("--file", default=None, help="main file name (default: the latest checkpoint)")
+    _source_args(s)
     s.add_argument("--data", type=Path, required=True, help="data folder the tables go into")
     s.add_argument("--workers", type=int, default=0)
     s.add_argument(

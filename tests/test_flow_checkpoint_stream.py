@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -200,30 +201,36 @@ def test_streamed_read_equals_the_in_memory_read_and_flow_go(
                         assert col.compression == want, (k, table, col.path_in_schema)
 
 
-def test_streamed_read_damage_names_file_and_offset_publishes_nothing(
-    go_checkpoint: Path, tmp_path: Path
-) -> None:
+def damaged_copies(cp: Path, bad: Path, flips: int) -> Iterator[tuple[str, str, Path]]:
+    """Copies of checkpoint `cp` at `bad`, one at a time, each with one damage: the
+    `corrupt_cases`, then `flips` flipped bytes spread along parts 0 and 7 and the top part.
+    Yields (label, the damaged file's name, `bad`)."""
     import shutil
 
-    data = tmp_path / "d"
-    cli_json("flow", "checkpoint", "read", "--dir", go_checkpoint, "--data", data, "--json")
-    state = json.dumps(cli_json("flow", "status", "--data", data, "--json"), sort_keys=True)
-    before = json.dumps(digest(data)["digest"], sort_keys=True)
-    bad = tmp_path / "bad"
-    cases: list[tuple[str, str, Any]] = list(corrupt_cases(go_checkpoint, NAME))
-    # Flipped bytes all along one part and the top part.
+    cases: list[tuple[str, str, Any]] = list(corrupt_cases(cp, NAME))
     for index in (0, 7, 16):
-        victim = go_checkpoint / f"{NAME}.{index:03d}"
+        victim = cp / f"{NAME}.{index:03d}"
         size = victim.stat().st_size
-        for at in range(4, size, max(1, size // 23)):
+        for at in range(4, size, max(1, size // flips)):
             cases.append((f"flip {victim.name}@{at}", victim.name, (index, at)))
-    for label, victim, action in cases:
+    for label, name, action in cases:
         shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(go_checkpoint, bad)
+        shutil.copytree(cp, bad)
         if isinstance(action, tuple):
             flip(bad / f"{NAME}.{action[0]:03d}", action[1])
         else:
             [c for c in corrupt_cases(bad, NAME) if c[0] == label][0][2]()
+        yield label, name, bad
+
+
+def test_streamed_read_damage_names_file_and_offset_publishes_nothing(
+    go_checkpoint: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "d"
+    cli_json("flow", "checkpoint", "read", "--dir", go_checkpoint, "--data", data, "--json")
+    state = json.dumps(cli_json("flow", "status", "--data", data, "--json"), sort_keys=True)
+    before = json.dumps(digest(data)["digest"], sort_keys=True)
+    for label, victim, bad in damaged_copies(go_checkpoint, tmp_path / "bad", flips=23):
         code, _, err = cli("flow", "checkpoint", "read", "--dir", bad, "--data", data, "--json")
         assert code != 0, label
         assert victim in err and "offset" in err, (label, err)

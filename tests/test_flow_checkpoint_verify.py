@@ -12,15 +12,18 @@ The memory bound of the streamed verification is checked with the streamed read'
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import cli, cli_json
-from tests.test_flow_checkpoint import corrupt_cases, flip, rewrite_with_crcs
+from tests.test_flow_checkpoint import rewrite_with_crcs
 from tests.test_flow_checkpoint_legacy import DATA as LEGACY
 from tests.test_flow_checkpoint_legacy import ROOTS as LEGACY_ROOTS
-from tests.test_flow_checkpoint_stream import go_checkpoint, make_checkpoint  # noqa: F401
+from tests.test_flow_checkpoint_stream import (  # noqa: F401  (fixture)
+    damaged_copies,
+    go_checkpoint,
+    make_checkpoint,
+)
 from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 
 NAME = "checkpoint.00000000"
@@ -82,20 +85,7 @@ def test_verify_reads_the_legacy_versions_to_flow_go_s_roots() -> None:
 
 
 def test_verify_names_file_and_offset_of_damage(go_checkpoint: Path, tmp_path: Path) -> None:  # noqa: F811
-    bad = tmp_path / "bad"
-    cases: list[tuple[str, str, Any]] = list(corrupt_cases(go_checkpoint, NAME))
-    for index in (0, 9, 16):
-        victim = go_checkpoint / f"{NAME}.{index:03d}"
-        size = victim.stat().st_size
-        for at in range(4, size, max(1, size // 11)):
-            cases.append((f"flip {victim.name}@{at}", victim.name, (index, at)))
-    for label, victim, action in cases:
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(go_checkpoint, bad)
-        if isinstance(action, tuple):
-            flip(bad / f"{NAME}.{action[0]:03d}", action[1])
-        else:
-            [c for c in corrupt_cases(bad, NAME) if c[0] == label][0][2]()
+    for label, victim, bad in damaged_copies(go_checkpoint, tmp_path / "bad", flips=11):
         for extra in MODES.values():
             code, _, err = cli("flow", "checkpoint", "verify", "--dir", bad, "--file", NAME, *extra)
             assert code != 0, (label, extra)

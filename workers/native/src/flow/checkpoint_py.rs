@@ -262,11 +262,7 @@ fn flow_checkpoint_verify<'py>(
     verify: &str,
     batch_bytes: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let walk = Walk {
-        threads: threads_or_cores(threads),
-        verify: parse_verify(verify)?,
-        batch_bytes,
-    };
+    let walk = walk_of(threads, verify, batch_bytes)?;
     let info = py
         .detach(|| verify_stream(&dir, &name, walk))
         .map_err(|e| cp_err(py, &e))?;
@@ -291,11 +287,7 @@ fn flow_checkpoint_page_in<'py>(
     threads: Option<usize>,
     verify: &str,
 ) -> PyResult<(FlowForest, Bound<'py, PyDict>)> {
-    let walk = Walk {
-        threads: threads_or_cores(threads),
-        verify: parse_verify(verify)?,
-        batch_bytes: (cache_bytes / 32).clamp(64 << 10, 4 << 20),
-    };
+    let walk = walk_of(threads, verify, (cache_bytes / 32).clamp(64 << 10, 4 << 20))?;
     let paged = py.detach(|| {
         let store = NodeStore::create(&store_dir, cache_bytes)
             .map_err(|e| CheckpointError::new(&e.file, e.offset, "io", e.message))?;
@@ -308,6 +300,15 @@ fn flow_checkpoint_page_in<'py>(
     let (info, state) = paged.map_err(|e| cp_err(py, &e))?;
     let d = stream_dict(py, &info)?;
     Ok((FlowForest::from_state(state), d))
+}
+
+/// A streamed walk from the Python arguments (`threads`: default all cores).
+fn walk_of(threads: Option<usize>, verify: &str, batch_bytes: usize) -> PyResult<Walk> {
+    Ok(Walk {
+        threads: threads_or_cores(threads),
+        verify: parse_verify(verify)?,
+        batch_bytes,
+    })
 }
 
 fn parse_verify(verify: &str) -> PyResult<Verify> {
@@ -365,11 +366,7 @@ fn flow_checkpoint_stats<'py>(
     batch_bytes: usize,
     owner_bytes: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let walk = Walk {
-        threads: threads_or_cores(threads),
-        verify: parse_verify(verify)?,
-        batch_bytes,
-    };
+    let walk = walk_of(threads, verify, batch_bytes)?;
     let stats = py
         .detach(|| collect(&dir, &name, walk, &spill_dir, owner_bytes))
         .map_err(|e| cp_err(py, &e))?;
