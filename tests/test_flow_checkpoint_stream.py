@@ -245,8 +245,8 @@ def test_leaf_off_its_place_or_no_trie_refused_by_every_read(tmp_path: Path) -> 
     """Checksums right, content wrong (found by fuzzing, `checkpoint_stream`): a leaf whose
     path leads to another subtrie, which a read that trusts the stored hashes took (in memory
     it then failed in the SST writer with a traceback), and a checkpoint without a trie record,
-    which broke a paged replay (an IndexError). Every read names the file and offset; nothing
-    is published."""
+    which broke a paged replay (an IndexError). Every read (and `checkpoint verify`) names the
+    file and offset; nothing is published."""
     from rechain.workers import _native
 
     misplaced = tmp_path / "misplaced"
@@ -272,6 +272,9 @@ def test_leaf_off_its_place_or_no_trie_refused_by_every_read(tmp_path: Path) -> 
         for extra in ([], ["--in-memory"], ["--trust-hashes"], ["--trust-hashes", "--in-memory"]):
             code, _, err = cli("flow", "checkpoint", "read", "--dir", cp, "--data", data, *extra)
             assert code != 0 and want in err, (cp.name, extra, err)
+        for extra in ([], ["--trust-hashes"]):
+            code, _, err = cli("flow", "checkpoint", "verify", "--dir", cp, *extra)
+            assert code != 0 and want in err, (cp.name, "verify", extra, err)
         # A replay from it, paged (the budget far below the checkpoint) and in memory.
         for budget in ("1K", "1G"):
             code, _, err = cli(
