@@ -378,10 +378,8 @@ def read(
     threads = workers or os.cpu_count() or 1
     version = checkpoint_version(cpdir, name)
     if version == 6 and ray_address is None and not in_memory:
-        verify = _verify_mode(verify_leaves, trust_hashes)
-        streamed = _read_streaming(
-            cpdir, name, data_path, number, threads, verify, memory_budget, t0
-        )
+        mode = _verify_mode(verify_leaves, trust_hashes)
+        streamed = _read_streaming(cpdir, name, data_path, number, threads, mode, memory_budget, t0)
         if streamed is not None:
             return streamed
     forest, info = load_forest(
