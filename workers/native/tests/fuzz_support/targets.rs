@@ -14,7 +14,9 @@ use rechain_native::flow::checkpoint::{
     checkpoint_name, count_registers, load, part_name, verify_part, write_tries, CheckpointError,
     Loaded, Verify, HEADER_LEN, SUBTRIE_COUNT, VERSION_V6,
 };
-use rechain_native::flow::checkpoint_stream::{page_in, stream, StreamOptions, Walk};
+use rechain_native::flow::checkpoint_stream::{
+    page_in, stream, verify as verify_only, StreamOptions, Walk,
+};
 use rechain_native::flow::node_store::NodeStore;
 use rechain_native::flow::record::{decode, encode_delete, encode_update, WalRecord};
 use rechain_native::flow::register_sst::RegisterSst;
@@ -673,6 +675,24 @@ pub fn checkpoint_input_streams(data: &[u8]) -> bool {
         verify,
         batch_bytes: 1 << 10,
     };
+    // Verifying alone makes the stream's checks: the same outcome, the same first damage.
+    match (&streamed, verify_only(&dir, &name, walk)) {
+        (Ok(s), Ok(v)) => {
+            assert_eq!(v.tries, s.tries, "verify: tries differ from the stream's");
+            assert_eq!(
+                (v.rows, v.registers),
+                (s.rows, s.registers),
+                "verify: counts differ from the stream's"
+            );
+        }
+        (Err(s), Err(v)) => assert_eq!(
+            (v.kind, &v.file, v.offset),
+            (s.kind, &s.file, s.offset),
+            "verify: another error than the stream's"
+        ),
+        (Ok(_), Err(v)) => panic!("verify refused what the stream read: {v}"),
+        (Err(s), Ok(_)) => panic!("verify passed what the stream refused: {s}"),
+    }
     let store = NodeStore::create(&out.join("store"), 4 << 10).expect("create a node store");
     let paged = page_in(&dir, &name, walk, &store).map(|(info, trie)| {
         assert_eq!(
