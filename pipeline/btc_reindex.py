@@ -30,6 +30,7 @@ from rechain.pipeline.stages.bitcoin.link import check_found_records
 from rechain.pipeline.stages.engine import Driver
 from rechain.pipeline.store import DataDir
 from rechain.schemas import rocksdb as layout
+from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class ReindexOptions:
     network: str = "main"
     workers: int = 0
     ray_address: str | None = None
-    memory_budget: int = 1 << 30
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
     shard_bytes: int = DEFAULT_SHARD_BYTES
     progress: bool = True
     check_bodies: bool = False

@@ -15,6 +15,7 @@ from typing import Any
 
 from rechain.pipeline import config
 from rechain.pipeline.errors import RechainError
+from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -27,6 +28,11 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
     unit = (m.group(2) or "").lower()[:1]
     return int(float(m.group(1)) * UNITS[unit])
+
+
+def add_memory_budget(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """`--memory-budget SIZE` (default `DEFAULT_MEMORY_BUDGET`), as every command takes it."""
+    p.add_argument("--memory-budget", type=parse_size, default=DEFAULT_MEMORY_BUDGET, help=help)
 
 
 def _print_json(obj: Any) -> None:
@@ -124,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     fr.add_argument("--data", type=Path, required=True)
     fr.add_argument("--workers", type=int, default=0)
     fr.add_argument("--ray-address", default=None)
-    fr.add_argument("--memory-budget", type=parse_size, default=parse_size("1G"))
+    add_memory_budget(fr)
     fr.add_argument("--metrics-port", type=int, default=None)
     fr.add_argument("--no-progress", action="store_true")
     fr.add_argument("--json", action="store_true")
@@ -163,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     ei.add_argument("--ray-address", default=None)
     ei.add_argument("--from", dest="first", type=int, default=None, metavar="N")
     ei.add_argument("--to", dest="last", type=int, default=None, metavar="M", help="inclusive")
-    ei.add_argument("--memory-budget", type=parse_size, default=parse_size("1G"))
+    add_memory_budget(ei)
     ei.add_argument("--metrics-port", type=int, default=None)
     ei.add_argument("--no-progress", action="store_true")
     ei.add_argument("--json", action="store_true")
@@ -198,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--ray-address", default=None, help="join this Ray cluster instead of a local one"
     )
-    r.add_argument("--memory-budget", type=parse_size, default=parse_size("1G"))
+    add_memory_budget(r)
     r.add_argument("--metrics-port", type=int, default=None)
     r.add_argument(
         "--metrics-linger",

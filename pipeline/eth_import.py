@@ -21,6 +21,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 from rechain.workers.eth_import import EthUnit
+from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
 #: Blocks per era1 file (``era.MaxSize``) and per freezer unit.
 UNIT_BLOCKS = 8192
@@ -40,7 +41,7 @@ class ImportOptions:
     #: First and last block to import (inclusive); None: all.
     first: int | None = None
     last: int | None = None
-    memory_budget: int = 1 << 30
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
     progress: bool = True
     #: Check ethash proof of work of every pre-merge header (``--no-pow`` turns it off).
     pow: bool = True

@@ -44,6 +44,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
 if TYPE_CHECKING:  # loaded by the functions that read Parquet: a replay never does
     import pyarrow as pa
@@ -361,7 +362,7 @@ def read(
     ray_address: str | None = None,
     verify_leaves: bool = True,
     trust_hashes: bool = False,
-    memory_budget: int = 1 << 30,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
     in_memory: bool = False,
 ) -> dict[str, Any]:
     """`rechain flow checkpoint read`: verify, then publish the last trie's registers (RocksDB
@@ -430,7 +431,7 @@ def verify(
     workers: int = 0,
     verify_leaves: bool = True,
     trust_hashes: bool = False,
-    memory_budget: int = 1 << 30,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> dict[str, Any]:
     """`rechain flow checkpoint verify`: every check of `read` (CRCs, structure, path order,
     the hashes recomputed, each root against its record) without a data folder: nothing is
@@ -497,7 +498,7 @@ def stats(
     data_path: Path,
     workers: int = 0,
     trust_hashes: bool = False,
-    memory_budget: int = 1 << 30,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> dict[str, Any]:
     """`rechain flow checkpoint stats`: counts and sizes of checkpoint `name` (v6, one trie)
     per owner, per register kind, per depth and for the trie, gathered with the streamed read
@@ -743,7 +744,7 @@ def _trust_args(p: argparse.ArgumentParser) -> None:
 
 def add_cli(flow: Any) -> None:
     """Adds `flow checkpoint read|verify|write|stats` to the `flow` subparsers."""
-    from rechain.pipeline.cli import parse_size
+    from rechain.pipeline.cli import add_memory_budget
 
     cp = flow.add_parser("checkpoint", help="Flow v6 checkpoints").add_subparsers(
         dest="cp_action", required=True
@@ -754,11 +755,9 @@ def add_cli(flow: Any) -> None:
     r.add_argument("--workers", type=int, default=0)
     r.add_argument("--ray-address", default=None)
     _trust_args(r)
-    r.add_argument(
-        "--memory-budget",
-        type=parse_size,
-        default=parse_size("1G"),
-        help="bound of a streamed read (v6, one trie)",
+    add_memory_budget(
+        r,
+        "bound of a streamed read (v6, one trie)",
     )
     r.add_argument(
         "--in-memory",
@@ -774,11 +773,9 @@ def add_cli(flow: Any) -> None:
     _source_args(v)
     v.add_argument("--workers", type=int, default=0)
     _trust_args(v)
-    v.add_argument(
-        "--memory-budget",
-        type=parse_size,
-        default=parse_size("1G"),
-        help="bound of a streamed verification (v6, one trie)",
+    add_memory_budget(
+        v,
+        "bound of a streamed verification (v6, one trie)",
     )
     v.add_argument("--json", action="store_true")
     w = cp.add_parser("write", help="write the data folder's state as a v6 checkpoint")
@@ -789,11 +786,9 @@ def add_cli(flow: Any) -> None:
         "--number", type=int, default=None, help="checkpoint number (default: last segment)"
     )
     w.add_argument("--threads", type=int, default=None)
-    w.add_argument(
-        "--memory-budget",
-        type=parse_size,
-        default=parse_size("1G"),
-        help="the heap's thresholds follow it as in every command (the write holds one row "
+    add_memory_budget(
+        w,
+        "the heap's thresholds follow it as in every command (the write holds one row "
         "group of the registers table per thread)",
     )
     w.add_argument("--json", action="store_true")
@@ -810,13 +805,18 @@ def add_cli(flow: Any) -> None:
         action="store_true",
         help="do not recompute node hashes (structure, CRCs, roots against records still checked)",
     )
-    s.add_argument(
-        "--memory-budget",
-        type=parse_size,
-        default=parse_size("1G"),
-        help="bound of the streamed read and of the owner counts held before spilling",
+    add_memory_budget(
+        s,
+        "bound of the streamed read and of the owner counts held before spilling",
     )
     s.add_argument("--json", action="store_true")
+
+
+def _print_tries(head: str, result: dict[str, Any]) -> None:
+    print(
+        f"{head}: {len(result['tries'])} trie(s); last root {result['root']}; "
+        f"{result['reg_count']:,} registers"
+    )
 
 
 def _latest(directory: Path, name: str | None) -> str:
@@ -852,10 +852,8 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
             memory_budget=args.memory_budget,
         )
         if not args.json:
-            print(
-                f"verified {result['checkpoint']} ({result['verify']}, {result['mode']}): "
-                f"{len(result['tries'])} trie(s); last root {result['root']}; "
-                f"{result['reg_count']:,} registers"
+            _print_tries(
+                f"verified {result['checkpoint']} ({result['verify']}, {result['mode']})", result
             )
         return result
     if args.cp_action == "read":
@@ -872,10 +870,7 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
             in_memory=args.in_memory,
         )
         if not args.json:
-            print(
-                f"read {result['checkpoint']}: {len(result['tries'])} trie(s); last root "
-                f"{result['root']}; {result['reg_count']:,} registers"
-            )
+            _print_tries(f"read {result['checkpoint']}", result)
         return result
     result = write(args.data, args.out, args.root, args.number, args.threads)
     if not args.json:

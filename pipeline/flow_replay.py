@@ -20,6 +20,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class ReplayOptions:
     data: Path
     workers: int = 0
     ray_address: str | None = None
-    memory_budget: int = 1 << 30
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
     progress: bool = True
     #: Resume from the latest checkpoint in this folder (replay only the segments after it).
     checkpoint: Path | None = None

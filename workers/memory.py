@@ -39,6 +39,9 @@ def release_unused_memory(collect: bool = True) -> None:
         libc.malloc_trim(0)
 
 
+#: ``--memory-budget`` of a command not given one.
+DEFAULT_MEMORY_BUDGET = 1 << 30
+
 #: Heap blocks at least this large get pages of their own, unmapped when freed. glibc's default
 #: threshold (128 KiB) rises with every larger block freed, up to 32 MiB, after which the
 #: pipeline's chunk and batch buffers are carved from the heap and their pages stay resident

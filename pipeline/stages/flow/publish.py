@@ -19,7 +19,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
-from rechain.workers.memory import release_unused_memory
+from rechain.workers.memory import DEFAULT_MEMORY_BUDGET, release_unused_memory
 
 #: Each registers SST file holds its filter's key hashes and its index until it closes: it
 #: closes once they take this share of the budget (publication runs after the replay, in the
@@ -56,7 +56,7 @@ def publish_forest(
     skipped: list[dict[str, Any]],
     last_segment: int | None = None,
     resumed_from: dict[str, Any] | None = None,
-    memory_budget: int = 1 << 30,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> dict[str, Any]:
     """Publishes the forest's current trie and update log: the Parquet tables (written by the
     Rust core, so this process never loads pyarrow), then RocksDB's registers and roots,
