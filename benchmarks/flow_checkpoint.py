@@ -22,6 +22,9 @@ flow-go replays it and writes checkpoint C with its own writer. On C:
   and after the reads, same code as the verifier's leaf chains) times the permutations the
   read's hash recomputation ran: the least time any reader that recomputes every hash needs
   on this machine now, next to flow-go's read (which recomputes none);
+* at ten times the budget (`--big-updates`, `--big-budget`): a checkpoint of a larger WAL,
+  written by rechain's replay checkpointer, read and verified streamed within `--big-budget`
+  and read by flow-go (the whole trie in memory): time and peak RSS of each;
 * the publish floor: the `registers` and `register_hashes` parts the read published, encoded
   again from memory on `--workers` threads (best of three): the least any read that publishes
   them spends writing them, next to flow-go's read (which publishes nothing) and, with the
@@ -35,7 +38,7 @@ its largest peak RSS, as the floor is the best of several runs. The checkpoint's
 once before each timed read (`warm_page_cache`: these hosts page idle files out).
 
     .venv/bin/python benchmarks/flow_checkpoint.py [--updates 8000] [--registers-per-update 40]
-        [--repeat 3]
+        [--repeat 3] [--big-updates 24000] [--big-budget 16M]
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ from common import (  # noqa: E402
     write_result,
 )
 from flow_replay import BIN, flowgo_binary  # noqa: E402
+from rechain.pipeline.cli import parse_size  # noqa: E402
+from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints  # noqa: E402
 
 KECCAK_RATE = """
 import json, sys
@@ -98,12 +103,92 @@ print(json.dumps({"load_s": t1 - t0, "store_s": time.perf_counter() - t1}))
 """
 
 
+def measure_ten_times_budget(
+    flowgo: Path, work: Path, workers: int, budget: int, updates: int
+) -> dict[str, Any]:
+    """A checkpoint of at least ten times `budget`, written by rechain's replay checkpointer
+    (flow-go's bytes, see test_flow_checkpoint) from a generated WAL of `updates` updates of
+    40 registers: read (streamed, published) and verified within `budget`, each with every hash
+    recomputed and with `--trust-hashes`, and read by flow-go, which holds the whole trie. Time
+    and peak RSS of each."""
+    wal = work / "wal-big"
+    subprocess.run(
+        [str(BIN), "gen", "flow", str(wal), "--updates", str(updates),
+         "--registers-per-update", "40", "--seed", "11", "--segment-size", str(4 << 20)],
+        check=True, capture_output=True, timeout=3600,
+    )  # fmt: skip
+    segments = sum(1 for p in wal.iterdir() if p.name.isdigit())
+    cps = work / "cps-big"
+    subprocess.run(
+        [str(BIN), "flow", "replay", "--wal", str(wal), "--data", str(work / "d-big-replay"),
+         "--workers", str(workers), "--no-progress", "--json", "--checkpoint-every",
+         str(segments), "--checkpoint-dir", str(cps)],
+        check=True, capture_output=True, timeout=3600,
+    )  # fmt: skip
+    shutil.rmtree(work / "d-big-replay")
+    [(_, name)] = list_checkpoints(cps)
+    cp_bytes = checkpoint_bytes(cps, name)
+    mib = 2**20
+
+    def ours(action: str, *flags: str) -> tuple[dict[str, Any], int]:
+        warm_page_cache(cps)
+        data = ["--data", str(work / f"d-big-{len(flags)}")] if action == "read" else []
+        done, rss, _ = run_measured(
+            [str(BIN), "flow", "checkpoint", action, "--dir", str(cps), *data,
+             "--workers", str(workers), "--memory-budget", str(budget), "--json", *flags]
+        )  # fmt: skip
+        return json.loads(done.stdout), rss.peak_root
+
+    runs = {
+        "rechain_read": ours("read"),
+        "rechain_verify": ours("verify"),
+        "rechain_read_trust_hashes": ours("read", "--trust-hashes"),
+        "rechain_verify_trust_hashes": ours("verify", "--trust-hashes"),
+    }
+    warm_page_cache(cps)
+    theirs, go_rss, _ = run_measured(
+        [str(flowgo), "read-checkpoint", "--dir", str(cps), "--file", name]
+    )  # fmt: skip
+    go = json.loads(theirs.stdout)
+    go_s = float(go["elapsed_seconds"])
+    want = (go["tries"][-1]["root"], go["tries"][-1]["reg_count"])
+    return {
+        "checkpoint_bytes": cp_bytes,
+        "registers": go["tries"][-1]["reg_count"],
+        "memory_budget": budget,
+        "checkpoint_over_budget": round(cp_bytes / budget, 2),
+        "same_root_and_registers": all(
+            (r["root"], r["reg_count"]) == want for r, _ in runs.values()
+        ),
+        "modes": {k: r["mode"] for k, (r, _) in runs.items()},
+        "seconds": {
+            **{k: round(r["total_s"], 3) for k, (r, _) in runs.items()},
+            "flowgo_read": round(go_s, 3),
+        },
+        "peak_rss_mib": {
+            **{k: round(rss / mib) for k, (_, rss) in runs.items()},
+            "flowgo_read": round(go_rss.peak_root / mib),
+        },
+        "flowgo_rss_over_rechain": {
+            k: round(go_rss.peak_root / rss, 2) for k, (_, rss) in runs.items()
+        },
+        "speed_vs_flowgo_read": {k: round(go_s / r["total_s"], 3) for k, (r, _) in runs.items()},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--updates", type=int, default=8_000)
     ap.add_argument("--registers-per-update", type=int, default=40)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each timed read")
+    ap.add_argument(
+        "--big-updates",
+        type=int,
+        default=24_000,
+        help="updates of the WAL whose checkpoint is read at a tenth of its size (0: skip)",
+    )
+    ap.add_argument("--big-budget", type=parse_size, default=parse_size("16M"))
     args = ap.parse_args()
     flowgo = flowgo_binary()
     work = Path(tempfile.mkdtemp(prefix="rechain-cp-bench-"))
@@ -424,6 +509,13 @@ def main() -> None:
                 "write rss <= flowgo": ours_w_rss.peak_root <= go_w_rss.peak_root,
             },
         }
+        if args.big_updates:
+            big = measure_ten_times_budget(
+                flowgo, work, args.workers, args.big_budget, args.big_updates
+            )
+            out["at_ten_times_budget"] = big
+            out["same_root_and_registers"]["at_ten_times_budget"] = big["same_root_and_registers"]
+            out["targets"]["checkpoint >= 10x budget"] = big["checkpoint_over_budget"] >= 10
         path = write_result("flow_checkpoint", out)
         print(json.dumps(out, indent=1))
         print(f"wrote {path}")
