@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import tables
 from rechain.workers import _native
@@ -55,11 +54,8 @@ def load_chunk(spec: ChunkSpec) -> Any:
 
 
 def write_part(chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes: int) -> None:
-    """Writes an applied chunk's part: its resolved spends to ``tmps[0]``, then its rows of
+    """Writes an applied chunk's part: its resolved spends to ``tmps[0]`` and its rows of
     ``ROW_TABLES`` to the others, side by side (Rust threads)."""
-    # No dictionaries: every prev_txid differs, and the fallback from a filled dictionary
-    # page was most of the file's cost.
-    pq.write_table(pa.Table.from_batches([spends]), tmps[0], use_dictionary=False)
     chunk.write_rows(
         [
             (
@@ -72,7 +68,10 @@ def write_part(chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes
                 list(tables.TABLES[t].dictionary_columns),
             )
             for t, tmp in zip(ROW_TABLES, tmps[1:], strict=True)
-        ]
+        ],
+        spends,
+        tmps[0],
+        group_bytes,
     )
 
 

@@ -9,11 +9,12 @@ use crate::btc::spend_resolve;
 use crate::btc::utxo::UTXO_KEY_PREFIX;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
-use crate::parquet_out::{write_batches, Layout, RowGroups};
+use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups};
 use crate::{key8, network};
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::basic::Compression;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyIterator, PyList};
@@ -35,6 +36,9 @@ pub fn spends_schema() -> Arc<Schema> {
         u32f("prev_vout"),
     ]))
 }
+
+/// Rows per row group of a staged spends file (a chunk's spends are usually one group).
+const SPENDS_GROUP_ROWS: usize = 1 << 20;
 
 fn spends_batch(s: chain_state::SpendRows) -> PyResult<RecordBatch> {
     let mut txid = BinaryBuilder::with_capacity(s.prev_txid.len(), 32 * s.prev_txid.len());
@@ -246,8 +250,17 @@ impl ChainStateChunk {
     /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
     /// a row group closes early, columns written without statistics, columns
-    /// dictionary-encoded). Returns the rows written per spec.
-    fn write_rows(&self, py: Python<'_>, specs: Vec<RowsSpec>) -> PyResult<Vec<u64>> {
+    /// dictionary-encoded). Beside them, `spends` (the batch `apply` returned) goes to
+    /// `spends_path`. Returns the rows written: the spends', then each spec's.
+    fn write_rows(
+        &self,
+        py: Python<'_>,
+        specs: Vec<RowsSpec>,
+        spends: PyRecordBatch,
+        spends_path: PathBuf,
+        spends_group_bytes: usize,
+    ) -> PyResult<Vec<u64>> {
+        let spends = spends.into_inner();
         let guard = self.resolved.lock().expect("not poisoned");
         let Some((applied, values)) = guard.as_ref() else {
             return Err(PyValueError::new_err("write_rows before apply"));
@@ -289,10 +302,21 @@ impl ChainStateChunk {
                 };
                 write_batches(path, schema, batches, &layout, groups)
             };
+            // The spends are staged for the publish stage, which reads them back once.
+            let write_spends = || {
+                let layout = Layout {
+                    compression: Some(Compression::SNAPPY),
+                    ..Layout::default()
+                };
+                let groups = RowGroups {
+                    rows: SPENDS_GROUP_ROWS,
+                    bytes: spends_group_bytes,
+                };
+                write_batch(&spends_path, &spends, &layout, groups)
+            };
             std::thread::scope(|scope| {
-                let running: Vec<_> = specs
-                    .iter()
-                    .map(|s| scope.spawn(move || write(s)))
+                let running: Vec<_> = std::iter::once(scope.spawn(write_spends))
+                    .chain(specs.iter().map(|s| scope.spawn(move || write(s))))
                     .collect();
                 running
                     .into_iter()

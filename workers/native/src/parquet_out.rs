@@ -43,6 +43,9 @@ pub struct Layout<'a> {
     /// Stored uncompressed: random bytes (hashes, and paths that are hashes), which zstd
     /// cannot shrink and spends as long on as on any other page.
     pub uncompressed: &'a [&'a str],
+    /// Every other column's codec where it is not zstd: a staged file read back once is
+    /// cheaper to write with snappy than to keep small.
+    pub compression: Option<Compression>,
 }
 
 /// One Parquet file being written batch by batch; row groups are closed by its owner.
@@ -85,7 +88,11 @@ fn properties(
     layout: &Layout,
 ) -> Result<WriterPropertiesBuilder, String> {
     let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_compression(
+            layout
+                .compression
+                .unwrap_or(Compression::ZSTD(ZstdLevel::default())),
+        )
         .set_dictionary_enabled(false)
         .set_max_row_group_row_count(None);
     let leaf = |c: &str| -> Result<ColumnPath, String> {

@@ -436,6 +436,7 @@ const REGISTERS_LAYOUT: Layout = Layout {
     dictionary: &[],
     unsorted: &["value"],
     uncompressed: &["path"],
+    compression: None,
 };
 
 /// `register_hashes`' Parquet layout: every column but `height` is a hash; only `path` is
@@ -444,6 +445,7 @@ const REGISTER_HASHES_LAYOUT: Layout = Layout {
     dictionary: &[],
     unsorted: &["leaf_hash", "node_hash"],
     uncompressed: &["path", "leaf_hash", "node_hash"],
+    compression: None,
 };
 
 /// The writers of a trie's `registers` file and of its `register_hashes` file beside it
