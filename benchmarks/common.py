@@ -150,7 +150,8 @@ def btc_reindex_cmd(blocks: Path, data: Path, workers: int, *extra: str) -> list
 def encoding_floor(files: list[Path], threads: int = 2, repeat: int = 1) -> dict[str, Any]:
     """The Parquet ``files`` encoded again from memory on ``threads`` threads (pyarrow's writer,
     zstd at level 1 as the Rust core writes it), each with the settings its own metadata records
-    per column (codec, dictionary, statistics) and its largest row group: the encoding's CPU
+    per column (codec, dictionary, delta encodings, statistics) and its largest row group: the
+    encoding's CPU
     seconds (the least of ``repeat`` rounds), and those over the threads, ``floor_s`` (reading
     the files is not counted). A run that publishes these tables spends at least this writing
     them, whoever writes them."""
@@ -165,6 +166,8 @@ def encoding_floor(files: list[Path], threads: int = 2, repeat: int = 1) -> dict
         columns = [first.column(i) for i in range(first.num_columns)]
         codec = {c.path_in_schema: c.compression.lower() for c in columns}
         codec = {k: "none" if v == "uncompressed" else v for k, v in codec.items()}
+        deltas = ("DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY", "DELTA_BINARY_PACKED")
+        encoding = {c.path_in_schema: e for c in columns for e in deltas if e in c.encodings}
         t0 = time.thread_time()
         pq.write_table(
             rows,
@@ -172,6 +175,7 @@ def encoding_floor(files: list[Path], threads: int = 2, repeat: int = 1) -> dict
             compression=codec,
             compression_level={k: 1 for k, v in codec.items() if v == "zstd"} or None,
             use_dictionary=[c.path_in_schema for c in columns if c.has_dictionary_page] or False,
+            column_encoding=encoding or None,
             write_statistics=[c.path_in_schema for c in columns if c.is_stats_set] or False,
             row_group_size=max(meta.row_group(g).num_rows for g in range(meta.num_row_groups)),
         )

@@ -39,6 +39,10 @@ class Table:
     #: Columns written without min/max statistics (by the Rust core, and by the Ethereum
     #: workers' pyarrow writer): random hashes and scripts, whose ranges prune nothing.
     unsorted_columns: tuple[str, ...] = ()
+    #: Columns of hashes' hex (by the Rust core) written DELTA_LENGTH_BYTE_ARRAY: the digits
+    #: apart from their lengths, whose every 4 bytes plain encoding puts between the values,
+    #: where zstd takes them for matches and spends longer encoding them than the digits.
+    delta_length_columns: tuple[str, ...] = ()
     #: Rows per row group.
     row_group_rows: int = BTC_ROW_GROUP_ROWS
     #: A row group is also closed at this many encoded bytes where the writer can (None: the
@@ -169,6 +173,7 @@ TRANSACTIONS = Table(
     # and each row as a run of indexes, instead of 64 hex characters compressed every time.
     dictionary_columns=("block_hash",),
     unsorted_columns=("txid", "wtxid", "block_hash"),
+    delta_length_columns=("txid", "wtxid"),
 )
 INPUTS = Table(
     "inputs",
@@ -190,6 +195,7 @@ INPUTS = Table(
     partition_by=HEIGHT_RANGE,
     dictionary_columns=("block_hash",),
     unsorted_columns=("txid", "prev_txid", "script_sig", "witness", "block_hash"),
+    delta_length_columns=("txid", "prev_txid"),
 )
 OUTPUTS = Table(
     "outputs",
@@ -209,6 +215,7 @@ OUTPUTS = Table(
     partition_by=HEIGHT_RANGE,
     dictionary_columns=("block_hash", "script_type"),
     unsorted_columns=("txid", "address", "script_pubkey", "block_hash"),
+    delta_length_columns=("txid",),
 )
 HEADERS = Table(
     "headers",

@@ -66,6 +66,7 @@ def write_part(chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes
                 group_bytes,
                 list(tables.TABLES[t].unsorted_columns),
                 list(tables.TABLES[t].dictionary_columns),
+                list(tables.TABLES[t].delta_length_columns),
             )
             for t, tmp in zip(ROW_TABLES, tmps[1:], strict=True)
         ],

@@ -250,7 +250,7 @@ impl ChainStateChunk {
     /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
     /// a row group closes early, columns written without statistics, columns
-    /// dictionary-encoded). Beside them, `spends` (the batch `apply` returned) goes to
+    /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded). Beside them, `spends` (the batch `apply` returned) goes to
     /// `spends_path`. Returns the rows written: the spends', then each spec's.
     fn write_rows(
         &self,
@@ -267,22 +267,25 @@ impl ChainStateChunk {
         };
         let specs: Vec<_> = specs
             .into_iter()
-            .map(|(t, schema, path, rows, bytes, unsorted, dictionary)| {
-                (
-                    t,
-                    schema.into_inner(),
-                    path,
-                    rows,
-                    bytes,
-                    unsorted,
-                    dictionary,
-                )
-            })
+            .map(
+                |(t, schema, path, rows, bytes, unsorted, dictionary, delta_length)| {
+                    (
+                        t,
+                        schema.into_inner(),
+                        path,
+                        rows,
+                        bytes,
+                        unsorted,
+                        dictionary,
+                        delta_length,
+                    )
+                },
+            )
             .collect();
         py.detach(|| {
             let blocks = self.chain_blocks(*applied);
             let write = |spec: &TableSpec| {
-                let (table, schema, path, rows, bytes, unsorted, dictionary) = spec;
+                let (table, schema, path, rows, bytes, unsorted, dictionary, delta_length) = spec;
                 // Which outputs later blocks spend is known only once they are applied:
                 // `outputs` is written unspent here, the publish stage sets `spent`.
                 let network = self.inner.network();
@@ -294,10 +297,12 @@ impl ChainStateChunk {
                 };
                 let unsorted: Vec<&str> = unsorted.iter().map(String::as_str).collect();
                 let dictionary: Vec<&str> = dictionary.iter().map(String::as_str).collect();
+                let delta_length: Vec<&str> = delta_length.iter().map(String::as_str).collect();
                 let schema = Arc::clone(schema);
                 let layout = Layout {
                     dictionary: &dictionary,
                     unsorted: &unsorted,
+                    delta_length: &delta_length,
                     ..Layout::default()
                 };
                 write_batches(path, schema, batches, &layout, groups)
@@ -333,8 +338,17 @@ impl ChainStateChunk {
 
 /// A table `ChainStateChunk.write_rows` writes: (table, declared schema, Parquet file, rows
 /// per row group, bytes at which a group closes early, columns without statistics, columns
-/// dictionary-encoded).
-type Spec<S> = (String, S, PathBuf, usize, usize, Vec<String>, Vec<String>);
+/// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded).
+type Spec<S> = (
+    String,
+    S,
+    PathBuf,
+    usize,
+    usize,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+);
 type RowsSpec = Spec<PySchema>;
 type TableSpec = Spec<SchemaRef>;
 

@@ -12,7 +12,7 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::arrow_writer::{compute_leaves, ArrowRowGroupWriterFactory};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::PageIndexPolicy;
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
@@ -43,6 +43,8 @@ pub struct Layout<'a> {
     /// Stored uncompressed: random bytes (hashes, and paths that are hashes), which zstd
     /// cannot shrink and spends as long on as on any other page.
     pub uncompressed: &'a [&'a str],
+    /// Encoded DELTA_LENGTH_BYTE_ARRAY (see `delta_length_columns` in `schemas/tables.py`).
+    pub delta_length: &'a [&'a str],
     /// Every other column's codec where it is not zstd: a staged file read back once is
     /// cheaper to write with snappy than to keep small.
     pub compression: Option<Compression>,
@@ -115,6 +117,9 @@ fn properties(
     }
     for c in layout.uncompressed {
         props = props.set_column_compression(leaf(c)?, Compression::UNCOMPRESSED);
+    }
+    for c in layout.delta_length {
+        props = props.set_column_encoding(leaf(c)?, Encoding::DELTA_LENGTH_BYTE_ARRAY);
     }
     Ok(props)
 }

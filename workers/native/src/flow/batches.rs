@@ -436,6 +436,7 @@ const REGISTERS_LAYOUT: Layout = Layout {
     dictionary: &[],
     unsorted: &["value"],
     uncompressed: &["path"],
+    delta_length: &[],
     compression: None,
 };
 
@@ -445,6 +446,7 @@ const REGISTER_HASHES_LAYOUT: Layout = Layout {
     dictionary: &[],
     unsorted: &["leaf_hash", "node_hash"],
     uncompressed: &["path", "leaf_hash", "node_hash"],
+    delta_length: &[],
     compression: None,
 };
 
