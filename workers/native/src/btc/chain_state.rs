@@ -41,11 +41,22 @@ const MAX_KEY: usize = 38;
 /// A `btc_utxo` key held inline. A chunk makes millions of them (every input and output, and
 /// the copies its maps and undo records keep): one heap allocation each was most of the
 /// allocator's share of a full reindex. Bytes past `len` stay zero, so the derived equality
-/// and hash are those of the key's bytes; order is the bytes' order, as RocksDB sorts.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+/// is that of the key's bytes; order is the bytes' order, as RocksDB sorts.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Key {
     len: u8,
     bytes: [u8; MAX_KEY],
+}
+
+/// One word per key, for the chunk's maps (several probes per input and output): the txid's
+/// first 8 bytes (a hash already, so spread evenly) with the VARINT(vout) bytes after it.
+/// Equal keys have equal bytes, so equal words; the derived hash fed all 39 bytes (and the
+/// slice's length) through the hasher on every probe.
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let word = |at: usize| u64::from_le_bytes(self.bytes[at..at + 8].try_into().unwrap());
+        state.write_u64(word(1) ^ word(30).rotate_left(32));
+    }
 }
 
 impl Key {
