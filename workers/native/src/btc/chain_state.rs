@@ -327,9 +327,13 @@ impl Chunk {
     }
 
     fn plan_reads(&self) -> Vec<Key> {
-        let mut created: HashSet<Key> = HashSet::default();
+        // Sized up front, as the view is: growing a set rehashes every key in it again.
+        let (ins, outs) = self.blocks.iter().fold((0, 0), |(i, o), b| {
+            (i + b.spans.ins.len(), o + b.spans.outs.len())
+        });
+        let mut created: HashSet<Key> = HashSet::with_capacity_and_hasher(outs, Default::default());
         let mut needed: Vec<Key> = Vec::new();
-        let mut seen: HashSet<Key> = HashSet::default();
+        let mut seen: HashSet<Key> = HashSet::with_capacity_and_hasher(ins, Default::default());
         let mut need = |k: Key, created: &HashSet<Key>| {
             if !created.contains(&k) && seen.insert(k) {
                 needed.push(k);
