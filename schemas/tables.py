@@ -39,9 +39,10 @@ class Table:
     #: Columns written without min/max statistics (by the Rust core, and by the Ethereum
     #: workers' pyarrow writer): random hashes and scripts, whose ranges prune nothing.
     unsorted_columns: tuple[str, ...] = ()
-    #: Columns of hashes' hex (by the Rust core) written DELTA_LENGTH_BYTE_ARRAY: the digits
-    #: apart from their lengths, whose every 4 bytes plain encoding puts between the values,
-    #: where zstd takes them for matches and spends longer encoding them than the digits.
+    #: Columns of hashes' hex written DELTA_LENGTH_BYTE_ARRAY (by the Rust core): the lengths
+    #: are packed apart, so zstd sees only the digits. Plain encoding puts a 4-byte length
+    #: before each value, which zstd takes for short matches and spends longer on than on
+    #: the digits themselves.
     delta_length_columns: tuple[str, ...] = ()
     #: Rows per row group.
     row_group_rows: int = BTC_ROW_GROUP_ROWS

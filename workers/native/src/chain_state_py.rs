@@ -250,8 +250,9 @@ impl ChainStateChunk {
     /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
     /// a row group closes early, columns written without statistics, columns
-    /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded). Beside them, `spends` (the batch `apply` returned) goes to
-    /// `spends_path`. Returns the rows written: the spends', then each spec's.
+    /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded). Beside them, `spends`
+    /// (the batch `apply` returned) goes to `spends_path`. Returns the rows written: the
+    /// spends', then each spec's.
     fn write_rows(
         &self,
         py: Python<'_>,
