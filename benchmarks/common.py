@@ -151,10 +151,9 @@ def encoding_floor(files: list[Path], threads: int = 2, repeat: int = 1) -> dict
     """The Parquet ``files`` encoded again from memory on ``threads`` threads (pyarrow's writer,
     zstd at level 1 as the Rust core writes it), each with the settings its own metadata records
     per column (codec, dictionary, delta encodings, statistics) and its largest row group: the
-    encoding's CPU
-    seconds (the least of ``repeat`` rounds), and those over the threads, ``floor_s`` (reading
-    the files is not counted). A run that publishes these tables spends at least this writing
-    them, whoever writes them."""
+    encoding's CPU seconds (the least of ``repeat`` rounds), and those over the threads,
+    ``floor_s`` (reading the files is not counted). A run that publishes these tables spends
+    at least this writing them, whoever writes them."""
     import io
 
     import pyarrow.parquet as pq
