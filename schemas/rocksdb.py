@@ -30,7 +30,8 @@ CF_BTC_BEST = "btc_best"
 #: pipeline/btc_bodies.
 CF_BTC_BODIES = "btc_bodies"
 #: UTXO set at the best tip: Core's chainstate key ('C' | txid internal | VARINT(vout)) ->
-#: code u32 LE (height * 2 + coinbase) | value u64 LE | script (encoded in btc/utxo.rs).
+#: code u32 LE (height * 2 + coinbase) | value u64 LE | row u32 LE (the output's place among
+#: its block's outputs) | script (encoded in btc/chain_state.rs, ``coin_value``).
 CF_BTC_UTXO = "btc_utxo"
 #: Undo data of each applied best-chain block: height (u32 big-endian) -> the block's hash and
 #: the coins it created and spent (encoded in btc/chain_state.rs), so that the UTXO set rolls

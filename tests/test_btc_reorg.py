@@ -200,44 +200,46 @@ def test_parts_staged_before_slim_staging_are_still_read(chains: Any, tmp_path: 
     assert verify(data)["ok"]
 
 
-def _list_parts_in_checkpoint(data: Path) -> int:
-    """Rewrites the data folder's chain state as a layout-4 run left it: its parts listed in
-    the checkpoint, no part keys. Returns the parts."""
+def _checkpoint(data: Path) -> dict[str, Any]:
+    from rechain.pipeline.stages.bitcoin import chain_state
+
+    with DataDir(data, readonly=True) as d:
+        cp = chain_state.checkpoint(d)
+    assert cp is not None
+    return cp
+
+
+def _mark_older_layout(data: Path) -> None:
+    """Rewrites the data folder's chain-state checkpoint as the layout before this one's.
+    (A function: the folder's column-family handles live as long as its ``DataDir``.)"""
     from rechain.pipeline.stages.bitcoin import chain_state
     from rechain.schemas import rocksdb as layout
 
     with DataDir(data) as d:
         cp = chain_state.checkpoint(d)
-        assert cp is not None and cp["layout"] == chain_state.LAYOUT and "parts" not in cp
-        listed = [list(p) for p in chain_state.parts(d)]
-        keys = [k for k, _ in d.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)]
-        assert len(keys) == len(listed) > 1
-        old = {**cp, "layout": chain_state.LISTED_PARTS_LAYOUT, "parts": listed}
-        d.write({layout.CF_META: [(layout.META_BTC_CHAIN_STATE, old)]}, {layout.CF_META: keys})
-        assert [list(p) for p in chain_state.parts(d)] == listed
-    return len(listed)
+        assert cp is not None and cp["layout"] == chain_state.LAYOUT
+        old = {**cp, "layout": chain_state.LAYOUT - 1}
+        d.write({layout.CF_META: [(layout.META_BTC_CHAIN_STATE, old)]})
 
 
-def test_a_checkpoint_listing_its_parts_is_carried_over_not_rebuilt(
+def test_a_checkpoint_of_an_older_layout_is_rebuilt_from_genesis(
     chains: Any, tmp_path: Path
 ) -> None:
-    """A data folder whose chain-state checkpoint lists its parts (layout 4) gets a key per
-    part on its next chain-state run, which then unwinds and applies from it as usual."""
+    """A data folder whose chain state an older layout wrote (its coins lack their rows) is
+    rebuilt from the genesis block on its next run, not unwound and extended, and ends as a
+    fresh run does, published tables included."""
     from rechain.pipeline.stages.bitcoin import chain_state
-    from rechain.schemas import rocksdb as layout
 
     root, _, cuts = chains["6-deep"]
     blocks, data = tmp_path / "blocks", tmp_path / "data"
     node_folder(root, blocks, cuts[0])
     reindex(blocks, data, "--mode", "full")
-    listed = _list_parts_in_checkpoint(data)
+    _mark_older_layout(data)
     node_folder(root, blocks, None)
     run = reindex(blocks, data, "--mode", "full")
-    # Carried over: the reorg's blocks unwound and applied, not the chain from genesis.
-    assert (run["run"]["chain_state_unwound"], run["run"]["chain_state_applied"]) == (6, 7)
+    cp = _checkpoint(data)
+    assert cp["layout"] == chain_state.LAYOUT
+    tip = cp["height"]
+    assert (run["run"]["chain_state_unwound"], run["run"]["chain_state_applied"]) == (0, tip + 1)
     assert content(data) == fresh_content(blocks, tmp_path)
-    with DataDir(data, readonly=True) as d:
-        cp = chain_state.checkpoint(d)
-        assert cp is not None and cp["layout"] == chain_state.LAYOUT and "parts" not in cp
-        keys = [k for k, _ in d.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)]
-        assert len(keys) == len(chain_state.parts(d)) >= listed - 1
+    assert verify(data)["ok"]

@@ -18,12 +18,13 @@ to the best valid chain; the blocks below it stay applied.
 A chunk never crosses a multiple of ``SEGMENT_BLOCKS`` heights, and each one leaves a *part*
 named by its heights in five folders under ``DATADIR/stage``, listed by a key of its own
 (``layout.chain_part_key``) written with the chunk's checkpoint: ``spends/`` (one row per
-best-chain input: its value and the output it spent, for the publish stage's ``spent``
-flags), and ``rows/blocks/``, ``rows/transactions/``, ``rows/inputs/`` and ``rows/outputs/``:
-those tables' rows for the chunk's blocks, written once by the Rust core while the chunk's
-blocks are in memory and its spends resolved. The publish stage links the first three into
-the tables as they are; ``outputs`` rows are written unspent (later blocks spend them), and the
-publish stage copies them with their ``spent`` column encoded again.
+best-chain input: its value and the output it spent, by height and row among that block's
+outputs, which every coin in the set carries, for the publish stage's ``spent`` flags), and
+``rows/blocks/``, ``rows/transactions/``, ``rows/inputs/`` and ``rows/outputs/``: those tables'
+rows for the chunk's blocks, written once by the Rust core while the chunk's blocks are in
+memory and its spends resolved. The publish stage links the first three into the tables as they
+are; ``outputs`` rows are written unspent (later blocks spend them), and the publish stage
+copies them with their ``spent`` column encoded again.
 
 The chunks apply here in height order, or, on a Ray cluster, on its workers from coins
 resolved by txid partition (``spend_resolution``); both commit the same chunks in the same
@@ -79,10 +80,9 @@ INDEX_READ_BLOCKS = 1_024
 #: Chunks (and so the published tables' segments) never cross a multiple of this many heights:
 #: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
 SEGMENT_BLOCKS = 1_000
-#: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block,
-#: but for layout 4 (its parts listed in the checkpoint itself), whose list becomes part keys.
-LAYOUT = 5
-LISTED_PARTS_LAYOUT = 4
+#: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block
+#: (layout 6 added each coin's row to its ``btc_utxo`` value).
+LAYOUT = 6
 
 
 def spends_dir(data: DataDir) -> Path:
@@ -114,13 +114,8 @@ def parts(data: DataDir) -> list[Part]:
     if cp is None:
         # Keys a killed reset left behind are not parts of anything.
         return []
-    listed = cp.get("parts") if cp.get("layout") == LISTED_PARTS_LAYOUT else None
     entries = (
-        listed
-        if listed is not None
-        else (
-            json.loads(v) for _, v in data.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)
-        )
+        json.loads(v) for _, v in data.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)
     )
     return [(int(lo), int(hi), str(name)) for lo, hi, name in entries]
 
@@ -197,8 +192,6 @@ class ChainStateStage(Stage[BtcRun]):
         data = ctx.data
         t0 = time.perf_counter()
         cp = checkpoint(data)
-        if cp is not None and cp.get("layout") == LISTED_PARTS_LAYOUT:
-            cp = _list_parts_by_key(data, cp)
         if cp is not None and cp.get("layout") != LAYOUT:
             log.info("chain state: a checkpoint of another layout, rebuilt from the genesis block")
             cp = None
@@ -281,16 +274,6 @@ def reset(data: DataDir) -> None:
     data.reset_column_family(layout.CF_BTC_UNDO)
     for folder in part_dirs(data):
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _list_parts_by_key(data: DataDir, cp: dict[str, Any]) -> dict[str, Any]:
-    """A layout-4 checkpoint (its parts listed in it) as this layout's: a key per part and the
-    checkpoint without the list, in one write. Returns the new checkpoint."""
-    entries = [_part_entry(p) for p in parts(data)]
-    cp = {k: v for k, v in cp.items() if k != "parts"} | {"layout": LAYOUT}
-    keys = [layout.META_BTC_CHAIN_STATE, *(k for k, _ in entries)]
-    data.write_columns({layout.CF_META: (keys, [_json(cp), *(v for _, v in entries)])})
-    return cp
 
 
 def _remove_unlisted_parts(data: DataDir, listed: list[Part]) -> None:

@@ -1,6 +1,8 @@
 """The ``spent`` flags of published ``outputs`` segments: the best-chain spends partitioned by
 the segment whose outputs they spend, and each segment copied with that column set (in Rust,
-which copies every other column's encoded pages as they are, ``respend_outputs``).
+which copies every other column's encoded pages as they are, ``respend_outputs``). A spend
+names its output by height and row among that block's outputs, so a copy reads only the
+segment's heights, never its txids.
 
 In the coordinator, DuckDB streams the spends sorted by the height of the output they spend
 (spilling what its budget cannot hold); each segment's rows are cut from the stream as it
@@ -34,8 +36,9 @@ if TYPE_CHECKING:
 
 #: The metrics label of the copies run as Ray tasks.
 STAGE = "btc_publish"
-#: The spends' columns a copy reads.
-COLUMNS = ["prev_height", "prev_txid", "prev_vout"]
+#: The spends' columns a copy reads: the spent output's height and row among its block's
+#: outputs, which is all it takes to find its row in a segment.
+COLUMNS = ["prev_height", "prev_row"]
 #: Rows per batch of the sorted stream of spends.
 STREAM_ROWS = 1 << 16
 #: At most this many split tasks and groups (their product is the objects of a shuffle).

@@ -190,10 +190,11 @@ def _context(table: str) -> str:
     )
 
 
-def _select_sql(table: str, s: str, where: str, spent: str) -> str:
+def _select_sql(table: str, s: str, where: str) -> str:
     """The rows of ``table`` whose block passes ``where`` (over ``h``, its headers row), read
-    from the staged views with suffix ``s``, the spends of their heights (view ``res{s}``)
-    and the spends of their outputs (``spent``, a ``_spent_sql``).
+    from the staged views with suffix ``s`` and the spends of their heights (view ``res{s}``).
+    ``outputs`` rows get a ``spent`` flag only on the best chain, whose rows the chain state
+    writes (and ``outputs_spent`` flags): here it is null.
     ``inputs`` and ``outputs`` keep the staged parts' order (file order, close to height
     order): sorting their witness and script payloads would not stay within a small budget."""
     context = _context(table)
@@ -243,17 +244,9 @@ def _select_sql(table: str, s: str, where: str, spent: str) -> str:
     return f"""
         SELECT o.txid, o.vout, o.value, o.script_type::VARCHAR AS script_type, o.address,
           {hex_sql("o.script_pubkey")} AS script_pubkey, o.block_hash, o.tx_position, {context},
-          CASE WHEN h.in_best_chain THEN s.prev_height IS NOT NULL END AS spent
+          NULL::BOOLEAN AS spent
         FROM so{s} o JOIN headers h ON h.hash = o.block_hash
-        LEFT JOIN ({spent}) s
-          ON h.in_best_chain AND s.prev_height = h.height AND s.prev_txid = o.txid
-             AND s.prev_vout = o.vout
         WHERE {where}"""
-
-
-def _spent_sql(res: str) -> str:
-    """Best-chain spends (view ``res``) as (prev_height, prev_txid hex, prev_vout)."""
-    return f"SELECT prev_height, lower(hex(prev_txid)) AS prev_txid, prev_vout FROM {res}"
 
 
 def _copy(
@@ -468,7 +461,7 @@ def publish_tables(
         # Rows of blocks off the best chain, from the parts of each group written.
         off_chain = "NOT coalesce(h.in_best_chain, false)"
         for group, suffix in off_views.items():
-            sql = _select_sql(name, suffix, off_chain, _spent_sql(f"res{suffix}"))
+            sql = _select_sql(name, suffix, off_chain)
             off = tmp.parent / f".{generation:06d}.{OFFCHAIN}"
             shutil.rmtree(off, ignore_errors=True)
             _copy(con, name, sql, off, group_bytes, partition=f"{OFFCHAIN}_{group}")
@@ -595,7 +588,7 @@ def _spent_prints(
     got = con.execute(
         f"""WITH per_height AS (
               SELECT prev_height, count(*) AS n,
-                     sum(hash(prev_height, prev_txid, prev_vout)::HUGEINT) AS h
+                     sum(hash(prev_height, prev_row)::HUGEINT) AS h
               FROM {spends} WHERE prev_height IS NOT NULL GROUP BY prev_height),
             placed AS (
               SELECT g.first, g.last, p.n, p.h

@@ -3,15 +3,12 @@
 //! `hash_serialized_3` over the stored set.
 
 use crate::btc::chain_state::{self, Chunk, SourceBlock};
-use crate::btc::encode::read_core_varint;
-use crate::btc::encode::write_compact_size;
 use crate::btc::spend_resolve;
-use crate::btc::utxo::UTXO_KEY_PREFIX;
+use crate::btc::utxo::SetDigest;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
 use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups};
 use crate::{key8, network};
-use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::basic::Compression;
@@ -19,7 +16,6 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyIterator, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
-use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -32,8 +28,7 @@ pub fn spends_schema() -> Arc<Schema> {
         u32f("vin"),
         Field::new("value", DataType::UInt64, false),
         u32f("prev_height"),
-        Field::new("prev_txid", DataType::Binary, false),
-        u32f("prev_vout"),
+        u32f("prev_row"),
     ]))
 }
 
@@ -41,18 +36,13 @@ pub fn spends_schema() -> Arc<Schema> {
 const SPENDS_GROUP_ROWS: usize = 1 << 20;
 
 fn spends_batch(s: chain_state::SpendRows) -> PyResult<RecordBatch> {
-    let mut txid = BinaryBuilder::with_capacity(s.prev_txid.len(), 32 * s.prev_txid.len());
-    for t in &s.prev_txid {
-        txid.append_value(t);
-    }
     let cols: Vec<ArrayRef> = vec![
         Arc::new(UInt32Array::from(s.height)),
         Arc::new(UInt32Array::from(s.pos)),
         Arc::new(UInt32Array::from(s.vin)),
         Arc::new(UInt64Array::from(s.value)),
         Arc::new(UInt32Array::from(s.prev_height)),
-        Arc::new(txid.finish()),
-        Arc::new(UInt32Array::from(s.prev_vout)),
+        Arc::new(UInt32Array::from(s.prev_row)),
     ];
     RecordBatch::try_new(spends_schema(), cols).map_err(|e| PyValueError::new_err(e.to_string()))
 }
@@ -353,62 +343,59 @@ type Spec<S> = (
 type RowsSpec = Spec<PySchema>;
 type TableSpec = Spec<SchemaRef>;
 
-/// The outputs the best chain spent, given as three equal-length arrays: the height each was
-/// created at (uint32), its txid (32 bytes, display order) and its vout (uint32).
+/// The outputs the best chain spent, given as two equal-length uint32 arrays: the height each
+/// was created at and its row among that block's outputs.
 fn spent_outputs(
     heights: &arrow_array::ArrayRef,
-    txids: &[&[u8]],
-    vouts: &arrow_array::ArrayRef,
+    rows: &arrow_array::ArrayRef,
 ) -> Result<btc_chain_rows::SpentOutputs, String> {
     use arrow_array::cast::AsArray;
     use arrow_array::types::UInt32Type;
-    let bad = |what: &str| format!("spent outputs: {what}");
-    let heights = heights
-        .as_primitive_opt::<UInt32Type>()
-        .ok_or_else(|| bad("heights must be uint32"))?;
-    let vouts = vouts
-        .as_primitive_opt::<UInt32Type>()
-        .ok_or_else(|| bad("vouts must be uint32"))?;
-    if heights.len() != txids.len() || vouts.len() != txids.len() {
-        return Err(bad("arrays differ in length"));
+    use arrow_array::Array;
+    let u32s = |a: &'_ arrow_array::ArrayRef, what: &str| {
+        a.as_primitive_opt::<UInt32Type>()
+            .filter(|a| a.null_count() == 0)
+            .map(|a| a.values().clone())
+            .ok_or_else(|| format!("spent outputs: {what} must be uint32 without nulls"))
+    };
+    let (heights, rows) = (u32s(heights, "heights")?, u32s(rows, "rows")?);
+    if heights.len() != rows.len() {
+        return Err("spent outputs: arrays differ in length".into());
     }
-    let txids = txids
-        .iter()
-        .map(|t| <&[u8; 32]>::try_from(*t))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| bad("txids are 32 bytes"))?;
     Ok(btc_chain_rows::SpentOutputs::new(
-        (heights.values().iter().zip(txids).zip(vouts.values())).map(|((h, t), v)| (*h, t, *v)),
+        heights.iter().copied().zip(rows.iter().copied()),
     ))
 }
 
 /// Copies a published `outputs` file from `src` to `dest` with its `spent` column set from
-/// the spends given (see `spent_set`): with `keep_old`, flags already
-/// set stay set (the spends are only new ones). Only that column is encoded again; the others
-/// are copied as they are. Returns the rows.
+/// the spends given (see `spent_outputs`; each must name a row of the file): with `keep_old`,
+/// flags already set stay set (the spends are only new ones). Only that column is encoded
+/// again; the others are copied as they are. Returns the rows.
 #[pyfunction]
 fn respend_outputs(
     py: Python<'_>,
     src: PathBuf,
     dest: PathBuf,
     spent_heights: PyArray,
-    spent_txids: PyArray,
-    spent_vouts: PyArray,
+    spent_rows: PyArray,
     keep_old: bool,
 ) -> PyResult<u64> {
     let (heights, _) = spent_heights.into_inner();
-    let (txids, _) = spent_txids.into_inner();
-    let (vouts, _) = spent_vouts.into_inner();
-    let txids = crate::binary_values(&txids)?;
+    let (rows, _) = spent_rows.into_inner();
     py.detach(|| {
-        let spent = spent_outputs(&heights, &txids, &vouts)?;
-        crate::parquet_out::replace_column(
+        let spent = spent_outputs(&heights, &rows)?;
+        let mut flags = btc_chain_rows::Respent::new(&spent, keep_old);
+        let n = crate::parquet_out::replace_column(
             &src,
             &dest,
             "spent",
-            &["height", "txid", "vout", "spent"],
-            |rows| btc_chain_rows::respent(rows, &spent, keep_old),
-        )
+            &["height", "spent"],
+            |batch| flags.batch(batch),
+        )?;
+        flags
+            .finish()
+            .map_err(|e| format!("{}: {e}", src.display()))?;
+        Ok::<u64, String>(n)
     })
     .map_err(PyValueError::new_err)
 }
@@ -452,32 +439,13 @@ fn undo_block_hash(undo: &[u8]) -> PyResult<String> {
 /// ((key, value) pairs): (display hex, count, total amount).
 #[pyfunction]
 fn hash_utxo_entries(items: &Bound<'_, PyAny>) -> PyResult<(String, u64, u64)> {
-    let mut sha = Sha256::new();
-    let (mut count, mut total) = (0u64, 0u64);
-    let mut ser = Vec::with_capacity(128);
+    let mut digest = SetDigest::default();
     for item in PyIterator::from_object(items)? {
         let (k, v): (Vec<u8>, Vec<u8>) = item?.extract()?;
-        let bad = || PyValueError::new_err(format!("malformed btc_utxo entry {k:02x?}"));
-        if k.len() < 34 || k[0] != UTXO_KEY_PREFIX {
-            return Err(bad());
-        }
-        let (vout, used) = read_core_varint(&k[33..]).ok_or_else(bad)?;
-        if 33 + used != k.len() || v.len() < 12 {
-            return Err(bad());
-        }
-        ser.clear();
-        ser.extend_from_slice(&k[1..33]);
-        ser.extend_from_slice(&(vout as u32).to_le_bytes());
-        ser.extend_from_slice(&v[..12]);
-        write_compact_size(&mut ser, (v.len() - 12) as u64);
-        ser.extend_from_slice(&v[12..]);
-        sha.update(&ser);
-        count += 1;
-        total += u64::from_le_bytes(v[4..12].try_into().unwrap());
+        digest.push(&k, &v).map_err(PyValueError::new_err)?;
     }
-    let mut digest: [u8; 32] = Sha256::digest(sha.finalize()).into();
-    digest.reverse();
-    Ok((crate::datasets::hex::to_hex(&digest), count, total))
+    let (count, total) = (digest.count, digest.total);
+    Ok((crate::datasets::hex::to_hex(&digest.finish()), count, total))
 }
 
 /// One partition's spend resolution: `events` holds that partition's buffer of every chunk

@@ -166,116 +166,6 @@ fn decode_blk_verdicts<'py>(
     Ok((batches, bytes))
 }
 
-/// Streams the UTXO set (sorted by internal txid, then vout) into chainstate-ordered RocksDB
-/// entries and Core's `hash_serialized_3`.
-#[pyclass(module = "rechain.workers._native")]
-struct UtxoHasher {
-    inner: btc::utxo::UtxoSetHasher,
-}
-
-fn hex_bytes(s: &str) -> PyResult<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return Err(PyValueError::new_err(format!("odd-length hex {s:?}")));
-    }
-    (0..s.len() / 2)
-        .map(|i| {
-            u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
-                .map_err(|_| PyValueError::new_err(format!("bad hex {s:?}")))
-        })
-        .collect()
-}
-
-type PyBinaryPair<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>);
-
-fn entries<'py>(
-    py: Python<'py>,
-    kv: (Vec<Vec<u8>>, Vec<Vec<u8>>),
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let keys = arrow_array::BinaryArray::from_iter_values(kv.0.iter());
-    let values = arrow_array::BinaryArray::from_iter_values(kv.1.iter());
-    Ok((binary(py, keys)?, binary(py, values)?))
-}
-
-#[pymethods]
-impl UtxoHasher {
-    #[new]
-    fn new() -> Self {
-        UtxoHasher {
-            inner: Default::default(),
-        }
-    }
-
-    /// Adds a batch with columns txid (display hex), vout, height, coinbase, value,
-    /// script_pubkey (bytes, or hex); returns the (keys, values) of the txid groups it completed.
-    fn update<'py>(
-        &mut self,
-        py: Python<'py>,
-        batch: PyRecordBatch,
-    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-        use arrow_array::cast::AsArray;
-        use arrow_array::types::{UInt32Type, UInt64Type};
-        let b = batch.into_inner();
-        let col = |n: &str| {
-            b.column_by_name(n)
-                .cloned()
-                .ok_or_else(|| PyValueError::new_err(format!("UTXO batch lacks column {n}")))
-        };
-        let bad = |n: &str| PyValueError::new_err(format!("UTXO column {n} has the wrong type"));
-        let (txid, vout, height, coinbase, value, script) = (
-            col("txid")?,
-            col("vout")?,
-            col("height")?,
-            col("coinbase")?,
-            col("value")?,
-            col("script_pubkey")?,
-        );
-        let txid = txid.as_string_opt::<i32>().ok_or_else(|| bad("txid"))?;
-        let vout = vout
-            .as_primitive_opt::<UInt32Type>()
-            .ok_or_else(|| bad("vout"))?;
-        let height = height
-            .as_primitive_opt::<UInt32Type>()
-            .ok_or_else(|| bad("height"))?;
-        let coinbase = coinbase.as_boolean_opt().ok_or_else(|| bad("coinbase"))?;
-        let value = value
-            .as_primitive_opt::<UInt64Type>()
-            .ok_or_else(|| bad("value"))?;
-        // Raw bytes as the full decode stages them (binary or large_binary), or hex.
-        let script_at = |i: usize| -> PyResult<std::borrow::Cow<[u8]>> {
-            if let Some(s) = script.as_binary_opt::<i32>() {
-                Ok(s.value(i).into())
-            } else if let Some(s) = script.as_binary_opt::<i64>() {
-                Ok(s.value(i).into())
-            } else if let Some(s) = script.as_string_opt::<i32>() {
-                Ok(hex_bytes(s.value(i))?.into())
-            } else {
-                Err(bad("script_pubkey"))
-            }
-        };
-        for i in 0..b.num_rows() {
-            let id = datasets::hex::parse_display_hex(txid.value(i))
-                .ok_or_else(|| PyValueError::new_err("bad txid hex"))?;
-            self.inner.push(
-                id,
-                vout.value(i),
-                height.value(i),
-                coinbase.value(i),
-                value.value(i),
-                &script_at(i)?,
-            );
-        }
-        entries(py, self.inner.take_entries())
-    }
-
-    /// Ends the stream: ((remaining keys, values), hash_serialized_3, count, total).
-    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<(PyBinaryPair<'py>, String, u64, u64)> {
-        let digest = self.inner.finish();
-        let kv = entries(py, self.inner.take_entries())?;
-        let hex = datasets::hex::to_hex(&digest);
-        Ok((kv, hex, self.inner.count, self.inner.total))
-    }
-}
-
 /// Empty batches with the dataset schemas (the schemas' single source).
 #[pyfunction]
 fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -505,7 +395,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(empty_batch, m)?)?;
     m.add_function(wrap_pyfunction!(decode_blk_bodies, m)?)?;
     m.add_function(wrap_pyfunction!(decode_blk_verdicts, m)?)?;
-    m.add_class::<UtxoHasher>()?;
     m.add_class::<sst_py::SstWriter>()?;
     m.add_function(wrap_pyfunction!(sst_py::merge_sorted_runs, m)?)?;
     m.add_function(wrap_pyfunction!(txindex_py::write_txindex, m)?)?;

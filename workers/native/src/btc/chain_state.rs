@@ -115,26 +115,42 @@ pub fn utxo_key(txid: &[u8], vout: u32) -> Key {
     key
 }
 
-/// `btc_utxo` value: code u32 LE (height * 2 + coinbase) | value u64 LE | script.
-pub fn coin_value(height: u32, coinbase: bool, value: u64, script: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(12 + script.len());
+/// Bytes of a `btc_utxo` value before its script.
+pub const COIN_HEAD: usize = 16;
+
+/// `btc_utxo` value: code u32 LE (height * 2 + coinbase) | value u64 LE | row u32 LE | script.
+/// `row` is the output's place among its block's outputs (the block's `outputs` rows), so a
+/// spend names the row whose `spent` flag it sets without its txid.
+pub fn coin_value(height: u32, coinbase: bool, value: u64, row: u32, script: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(COIN_HEAD + script.len());
     v.extend_from_slice(&(height * 2 + coinbase as u32).to_le_bytes());
     v.extend_from_slice(&value.to_le_bytes());
+    v.extend_from_slice(&row.to_le_bytes());
     v.extend_from_slice(script);
     v
 }
 
-/// (height, coinbase, value) of a `btc_utxo` value.
-pub fn coin_fields(v: &[u8]) -> Result<(u32, bool, u64), String> {
-    if v.len() < 12 {
+/// The fields of a `btc_utxo` value before its script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoinHead {
+    pub height: u32,
+    pub coinbase: bool,
+    pub value: u64,
+    pub row: u32,
+}
+
+/// The head of a `btc_utxo` value (its script is `&v[COIN_HEAD..]`).
+pub fn coin_fields(v: &[u8]) -> Result<CoinHead, String> {
+    if v.len() < COIN_HEAD {
         return Err(format!("UTXO value of {} bytes", v.len()));
     }
-    let code = u32::from_le_bytes(v[..4].try_into().unwrap());
-    Ok((
-        code / 2,
-        code & 1 == 1,
-        u64::from_le_bytes(v[4..12].try_into().unwrap()),
-    ))
+    let word = |at: usize| u32::from_le_bytes(v[at..at + 4].try_into().unwrap());
+    Ok(CoinHead {
+        height: word(0) / 2,
+        coinbase: word(0) & 1 == 1,
+        value: u64::from_le_bytes(v[4..12].try_into().unwrap()),
+        row: word(12),
+    })
 }
 
 /// Core's block subsidy at `height`.
@@ -171,9 +187,8 @@ pub struct SpendRows {
     pub vin: Vec<u32>,
     pub value: Vec<u64>,
     pub prev_height: Vec<u32>,
-    /// Display order (as the staged body tables hold txids).
-    pub prev_txid: Vec<[u8; 32]>,
-    pub prev_vout: Vec<u32>,
+    /// The spent output's row among its block's outputs (see `coin_value`).
+    pub prev_row: Vec<u32>,
 }
 
 /// What applying a chunk did: the net change to `btc_utxo`, one undo record per applied block,
@@ -486,7 +501,7 @@ impl BlockChanges {
                 amount += *value as i128;
             }
             if let Some(v) = old {
-                let (_, _, value) = coin_fields(v)?;
+                let value = coin_fields(v)?.value;
                 restored.push((k, v));
                 count -= 1;
                 amount -= value as i128;
@@ -518,8 +533,7 @@ fn truncate_spends(s: &mut SpendRows, n: usize) {
     s.vin.truncate(n);
     s.value.truncate(n);
     s.prev_height.truncate(n);
-    s.prev_txid.truncate(n);
-    s.prev_vout.truncate(n);
+    s.prev_row.truncate(n);
 }
 
 /// Applies one block to `view`; the reject reason of the rule it breaks first, in the order
@@ -569,19 +583,15 @@ fn apply_block(
                 let Some(slot) = view.get_mut(&k).filter(|s| s.coin.is_some()) else {
                     return Ok(Some("bad-txns-inputs-missingorspent"));
                 };
-                let (prev_height, prev_coinbase, value) =
-                    coin_fields(slot.coin.as_deref().unwrap_or_default())?;
-                premature |= prev_coinbase && b.height - prev_height < COINBASE_MATURITY;
-                in_value += value;
+                let prev = coin_fields(slot.coin.as_deref().unwrap_or_default())?;
+                premature |= prev.coinbase && b.height - prev.height < COINBASE_MATURITY;
+                in_value += prev.value;
                 spends.height.push(b.height);
                 spends.pos.push(t as u32);
                 spends.vin.push(vin as u32);
-                spends.value.push(value);
-                spends.prev_height.push(prev_height);
-                let mut txid: [u8; 32] = p[..32].try_into().unwrap();
-                txid.reverse();
-                spends.prev_txid.push(txid);
-                spends.prev_vout.push(vout);
+                spends.value.push(prev.value);
+                spends.prev_height.push(prev.height);
+                spends.prev_row.push(prev.row);
                 block.set(k, slot, None, None);
             }
             if in_value < out_value {
@@ -601,7 +611,8 @@ fn apply_block(
                 stored: false,
                 touched: false,
             });
-            let coin = coin_value(b.height, t == 0, o.value, script);
+            let row = (tx.outs.0 + vout) as u32;
+            let coin = coin_value(b.height, t == 0, o.value, row, script);
             block.set(k, slot, Some(coin), Some(o.value));
         }
     }
@@ -679,7 +690,7 @@ pub fn unwind(undos_descending: &[Vec<u8>]) -> Result<Unwound, String> {
             net.insert(k, None);
         }
         for (k, v) in u.restored {
-            let (_, _, value) = coin_fields(&v)?;
+            let value = coin_fields(&v)?.value;
             count += 1;
             amount += value as i128;
             net.insert(k, Some(v));
@@ -753,7 +764,7 @@ mod tests {
     fn undo_round_trip() {
         let k1 = utxo_key(&[1u8; 32], 0);
         let k2 = utxo_key(&[2u8; 32], 300);
-        let spent = coin_value(5, true, 50, b"\x51");
+        let spent = coin_value(5, true, 50, 3, b"\x51");
         // The block created k1 and spent k2, which it found stored.
         let mut view: View = HashMap::default();
         for (k, coin) in [(k1, None), (k2, Some(spent.clone()))] {
@@ -769,7 +780,7 @@ mod tests {
             );
         }
         let mut block = BlockChanges::with_capacity(2);
-        let created = coin_value(9, false, 40, b"");
+        let created = coin_value(9, false, 40, 0, b"");
         block.set(k1, view.get_mut(&k1).unwrap(), Some(created), Some(40));
         block.set(k2, view.get_mut(&k2).unwrap(), None, None);
         let (rec, count, amount) = block.undo_record(&[7u8; 32]).unwrap();
@@ -829,7 +840,15 @@ mod tests {
             (2, 1, 50 * COIN as i128)
         );
         let key = utxo_key(&txid(&x), 0);
-        assert_eq!(coin_fields(&set[&key]).unwrap(), (2, true, 50 * COIN));
+        assert_eq!(
+            coin_fields(&set[&key]).unwrap(),
+            CoinHead {
+                height: 2,
+                coinbase: true,
+                value: 50 * COIN,
+                row: 0
+            }
+        );
         // Height 102 spends the height-2 copy (mature: 100 blocks later).
         let spend = tx(&[(txid(&x), 0, b"")], &[(49 * COIN, OP_TRUE)]);
         let cb = coinbase(b"\x02\x66\x00", 50 * COIN + COIN);
@@ -855,7 +874,15 @@ mod tests {
         }
         assert_eq!(count, -1);
         assert_eq!(set.len(), 1);
-        assert_eq!(coin_fields(&set[&key]).unwrap(), (1, true, 50 * COIN));
+        assert_eq!(
+            coin_fields(&set[&key]).unwrap(),
+            CoinHead {
+                height: 1,
+                coinbase: true,
+                value: 50 * COIN,
+                row: 0
+            }
+        );
     }
 
     #[test]

@@ -117,7 +117,8 @@ impl Chunk {
                     }
                     let key = utxo_key(&tx.txid, vout as u32);
                     let mut rec = head(if t == 0 { COINBASE } else { CREATE }, &key);
-                    put_value(&mut rec, &coin_value(height, t == 0, o.value, script));
+                    let row = (tx.outs.0 + vout) as u32;
+                    put_value(&mut rec, &coin_value(height, t == 0, o.value, row, script));
                     out[partition_of(&key, partitions)].extend(rec);
                 }
             }

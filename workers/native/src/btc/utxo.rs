@@ -4,139 +4,113 @@
 //! u32 LE) | u32 LE (height * 2 + coinbase) | value i64 LE | CompactSize script length | script,
 //! all fed to one double-SHA256.
 //!
-//! RocksDB (`btc_utxo`) uses the chainstate key and a plain value: code u32 LE (height * 2 +
-//! coinbase) | value u64 LE | script.
+//! RocksDB (`btc_utxo`) uses the chainstate key and rechain's value (`chain_state::coin_value`),
+//! which holds Core's coin and the output's row in its block.
 
-use super::encode::{write_compact_size, write_core_varint};
+use super::chain_state::{coin_fields, COIN_HEAD};
+use super::encode::{read_core_varint, write_compact_size};
 use sha2::{Digest, Sha256};
 
 pub const UTXO_KEY_PREFIX: u8 = b'C';
 
+/// `hash_serialized_3` over `btc_utxo` entries pushed in key order.
 #[derive(Default)]
-struct Coin {
-    key: Vec<u8>,
-    vout: u32,
-    code: u32,
-    value: u64,
-    script: Vec<u8>,
-}
-
-/// Streams coins sorted by txid (internal order) and finishes each txid's group in VARINT key
-/// order, so callers may sort by (txid, vout) numerically.
-#[derive(Default)]
-pub struct UtxoSetHasher {
+pub struct SetDigest {
     sha: Sha256,
-    txid: Option<[u8; 32]>,
-    group: Vec<Coin>,
+    ser: Vec<u8>,
     pub count: u64,
     pub total: u64,
-    pub keys: Vec<Vec<u8>>,
-    pub values: Vec<Vec<u8>>,
 }
 
-impl UtxoSetHasher {
-    pub fn push(
-        &mut self,
-        txid: [u8; 32],
-        vout: u32,
-        height: u32,
-        coinbase: bool,
-        value: u64,
-        script: &[u8],
-    ) {
-        if self.txid != Some(txid) {
-            self.flush_group();
-            self.txid = Some(txid);
+impl SetDigest {
+    /// Adds one entry (key, stored value; see `chain_state::coin_value`).
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        let bad = || format!("malformed btc_utxo entry {key:02x?}");
+        if key.len() < 34 || key[0] != UTXO_KEY_PREFIX {
+            return Err(bad());
         }
-        let mut key = Vec::with_capacity(38);
-        key.push(UTXO_KEY_PREFIX);
-        key.extend_from_slice(&txid);
-        write_core_varint(&mut key, vout as u64);
-        self.group.push(Coin {
-            key,
-            vout,
-            code: height * 2 + coinbase as u32,
-            value,
-            script: script.to_vec(),
-        });
+        let (vout, used) = read_core_varint(&key[33..]).ok_or_else(bad)?;
+        let coin = coin_fields(value).map_err(|_| bad())?;
+        if 33 + used != key.len() || vout > u32::MAX as u64 {
+            return Err(bad());
+        }
+        // Core's coin: code and amount as stored, then the script; the row is rechain's own.
+        let script = &value[COIN_HEAD..];
+        let ser = &mut self.ser;
+        ser.clear();
+        ser.extend_from_slice(&key[1..33]);
+        ser.extend_from_slice(&(vout as u32).to_le_bytes());
+        ser.extend_from_slice(&value[..12]);
+        write_compact_size(ser, script.len() as u64);
+        ser.extend_from_slice(script);
+        self.sha.update(&*ser);
+        self.count += 1;
+        self.total += coin.value;
+        Ok(())
     }
 
-    fn flush_group(&mut self) {
-        let Some(txid) = self.txid else { return };
-        self.group.sort_by(|a, b| a.key.cmp(&b.key));
-        let mut ser = Vec::new();
-        for coin in self.group.drain(..) {
-            ser.clear();
-            ser.extend_from_slice(&txid);
-            ser.extend_from_slice(&coin.vout.to_le_bytes());
-            ser.extend_from_slice(&coin.code.to_le_bytes());
-            ser.extend_from_slice(&coin.value.to_le_bytes());
-            write_compact_size(&mut ser, coin.script.len() as u64);
-            ser.extend_from_slice(&coin.script);
-            self.sha.update(&ser);
-            self.count += 1;
-            self.total += coin.value;
-            let mut value = Vec::with_capacity(12 + coin.script.len());
-            value.extend_from_slice(&coin.code.to_le_bytes());
-            value.extend_from_slice(&coin.value.to_le_bytes());
-            value.extend_from_slice(&coin.script);
-            self.keys.push(coin.key);
-            self.values.push(value);
-        }
-    }
-
-    /// Flushes the last group; returns the digest in Core's display order.
-    pub fn finish(&mut self) -> [u8; 32] {
-        self.flush_group();
-        self.txid = None;
-        let first = std::mem::take(&mut self.sha).finalize();
-        let mut out: [u8; 32] = Sha256::digest(first).into();
+    /// The digest in Core's display order.
+    pub fn finish(self) -> [u8; 32] {
+        let mut out: [u8; 32] = Sha256::digest(self.sha.finalize()).into();
         out.reverse();
         out
-    }
-
-    /// Entries finished so far (key order), handed over for writing.
-    pub fn take_entries(&mut self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-        (
-            std::mem::take(&mut self.keys),
-            std::mem::take(&mut self.values),
-        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::btc::chain_state::{coin_value, utxo_key};
+
+    fn key_bytes(txid: &[u8; 32], vout: u32) -> Vec<u8> {
+        utxo_key(txid, vout).to_vec()
+    }
 
     #[test]
-    fn groups_follow_varint_key_order() {
-        // vout 16511 encodes as ff7f and 16512 as 808000: chainstate order puts 16512 first.
-        let mut h = UtxoSetHasher::default();
-        h.push([1; 32], 16_511, 5, false, 10, &[0x51]);
-        h.push([1; 32], 16_512, 5, false, 20, &[0x51]);
-        h.push([2; 32], 0, 7, true, 30, &[]);
-        let digest = h.finish();
-        let (keys, values) = h.take_entries();
-        assert_eq!(keys[0][33..], [0x80, 0x80, 0x00]);
-        assert_eq!(keys[1][33..], [0xff, 0x7f]);
-        assert_eq!(values[2][..4], 15u32.to_le_bytes());
-        assert_eq!((h.count, h.total), (3, 60));
-        // The digest is double SHA-256 over the three serialized coins, shown reversed.
+    fn digest_serializes_core_coins_without_the_row() {
+        // Key order: vout 16512 encodes as 808000 and sorts before 16511 (ff7f).
+        let coins = [
+            (
+                [1u8; 32],
+                16_512u32,
+                5u32,
+                false,
+                20u64,
+                7u32,
+                &[0x51u8][..],
+            ),
+            ([1u8; 32], 16_511, 5, false, 10, 6, &[0x51][..]),
+            ([2u8; 32], 0, 7, true, 30, 0, &[][..]),
+        ];
+        let mut d = SetDigest::default();
         let mut ser = Vec::new();
-        for (txid, vout, code, value, script) in [
-            ([1u8; 32], 16_512u32, 10u32, 20u64, &[0x51u8][..]),
-            ([1u8; 32], 16_511, 10, 10, &[0x51][..]),
-            ([2u8; 32], 0, 15, 30, &[][..]),
-        ] {
+        for (txid, vout, height, coinbase, value, row, script) in coins {
+            let v = coin_value(height, coinbase, value, row, script);
+            d.push(&key_bytes(&txid, vout), &v).unwrap();
             ser.extend_from_slice(&txid);
             ser.extend_from_slice(&vout.to_le_bytes());
-            ser.extend_from_slice(&code.to_le_bytes());
+            ser.extend_from_slice(&(height * 2 + coinbase as u32).to_le_bytes());
             ser.extend_from_slice(&value.to_le_bytes());
             ser.push(script.len() as u8);
             ser.extend_from_slice(script);
         }
+        assert_eq!((d.count, d.total), (3, 60));
         let mut expect: [u8; 32] = Sha256::digest(Sha256::digest(&ser)).into();
         expect.reverse();
-        assert_eq!(digest, expect);
+        assert_eq!(d.finish(), expect);
+    }
+
+    #[test]
+    fn malformed_entries_are_errors() {
+        let v = coin_value(1, false, 5, 0, &[]);
+        let mut d = SetDigest::default();
+        assert!(d.push(b"Cshort", &v).is_err());
+        assert!(d
+            .push(&key_bytes(&[3; 32], 1), &v[..COIN_HEAD - 1])
+            .is_err());
+        let mut key = key_bytes(&[3; 32], 1);
+        key[0] = b'X';
+        assert!(d.push(&key, &v).is_err());
+        assert_eq!(d.count, 0);
     }
 }

@@ -491,97 +491,105 @@ pub(crate) fn inputs(
     batch(schema, cols, "inputs")
 }
 
-/// The outputs the best chain spent, as `respent` looks them up: (height each was created
-/// at, txid, vout), sorted, the txid held as the display-order hex the rows spell it in. Hex
-/// of display-order bytes sorts as the bytes do, so a row's own text is compared, never
-/// parsed, and a row's search covers only its height's spends (a few hundred, in cache).
-pub(crate) struct SpentOutputs(Vec<SpentKey>);
+/// The outputs the best chain spent, as `Respent` finds them: (height each was created at,
+/// its row among that block's outputs) packed into one number each, sorted. Rows are in
+/// height order and each block's in its outputs' order, so one merge pass over both sets the
+/// flags: no txid is read, parsed or compared.
+pub(crate) struct SpentOutputs(Vec<u64>);
 
-/// (height, txid hex, vout) of a spent output, with the hex's first 8 digits as a number
-/// after the height: it orders as the hex does and settles nearly every comparison.
-type SpentKey = (u32, u64, [u8; 64], u32);
-
-fn hex_prefix(text: &[u8]) -> u64 {
-    u64::from_be_bytes(text[..8].try_into().expect("8 of the 64 digits"))
+fn spent_key(height: u32, row: u32) -> u64 {
+    (height as u64) << 32 | row as u64
 }
 
 impl SpentOutputs {
-    /// From each spent output's height, txid (32 bytes, display order) and vout.
-    pub(crate) fn new<'a>(spends: impl Iterator<Item = (u32, &'a [u8; 32], u32)>) -> Self {
-        let mut keys: Vec<_> = spends
-            .map(|(height, txid, vout)| {
-                let text = hex::hex32(txid);
-                (height, hex_prefix(&text), text, vout)
-            })
-            .collect();
+    /// From each spent output's height and row among its block's outputs.
+    pub(crate) fn new(spends: impl Iterator<Item = (u32, u32)>) -> Self {
+        let mut keys: Vec<u64> = spends.map(|(h, r)| spent_key(h, r)).collect();
         keys.sort_unstable();
+        keys.dedup();
         SpentOutputs(keys)
-    }
-
-    /// The spends of outputs created at `height`.
-    fn at_height(&self, height: u32) -> &[SpentKey] {
-        let lo = self.0.partition_point(|k| k.0 < height);
-        let n = self.0[lo..].partition_point(|k| k.0 == height);
-        &self.0[lo..lo + n]
     }
 }
 
-/// The `spent` column of published `outputs` rows (a batch of at least their `height`,
-/// `txid`, `vout` and `spent` columns) for the spends in `spent`: true for an output in it;
-/// otherwise, with `keep_old`, the row's old flag (a null stays null, as SQL's `OR`), else false.
-pub(crate) fn respent(
-    rows: &RecordBatch,
-    spent: &SpentOutputs,
+/// The `spent` column of a file of published `outputs` rows, batch by batch (each at least
+/// the rows' `height` and `spent` columns), for the spends in `spent`: true for an output in
+/// it; otherwise, with `keep_old`, the row's old flag (a null stays null, as SQL's `OR`), else
+/// false. Every spend must name a row of the file: `finish` says which did not.
+pub(crate) struct Respent<'a> {
+    spent: &'a SpentOutputs,
     keep_old: bool,
-) -> Result<ArrayRef, String> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::UInt32Type;
-    use arrow_array::Array;
-    let column = |name: &str| {
-        rows.column_by_name(name)
-            .ok_or_else(|| format!("outputs rows without {name}"))
-    };
-    let height = column("height")?
-        .as_primitive_opt::<UInt32Type>()
-        .ok_or("outputs.height is not uint32")?;
-    let vout = column("vout")?
-        .as_primitive_opt::<UInt32Type>()
-        .ok_or("outputs.vout is not uint32")?;
-    let txid = column("txid")?
-        .as_string_opt::<i32>()
-        .ok_or("outputs.txid is not a string")?;
-    let old = column("spent")?
-        .as_boolean_opt()
-        .ok_or("outputs.spent is not boolean")?;
-    let mut out = arrow_array::builder::BooleanBuilder::with_capacity(rows.num_rows());
-    // Rows come in height order: the current height's spends are found once.
-    let mut here: Option<(u32, &[SpentKey])> = None;
-    for i in 0..rows.num_rows() {
-        let h = height.value(i);
-        let spends = match here {
-            Some((at, spends)) if at == h => spends,
-            _ => here.insert((h, spent.at_height(h))).1,
-        };
-        let hit = !spends.is_empty() && {
-            let text = txid.value(i).as_bytes();
-            if text.len() != 64 {
-                return Err(format!(
-                    "outputs.txid {:?} is not 32 bytes of hex",
-                    txid.value(i)
-                ));
-            }
-            let key = (hex_prefix(text), text, vout.value(i));
-            spends
-                .binary_search_by(|k| (k.1, &k.2[..], k.3).cmp(&key))
-                .is_ok()
-        };
-        out.append_option(match (hit, keep_old) {
-            (true, _) => Some(true),
-            (false, true) => old.is_valid(i).then(|| old.value(i)),
-            (false, false) => Some(false),
-        });
+    /// The next spend not yet matched to a row.
+    next: usize,
+    /// The height of the last row seen, and its place among that block's rows.
+    at: Option<(u32, u32)>,
+}
+
+impl<'a> Respent<'a> {
+    pub(crate) fn new(spent: &'a SpentOutputs, keep_old: bool) -> Self {
+        Respent {
+            spent,
+            keep_old,
+            next: 0,
+            at: None,
+        }
     }
-    Ok(Arc::new(out.finish()))
+
+    fn missing(&self) -> String {
+        let k = self.spent.0[self.next];
+        format!(
+            "a spend of output row {} of height {} names no row of the outputs file",
+            k as u32,
+            k >> 32
+        )
+    }
+
+    pub(crate) fn batch(&mut self, rows: &RecordBatch) -> Result<ArrayRef, String> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::UInt32Type;
+        use arrow_array::Array;
+        let column = |name: &str| {
+            rows.column_by_name(name)
+                .ok_or_else(|| format!("outputs rows without {name}"))
+        };
+        let height = column("height")?
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or("outputs.height is not uint32")?;
+        let old = column("spent")?
+            .as_boolean_opt()
+            .ok_or("outputs.spent is not boolean")?;
+        let keys = &self.spent.0;
+        let mut out = arrow_array::builder::BooleanBuilder::with_capacity(rows.num_rows());
+        for (i, &h) in height.values().iter().enumerate() {
+            let row = match self.at {
+                Some((at, row)) if at == h => row + 1,
+                Some((at, _)) if at > h => {
+                    return Err(format!("outputs rows out of height order: {h} after {at}"))
+                }
+                _ => 0,
+            };
+            self.at = Some((h, row));
+            let key = spent_key(h, row);
+            if keys.get(self.next).is_some_and(|&k| k < key) {
+                return Err(self.missing());
+            }
+            let hit = keys.get(self.next) == Some(&key);
+            self.next += hit as usize;
+            out.append_option(match (hit, self.keep_old) {
+                (true, _) => Some(true),
+                (false, true) => old.is_valid(i).then(|| old.value(i)),
+                (false, false) => Some(false),
+            });
+        }
+        Ok(Arc::new(out.finish()))
+    }
+
+    /// Ends the file: an error names the first spend that matched none of its rows.
+    pub(crate) fn finish(self) -> Result<(), String> {
+        if self.next < self.spent.0.len() {
+            return Err(self.missing());
+        }
+        Ok(())
+    }
 }
 
 /// The `outputs` rows of `blocks`, unspent (`respent` sets the flags once the blocks that
@@ -664,68 +672,95 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use std::collections::HashSet;
 
-    fn rows(outs: &[(u32, [u8; 32], u32, Option<bool>)]) -> RecordBatch {
+    /// `outputs` rows as `Respent` reads them: (height, old flag).
+    fn rows(outs: &[(u32, Option<bool>)]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
             Field::new("height", DataType::UInt32, false),
-            Field::new("txid", DataType::Utf8, false),
-            Field::new("vout", DataType::UInt32, false),
             Field::new("spent", DataType::Boolean, true),
         ]));
-        let txids: Vec<String> = outs.iter().map(|o| hex::to_hex(&o.1)).collect();
         RecordBatch::try_new(
             schema,
             vec![
                 Arc::new(UInt32Array::from_iter_values(outs.iter().map(|o| o.0))),
-                Arc::new(StringArray::from(txids)),
-                Arc::new(UInt32Array::from_iter_values(outs.iter().map(|o| o.2))),
-                Arc::new(BooleanArray::from_iter(outs.iter().map(|o| o.3))),
+                Arc::new(BooleanArray::from_iter(outs.iter().map(|o| o.1))),
             ],
         )
         .unwrap()
     }
 
-    /// Flags from the sorted lookup equal a plain set's, for rows in height order and not,
-    /// with spends of other heights, txids or vouts that must not match, and old flags
-    /// (nulls included) kept or not.
+    /// Runs `Respent` over `outs` cut into batches of `step` rows.
+    fn respend(
+        outs: &[(u32, Option<bool>)],
+        spends: &[(u32, u32)],
+        keep_old: bool,
+        step: usize,
+    ) -> Result<Vec<Option<bool>>, String> {
+        let lookup = SpentOutputs::new(spends.iter().copied());
+        let mut flags = Respent::new(&lookup, keep_old);
+        let mut got = Vec::new();
+        for chunk in outs.chunks(step) {
+            let col = flags.batch(&rows(chunk))?;
+            let col = col.as_boolean();
+            got.extend((0..col.len()).map(|i| col.is_valid(i).then(|| col.value(i))));
+        }
+        flags.finish()?;
+        Ok(got)
+    }
+
+    /// Flags from the merge equal a plain set's for blocks of several outputs cut into
+    /// batches anywhere (a block's rows spanning two), with old flags (nulls included) kept
+    /// or not, and a spend repeated.
     #[test]
     fn respent_matches_a_set_of_spends() {
         let mut rng = SmallRng::seed_from_u64(17);
-        let txids: Vec<[u8; 32]> = (0..300).map(|_| rng.gen()).collect();
         let mut outs = Vec::new();
-        for (i, t) in txids.iter().enumerate() {
-            for v in 0..rng.gen_range(1..4u32) {
-                let old = [None, Some(true), Some(false)][rng.gen_range(0..3)];
-                outs.push(((i / 7) as u32, *t, v, old));
+        let mut places = Vec::new();
+        for height in 3..300u32 {
+            if rng.gen_bool(0.2) {
+                continue;
+            }
+            for row in 0..rng.gen_range(1..9u32) {
+                outs.push((height, [None, Some(true), Some(false)][rng.gen_range(0..3)]));
+                places.push((height, row));
             }
         }
-        let mut spends: Vec<(u32, [u8; 32], u32)> = outs
+        let mut spends: Vec<(u32, u32)> = places
             .iter()
+            .copied()
             .filter(|_| rng.gen_bool(0.6))
-            .map(|o| (o.0, o.1, o.2))
             .collect();
-        // Near misses: another height, vout, or one txid byte off.
-        let (h, t, v) = spends[0];
-        let mut other = t;
-        other[31] ^= 1;
-        spends.extend([(h + 1000, t, v), (h, t, v + 50), (h, other, v)]);
+        spends.push(spends[5]);
         let set: HashSet<_> = spends.iter().copied().collect();
-        let lookup = SpentOutputs::new(spends.iter().map(|(h, t, v)| (*h, t, *v)));
-        let mut shuffled = outs.clone();
-        shuffled.reverse();
-        for batch in [&outs, &shuffled] {
+        for step in [1, 7, 64, outs.len()] {
             for keep_old in [false, true] {
-                let got = respent(&rows(batch), &lookup, keep_old).unwrap();
-                let got = got.as_boolean();
-                for (i, o) in batch.iter().enumerate() {
-                    let want = match (set.contains(&(o.0, o.1, o.2)), keep_old) {
+                let got = respend(&outs, &spends, keep_old, step).unwrap();
+                for (i, (o, place)) in outs.iter().zip(&places).enumerate() {
+                    let want = match (set.contains(place), keep_old) {
                         (true, _) => Some(true),
-                        (false, true) => o.3,
+                        (false, true) => o.1,
                         (false, false) => Some(false),
                     };
-                    assert_eq!(got.is_valid(i).then(|| got.value(i)), want, "row {i}");
+                    assert_eq!(got[i], want, "row {i} at {place:?}, step {step}");
                 }
             }
         }
         assert!(set.len() > 300, "enough spends to cover many heights");
+    }
+
+    /// A spend that names no row (a row past its block's outputs, a height the file lacks,
+    /// past the last row) and rows out of height order are errors, not flags lost.
+    #[test]
+    fn respent_refuses_spends_without_rows_and_unordered_rows() {
+        let outs = [(4, None), (4, None), (6, None), (9, None)];
+        for bad in [(4, 2), (5, 0), (6, 1), (9, 1), (10, 0), (1, 0)] {
+            let err = respend(&outs, &[(4, 1), bad], false, 2).unwrap_err();
+            assert!(err.contains("names no row"), "{bad:?}: {err}");
+        }
+        let err = respend(&[(6, None), (4, None)], &[], false, 2).unwrap_err();
+        assert!(err.contains("out of height order"), "{err}");
+        assert_eq!(
+            respend(&outs, &[(4, 1), (9, 0)], false, 3).unwrap(),
+            [Some(false), Some(true), Some(false), Some(true)]
+        );
     }
 }

@@ -825,7 +825,7 @@ fn set_totals(set: &CoinSet) -> (i64, i128) {
     use rechain_native::btc::chain_state::coin_fields;
     let amount = set
         .values()
-        .map(|v| coin_fields(v).expect("a stored coin decodes").2 as i128)
+        .map(|v| coin_fields(v).expect("a stored coin decodes").value as i128)
         .sum();
     (set.len() as i64, amount)
 }
@@ -952,8 +952,8 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
         ("prev_height", |s| {
             s.prev_height.iter().map(|&v| v.into()).collect()
         }),
-        ("prev_vout", |s| {
-            s.prev_vout.iter().map(|&v| v.into()).collect()
+        ("prev_row", |s| {
+            s.prev_row.iter().map(|&v| v.into()).collect()
         }),
     ];
     for (name, column) in columns {
@@ -1036,15 +1036,13 @@ fn same_applied(
             &x.vin,
             &x.value,
             &x.prev_height,
-            &x.prev_txid,
-            &x.prev_vout,
+            &x.prev_row,
         ) == (
             &y.height,
             &y.pos,
             &y.vin,
             &y.value,
             &y.prev_height,
-            &y.prev_txid,
-            &y.prev_vout,
+            &y.prev_row,
         )
 }
