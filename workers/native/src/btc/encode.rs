@@ -134,6 +134,11 @@ pub fn write_core_varint(out: &mut Vec<u8>, n: u64) {
 /// `write_core_varint` into a stack buffer: (bytes, length used).
 pub fn core_varint(mut n: u64) -> ([u8; 10], usize) {
     let mut tmp = [0u8; 10];
+    // Nearly every vout is one byte; a chunk builds a key for each input and output twice.
+    if n <= 0x7f {
+        tmp[0] = n as u8;
+        return (tmp, 1);
+    }
     let mut len = 0;
     loop {
         tmp[len] = (n & 0x7f) as u8 | if len > 0 { 0x80 } else { 0 };
