@@ -16,7 +16,7 @@
 //! Unwinding a block deletes the coins it created (as they are after the block) and puts back
 //! the coins it spent or overwrote (as they were before it): the exact inverse of applying it.
 
-use super::decode::{coinbase_height, is_null_prevout, Spans};
+use super::decode::{coinbase_height, is_null_prevout, Spans, TxSpan};
 use super::encode::core_varint;
 use super::header::HEADER_LEN;
 use super::network::Network;
@@ -128,6 +128,12 @@ pub fn coin_value(height: u32, coinbase: bool, value: u64, row: u32, script: &[u
     v.extend_from_slice(&row.to_le_bytes());
     v.extend_from_slice(script);
     v
+}
+
+/// The row of output `vout` of `tx` among its block's outputs: its index in the block's
+/// `outs`, the order in which `btc_chain_rows::outputs` writes the block's `outputs` rows.
+pub(crate) fn output_row(tx: &TxSpan, vout: usize) -> u32 {
+    (tx.outs.0 + vout) as u32
 }
 
 /// The fields of a `btc_utxo` value before its script.
@@ -611,8 +617,7 @@ fn apply_block(
                 stored: false,
                 touched: false,
             });
-            let row = (tx.outs.0 + vout) as u32;
-            let coin = coin_value(b.height, t == 0, o.value, row, script);
+            let coin = coin_value(b.height, t == 0, o.value, output_row(tx, vout), script);
             block.set(k, slot, Some(coin), Some(o.value));
         }
     }

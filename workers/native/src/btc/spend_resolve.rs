@@ -24,7 +24,7 @@
 //!   key len u8 | key | state u8 (GONE 0 | COIN 1 | STORED 2) | (COIN:) value len u32 LE | value
 //! ```
 
-use super::chain_state::{coin_value, spendable, utxo_key, Chunk, Key};
+use super::chain_state::{coin_value, output_row, spendable, utxo_key, Chunk, Key};
 use rustc_hash::FxHashMap as HashMap;
 
 const SPEND: u8 = 0;
@@ -117,7 +117,7 @@ impl Chunk {
                     }
                     let key = utxo_key(&tx.txid, vout as u32);
                     let mut rec = head(if t == 0 { COINBASE } else { CREATE }, &key);
-                    let row = (tx.outs.0 + vout) as u32;
+                    let row = output_row(tx, vout);
                     put_value(&mut rec, &coin_value(height, t == 0, o.value, row, script));
                     out[partition_of(&key, partitions)].extend(rec);
                 }
