@@ -101,6 +101,16 @@ impl std::fmt::Debug for Key {
     }
 }
 
+/// A txid as a set member, hashed by its first 8 bytes (a hash already, so spread evenly).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Txid([u8; 32]);
+
+impl std::hash::Hash for Txid {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(u64::from_le_bytes(self.0[..8].try_into().unwrap()));
+    }
+}
+
 /// `btc_utxo` key of an outpoint: 'C' | txid (internal order) | VARINT(vout).
 pub fn utxo_key(txid: &[u8], vout: u32) -> Key {
     let mut key = Key {
@@ -122,12 +132,23 @@ pub const COIN_HEAD: usize = 16;
 /// `row` is the output's place among its block's outputs (the block's `outputs` rows), so a
 /// spend names the row whose `spent` flag it sets without its txid.
 pub fn coin_value(height: u32, coinbase: bool, value: u64, row: u32, script: &[u8]) -> Vec<u8> {
+    let head = CoinHead {
+        height,
+        coinbase,
+        value,
+        row,
+    };
     let mut v = Vec::with_capacity(COIN_HEAD + script.len());
-    v.extend_from_slice(&(height * 2 + coinbase as u32).to_le_bytes());
-    v.extend_from_slice(&value.to_le_bytes());
-    v.extend_from_slice(&row.to_le_bytes());
-    v.extend_from_slice(script);
+    push_coin_value(&mut v, &head, script);
     v
+}
+
+/// Appends the `btc_utxo` value of `head` and `script` to `out` (see [`coin_value`]).
+fn push_coin_value(out: &mut Vec<u8>, head: &CoinHead, script: &[u8]) {
+    out.extend_from_slice(&(head.height * 2 + head.coinbase as u32).to_le_bytes());
+    out.extend_from_slice(&head.value.to_le_bytes());
+    out.extend_from_slice(&head.row.to_le_bytes());
+    out.extend_from_slice(script);
 }
 
 /// The row of output `vout` of `tx` among its block's outputs: its index in the block's
@@ -349,37 +370,43 @@ impl Chunk {
 
     fn plan_reads(&self) -> Vec<Key> {
         // Sized up front, as the view is: growing a set rehashes every key in it again.
-        let (ins, outs) = self.blocks.iter().fold((0, 0), |(i, o), b| {
-            (i + b.spans.ins.len(), o + b.spans.outs.len())
+        let (ins, txs) = self.blocks.iter().fold((0, 0), |(i, t), b| {
+            (i + b.spans.ins.len(), t + b.spans.txs.len())
         });
-        let mut created: HashSet<Key> = HashSet::with_capacity_and_hasher(outs, Default::default());
+        // Transactions other than coinbases made by the chunk's blocks so far: a spend of one
+        // is never read. The set holds no coin of its txid (BIP30 lets only a coinbase repeat
+        // a txid), so whether the output exists is for the apply to find. One entry a
+        // transaction, not one an output: half the probes into a table half the size.
+        let mut made: HashSet<Txid> = HashSet::with_capacity_and_hasher(txs, Default::default());
         let mut needed: Vec<Key> = Vec::new();
         let mut seen: HashSet<Key> = HashSet::with_capacity_and_hasher(ins, Default::default());
-        let mut need = |k: Key, created: &HashSet<Key>| {
-            if !created.contains(&k) && seen.insert(k) {
-                needed.push(k);
-            }
-        };
         for b in &self.blocks {
             let sp = &b.spans;
             for (t, tx) in sp.txs.iter().enumerate() {
-                if t > 0 {
-                    for inp in &sp.ins[tx.ins.0..tx.ins.1] {
-                        let p = &b.data[inp.prev..inp.prev + 36];
-                        let vout = u32::from_le_bytes(p[32..36].try_into().unwrap());
-                        need(utxo_key(&p[..32], vout), &created);
+                if t == 0 {
+                    // A coinbase's outputs may overwrite coins of an earlier one's txid.
+                    for (vout, out) in sp.outs[tx.outs.0..tx.outs.1].iter().enumerate() {
+                        let k = utxo_key(&tx.txid, vout as u32);
+                        if spendable(b.height, &b.data[out.script.0..out.script.1])
+                            && seen.insert(k)
+                        {
+                            needed.push(k);
+                        }
                     }
+                    continue;
                 }
-                for (vout, out) in sp.outs[tx.outs.0..tx.outs.1].iter().enumerate() {
-                    if !spendable(b.height, &b.data[out.script.0..out.script.1]) {
+                for inp in &sp.ins[tx.ins.0..tx.ins.1] {
+                    let p = &b.data[inp.prev..inp.prev + 36];
+                    let txid: &[u8; 32] = p[..32].try_into().unwrap();
+                    if made.contains(&Txid(*txid)) {
                         continue;
                     }
-                    let k = utxo_key(&tx.txid, vout as u32);
-                    if t == 0 {
-                        need(k, &created);
+                    let k = utxo_key(txid, u32::from_le_bytes(p[32..36].try_into().unwrap()));
+                    if seen.insert(k) {
+                        needed.push(k);
                     }
-                    created.insert(k);
                 }
+                made.insert(Txid(tx.txid));
             }
         }
         needed
@@ -409,7 +436,7 @@ impl Chunk {
                 *k,
                 Slot {
                     stored: v.is_some(),
-                    coin: v,
+                    coin: v.map(Coin::Stored),
                     touched: false,
                 },
             );
@@ -436,7 +463,7 @@ impl Chunk {
         }
         // The net change: a coin the chunk left in place is put (if it was stored unchanged,
         // the same bytes again), a stored coin it spent is deleted.
-        let mut changed: Vec<(Key, Option<Vec<u8>>)> = view
+        let mut changed: Vec<(Key, Option<Coin>)> = view
             .into_iter()
             .filter(|(_, s)| s.touched && (s.coin.is_some() || s.stored))
             .map(|(k, s)| (k, s.coin))
@@ -444,7 +471,7 @@ impl Chunk {
         changed.sort_unstable_by_key(|c| c.0);
         for (k, v) in changed {
             match v {
-                Some(v) => out.puts.push((k, v)),
+                Some(v) => out.puts.push((k, v.into_value())),
                 None => out.deletes.push(k),
             }
         }
@@ -454,11 +481,56 @@ impl Chunk {
 
 /// The coins a chunk reads and makes, one slot per key: one probe finds a coin whether the
 /// database had it or an earlier block of the chunk created it.
-type View = HashMap<Key, Slot>;
+type View<'a> = HashMap<Key, Slot<'a>>;
 
-struct Slot {
+/// A coin as a chunk holds it while it applies: the value the set stored, or the fields and
+/// script (borrowed from its block) of one a block of the chunk made. A made coin is encoded
+/// only if the chunk leaves it in the set or an undo record restores it: most coins a chunk
+/// makes, it also spends, and a heap value each was a malloc, a copy and a free per output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Coin<'a> {
+    Stored(Vec<u8>),
+    Made { head: CoinHead, script: &'a [u8] },
+}
+
+impl Coin<'_> {
+    fn head(&self) -> Result<CoinHead, String> {
+        match self {
+            Coin::Stored(v) => coin_fields(v),
+            Coin::Made { head, .. } => Ok(*head),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        match self {
+            Coin::Stored(v) => v.len(),
+            Coin::Made { script, .. } => COIN_HEAD + script.len(),
+        }
+    }
+
+    /// Appends the coin's `btc_utxo` value to `out`.
+    fn push_value(&self, out: &mut Vec<u8>) {
+        match self {
+            Coin::Stored(v) => out.extend_from_slice(v),
+            Coin::Made { head, script } => push_coin_value(out, head, script),
+        }
+    }
+
+    fn into_value(self) -> Vec<u8> {
+        match self {
+            Coin::Stored(v) => v,
+            made => {
+                let mut v = Vec::with_capacity(made.encoded_len());
+                made.push_value(&mut v);
+                v
+            }
+        }
+    }
+}
+
+struct Slot<'a> {
     /// The coin as the chunk's blocks so far left it (None: spent or never there).
-    coin: Option<Vec<u8>>,
+    coin: Option<Coin<'a>>,
     /// Whether the database holds this key (so that spending it is a delete).
     stored: bool,
     /// Whether an applied block changed it.
@@ -467,23 +539,23 @@ struct Slot {
 
 /// What one block did to the coins it touched: each one's coin before the block (moved out
 /// of the view, which no longer needs it) and its value after, for the undo record.
-struct BlockChanges(HashMap<Key, (Option<Vec<u8>>, Option<u64>)>);
+struct BlockChanges<'a>(HashMap<Key, (Option<Coin<'a>>, Option<u64>)>);
 
-impl BlockChanges {
-    fn with_capacity(n: usize) -> BlockChanges {
+impl<'a> BlockChanges<'a> {
+    fn with_capacity(n: usize) -> BlockChanges<'a> {
         BlockChanges(HashMap::with_capacity_and_hasher(n, Default::default()))
     }
 
     /// Replaces `slot`'s coin (key `k`) by `coin` (of `value`; None: spent), keeping the
     /// coin it replaced if this is the block's first change to it.
-    fn set(&mut self, k: Key, slot: &mut Slot, coin: Option<Vec<u8>>, value: Option<u64>) {
+    fn set(&mut self, k: Key, slot: &mut Slot<'a>, coin: Option<Coin<'a>>, value: Option<u64>) {
         let old = std::mem::replace(&mut slot.coin, coin);
         slot.touched = true;
         self.0.entry(k).or_insert((old, None)).1 = value;
     }
 
     /// Puts back what the block found (a block that breaks a rule changes nothing).
-    fn roll_back(self, view: &mut View) {
+    fn roll_back(self, view: &mut View<'a>) {
         for (k, (old, _)) in self.0 {
             if let Some(slot) = view.get_mut(&k) {
                 slot.coin = old;
@@ -507,7 +579,7 @@ impl BlockChanges {
                 amount += *value as i128;
             }
             if let Some(v) = old {
-                let value = coin_fields(v)?.value;
+                let value = v.head()?.value;
                 restored.push((k, v));
                 count -= 1;
                 amount -= value as i128;
@@ -526,8 +598,8 @@ impl BlockChanges {
         for (k, v) in &restored {
             u.push(k.len() as u8);
             u.extend_from_slice(k);
-            u.extend_from_slice(&(v.len() as u32).to_le_bytes());
-            u.extend_from_slice(v);
+            u.extend_from_slice(&(v.encoded_len() as u32).to_le_bytes());
+            v.push_value(&mut u);
         }
         Ok((u, count, amount))
     }
@@ -545,10 +617,10 @@ fn truncate_spends(s: &mut SpendRows, n: usize) {
 /// Applies one block to `view`; the reject reason of the rule it breaks first, in the order
 /// rechain has always reported them: BIP34 height, missing or spent input, premature coinbase
 /// spend, inputs below outputs, coinbase amount.
-fn apply_block(
-    b: &LoadedBlock,
-    view: &mut View,
-    block: &mut BlockChanges,
+fn apply_block<'a>(
+    b: &'a LoadedBlock,
+    view: &mut View<'a>,
+    block: &mut BlockChanges<'a>,
     spends: &mut SpendRows,
     bip34: u64,
     halving: u64,
@@ -586,10 +658,13 @@ fn apply_block(
                 let p = &data[inp.prev..inp.prev + 36];
                 let vout = u32::from_le_bytes(p[32..36].try_into().unwrap());
                 let k = utxo_key(&p[..32], vout);
-                let Some(slot) = view.get_mut(&k).filter(|s| s.coin.is_some()) else {
+                let Some(slot) = view.get_mut(&k) else {
                     return Ok(Some("bad-txns-inputs-missingorspent"));
                 };
-                let prev = coin_fields(slot.coin.as_deref().unwrap_or_default())?;
+                let Some(prev) = slot.coin.as_ref() else {
+                    return Ok(Some("bad-txns-inputs-missingorspent"));
+                };
+                let prev = prev.head()?;
                 premature |= prev.coinbase && b.height - prev.height < COINBASE_MATURITY;
                 in_value += prev.value;
                 spends.height.push(b.height);
@@ -617,8 +692,13 @@ fn apply_block(
                 stored: false,
                 touched: false,
             });
-            let coin = coin_value(b.height, t == 0, o.value, output_row(tx, vout), script);
-            block.set(k, slot, Some(coin), Some(o.value));
+            let head = CoinHead {
+                height: b.height,
+                coinbase: t == 0,
+                value: o.value,
+                row: output_row(tx, vout),
+            };
+            block.set(k, slot, Some(Coin::Made { head, script }), Some(o.value));
         }
     }
     if premature {
@@ -766,13 +846,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_made_coin_is_encoded_as_the_set_stores_it() {
+        let script: &[u8] = b"\x76\xa9\x14";
+        let head = CoinHead {
+            height: 700_001,
+            coinbase: true,
+            value: 625_000_000,
+            row: 4_097,
+        };
+        let expected = coin_value(700_001, true, 625_000_000, 4_097, script);
+        let made = Coin::Made { head, script };
+        assert_eq!(made.encoded_len(), expected.len());
+        assert_eq!(made.head().unwrap(), coin_fields(&expected).unwrap());
+        assert_eq!(made.clone().into_value(), expected);
+        // Spent by a later block of the chunk, the undo record restores those very bytes.
+        let k = utxo_key(&[3u8; 32], 1);
+        let mut view: View = HashMap::default();
+        let slot = Slot {
+            coin: Some(made),
+            stored: false,
+            touched: true,
+        };
+        view.insert(k, slot);
+        let mut block = BlockChanges::with_capacity(1);
+        block.set(k, view.get_mut(&k).unwrap(), None, None);
+        let (rec, count, amount) = block.undo_record(&[9u8; 32]).unwrap();
+        assert_eq!((count, amount), (-1, -625_000_000));
+        assert_eq!(decode_undo(&rec).unwrap().restored, vec![(k, expected)]);
+    }
+
+    #[test]
     fn undo_round_trip() {
         let k1 = utxo_key(&[1u8; 32], 0);
         let k2 = utxo_key(&[2u8; 32], 300);
         let spent = coin_value(5, true, 50, 3, b"\x51");
         // The block created k1 and spent k2, which it found stored.
         let mut view: View = HashMap::default();
-        for (k, coin) in [(k1, None), (k2, Some(spent.clone()))] {
+        for (k, coin) in [(k1, None), (k2, Some(Coin::Stored(spent.clone())))] {
             let stored = coin.is_some();
             let touched = false;
             view.insert(
@@ -785,13 +895,19 @@ mod tests {
             );
         }
         let mut block = BlockChanges::with_capacity(2);
-        let created = coin_value(9, false, 40, 0, b"");
+        let head = CoinHead {
+            height: 9,
+            coinbase: false,
+            value: 40,
+            row: 0,
+        };
+        let created = Coin::Made { head, script: b"" };
         block.set(k1, view.get_mut(&k1).unwrap(), Some(created), Some(40));
         block.set(k2, view.get_mut(&k2).unwrap(), None, None);
         let (rec, count, amount) = block.undo_record(&[7u8; 32]).unwrap();
         block.roll_back(&mut view);
         assert_eq!(view[&k1].coin, None);
-        assert_eq!(view[&k2].coin.as_ref(), Some(&spent));
+        assert_eq!(view[&k2].coin, Some(Coin::Stored(spent.clone())));
         assert_eq!((count, amount), (0, -10));
         let u = decode_undo(&rec).unwrap();
         assert_eq!(u.hash, [7u8; 32]);
