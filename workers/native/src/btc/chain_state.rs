@@ -444,8 +444,15 @@ impl Chunk {
         let mut out = Applied::default();
         let bip34 = self.network.bip34_height();
         let halving = self.network.halving_interval();
+        // One list for every block's changes, cleared between blocks.
+        let most = self
+            .blocks
+            .iter()
+            .map(|b| b.spans.ins.len() + b.spans.outs.len())
+            .max();
+        let mut block = BlockChanges::with_capacity(most.unwrap_or(0));
         for b in &self.blocks {
-            let mut block = BlockChanges::with_capacity(b.spans.ins.len() + b.spans.outs.len());
+            block.0.clear();
             let spends_mark = out.spends.height.len();
             let failure = apply_block(b, &mut view, &mut block, &mut out.spends, bip34, halving)?;
             if let Some(reason) = failure {
@@ -537,26 +544,29 @@ struct Slot<'a> {
     touched: bool,
 }
 
-/// What one block did to the coins it touched: each one's coin before the block (moved out
-/// of the view, which no longer needs it) and its value after, for the undo record.
-struct BlockChanges<'a>(HashMap<Key, (Option<Coin<'a>>, Option<u64>)>);
+/// What one block did to the coins it touched, change by change in the block's order: the key,
+/// the coin before the change (moved out of the view, which no longer needs it) and the value
+/// after it (None: spent). A key's first change holds the coin the block found, its last what
+/// the block left. A list, not a map: a push per change instead of a hash probe, and the undo
+/// record sorts the keys anyway.
+struct BlockChanges<'a>(Vec<(Key, Option<Coin<'a>>, Option<u64>)>);
 
 impl<'a> BlockChanges<'a> {
     fn with_capacity(n: usize) -> BlockChanges<'a> {
-        BlockChanges(HashMap::with_capacity_and_hasher(n, Default::default()))
+        BlockChanges(Vec::with_capacity(n))
     }
 
-    /// Replaces `slot`'s coin (key `k`) by `coin` (of `value`; None: spent), keeping the
-    /// coin it replaced if this is the block's first change to it.
+    /// Replaces `slot`'s coin (key `k`) by `coin` (of `value`; None: spent).
     fn set(&mut self, k: Key, slot: &mut Slot<'a>, coin: Option<Coin<'a>>, value: Option<u64>) {
         let old = std::mem::replace(&mut slot.coin, coin);
         slot.touched = true;
-        self.0.entry(k).or_insert((old, None)).1 = value;
+        self.0.push((k, old, value));
     }
 
-    /// Puts back what the block found (a block that breaks a rule changes nothing).
-    fn roll_back(self, view: &mut View<'a>) {
-        for (k, (old, _)) in self.0 {
+    /// Puts back what the block found (a block that breaks a rule changes nothing): newest
+    /// change first, so each key ends with the coin before its first change.
+    fn roll_back(&mut self, view: &mut View<'a>) {
+        for (k, old, _) in self.0.drain(..).rev() {
             if let Some(slot) = view.get_mut(&k) {
                 slot.coin = old;
             }
@@ -566,17 +576,22 @@ impl<'a> BlockChanges<'a> {
     /// The block's undo record (keys sorted, so equal blocks on equal sets give equal
     /// bytes), and the change it made to the set's count and amount.
     fn undo_record(&self, hash: &[u8; 32]) -> Result<(Vec<u8>, i64, i128), String> {
-        let mut keys: Vec<&Key> = self.0.keys().collect();
-        keys.sort_unstable();
+        let changes = &self.0;
+        // By key, then in the block's order within a key.
+        let mut order: Vec<u32> = (0..changes.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| {
+            (&changes[a as usize].0, a).cmp(&(&changes[b as usize].0, b))
+        });
         let mut created = Vec::new();
         let mut restored = Vec::new();
         let (mut count, mut amount) = (0i64, 0i128);
-        for k in keys {
-            let (old, new) = &self.0[k];
+        for run in order.chunk_by(|&a, &b| changes[a as usize].0 == changes[b as usize].0) {
+            let (k, old, _) = &changes[run[0] as usize];
+            let new = changes[run[run.len() - 1] as usize].2;
             if let Some(value) = new {
-                created.push((k, *value));
+                created.push((k, value));
                 count += 1;
-                amount += *value as i128;
+                amount += value as i128;
             }
             if let Some(v) = old {
                 let value = v.head()?.value;
