@@ -21,10 +21,13 @@ at the tip, as a node runs it), which must end on rechain's tip and UTXO count a
 ``ratios`` holds issue 17's targets, each with its value. ``tables_floor`` is what the
 contract's tables cost alone: every published segment read back into memory and encoded again
 with its declared layout (zstd, the same dictionaries and statistics) on 2 threads, no decoding,
-no state.
+no state. ``paired`` repeats the whole pipeline's two peer ratios from rounds that run rechain
+and the peers back to back (``--pairs``), as a shared host's speed drifts between runs minutes
+apart.
 
     .venv/bin/python benchmarks/btc_full.py [--blocks 13500] [--tx-per-block 100:400]
         [--node DIR]   # keep the generated chain in DIR and reuse it when it is there
+        [--pairs 3]
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -205,7 +209,9 @@ def peers(blocks: Path, data: Path) -> tuple[dict, list[str]]:
     near the chain's size, loses unspent outputs (see peer_parsers)."""
     binary = peer_parsers.build()
     ours = peer_parsers.rechain_counts(data)
-    runs = [(peer, peer, ()) for peer in peer_parsers.SUBCOMMANDS]
+    runs: list[tuple[str, str, tuple[str, ...]]] = [
+        (peer, peer, ()) for peer in peer_parsers.SUBCOMMANDS
+    ]
     runs.append(("utxo_parser_sized", "utxo_parser", ("--estimated-utxos", str(ours["outputs"]))))
     out, mismatches = {}, []
     for name, peer, extra in runs:
@@ -228,6 +234,43 @@ def peers(blocks: Path, data: Path) -> tuple[dict, list[str]]:
     return out, mismatches
 
 
+def paired_rounds(
+    blocks: Path, work: Path, budget: str, nbytes: int, utxos: int, rounds: int
+) -> dict:
+    """The whole pipeline's two peer ratios again, from rounds that each run rechain (2 workers,
+    threads) and then the sized UtxoParser and blocks_iterator, back to back. The speed of a
+    shared host drifts by a fifth within minutes, and the main runs are minutes apart from
+    the peers', so a ratio of those measures the drift as much as the programs; the median
+    of these rounds does not. Ratios are MB/s, each program over its own block bytes."""
+    binary = peer_parsers.build()
+    peers = (
+        ("utxo_parser_sized", "utxo_parser", ("--estimated-utxos", str(utxos))),
+        ("blocks_iterator", "blocks_iterator", ()),
+    )
+    out: list[dict[str, float]] = []
+    for _ in range(rounds):
+        data = work / "data_paired"
+        shutil.rmtree(data, ignore_errors=True)
+        result, elapsed, _, cpu_s = full_reindex(blocks, data, 2, budget, None, False)
+        rechain_s = elapsed - result["run"]["ray_start_s"]
+        row = {"rechain_s": rechain_s, "rechain_cpu_s": cpu_s}
+        for name, peer, extra in peers:
+            warm_page_cache(blocks)
+            got = peer_parsers.run(binary, peer, blocks, *extra)
+            row[f"{name}_s"] = got["wall_s"]
+            row[f"{name}_cpu_s"] = got["cpu_s"]
+            row[f"vs_{name}"] = nbytes / rechain_s / MB / got["mb_per_s"]
+        out.append(row)
+    shutil.rmtree(work / "data_paired", ignore_errors=True)
+    return {
+        "rounds": out,
+        **{
+            f"median_vs_{name}": statistics.median(r[f"vs_{name}"] for r in out)
+            for name, _, _ in peers
+        },
+    }
+
+
 def tables_floor(data: Path, threads: int = 2) -> dict:
     """The four published tables encoded again from memory (``encoding_floor``): a full
     reindex must at least write these."""
@@ -239,7 +282,11 @@ def tables_floor(data: Path, threads: int = 2) -> dict:
 
 
 def ratio(value: float | None, target: float, note: str = "") -> dict:
-    out = {"value": value, "target": target, "met": None if value is None else value >= target}
+    out: dict[str, float | bool | str | None] = {
+        "value": value,
+        "target": target,
+        "met": None if value is None else value >= target,
+    }
     if note:
         out["note"] = note
     return out
@@ -250,6 +297,9 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=13_500, help="13,500 blocks: about 1.06 GB")
     ap.add_argument("--tx-per-block", default="100:400")
     ap.add_argument("--memory-budget", default="1G", help="passed to rechain btc reindex")
+    ap.add_argument(
+        "--pairs", type=int, default=3, help="rounds of rechain and each peer back to back"
+    )
     ap.add_argument(
         "--node",
         type=Path,
@@ -315,6 +365,8 @@ def main() -> None:
                 "utxo_count": result["full"]["utxo_count"],
             }
         peer, mismatches = peers(blocks, work / "data1")
+        utxos = peer["utxo_parser_sized"]["estimated_utxos"]
+        paired = paired_rounds(blocks, work, args.memory_budget, nbytes, utxos, args.pairs)
         # The whole pipeline's targets compare the 2-worker run: the two cores every peer
         # uses (the 1-worker run's ratios are in `context`).
         whole = runs[2]["whole_pipeline_mb_per_s"]
@@ -358,6 +410,7 @@ def main() -> None:
             "peers": peer,
             "peer_counts_match": not mismatches,
             "peer_mismatches": mismatches,
+            "paired": paired,
             # Issue 17's targets: rates compare MB/s of block bytes (each peer's own bytes, so
             # blocks_iterator's missing last blocks do not count against it).
             "ratios": {
@@ -369,6 +422,18 @@ def main() -> None:
                 ),
                 "whole_pipeline_vs_blocks_iterator": ratio(
                     whole / peer["blocks_iterator"]["mb_per_s"], 0.5, "rechain on 2 workers"
+                ),
+                "whole_pipeline_vs_utxo_parser_paired": ratio(
+                    paired["median_vs_utxo_parser_sized"],
+                    1,
+                    "median of rounds that run rechain (2 workers) and the sized UtxoParser "
+                    "back to back (see paired)",
+                ),
+                "whole_pipeline_vs_blocks_iterator_paired": ratio(
+                    paired["median_vs_blocks_iterator"],
+                    0.5,
+                    "median of rounds that run rechain (2 workers) and blocks_iterator back to "
+                    "back (see paired)",
                 ),
                 "whole_pipeline_vs_core_reindex": ratio(
                     peer["core"]["wall_s"] / runs[2]["whole_pipeline_s"],
