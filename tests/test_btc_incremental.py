@@ -1,6 +1,7 @@
 """The bookkeeping that lets a rerun do only the new blocks' work: which off-chain groups
-publish keeps and which parts it writes again, spend prints that add up across runs, and the
-coins the chain state reads through a chunk it has applied but not yet committed."""
+publish keeps and which parts it writes again, and spend prints that add up across runs. (The
+chain state reads coins through the chunks it has applied but not yet committed:
+`chain_state::overlay`, tested in Rust.)"""
 
 from __future__ import annotations
 
@@ -82,19 +83,3 @@ def test_spend_prints_per_segment_are_those_of_its_spends() -> None:
     assert sorted(got) == segs
     with pytest.raises(RechainError, match="overlap"):
         _spent_prints(con, [(10, 49), (40, 60)], "spends")
-
-
-def test_a_chunk_sees_the_coins_of_the_uncommitted_chunk_before_it() -> None:
-    """The chain state applies a chunk before the previous one is committed: the stored
-    coins are read through that chunk's changes (deletes, then puts, as they are written)."""
-    from rechain.pipeline.stages.bitcoin.chain_state import _overlay
-
-    needed = [b"stored", b"spent-before", b"created-before", b"absent", b"re-created"]
-    stored = [b"s", b"x", None, None, b"old"]
-    before = {
-        "puts": ([b"created-before", b"re-created"], [b"c", b"new"]),
-        "deletes": [b"spent-before", b"re-created"],
-    }
-    assert _overlay(needed, stored, before) == [b"s", None, b"c", None, b"new"]
-    # A chunk before that changed nothing of these leaves them as stored.
-    assert _overlay(needed, stored, {"puts": ([], []), "deletes": []}) == stored

@@ -464,24 +464,12 @@ def _apply_chunk(ctx: BtcRun, chunk: Any, pending: deque[Pending]) -> dict[str, 
     t1 = time.perf_counter()
     needed = chunk.needed()
     coins = ctx.data.cf(layout.CF_BTC_UTXO)[needed] if needed else []
-    for before in pending if needed else ():
-        coins = _overlay(needed, coins, before.result)
+    if needed and pending:
+        coins = chunk.overlay(coins, [before.chunk for before in pending])
     t2 = time.perf_counter()
     result: dict[str, Any] = chunk.apply(coins)
     ctx.add({"chain_state_get_s": t2 - t1, "chain_state_apply_s": time.perf_counter() - t2})
     return result
-
-
-def _overlay(needed: list[bytes], coins: list[bytes | None], result: dict[str, Any]) -> Any:
-    """``coins`` (stored values of ``needed``) as they are once ``result``'s set changes are
-    written: its deletes, then its puts, as ``DataDir.write_columns`` applies them."""
-    keys = pa.array(needed, pa.binary())
-    put_keys, put_values = result["puts"]
-    at = pc.index_in(keys, value_set=pa.array(put_keys, pa.binary()))
-    deleted = pc.is_in(keys, value_set=pa.array(result["deletes"], pa.binary()))
-    stored = pc.if_else(deleted, pa.scalar(None, pa.binary()), pa.array(coins, pa.binary()))
-    merged = pc.if_else(pc.is_valid(at), pa.array(put_values, pa.binary()).take(at), stored)
-    return merged.to_pylist()
 
 
 def _stage_chunk(

@@ -59,6 +59,9 @@ fn hash32(b: &[u8]) -> PyResult<[u8; 32]> {
         .map_err(|_| PyValueError::new_err("block hashes are 32 bytes (internal order)"))
 }
 
+/// An applied chunk's puts and deletes (each sorted by key).
+type SetChanges = (Vec<(chain_state::Key, Vec<u8>)>, Vec<chain_state::Key>);
+
 /// Consecutive best-chain blocks read from their blk files, and the coins they need.
 #[pyclass(module = "rechain.workers._native", frozen)]
 struct ChainStateChunk {
@@ -68,6 +71,9 @@ struct ChainStateChunk {
     /// What the last `apply` resolved: blocks applied, and each of their non-coinbase
     /// inputs' value in order (for `write_rows`).
     resolved: Mutex<Option<(usize, Vec<u64>)>>,
+    /// The set changes of the last `apply` (puts, deletes; sorted), for `overlay` while this
+    /// chunk is applied but not committed.
+    changes: Mutex<SetChanges>,
 }
 
 impl ChainStateChunk {
@@ -126,6 +132,7 @@ impl ChainStateChunk {
             "failure",
             a.failure.map(|(h, hash, r)| (h, display_hex(&hash), r)),
         )?;
+        *self.changes.lock().expect("not poisoned") = (a.puts, a.deletes);
         Ok(d)
     }
 }
@@ -174,12 +181,49 @@ impl ChainStateChunk {
             inner,
             places,
             resolved: Mutex::new(None),
+            changes: Mutex::new((Vec::new(), Vec::new())),
         })
     }
 
     /// The `btc_utxo` keys to read before `apply` (a list, for RocksDB's multi-get).
     fn needed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         bytes_list(py, self.inner.needed.iter())
+    }
+
+    /// `values` (the stored values of `needed`, None where absent) as they are once the set
+    /// changes of `before` (chunks applied and not yet committed, oldest first) are written.
+    fn overlay<'py>(
+        &self,
+        py: Python<'py>,
+        values: Vec<Option<Vec<u8>>>,
+        before: Vec<PyRef<'py, ChainStateChunk>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        if values.len() != self.inner.needed.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} values for {} needed coins",
+                values.len(),
+                self.inner.needed.len()
+            )));
+        }
+        let guards: Vec<_> = before
+            .iter()
+            .map(|c| c.changes.lock().expect("not poisoned"))
+            .collect();
+        let pending: Vec<_> = guards
+            .iter()
+            .map(|g| chain_state::Pending {
+                puts: &g.0,
+                deletes: &g.1,
+            })
+            .collect();
+        let mut values = values;
+        chain_state::overlay(&self.inner.needed, &mut values, &pending);
+        PyList::new(
+            py,
+            values
+                .iter()
+                .map(|v| v.as_deref().map(|b| PyBytes::new(py, b))),
+        )
     }
 
     /// Applies the chunk to the stored values of `needed` (None where absent). Returns a

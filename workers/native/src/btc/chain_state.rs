@@ -486,6 +486,29 @@ impl Chunk {
     }
 }
 
+/// The set changes of an applied chunk that is not committed yet: its puts and deletes, each
+/// sorted by key (as [`Chunk::apply`] returns them).
+#[derive(Clone, Copy)]
+pub struct Pending<'a> {
+    pub puts: &'a [(Key, Vec<u8>)],
+    pub deletes: &'a [Key],
+}
+
+/// `values` (the stored values of `needed`, None where absent) as they are once `pending`
+/// (oldest first) is written: each chunk's deletes, then its puts, as its commit writes them.
+/// A binary search per needed key and chunk: the needed keys are few beside a chunk's puts.
+pub fn overlay(needed: &[Key], values: &mut [Option<Vec<u8>>], pending: &[Pending]) {
+    for (k, v) in needed.iter().zip(values.iter_mut()) {
+        for p in pending {
+            if let Ok(i) = p.puts.binary_search_by(|(put, _)| put.cmp(k)) {
+                *v = Some(p.puts[i].1.clone());
+            } else if p.deletes.binary_search(k).is_ok() {
+                *v = None;
+            }
+        }
+    }
+}
+
 /// The coins a chunk reads and makes, one slot per key: one probe finds a coin whether the
 /// database had it or an earlier block of the chunk created it.
 type View<'a> = HashMap<Key, Slot<'a>>;
@@ -859,6 +882,37 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlay_reads_through_uncommitted_chunks_oldest_first() {
+        let k = |b: u8| utxo_key(&[b; 32], 0);
+        let v = |s: &str| Some(s.as_bytes().to_vec());
+        // Stored, spent before, created before, absent, created again before.
+        let needed = [k(1), k(2), k(3), k(4), k(5)];
+        let stored = vec![v("s"), v("x"), None, None, v("old")];
+        let puts = vec![(k(3), b"c".to_vec()), (k(5), b"new".to_vec())];
+        let deletes = vec![k(2)];
+        let first = Pending {
+            puts: &puts,
+            deletes: &deletes,
+        };
+        let mut values = stored.clone();
+        overlay(&needed, &mut values, &[first]);
+        assert_eq!(values, vec![v("s"), None, v("c"), None, v("new")]);
+        // A later chunk's changes win: it spends k3 and creates k2 again.
+        let (puts2, deletes2) = (vec![(k(2), b"back".to_vec())], vec![k(3)]);
+        let later = Pending {
+            puts: &puts2,
+            deletes: &deletes2,
+        };
+        let mut values = stored.clone();
+        overlay(&needed, &mut values, &[first, later]);
+        assert_eq!(values, vec![v("s"), v("back"), None, None, v("new")]);
+        // Nothing pending: as stored.
+        let mut values = stored.clone();
+        overlay(&needed, &mut values, &[]);
+        assert_eq!(values, stored);
+    }
 
     #[test]
     fn a_made_coin_is_encoded_as_the_set_stores_it() {
