@@ -249,24 +249,40 @@ def _select_sql(table: str, s: str, where: str) -> str:
         WHERE {where}"""
 
 
-def _copy(
-    con: duckdb.DuckDBPyConnection, table: str, sql: str, dest: Path, group_bytes: int, **kw: Any
-) -> None:
-    """Writes ``sql`` cast to ``table``'s declared schema as Parquet at ``dest`` (one file, or
-    a Hive-partitioned folder when ``partition`` is given)."""
+def _copy_offchain(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    queries: dict[str, str],
+    dest: Path,
+    group_bytes: int,
+) -> dict[Path, str]:
+    """Writes each group's query (``queries``: group -> SQL), cast to ``table``'s declared
+    schema, as Parquet under ``dest`` in one ``COPY`` partitioned by height range and group:
+    each query costs as much as the rows it has, not a fixed planning and writing cost per
+    group. Returns each file, relative to ``dest``, with its published name
+    (``HEIGHT_RANGE=R/offchain_GROUP_I.parquet``)."""
+    if not queries:
+        return {}
     t = tables.TABLES[table]
-    partition = kw.get("partition")
-    cols = tables.duckdb_select(t, sql)
-    if partition is None:
-        cols = f"SELECT * EXCLUDE ({tables.HEIGHT_RANGE}) FROM ({cols})"
-        extra = ""
-    else:
-        extra = f", PARTITION_BY ({t.partition_by}), FILENAME_PATTERN '{partition}_{{i}}'"
+    groups = sorted(queries)
+    union = " UNION ALL ".join(
+        f"SELECT *, {i} AS _group FROM ({tables.duckdb_select(t, queries[g])})"
+        for i, g in enumerate(groups)
+    )
     dest.parent.mkdir(parents=True, exist_ok=True)
     con.execute(
-        f"COPY ({cols}) TO '{dest}' (FORMAT PARQUET, COMPRESSION {t.compression.upper()}, "
-        f"ROW_GROUP_SIZE {t.row_group_rows}, ROW_GROUP_SIZE_BYTES {group_bytes}{extra})"
+        f"COPY ({union}) TO '{dest}' (FORMAT PARQUET, COMPRESSION {t.compression.upper()}, "
+        f"ROW_GROUP_SIZE {t.row_group_rows}, ROW_GROUP_SIZE_BYTES {group_bytes}, "
+        f"PARTITION_BY ({t.partition_by}, _group), FILENAME_PATTERN '{OFFCHAIN}_{{i}}')"
     )
+    names: dict[Path, str] = {}
+    for f in dest.rglob("*.parquet"):
+        rel = f.relative_to(dest)
+        folder, group_dir = rel.parts[0], rel.parts[1]
+        group = groups[int(group_dir.removeprefix("_group="))]
+        n = f.stem.removeprefix(f"{OFFCHAIN}_")
+        names[rel] = f"{folder}/{OFFCHAIN}_{group}_{n}.parquet"
+    return names
 
 
 def _part_blocks(con: duckdb.DuckDBPyConnection, data: DataDir) -> dict[str, Any]:
@@ -460,16 +476,14 @@ def publish_tables(
                 os.link(f, dest)
         # Rows of blocks off the best chain, from the parts of each group written.
         off_chain = "NOT coalesce(h.in_best_chain, false)"
-        for group, suffix in off_views.items():
-            sql = _select_sql(name, suffix, off_chain)
-            off = tmp.parent / f".{generation:06d}.{OFFCHAIN}"
-            shutil.rmtree(off, ignore_errors=True)
-            _copy(con, name, sql, off, group_bytes, partition=f"{OFFCHAIN}_{group}")
-            for f in off.rglob("*.parquet"):
-                dest = tmp / f.relative_to(off)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(f, dest)
-            shutil.rmtree(off, ignore_errors=True)
+        off = tmp.parent / f".{generation:06d}.{OFFCHAIN}"
+        shutil.rmtree(off, ignore_errors=True)
+        queries = {g: _select_sql(name, suffix, off_chain) for g, suffix in off_views.items()}
+        for rel, published in _copy_offchain(con, name, queries, off, group_bytes).items():
+            dest = tmp / published
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(off / rel, dest)
+        shutil.rmtree(off, ignore_errors=True)
         lap("offchain_s")
         rewritten = {seg["path"] for seg in rewrite}
         linked = {seg["path"]: seg for seg in kept if seg["path"] not in rewritten}
