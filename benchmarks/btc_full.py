@@ -354,8 +354,10 @@ def main() -> None:
                 "ray_start_s": run["ray_start_s"],
                 "whole_pipeline_s": pipeline_s,
                 "whole_pipeline_mb_per_s": nbytes / pipeline_s / MB,
-                "body_pass_s": run["decode_s"],
-                "body_pass_mb_per_s": run["bytes_decoded"] / run["decode_s"] / MB,
+                # The body pass decodes the copies off the best chain; the chain state decodes
+                # (and checks) the best chain as it applies it.
+                "body_pass_s": run.get("decode_s", 0.0),
+                "decode_stages_s": run["stage_s"]["bodies"] + run["stage_s"]["chain_state"],
                 "publish_s": run["publish_s"],
                 "utxo_and_txindex_s": run["utxo_s"],
                 "peak_rss_tree_mib": rss,
@@ -399,7 +401,7 @@ def main() -> None:
             "memory_budget": args.memory_budget,
             "workers": runs,
             "tables_floor": floor,
-            "speedup_1_to_2_workers": runs[1]["body_pass_s"] / runs[2]["body_pass_s"],
+            "speedup_1_to_2_workers": runs[1]["decode_stages_s"] / runs[2]["decode_stages_s"],
             "target_speedup": 1.8,
             "rechain": {
                 "decode_only_mb_per_s_per_core": rate,

@@ -165,7 +165,8 @@ def invalid_blocks(data: DataDir) -> dict[str, str]:
     return dict(data.meta_get(layout.META_BTC_INVALID_BLOCKS) or {})
 
 
-def _copy_key(file: pa.Array, offset: pa.Array) -> pa.Array:
+def copy_key(file: pa.Array, offset: pa.Array) -> pa.Array:
+    """One number per copy: its file and offset."""
     return pc.add(
         pc.shift_left(pc.cast(file, pa.uint64()), _OFFSET_BITS), pc.cast(offset, pa.uint64())
     )
@@ -183,8 +184,8 @@ def apply_verdicts(data: DataDir, log: pa.Table) -> pa.Table:
     status = records.column("status")
     reason = records.column("reason")
     if failed.num_rows:
-        keys = _copy_key(records.column("file"), records.column("magic_offset"))
-        failed_keys = _copy_key(failed.column("file").chunk(0), failed.column("offset").chunk(0))
+        keys = copy_key(records.column("file"), records.column("magic_offset"))
+        failed_keys = copy_key(failed.column("file").chunk(0), failed.column("offset").chunk(0))
         idx = pc.index_in(keys, value_set=failed_keys)
         hit = pc.is_valid(idx)
         status = pc.if_else(hit, "invalid_body", status)

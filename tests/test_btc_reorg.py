@@ -145,9 +145,30 @@ def test_a_reorg_run_killed_in_the_chain_state_resumes_to_the_fresh_result(
     assert verify(data)["ok"]
 
 
-def _restage_as_before_slim(data: Path, blocks: Path) -> int:
-    """Rewrites every staged body part as versions before slim staging wrote them (the four
-    full tables, a registry entry without ``tables``); returns how many."""
+def _stage_best_chain(data: Path, blocks: Path) -> int:
+    """Stages a body part of every best-chain copy, as versions before the chain state checked
+    the best chain itself did (their body pass decoded every chosen copy); returns how many
+    parts."""
+    import pyarrow.parquet as pq
+    from rechain.pipeline.query import current_generation
+    from rechain.pipeline.stages.bitcoin import bodies
+    from rechain.schemas import bitcoin as ds
+
+    key = (blocks / "xor.dat").read_bytes()
+    with DataDir(data) as d:
+        gen = current_generation(d.parquet_dir(ds.HEADERS))
+        assert gen is not None
+        headers = pq.read_table(gen, columns=["file", "offset", "size", "in_best_chain"])
+        best = headers.filter(headers.column("in_best_chain")).select(["file", "offset", "size"])
+        paths = {f: str(blocks / f"blk{f:05d}.dat") for f in set(best.column("file").to_pylist())}
+        units = bodies.cut_units(best, paths, "regtest", key, unit_size=64 << 10)
+        bodies.decode_units(units, d, 1, 1 << 30, False, on_ray=False)
+    return len(units)
+
+
+def _restage_as_before_slim(data: Path, blocks: Path, every: int = 1) -> int:
+    """Rewrites every ``every``-th staged body part as versions before slim staging wrote them
+    (the four full tables, a registry entry without ``tables``); returns how many."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from rechain.pipeline import btc_bodies
@@ -157,7 +178,7 @@ def _restage_as_before_slim(data: Path, blocks: Path) -> int:
 
     key = (blocks / "xor.dat").read_bytes()
     with DataDir(data) as d:
-        parts = btc_bodies.registered(d)
+        parts = dict(list(btc_bodies.registered(d).items())[::every])
         for part, entry in parts.items():
             staged = pq.read_table(btc_bodies.part_path(d, part, "blocks"))
             path = blocks / f"blk{entry['file']:05d}.dat"
@@ -175,15 +196,17 @@ def _restage_as_before_slim(data: Path, blocks: Path) -> int:
 
 
 def test_parts_staged_before_slim_staging_are_still_read(chains: Any, tmp_path: Path) -> None:
-    """A data folder whose body parts hold the four full tables of older versions: its tx
-    index is rebuilt from their transactions, its tables republished to the same content, and
-    a reorg that moves their blocks off the best chain ends as a fresh reindex does."""
+    """A data folder of older versions, whose body parts hold the best chain's copies too, some
+    as slim parts and some as the four full tables: its tx index is rebuilt from both, its
+    tables republished to the same content, and a reorg that moves their blocks off the best
+    chain ends as a fresh reindex does."""
     root, _, cuts = chains["6-deep"]
     blocks, data = tmp_path / "blocks", tmp_path / "data"
     node_folder(root, blocks, cuts[0])
     reindex(blocks, data, "--mode", "full")
     before = content(data)
-    assert _restage_as_before_slim(data, blocks) > 0
+    assert _stage_best_chain(data, blocks) > 2
+    assert _restage_as_before_slim(data, blocks, every=2) > 0
     run = reindex(blocks, data, "--mode", "full", "--from-stage", "publish")
     assert run["run"].get("txindex_rebuilt") == 1
     assert content(data) == before
@@ -191,7 +214,7 @@ def test_parts_staged_before_slim_staging_are_still_read(chains: Any, tmp_path: 
     run = reindex(blocks, data, "--mode", "full")
     assert run["run"]["chain_state_unwound"] == 6 and run["run"]["publish_offchain_blocks_decoded"]
     assert content(data) == fresh_content(blocks, tmp_path)
-    # Old parts and the new one side by side: the tx index rebuilt from both equals.
+    # Old parts and slim ones side by side: the tx index rebuilt from both equals.
     kinds = {f.name.split(".")[1] for f in (data / "stage" / "bodies").iterdir()}
     assert kinds == {"blocks", "transactions", "inputs", "outputs", "txids"}
     run = reindex(blocks, data, "--mode", "full", "--from-stage", "indexes")

@@ -91,11 +91,14 @@ def test_full_reindex_as_ray_job_on_worker_nodes(tmp_path: Path) -> None:
     assert len(head) == 1 and len(workers) == 2, nodes
     where = result["run"]["placement"]
     assert where["coordinator_node"] in head, where
-    for stage in ("scan", "bodies", "chain_state"):
+    # The heavy stages: the scan, and the chain state (which decodes and checks the best
+    # chain, resolves its spends and writes its rows).
+    for stage in ("scan", "chain_state"):
         tasks = where[stage]["ray_tasks"]
         assert set(tasks) == workers, (stage, where)  # every task on a worker node, both used
-    # Publish's outputs copies and the tx index's build: a few tasks each, on worker nodes.
-    for stage in ("publish", "indexes"):
+    # The body pass (the copies off the best chain), publish's outputs copies and the tx
+    # index's build: a few tasks each, on worker nodes.
+    for stage in ("bodies", "publish", "indexes"):
         assert set(where[stage]["ray_tasks"]) <= workers, (stage, where)
     for stage in ("link",):
         assert where[stage] == {"coordinator": True}, (stage, where)

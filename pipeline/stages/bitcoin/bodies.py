@@ -1,12 +1,19 @@
 """Stage ``bodies``: decodes the block copies the link stage chose into staged parts.
 
 The copies the header pass chose (every linked, side-branch, orphan and unlinked block) that
-have no staged verdict yet are read by file and offset on Ray workers, checked and decoded
-by the Rust core, which stages each copy's verdict row and its transactions' txids (the
-parts of ``pipeline/btc_bodies.py``); the later stages write every other row from the blocks
-themselves. Already staged copies are never decoded again here, so after the node appended
-blocks only the new ones are. A copy that fails its checks invalidates the link stage: the
-linker then picks another copy of the same hash, which this stage decodes next.
+have no verdict yet are read by file and offset on Ray workers, checked and decoded by the
+Rust core, which stages each copy's verdict row and its transactions' txids (the parts of
+``pipeline/btc_bodies.py``); the later stages write every other row from the blocks
+themselves. A copy has a verdict once a part staged it here or once the chain state applied
+it (its part's ``blocks`` rows). The best-chain copies above the applied chain are left to
+the chain state, which reads them anyway and makes the same checks as it frames them: the
+best chain is decoded once, not twice. When it stops at a block (a failed copy, or a
+consensus rule broken), it stages the verdicts of the best-chain copies it did not reach
+here (``stage_unreached``), as if this stage had decoded them.
+
+Already staged copies are never decoded again here, so after the node appended blocks only
+the new ones off the best chain are. A copy that fails its checks invalidates the link
+stage: the linker then picks another copy of the same hash, which is checked next.
 """
 
 from __future__ import annotations
@@ -62,12 +69,23 @@ class BodiesStage(Stage[BtcRun]):
         gen = current_generation(data.parquet_dir(ds.HEADERS))
         assert gen is not None
         import pyarrow.parquet as pq
+        from rechain.pipeline.stages.bitcoin import chain_state
 
-        headers = pq.read_table(gen, columns=["file", "offset", "size", "status", "copy_status"])
+        columns = ["file", "offset", "size", "status", "copy_status", "height", "in_best_chain"]
+        headers = pq.read_table(gen, columns=columns)
         budget = ctx.opts.memory_budget
         staged = btc_bodies.staged_blocks(data, ["file", "offset"])
+        cp = chain_state.checkpoint(data)
+        applied_tip = -1 if cp is None else int(cp["height"])
         units = plan_units(
-            headers, staged, ctx.paths, ctx.opts.network, ctx.key, unit_bytes(budget)
+            headers,
+            staged,
+            ctx.paths,
+            ctx.opts.network,
+            ctx.key,
+            unit_bytes(budget),
+            applied_tip,
+            chain_state.applied_copies(data),
         )
         if not units:
             return Done(rows=staged.num_rows)
@@ -109,18 +127,80 @@ def plan_units(
     network: str,
     key: bytes,
     unit_size: int = UNIT_BYTES,
+    applied_tip: int = -1,
+    applied: pa.Table | None = None,
 ) -> list[BodyUnit]:
     """Units for the chosen copies that have no staged verdict yet (``done``: the staged
-    copies' file and offset), by file and offset."""
-    chosen = headers.filter(
-        pc.and_(
-            pc.equal(headers.column("copy_status"), "ok"),
-            pc.not_equal(headers.column("status"), "invalid"),
+    copies' file and offset), by file and offset, but for the best-chain copies the chain
+    state checks: those above ``applied_tip``, and those it applied (``applied``: file and
+    offset). A copy the chain state applied that a reorg moved off the best chain is decoded
+    here: the off-chain rows and the tx index take it from a staged part."""
+    ok = pc.and_(
+        pc.equal(headers.column("copy_status"), "ok"),
+        pc.not_equal(headers.column("status"), "invalid"),
+    )
+    best = headers.column("in_best_chain")
+    ahead = pc.fill_null(pc.and_(best, pc.greater(headers.column("height"), applied_tip)), False)
+    skip = ahead
+    if applied is not None and applied.num_rows:
+        keys = btc_bodies.copy_key(headers.column("file"), headers.column("offset"))
+        done_there = btc_bodies.copy_key(applied.column("file"), applied.column("offset"))
+        skip = pc.or_(skip, pc.and_(best, pc.is_in(keys, value_set=done_there)))
+    chosen = headers.filter(pc.and_(ok, pc.invert(skip)))
+    return _cut_todo(
+        chosen.select(["file", "offset", "size"]), [done], paths, network, key, unit_size
+    )
+
+
+def _cut_todo(
+    copies: pa.Table,
+    done: list[pa.Table],
+    paths: dict[int, str],
+    network: str,
+    key: bytes,
+    unit_size: int,
+) -> list[BodyUnit]:
+    """Units for ``copies`` (file, offset, size) but those in ``done`` (tables of file and
+    offset) and those of files gone."""
+    todo = copies
+    for d in done:
+        todo = todo.join(
+            d.select(["file", "offset"]), keys=["file", "offset"], join_type="left anti"
         )
-    ).select(["file", "offset", "size"])
-    todo = chosen.join(done, keys=["file", "offset"], join_type="left anti")
     todo = todo.filter(pc.is_in(todo.column("file"), pa.array(list(paths), pa.uint32())))
     return cut_units(todo, paths, network, key, unit_size)
+
+
+def stage_unreached(ctx: BtcRun, first: int) -> int:
+    """Stages the verdicts (and txids) of the best-chain copies from height ``first`` up that
+    have none: the blocks the chain state left to itself and did not reach, because it
+    stopped at ``first``. Returns the copies decoded."""
+    data = ctx.data
+    gen = current_generation(data.parquet_dir(ds.HEADERS))
+    assert gen is not None
+    import pyarrow.parquet as pq
+
+    headers = pq.read_table(gen, columns=["file", "offset", "size", "height", "in_best_chain"])
+    unreached = headers.filter(
+        pc.and_(
+            headers.column("in_best_chain"),
+            pc.fill_null(pc.greater_equal(headers.column("height"), first), False),
+        )
+    ).select(["file", "offset", "size"])
+    budget = ctx.opts.memory_budget
+    staged = btc_bodies.staged_blocks(data, ["file", "offset"])
+    units = _cut_todo(unreached, [staged], ctx.paths, ctx.opts.network, ctx.key, unit_bytes(budget))
+    if not units:
+        return 0
+    on_ray = use_ray(ctx.opts.ray_address)
+    if on_ray:
+        from rechain.pipeline.ray_runtime import ensure_ray
+
+        ensure_ray(ctx.opts.ray_address, ctx.workers)
+    shared = ctx.opts.ray_address is None
+    got = decode_units(units, data, ctx.workers, budget, False, shared, on_ray)
+    ctx.add({"unreached_" + k: v for k, v in got.items()})
+    return sum(len(u.offsets) for u in units)
 
 
 def cut_units(

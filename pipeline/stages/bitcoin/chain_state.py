@@ -10,10 +10,16 @@ set, its undo records and the stage's checkpoint (``META_BTC_CHAIN_STATE``) go i
 write. A run killed anywhere resumes from the last chunk written, so its work grows with the
 new blocks, not with the chain.
 
-Applying checks the consensus rules that need the set (BIP34 coinbase height, missing or
-spent inputs, premature coinbase spends, inputs below outputs, coinbase amount). The first
-block that breaks one is recorded invalid and the link stage invalidated, as Core switches
-to the best valid chain; the blocks below it stay applied.
+Reading a chunk makes the body pass's context-free checks of each block (merkle root,
+coinbase and transaction rules, sigops, witness commitment, weight): the body pass leaves
+the best chain above the applied tip to this stage, so that it is decoded once. Applying
+checks the consensus rules that need the set (BIP34 coinbase height, missing or spent
+inputs, premature coinbase spends, inputs below outputs, coinbase amount). At the first
+block that fails either, the blocks below it stay applied, the body pass stages the
+verdicts of the best-chain copies from it up (``bodies.stage_unreached``: the failed copy's
+verdict among them, and those the body pass would have staged had it decoded them), a block
+that breaks a rule is recorded invalid, and the link stage is invalidated: it picks another
+copy of a failed one, or switches to the best valid chain, as Core does.
 
 A chunk never crosses a multiple of ``SEGMENT_BLOCKS`` heights, and each one leaves a *part*
 named by its heights in five folders under ``DATADIR/stage``, listed by a key of its own
@@ -54,9 +60,10 @@ import pyarrow.parquet as pq
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.local_runner import ordered_local
-from rechain.pipeline.stages.bitcoin import BtcRun, spend_resolution
+from rechain.pipeline.stages.bitcoin import BtcRun, bodies, spend_resolution
 from rechain.pipeline.stages.engine import Done, Invalidate, Stage
 from rechain.pipeline.store import DataDir, write_file_atomic, write_files_atomic
+from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 from rechain.workers.btc_chain_state import ROW_TABLES, ChunkSpec, load_chunk, write_part
@@ -221,20 +228,59 @@ class ChainStateStage(Stage[BtcRun]):
         ctx.full["chain_state_applied"] = ctx.full.get("chain_state_applied", 0) + applied
         ctx.full["chain_state_unwound"] = ctx.full.get("chain_state_unwound", 0) + unwound
         if failure is not None:
-            height, block_hash, reason = failure
-            log.warning("block %s at height %d is invalid: %s", block_hash, height, reason)
-            invalid = btc_bodies.invalid_blocks(data)
-            invalid[block_hash] = reason
-            data.write({layout.CF_META: [(layout.META_BTC_INVALID_BLOCKS, invalid)]})
-            return Invalidate("link", f"block {block_hash} at height {height}: {reason}")
+            return _stop_at(ctx, *failure)
         return Done(rows=int(cp["utxo_count"]), height=int(cp["height"]), detail=detail)
+
+
+def _stop_at(ctx: BtcRun, height: int, block_hash: str, reason: str, kind: str) -> Invalidate:
+    """The applied chain stopped below the block at ``height``: a copy that failed its body
+    checks (``kind`` "body") or a block that breaks a consensus rule ("block"). The verdicts
+    of the best-chain copies from it up are staged, then the link stage invalidated."""
+    data = ctx.data
+    decoded = bodies.stage_unreached(ctx, height)
+    log.info(
+        "chain state: staged the verdicts of %d best-chain copies from height %d", decoded, height
+    )
+    if kind == "body":
+        log.warning(
+            "block %s at height %d: its copy failed its body checks: %s", block_hash, height, reason
+        )
+        verdicts = btc_bodies.staged_blocks(data, ["hash", "valid"])
+        wanted = pa.scalar(bytes.fromhex(block_hash), ds.STAGED_HASH_TYPE)
+        mine = verdicts.filter(pc.equal(verdicts.column("hash"), wanted))
+        if pc.all(mine.column("valid")).as_py() is not False:
+            raise RechainError(
+                f"block {block_hash} at height {height} failed its body checks as the chain "
+                f"state read it ({reason}), but the body pass staged no failed copy of it"
+            )
+        return Invalidate("link", f"block {block_hash} at height {height}: copy failed: {reason}")
+    log.warning("block %s at height %d is invalid: %s", block_hash, height, reason)
+    invalid = btc_bodies.invalid_blocks(data)
+    invalid[block_hash] = reason
+    data.write({layout.CF_META: [(layout.META_BTC_INVALID_BLOCKS, invalid)]})
+    return Invalidate("link", f"block {block_hash} at height {height}: {reason}")
+
+
+def applied_copies(data: DataDir) -> pa.Table:
+    """The file and offset of each block copy the applied chain read (its parts' ``blocks``
+    rows): the chain state checked their bodies as the body pass would have."""
+    files = [str(rows_dir(data, ds.BLOCKS) / name) for _, _, name in parts(data)]
+    if not files:
+        return pa.table({"file": pa.array([], pa.uint32()), "offset": pa.array([], pa.uint64())})
+    return pq.read_table(files, columns=["file", "offset"])
+
+
+def transaction_files(data: DataDir) -> list[str]:
+    """The applied chain's staged ``transactions`` rows (txid, block hash and position, as
+    the tx index reads them), in height order."""
+    return [str(rows_dir(data, ds.TRANSACTIONS) / name) for _, _, name in parts(data)]
 
 
 def _apply_in_order(
     ctx: BtcRun, cp: dict[str, Any], chunks: Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]
 ) -> tuple[dict[str, Any], int, Any]:
     """Applies ``chunks`` in height order on this process; returns the last checkpoint, the
-    blocks applied and the first failure (height, hash, reason) or None."""
+    blocks applied and the first failure (height, hash, reason, kind: see ``_stop_at``) or None."""
     applied = 0
     failure = None
     # The next chunk is read and framed (GIL released) while this one is applied, and

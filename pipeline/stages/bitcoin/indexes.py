@@ -271,7 +271,7 @@ def write_txindex(
             stats["txindex_ray_s"] = time.perf_counter() - t0
     else:
         files, entries, unknown = _native.write_txindex(
-            btc_bodies.txid_files(data),
+            staged_txid_files(data),
             [],
             *_build_args(headers, budget, work / "runs", work / "sst", threads),
         )
@@ -282,6 +282,13 @@ def write_txindex(
         data.ingest_sst(layout.CF_BTC_TXINDEX, [Path(f) for f in files])
     shutil.rmtree(work, ignore_errors=True)
     return int(entries)
+
+
+def staged_txid_files(data: DataDir) -> list[str]:
+    """Every staged transaction copy's txid, block hash and position: the body pass's parts
+    (the copies it decoded) and the applied chain's ``transactions`` rows (the best chain,
+    which the chain state decoded). A copy in both is the same entry twice."""
+    return btc_bodies.txid_files(data) + chain_state.transaction_files(data)
 
 
 def _build_args(
@@ -315,7 +322,7 @@ def _build_on_ray(
     import ray
     from rechain.pipeline.ray_runtime import ordered_results, record_nodes, spread_tasks
 
-    files = btc_bodies.txid_files(data)
+    files = staged_txid_files(data)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     ranges = min(2 * cpus, MAX_RAY_TASKS)
     runs = [r for r in np.array_split(np.array(files), min(ranges, len(files))) if len(r)]
@@ -351,7 +358,10 @@ def split_txids(files: tuple[str, ...], ranges: int) -> list[pa.Table]:
     import numpy as np
 
     table = pa.concat_tables(
-        [pq.read_table(f, columns=["txid", "block_hash", "position"]) for f in files],
+        [
+            _binary_hashes(pq.read_table(f, columns=["txid", "block_hash", "position"]))
+            for f in files
+        ],
         promote_options="permissive",
     )
     try:
@@ -369,6 +379,17 @@ def split_txids(files: tuple[str, ...], ranges: int) -> list[pa.Table]:
     table = table.take(pa.array(order))
     bounds = np.searchsorted(which[order], np.arange(ranges + 1))
     return [table.slice(lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _binary_hashes(table: pa.Table) -> pa.Table:
+    """``table`` with its hash columns as staged parts hold them (32 bytes, display order):
+    the chain state's ``transactions`` rows hold them as display hex."""
+    for name in ("txid", "block_hash"):
+        column = table.column(name)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            raw = _native.hashes_from_hex(column.combine_chunks())
+            table = table.set_column(table.schema.get_field_index(name), name, raw)
+    return table
 
 
 def _build_range(

@@ -140,7 +140,7 @@ def apply_range(
     at most a quarter of the memory budget of blocks (a round's partitions are what Ray's
     object store holds; the next round's are resolved while this one applies, and its
     stored coins read once this one is committed); returns the last checkpoint, the blocks
-    applied and the first failure (height, hash, reason) or None."""
+    applied and the first failure (height, hash, reason, kind: see ``_stop_at``) or None."""
     import ray
     from rechain.pipeline.ray_runtime import ensure_ray, ordered_results
 

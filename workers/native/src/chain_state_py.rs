@@ -128,10 +128,12 @@ impl ChainStateChunk {
         )?;
         d.set_item("count_delta", a.count_delta)?;
         d.set_item("amount_delta", a.amount_delta)?;
-        d.set_item(
-            "failure",
-            a.failure.map(|(h, hash, r)| (h, display_hex(&hash), r)),
-        )?;
+        let failure = match (a.failure, a.body_failure) {
+            (Some((h, hash, r)), _) => Some((h, display_hex(&hash), r.to_string(), "block")),
+            (None, Some((h, hash, r))) => Some((h, display_hex(&hash), r, "body")),
+            (None, None) => None,
+        };
+        d.set_item("failure", failure)?;
         *self.changes.lock().expect("not poisoned") = (a.puts, a.deletes);
         Ok(d)
     }
@@ -229,7 +231,8 @@ impl ChainStateChunk {
     /// Applies the chunk to the stored values of `needed` (None where absent). Returns a
     /// dict: blocks, tip (height, display hash) or None, puts (keys, values), deletes,
     /// undo (keys, values), spends (record batch), count_delta, amount_delta, failure
-    /// (height, display hash, reason) or None.
+    /// (height, display hash, reason, "block" for a consensus rule the block breaks or
+    /// "body" for a copy that failed its body checks) or None.
     fn apply<'py>(
         &self,
         py: Python<'py>,

@@ -398,6 +398,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sst_py::SstWriter>()?;
     m.add_function(wrap_pyfunction!(sst_py::merge_sorted_runs, m)?)?;
     m.add_function(wrap_pyfunction!(txindex_py::write_txindex, m)?)?;
+    m.add_function(wrap_pyfunction!(txindex_py::hashes_from_hex, m)?)?;
     m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_key, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_slot, m)?)?;

@@ -16,7 +16,7 @@
 //! Unwinding a block deletes the coins it created (as they are after the block) and puts back
 //! the coins it spent or overwrote (as they were before it): the exact inverse of applying it.
 
-use super::decode::{coinbase_height, is_null_prevout, Spans, TxSpan};
+use super::decode::{coinbase_height, frame_and_check, is_null_prevout, Spans, TxSpan};
 use super::encode::core_varint;
 use super::header::HEADER_LEN;
 use super::network::Network;
@@ -233,6 +233,9 @@ pub struct Applied {
     pub amount_delta: i128,
     /// (height, hash, Core's reject reason).
     pub failure: Option<(u32, [u8; 32], &'static str)>,
+    /// With every block of the chunk applied: the block after them, which failed its body
+    /// checks (`Chunk::body_failure`).
+    pub body_failure: Option<(u32, [u8; 32], String)>,
 }
 
 /// A run of consecutive best-chain blocks, read and framed, and the coins it needs from the
@@ -242,6 +245,9 @@ pub struct Chunk {
     network: Network,
     blocks: Vec<LoadedBlock>,
     pub needed: Vec<Key>,
+    /// The first block that failed its context-free checks (height, hash, reject reason):
+    /// the chunk holds the blocks before it only.
+    pub body_failure: Option<(u32, [u8; 32], String)>,
 }
 
 /// Reads one block record (magic, size, block) at `offset` of an open blk file.
@@ -328,19 +334,21 @@ impl Chunk {
     }
 
     /// A chunk of blocks already in memory: (height, hash, block bytes), heights ascending.
+    /// Each block is framed and makes the body pass's context-free checks (the body pass
+    /// leaves the blocks the chain state reads to it): the chunk ends before the first that
+    /// fails them (`body_failure`).
     pub fn from_blocks(
         network: Network,
         blocks: Vec<(u32, [u8; 32], Vec<u8>)>,
     ) -> Result<Chunk, String> {
         let mut loaded = Vec::with_capacity(blocks.len());
+        let mut body_failure = None;
         for (height, hash, data) in blocks {
             let mut spans = Spans::default();
-            spans.parse_block(&data).map_err(|e| {
-                format!(
-                    "block {} (height {height}) no longer decodes: {e}",
-                    display(&hash)
-                )
-            })?;
+            if let (_, Some(reason)) = frame_and_check(&mut spans, &data) {
+                body_failure = Some((height, hash, reason));
+                break;
+            }
             loaded.push(LoadedBlock {
                 height,
                 hash,
@@ -352,6 +360,7 @@ impl Chunk {
             network,
             blocks: loaded,
             needed: Vec::new(),
+            body_failure,
         };
         chunk.needed = chunk.plan_reads();
         Ok(chunk)
@@ -467,6 +476,9 @@ impl Chunk {
             out.amount_delta += amount;
             out.blocks += 1;
             out.tip = Some((b.height, b.hash));
+        }
+        if out.failure.is_none() {
+            out.body_failure = self.body_failure.clone();
         }
         // The net change: a coin the chunk left in place is put (if it was stored unchanged,
         // the same bytes again), a stored coin it spent is deleted.
@@ -868,9 +880,12 @@ pub(crate) mod fixtures {
         sha256d(t)
     }
 
-    /// A block of `txs` (the header is not checked here: only its hash is carried).
+    /// A block of `txs` under a header that holds their merkle root (the rest of the header
+    /// is not checked here: only its hash is carried).
     pub(crate) fn block(txs: &[&Vec<u8>]) -> Vec<u8> {
         let mut b = vec![0u8; HEADER_LEN];
+        let txids: Vec<[u8; 32]> = txs.iter().map(|t| txid(t)).collect();
+        b[36..68].copy_from_slice(&crate::btc::block::merkle_root(&txids).0);
         crate::btc::encode::write_compact_size(&mut b, txs.len() as u64);
         for t in txs {
             b.extend_from_slice(t);
@@ -1121,20 +1136,6 @@ mod tests {
                 ]),
                 "bad-cb-amount",
             ),
-            // No coinbase first (found by fuzzing `chain_state`: a first transaction without
-            // inputs was read past its end): a spend, or two null inputs.
-            (101, block(&[&spend_cb1(COIN)]), "bad-cb-missing"),
-            (
-                101,
-                block(&[&tx(
-                    &[
-                        ([0u8; 32], u32::MAX, b"\x01\x65"),
-                        ([0u8; 32], u32::MAX, b""),
-                    ],
-                    &[(COIN, OP_TRUE)],
-                )]),
-                "bad-cb-missing",
-            ),
         ];
         for (height, bad, reason) in cases {
             let mut set = HashMap::default();
@@ -1159,6 +1160,58 @@ mod tests {
     }
 
     #[test]
+    fn the_chunk_ends_before_a_block_that_fails_its_body_checks() {
+        let (cb1, cb2) = (
+            coinbase(b"\x01\x01", 50 * COIN),
+            coinbase(b"\x01\x02", 50 * COIN),
+        );
+        let good = block(&[&cb1]);
+        // No coinbase first (found by fuzzing `chain_state`: a first transaction without
+        // inputs was read past its end): a spend, or two null inputs; a merkle root that is
+        // not the transactions'; bytes that do not frame.
+        let mut bad_root = block(&[&cb2]);
+        bad_root[40] ^= 1;
+        let mut short = block(&[&cb2]);
+        short.truncate(short.len() - 3);
+        let cases = [
+            (
+                block(&[&tx(&[(txid(&cb1), 0, b"\x00")], &[(COIN, OP_TRUE)])]),
+                "bad-cb-missing",
+            ),
+            (
+                block(&[&tx(
+                    &[
+                        ([0u8; 32], u32::MAX, b"\x01\x65"),
+                        ([0u8; 32], u32::MAX, b""),
+                    ],
+                    &[(COIN, OP_TRUE)],
+                )]),
+                "bad-cb-missing",
+            ),
+            (bad_root, "bad-txnmrklroot"),
+            (short, "read past declared block end"),
+        ];
+        for (bad, reason) in cases {
+            let blocks = vec![
+                (1, [1u8; 32], good.clone()),
+                (2, [2u8; 32], bad),
+                (3, [3u8; 32], block(&[&coinbase(b"\x01\x03", 50 * COIN)])),
+            ];
+            let chunk = Chunk::from_blocks(Network::Main, blocks).unwrap();
+            let (height, hash, why) = chunk.body_failure.clone().unwrap();
+            assert_eq!((height, hash), (2, [2u8; 32]));
+            assert!(why.contains(reason), "{why} is not {reason}");
+            // The blocks before it apply; nothing of it or after it is read.
+            assert_eq!(chunk.blocks().count(), 1);
+            let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
+            assert_eq!(
+                (a.failure, a.blocks, a.tip),
+                (None, 1, Some((1, [1u8; 32])))
+            );
+        }
+    }
+
+    #[test]
     fn bip34_height_is_checked_where_active() {
         let chunk = Chunk::from_blocks(
             Network::Regtest,
@@ -1169,7 +1222,7 @@ mod tests {
         assert_eq!(a.failure.map(|f| f.2), Some("bad-cb-height"));
         let chunk = Chunk::from_blocks(
             Network::Regtest,
-            vec![(5, [5u8; 32], block(&[&coinbase(b"\x55", 50 * COIN)]))],
+            vec![(5, [5u8; 32], block(&[&coinbase(b"\x55\x00", 50 * COIN)]))],
         )
         .unwrap();
         let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();

@@ -517,17 +517,9 @@ impl BodyDecoder {
         b.offset.push(offset);
         b.size.push(data.len() as u32);
         self.cols.bytes += data.len() as u64;
-        match self.parse(data) {
-            Err(e) => self.finish_block(None, Some(e.to_string()), 0, 0),
-            Ok((consumed, weight)) => {
-                let reason = if consumed != data.len() {
-                    Some(format!(
-                        "block size {} but its transactions end at {consumed}",
-                        data.len()
-                    ))
-                } else {
-                    self.check(data, weight).map(str::to_string)
-                };
+        match frame_and_check(&mut self.spans, data) {
+            (None, reason) => self.finish_block(None, reason, 0, 0),
+            (Some((consumed, weight)), reason) => {
                 let stripped = (weight - consumed as u64) / 3;
                 self.finish_block(Some(data), reason, stripped as u32, weight);
             }
@@ -545,125 +537,6 @@ impl BodyDecoder {
     pub fn push_unreadable(&mut self, offset: u64, reason: &str) {
         self.push_block(offset, &[]);
         *self.cols.blocks.reason.last_mut().unwrap() = Some(reason.to_string());
-    }
-
-    fn parse(&mut self, data: &[u8]) -> Result<(usize, u64), DecodeError> {
-        self.spans.parse_block(data)
-    }
-
-    /// Context-free checks in Core's order; the reject reason of the first that fails.
-    fn check(&self, data: &[u8], weight: u64) -> Option<&'static str> {
-        let sp = &self.spans;
-        let infos: Vec<TxInfo> = sp
-            .txs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let mut info = TxInfo {
-                    txid: t.txid,
-                    wtxid: t.wtxid,
-                    has_witness: t.has_witness,
-                    size: t.end - t.start,
-                    stripped_size: t.stripped_size,
-                    ..Default::default()
-                };
-                if i == 0 {
-                    info.commitment = sp.outs[t.outs.0..t.outs.1]
-                        .iter()
-                        .rev()
-                        .map(|o| &data[o.script.0..o.script.1])
-                        .find(|s| s.len() >= 38 && s[..6] == [0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed])
-                        .map(|s| s[6..38].try_into().unwrap());
-                    if t.ins.1 > t.ins.0 {
-                        let first = sp.ins[t.ins.0];
-                        let item = (first.wit_n > 0).then(|| sp.wit[first.wit_start]);
-                        let item32 = item
-                            .filter(|(s, e)| e - s == 32)
-                            .map(|(s, e)| data[s..e].try_into().unwrap());
-                        info.first_input_witness = (first.wit_n as u64, item32);
-                    }
-                }
-                info
-            })
-            .collect();
-        // Merkle root and mutation come first in Core; the rest of check_body (witness
-        // commitment, weight) is contextual and runs after the transaction checks.
-        let txids: Vec<[u8; 32]> = infos.iter().map(|t| t.txid).collect();
-        let (root, mutated) = merkle_root(&txids);
-        if root[..] != data[36..68] {
-            return Some("bad-txnmrklroot");
-        }
-        if mutated {
-            return Some("bad-txns-duplicate");
-        }
-        let stripped_block = (weight as usize - data.len()) / 3;
-        if sp.txs.is_empty()
-            || sp.txs.len() * 4 > MAX_BLOCK_WEIGHT as usize
-            || stripped_block * 4 > MAX_BLOCK_WEIGHT as usize
-        {
-            return Some("bad-blk-length");
-        }
-        let is_coinbase =
-            |t: &TxSpan| t.ins.1 - t.ins.0 == 1 && is_null_prevout(&data[sp.ins[t.ins.0].prev..]);
-        if !is_coinbase(&sp.txs[0]) {
-            return Some("bad-cb-missing");
-        }
-        if sp.txs[1..].iter().any(is_coinbase) {
-            return Some("bad-cb-multiple");
-        }
-        let mut prevouts: Vec<&[u8]> = Vec::new();
-        for (i, t) in sp.txs.iter().enumerate() {
-            if t.ins.1 == t.ins.0 {
-                return Some("bad-txns-vin-empty");
-            }
-            if t.outs.1 == t.outs.0 {
-                return Some("bad-txns-vout-empty");
-            }
-            if t.stripped_size * 4 > MAX_BLOCK_WEIGHT as usize {
-                return Some("bad-txns-oversize");
-            }
-            let mut total: u64 = 0;
-            for o in &sp.outs[t.outs.0..t.outs.1] {
-                if o.value > MAX_MONEY {
-                    return Some(if (o.value as i64) < 0 {
-                        "bad-txns-vout-negative"
-                    } else {
-                        "bad-txns-vout-toolarge"
-                    });
-                }
-                total += o.value;
-                if total > MAX_MONEY {
-                    return Some("bad-txns-txouttotal-toolarge");
-                }
-            }
-            let ins = &sp.ins[t.ins.0..t.ins.1];
-            if has_duplicate_prevout(data, ins, &mut prevouts) {
-                return Some("bad-txns-inputs-duplicate");
-            }
-            if i == 0 {
-                let len = ins[0].script.1 - ins[0].script.0;
-                if !(2..=100).contains(&len) {
-                    return Some("bad-cb-length");
-                }
-            } else if ins.iter().any(|inp| is_null_prevout(&data[inp.prev..])) {
-                return Some("bad-txns-prevout-null");
-            }
-        }
-        // CheckBlock's last context-free rule: legacy sigops of every scriptSig and output.
-        let span = |(s, e): (usize, usize)| &data[s..e];
-        let sigops: u64 = sp
-            .ins
-            .iter()
-            .map(|i| legacy_sigops(span(i.script)) as u64)
-            .sum::<u64>()
-            + sp.outs
-                .iter()
-                .map(|o| legacy_sigops(span(o.script)) as u64)
-                .sum::<u64>();
-        if sigops * WITNESS_SCALE_FACTOR > MAX_BLOCK_SIGOPS_COST {
-            return Some("bad-blk-sigops");
-        }
-        check_witness_and_weight(&infos, weight)
     }
 
     fn finish_block(&mut self, data: Option<&[u8]>, reason: Option<String>, stripped: u32, w: u64) {
@@ -779,6 +652,144 @@ impl BodyDecoder {
         b.n_outputs.push(n_out_total);
         b.output_value.push(value_total);
     }
+}
+
+/// Frames a block record's bytes into `sp` and makes the context-free checks: (bytes consumed
+/// and weight, if it framed at all; the reject reason, if it fails). The body pass stages this
+/// verdict per copy; the chain state makes it again of each best-chain block it reads.
+pub(crate) fn frame_and_check(
+    sp: &mut Spans,
+    data: &[u8],
+) -> (Option<(usize, u64)>, Option<String>) {
+    match sp.parse_block(data) {
+        Err(e) => (None, Some(e.to_string())),
+        Ok((consumed, weight)) => {
+            let reason = if consumed != data.len() {
+                Some(format!(
+                    "block size {} but its transactions end at {consumed}",
+                    data.len()
+                ))
+            } else {
+                check_block(sp, data, weight).map(str::to_string)
+            };
+            (Some((consumed, weight)), reason)
+        }
+    }
+}
+
+/// Context-free checks of a block framed into `sp`, in Core's order; the reject reason of the
+/// first that fails. `weight`: as `Spans::parse_block` returned it.
+pub(crate) fn check_block(sp: &Spans, data: &[u8], weight: u64) -> Option<&'static str> {
+    let infos: Vec<TxInfo> = sp
+        .txs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut info = TxInfo {
+                txid: t.txid,
+                wtxid: t.wtxid,
+                has_witness: t.has_witness,
+                size: t.end - t.start,
+                stripped_size: t.stripped_size,
+                ..Default::default()
+            };
+            if i == 0 {
+                info.commitment = sp.outs[t.outs.0..t.outs.1]
+                    .iter()
+                    .rev()
+                    .map(|o| &data[o.script.0..o.script.1])
+                    .find(|s| s.len() >= 38 && s[..6] == [0x6a, 0x24, 0xaa, 0x21, 0xa9, 0xed])
+                    .map(|s| s[6..38].try_into().unwrap());
+                if t.ins.1 > t.ins.0 {
+                    let first = sp.ins[t.ins.0];
+                    let item = (first.wit_n > 0).then(|| sp.wit[first.wit_start]);
+                    let item32 = item
+                        .filter(|(s, e)| e - s == 32)
+                        .map(|(s, e)| data[s..e].try_into().unwrap());
+                    info.first_input_witness = (first.wit_n as u64, item32);
+                }
+            }
+            info
+        })
+        .collect();
+    // Merkle root and mutation come first in Core; the rest of check_body (witness
+    // commitment, weight) is contextual and runs after the transaction checks.
+    let txids: Vec<[u8; 32]> = infos.iter().map(|t| t.txid).collect();
+    let (root, mutated) = merkle_root(&txids);
+    if root[..] != data[36..68] {
+        return Some("bad-txnmrklroot");
+    }
+    if mutated {
+        return Some("bad-txns-duplicate");
+    }
+    let stripped_block = (weight as usize - data.len()) / 3;
+    if sp.txs.is_empty()
+        || sp.txs.len() * 4 > MAX_BLOCK_WEIGHT as usize
+        || stripped_block * 4 > MAX_BLOCK_WEIGHT as usize
+    {
+        return Some("bad-blk-length");
+    }
+    let is_coinbase =
+        |t: &TxSpan| t.ins.1 - t.ins.0 == 1 && is_null_prevout(&data[sp.ins[t.ins.0].prev..]);
+    if !is_coinbase(&sp.txs[0]) {
+        return Some("bad-cb-missing");
+    }
+    if sp.txs[1..].iter().any(is_coinbase) {
+        return Some("bad-cb-multiple");
+    }
+    let mut prevouts: Vec<&[u8]> = Vec::new();
+    for (i, t) in sp.txs.iter().enumerate() {
+        if t.ins.1 == t.ins.0 {
+            return Some("bad-txns-vin-empty");
+        }
+        if t.outs.1 == t.outs.0 {
+            return Some("bad-txns-vout-empty");
+        }
+        if t.stripped_size * 4 > MAX_BLOCK_WEIGHT as usize {
+            return Some("bad-txns-oversize");
+        }
+        let mut total: u64 = 0;
+        for o in &sp.outs[t.outs.0..t.outs.1] {
+            if o.value > MAX_MONEY {
+                return Some(if (o.value as i64) < 0 {
+                    "bad-txns-vout-negative"
+                } else {
+                    "bad-txns-vout-toolarge"
+                });
+            }
+            total += o.value;
+            if total > MAX_MONEY {
+                return Some("bad-txns-txouttotal-toolarge");
+            }
+        }
+        let ins = &sp.ins[t.ins.0..t.ins.1];
+        if has_duplicate_prevout(data, ins, &mut prevouts) {
+            return Some("bad-txns-inputs-duplicate");
+        }
+        if i == 0 {
+            let len = ins[0].script.1 - ins[0].script.0;
+            if !(2..=100).contains(&len) {
+                return Some("bad-cb-length");
+            }
+        } else if ins.iter().any(|inp| is_null_prevout(&data[inp.prev..])) {
+            return Some("bad-txns-prevout-null");
+        }
+    }
+    // CheckBlock's last context-free rule: legacy sigops of every scriptSig and output.
+    let span = |(s, e): (usize, usize)| &data[s..e];
+    let sigops: u64 = sp
+        .ins
+        .iter()
+        .map(|i| legacy_sigops(span(i.script)) as u64)
+        .sum::<u64>()
+        + sp.outs
+            .iter()
+            .map(|o| legacy_sigops(span(o.script)) as u64)
+            .sum::<u64>();
+    if sigops * WITNESS_SCALE_FACTOR > MAX_BLOCK_SIGOPS_COST {
+        return Some("bad-blk-sigops");
+    }
+    check_witness_and_weight(&infos, weight)
 }
 
 /// Reads and decodes the records at `offsets` (magic positions, ascending) of one blk file.

@@ -107,24 +107,41 @@ pub fn display_hex(hash: &[u8]) -> String {
 
 /// Parses display-order hex into internal byte order.
 pub fn parse_display_hex(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 {
-        return None;
-    }
-    let b = s.as_bytes();
-    let mut out = [0u8; 32];
-    for i in 0..32 {
-        out[31 - i] = (nibble(b[2 * i])? << 4) | nibble(b[2 * i + 1])?;
-    }
+    let mut out = parse_hex32(s.as_bytes())?;
+    out.reverse();
     Some(out)
 }
 
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
+/// Each byte's value as a hex digit, or `NOT_HEX`.
+const NIBBLES: [u8; 256] = {
+    let mut t = [NOT_HEX; 256];
+    let mut c = 0;
+    while c < 10 {
+        t[b'0' as usize + c] = c as u8;
+        c += 1;
     }
+    let mut c = 0;
+    while c < 6 {
+        t[b'a' as usize + c] = 10 + c as u8;
+        t[b'A' as usize + c] = 10 + c as u8;
+        c += 1;
+    }
+    t
+};
+const NOT_HEX: u8 = 0xff;
+
+/// The 32 bytes 64 hex digits spell, in the digits' order (a table lookup per digit and one
+/// check at the end: the tx index parses millions of them).
+pub fn parse_hex32(b: &[u8]) -> Option<[u8; 32]> {
+    let digits: &[u8; 64] = b.try_into().ok()?;
+    let mut out = [0u8; 32];
+    let mut bad = 0u8;
+    for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let (hi, lo) = (NIBBLES[pair[0] as usize], NIBBLES[pair[1] as usize]);
+        bad |= hi | lo;
+        *o = (hi << 4) | lo;
+    }
+    (bad & 0xf0 == 0).then_some(out)
 }
 
 #[cfg(test)]
@@ -136,6 +153,16 @@ mod tests {
         assert_eq!(b[0], 0x6f);
         assert_eq!(super::display_hex(&b), s);
         assert!(super::parse_display_hex("zz").is_none());
+        // Any byte that is not a hex digit, anywhere, and upper case is read too.
+        for at in [0, 1, 33, 63] {
+            for bad in [b'g', b'G', b'/', b':', b'`', b'@', b' ', 0xff] {
+                let mut t = s.as_bytes().to_vec();
+                t[at] = bad;
+                assert!(super::parse_hex32(&t).is_none(), "{at} {bad}");
+            }
+        }
+        assert_eq!(super::parse_display_hex(&s.to_uppercase()), Some(b));
+        assert!(super::parse_hex32(&s.as_bytes()[1..]).is_none());
     }
 
     #[test]

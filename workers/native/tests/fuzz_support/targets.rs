@@ -896,7 +896,7 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
     let after_a = set.clone();
     let mut parts = vec![&a];
     let b;
-    if a.failure.is_none() {
+    if a.failure.is_none() && a.body_failure.is_none() {
         let applied =
             apply_chunk(&mut set, cut, &blocks[cut..]).expect("a part of a framed chain frames");
         b = match applied {
@@ -922,9 +922,16 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
         Ok(w) => w,
         Err(e) => panic!("the whole chain errs ({e}), its chunks do not"),
     };
-    let failure = parts.iter().find_map(|p| p.failure);
+    // The verdict: the first block that breaks a rule or fails its body checks.
+    let verdict = |a: &rechain_native::btc::chain_state::Applied| {
+        a.failure
+            .map(|(h, hash, r)| (h, hash, r.to_string()))
+            .or(a.body_failure.clone())
+    };
+    let failure = parts.iter().find_map(|p| verdict(p));
     assert_eq!(
-        failure, whole.failure,
+        failure,
+        verdict(&whole),
         "verdicts differ with the cut at {cut}"
     );
     assert_eq!(
