@@ -4,9 +4,10 @@ Each body unit's staged tables (``ds.BODY_SLIM``: ``blocks``, the copies' verdic
 ``txids``, each transaction's txid, block and position) are written as Parquet files under
 ``DATADIR/stage/bodies/`` (temp name, fsync, rename) and only then registered in the
 ``btc_bodies`` column family, so a killed run leaves either a registered part or an
-unregistered file that the next run deletes. No other row is staged: the chain state writes
-the best chain's rows from the blocks, and the publish stage decodes the few blocks off the
-best chain again from their files (``stages/bitcoin/publish.py``).
+unregistered file that the next run deletes. No other row is staged: the chain state reads,
+checks and writes the best chain's rows from the blocks (parts hold the best chain's copies
+only where it stopped, or where a reorg moved them), and the publish stage decodes the few
+blocks off the best chain again from their files (``stages/bitcoin/publish.py``).
 
 Parts staged before that (registry entries without ``tables``) hold the four tables of
 ``ds.BODY_STAGED_V1``; they are still read as they are: their ``blocks`` are the same verdict

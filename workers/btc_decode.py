@@ -3,10 +3,11 @@ blk file (located by the header pass) and stage what later stages read of them.
 
 A unit stages two batches (``decode_and_stage_unit``): each copy's verdict row
 (``body_blocks``: hash, place, sizes, validity and reject reason, counts) and each transaction's
-txid, block and position (``body_txids``, for the tx index). Nothing else is staged: the chain
-state reads the best chain's blocks again from the blk files and writes their rows once, and
-the rows of the few blocks off the best chain are decoded again, in full, when they are
-published (``decode_unit``: every transaction, input and output).
+txid, block and position (``body_txids``, for the tx index). Nothing else is staged: the body
+pass decodes the copies off the best chain (the chain state reads and checks the best chain's
+blocks itself and writes their rows once), and the rows of those few blocks are decoded
+again, in full, when they are published (``decode_unit``: every transaction, input and
+output).
 
 Pure and stateless like the scan task, so Ray may retry it anywhere; the Rust core reads,
 de-obfuscates, checks and decodes, and hands back Arrow batches without per-row Python work.
