@@ -288,8 +288,9 @@ impl ChainStateChunk {
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
     /// a row group closes early, columns written without statistics, columns
     /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded). Beside them, `spends`
-    /// (the batch `apply` returned) goes to `spends_path`. Returns the rows written: the
-    /// spends', then each spec's.
+    /// (the batch `apply` returned) goes to `spends_path`, and each transaction's txid, block
+    /// and position to `txids_path` (`btc_chain_txids`). Returns the rows written: the
+    /// spends', then each spec's, then the txids'.
     fn write_rows(
         &self,
         py: Python<'_>,
@@ -297,6 +298,7 @@ impl ChainStateChunk {
         spends: PyRecordBatch,
         spends_path: PathBuf,
         spends_group_bytes: usize,
+        txids_path: PathBuf,
     ) -> PyResult<Vec<u64>> {
         let spends = spends.into_inner();
         let guard = self.resolved.lock().expect("not poisoned");
@@ -357,9 +359,23 @@ impl ChainStateChunk {
                 };
                 write_batch(&spends_path, &spends, &layout, groups)
             };
+            // The txids go uncompressed, as the body pass stages them: random bytes.
+            let write_txids = || {
+                let txids = btc_chain_rows::chain_txids(&blocks)?;
+                let layout = Layout {
+                    compression: Some(Compression::UNCOMPRESSED),
+                    ..Layout::default()
+                };
+                let groups = RowGroups {
+                    rows: SPENDS_GROUP_ROWS,
+                    bytes: spends_group_bytes,
+                };
+                write_batch(&txids_path, &txids, &layout, groups)
+            };
             std::thread::scope(|scope| {
                 let running: Vec<_> = std::iter::once(scope.spawn(write_spends))
                     .chain(specs.iter().map(|s| scope.spawn(move || write(s))))
+                    .chain(std::iter::once(scope.spawn(write_txids)))
                     .collect();
                 running
                     .into_iter()
