@@ -347,30 +347,24 @@ impl ChainStateChunk {
                 };
                 write_batches(path, schema, batches, &layout, groups)
             };
-            // The spends are staged for the publish stage, which reads them back once.
-            let write_spends = || {
+            // A staged file the later stages read back once, in row groups of its own size.
+            let write_staged = |path: &PathBuf, batch: &RecordBatch, compression| {
                 let layout = Layout {
-                    compression: Some(Compression::SNAPPY),
+                    compression: Some(compression),
                     ..Layout::default()
                 };
                 let groups = RowGroups {
                     rows: SPENDS_GROUP_ROWS,
                     bytes: spends_group_bytes,
                 };
-                write_batch(&spends_path, &spends, &layout, groups)
+                write_batch(path, batch, &layout, groups)
             };
-            // The txids go uncompressed, as the body pass stages them: random bytes.
+            // The spends for the publish stage; the txids for the tx index, uncompressed as
+            // the body pass stages them (random bytes).
+            let write_spends = || write_staged(&spends_path, &spends, Compression::SNAPPY);
             let write_txids = || {
                 let txids = btc_chain_rows::chain_txids(&blocks)?;
-                let layout = Layout {
-                    compression: Some(Compression::UNCOMPRESSED),
-                    ..Layout::default()
-                };
-                let groups = RowGroups {
-                    rows: SPENDS_GROUP_ROWS,
-                    bytes: spends_group_bytes,
-                };
-                write_batch(&txids_path, &txids, &layout, groups)
+                write_staged(&txids_path, &txids, Compression::UNCOMPRESSED)
             };
             std::thread::scope(|scope| {
                 let running: Vec<_> = std::iter::once(scope.spawn(write_spends))

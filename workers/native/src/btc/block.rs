@@ -215,18 +215,24 @@ pub fn parse_block(data: &[u8], mode: BodyMode) -> Result<BodySummary, DecodeErr
 }
 
 fn check_body(header: &[u8], txs: &[TxInfo], weight: u64) -> Option<&'static str> {
-    let txids: Vec<[u8; 32]> = txs.iter().map(|t| t.txid).collect();
-    let (root, mutated) = merkle_root(&txids);
-    if root[..] != header[36..68] {
-        return Some("bad-txnmrklroot");
-    }
-    if mutated {
-        return Some("bad-txns-duplicate");
+    if let Some(reason) = check_merkle(header, txs) {
+        return Some(reason);
     }
     if txs.is_empty() {
         return Some("bad-blk-length");
     }
     check_witness_and_weight(txs, weight)
+}
+
+/// The first body checks in Core's order: the header's merkle root over the txids, then
+/// CVE-2012-2459 mutation.
+pub(crate) fn check_merkle(header: &[u8], txs: &[TxInfo]) -> Option<&'static str> {
+    let txids: Vec<[u8; 32]> = txs.iter().map(|t| t.txid).collect();
+    let (root, mutated) = merkle_root(&txids);
+    if root[..] != header[36..68] {
+        return Some("bad-txnmrklroot");
+    }
+    mutated.then_some("bad-txns-duplicate")
 }
 
 /// The contextual part of the body checks: BIP141 witness commitment, then block weight.

@@ -12,7 +12,7 @@
 //! each transaction's txid, block and position: the later stages write the other rows from
 //! the blocks themselves.
 
-use super::block::{check_witness_and_weight, merkle_root, TxInfo, MAX_BLOCK_WEIGHT};
+use super::block::{check_merkle, check_witness_and_weight, TxInfo, MAX_BLOCK_WEIGHT};
 use super::encode::{Cursor, DecodeError};
 use super::header::HEADER_LEN;
 use super::network::Network;
@@ -714,13 +714,8 @@ pub(crate) fn check_block(sp: &Spans, data: &[u8], weight: u64) -> Option<&'stat
         .collect();
     // Merkle root and mutation come first in Core; the rest of check_body (witness
     // commitment, weight) is contextual and runs after the transaction checks.
-    let txids: Vec<[u8; 32]> = infos.iter().map(|t| t.txid).collect();
-    let (root, mutated) = merkle_root(&txids);
-    if root[..] != data[36..68] {
-        return Some("bad-txnmrklroot");
-    }
-    if mutated {
-        return Some("bad-txns-duplicate");
+    if let Some(reason) = check_merkle(data, &infos) {
+        return Some(reason);
     }
     let stripped_block = (weight as usize - data.len()) / 3;
     if sp.txs.is_empty()
