@@ -248,33 +248,6 @@ def _swap_record(blocks: Path, bad: bytes) -> None:
     first.write_bytes(bytes(b ^ key[i % 8] for i, b in enumerate(new)))
 
 
-def test_the_chain_state_stages_the_best_chains_txids(chain: tuple[Path, dict, dict]) -> None:
-    """Each chain part's txids (raw bytes, the tx index's input) are its best-chain
-    ``transactions`` rows' txid, block hash, position and height, as published in hex."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    root, _, _ = chain
-    data = root / "data"
-    files = sorted((data / "stage" / "txids").iterdir())
-    staged = pa.concat_tables([pq.read_table(f) for f in files])
-    assert files and staged.schema.equals(_native.empty_batch("btc_chain_txids").schema)
-    staged = staged.sort_by([("height", "ascending"), ("position", "ascending")])
-    _, published = run_query(
-        data,
-        "SELECT txid, block_hash, position, height FROM transactions WHERE in_best_chain "
-        "ORDER BY height, position",
-    )
-    shown = zip(
-        [bytes(v).hex() for v in staged.column("txid").to_pylist()],
-        [bytes(v).hex() for v in staged.column("block_hash").to_pylist()],
-        staged.column("position").to_pylist(),
-        staged.column("height").to_pylist(),
-        strict=True,
-    )
-    assert len(published) > 0 and list(shown) == [tuple(r) for r in published]
-
-
 def test_mutated_copy_is_skipped_for_the_valid_one(tmp_path: Path) -> None:
     expected = gen_chain(tmp_path / "node", "--blocks", "300", "--tx-per-block", "2:4")
     blocks = tmp_path / "node" / "blocks"

@@ -5,7 +5,7 @@ by the Rust core (``load_chunk``). Applied in height order on the coordinator, i
 coins from RocksDB; applied on a worker, it takes the coins the spend resolution gave it
 (``chunk_events``, then ``resolve_partition`` per txid partition, see
 ``workers/native/src/btc/spend_resolve.rs``). Either way it writes its part the same way
-(``write_part``): the resolved spends, its rows of the four tables and its txids.
+(``write_part``): the resolved spends and its rows of the four tables.
 """
 
 from __future__ import annotations
@@ -54,11 +54,8 @@ def load_chunk(spec: ChunkSpec) -> Any:
 
 
 def write_part(chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes: int) -> None:
-    """Writes an applied chunk's part: its resolved spends to ``tmps[0]``, its rows of
-    ``ROW_TABLES`` to the next ones and its txids (``btc_chain_txids``, the tx index's input)
-    to the last, side by side (Rust threads)."""
-    if len(tmps) != 2 + len(ROW_TABLES):
-        raise ValueError(f"a part has {2 + len(ROW_TABLES)} files, not {len(tmps)}")
+    """Writes an applied chunk's part: its resolved spends to ``tmps[0]`` and its rows of
+    ``ROW_TABLES`` to the others, side by side (Rust threads)."""
     chunk.write_rows(
         [
             (
@@ -71,12 +68,11 @@ def write_part(chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes
                 list(tables.TABLES[t].dictionary_columns),
                 list(tables.TABLES[t].delta_length_columns),
             )
-            for t, tmp in zip(ROW_TABLES, tmps[1:-1], strict=True)
+            for t, tmp in zip(ROW_TABLES, tmps[1:], strict=True)
         ],
         spends,
         tmps[0],
         group_bytes,
-        tmps[-1],
     )
 
 

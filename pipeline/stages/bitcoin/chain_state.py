@@ -100,13 +100,9 @@ def rows_dir(data: DataDir, table: str) -> Path:
     return part_dirs(data)[1 + ROW_TABLES.index(table)]
 
 
-def txids_dir(data: DataDir) -> Path:
-    return part_dirs(data)[-1]
-
-
 def part_dirs(data: DataDir) -> list[Path]:
-    """The folders holding a file per part, under the part's name: spends, the rows of each
-    of ``ROW_TABLES``, then txids."""
+    """The folders holding a file per part, under the part's name: spends, then the rows of
+    each of ``ROW_TABLES``."""
     return [f.parent for f in _part_paths(data.path, "-")]
 
 
@@ -274,15 +270,10 @@ def applied_copies(data: DataDir) -> pa.Table:
     return pq.read_table(files, columns=["file", "offset"])
 
 
-def txid_files(data: DataDir) -> list[str]:
-    """The applied chain's staged txids (txid, block hash, position), in height order: each
-    part's ``txids`` file, or the ``transactions`` rows (the same, as hex) of a part written
-    before parts held one."""
-    files = []
-    for _, _, name in parts(data):
-        txids = txids_dir(data) / name
-        files.append(str(txids if txids.exists() else rows_dir(data, ds.TRANSACTIONS) / name))
-    return files
+def transaction_files(data: DataDir) -> list[str]:
+    """The applied chain's staged ``transactions`` rows (txid, block hash and position, as
+    the tx index reads them), in height order."""
+    return [str(rows_dir(data, ds.TRANSACTIONS) / name) for _, _, name in parts(data)]
 
 
 def _apply_in_order(
@@ -416,8 +407,6 @@ def _trim_parts(data: DataDir, listed: list[Part], below: int) -> list[Part]:
         elif first <= below:
             trimmed = part_name(first, below)
             for folder in part_dirs(data):
-                if not (folder / name).exists():
-                    continue  # the txids of a part written before parts held them
                 whole = pq.read_table(folder / name)
                 rows = whole.filter(pc.less_equal(whole["height"], below))
                 # With page indexes, as the Rust writer's files: the publish stage copies the
@@ -442,10 +431,9 @@ def part_files(data_path: Path, first: int, blocks: int) -> list[Path]:
 
 
 def _part_paths(data_path: Path, name: str) -> list[Path]:
-    """A part's files: its spends, its rows of each of ``ROW_TABLES``, then its txids."""
+    """A part's files: its spends, then its rows of each of ``ROW_TABLES``."""
     stage = data_path / "stage"
-    rows = (stage / "rows" / t / name for t in ROW_TABLES)
-    return [stage / "spends" / name, *rows, stage / "txids" / name]
+    return [stage / "spends" / name, *(stage / "rows" / t / name for t in ROW_TABLES)]
 
 
 def row_group_bytes(ctx: BtcRun) -> int:

@@ -286,9 +286,9 @@ def write_txindex(
 
 def staged_txid_files(data: DataDir) -> list[str]:
     """Every staged transaction copy's txid, block hash and position: the body pass's parts
-    (the copies it decoded) and the applied chain's (the best chain, which the chain state
-    decoded). A copy in both is the same entry twice."""
-    return btc_bodies.txid_files(data) + chain_state.txid_files(data)
+    (the copies it decoded) and the applied chain's ``transactions`` rows (the best chain,
+    which the chain state decoded). A copy in both is the same entry twice."""
+    return btc_bodies.txid_files(data) + chain_state.transaction_files(data)
 
 
 def _build_args(

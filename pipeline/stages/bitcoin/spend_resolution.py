@@ -227,7 +227,7 @@ def _apply_task(
         result["files"] = [str(t) for t in tmps]
     else:
         with tempfile.TemporaryDirectory(prefix="rechain-part-") as scratch:
-            tmps = [Path(scratch) / f"{i}.parquet" for i in range(2 + len(ROW_TABLES))]
+            tmps = [Path(scratch) / f"{i}.parquet" for i in range(1 + len(ROW_TABLES))]
             write_part(chunk, spends, tmps, group_bytes)
             result["files"] = [t.read_bytes() for t in tmps]
     # The workers' seconds per step, for the run report.

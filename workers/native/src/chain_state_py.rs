@@ -288,9 +288,8 @@ impl ChainStateChunk {
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
     /// a row group closes early, columns written without statistics, columns
     /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded). Beside them, `spends`
-    /// (the batch `apply` returned) goes to `spends_path`, and each transaction's txid, block
-    /// and position to `txids_path` (`btc_chain_txids`). Returns the rows written: the
-    /// spends', then each spec's, then the txids'.
+    /// (the batch `apply` returned) goes to `spends_path`. Returns the rows written: the
+    /// spends', then each spec's.
     fn write_rows(
         &self,
         py: Python<'_>,
@@ -298,7 +297,6 @@ impl ChainStateChunk {
         spends: PyRecordBatch,
         spends_path: PathBuf,
         spends_group_bytes: usize,
-        txids_path: PathBuf,
     ) -> PyResult<Vec<u64>> {
         let spends = spends.into_inner();
         let guard = self.resolved.lock().expect("not poisoned");
@@ -347,29 +345,21 @@ impl ChainStateChunk {
                 };
                 write_batches(path, schema, batches, &layout, groups)
             };
-            // A staged file the later stages read back once, in row groups of its own size.
-            let write_staged = |path: &PathBuf, batch: &RecordBatch, compression| {
+            // The spends are staged for the publish stage, which reads them back once.
+            let write_spends = || {
                 let layout = Layout {
-                    compression: Some(compression),
+                    compression: Some(Compression::SNAPPY),
                     ..Layout::default()
                 };
                 let groups = RowGroups {
                     rows: SPENDS_GROUP_ROWS,
                     bytes: spends_group_bytes,
                 };
-                write_batch(path, batch, &layout, groups)
-            };
-            // The spends for the publish stage; the txids for the tx index, uncompressed as
-            // the body pass stages them (random bytes).
-            let write_spends = || write_staged(&spends_path, &spends, Compression::SNAPPY);
-            let write_txids = || {
-                let txids = btc_chain_rows::chain_txids(&blocks)?;
-                write_staged(&txids_path, &txids, Compression::UNCOMPRESSED)
+                write_batch(&spends_path, &spends, &layout, groups)
             };
             std::thread::scope(|scope| {
                 let running: Vec<_> = std::iter::once(scope.spawn(write_spends))
                     .chain(specs.iter().map(|s| scope.spawn(move || write(s))))
-                    .chain(std::iter::once(scope.spawn(write_txids)))
                     .collect();
                 running
                     .into_iter()

@@ -174,9 +174,6 @@ fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny
         "btc_events" => datasets::btc_events::build(0, &[]),
         "headers" => arrow_array::RecordBatch::new_empty(datasets::btc_headers::schema()),
         "btc_spends" => arrow_array::RecordBatch::new_empty(chain_state_py::spends_schema()),
-        "btc_chain_txids" => {
-            arrow_array::RecordBatch::new_empty(datasets::btc_chain_rows::chain_txids_schema())
-        }
         other if datasets::btc_bodies::schema(other).is_some() => {
             arrow_array::RecordBatch::new_empty(datasets::btc_bodies::schema(other).unwrap())
         }

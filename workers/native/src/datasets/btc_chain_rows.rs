@@ -5,8 +5,7 @@
 //! transaction's fee is known, and the rows are final when first written (no staged copy read
 //! back and joined). `outputs` waits for the publish stage, which knows which outputs the best
 //! chain has spent. Columns are built by name for the schema `schemas/tables.py` declares and
-//! Python hands in, so the declaration stays the one source of the tables' shape. Beside them,
-//! the chain state stages each transaction's txid for the tx index (`chain_txids`).
+//! Python hands in, so the declaration stays the one source of the tables' shape.
 
 use crate::btc::decode::{coinbase_height, Spans, StrCol};
 use crate::btc::header::HEADER_LEN;
@@ -16,11 +15,11 @@ use crate::btc::script::{address_into, classify};
 use crate::datasets::btc_bodies::strings;
 use crate::datasets::hex;
 use arrow_array::{
-    ArrayRef, BooleanArray, FixedSizeBinaryArray, Int32Array, Int64Array, ListArray, RecordBatch,
-    StringArray, UInt32Array, UInt64Array,
+    ArrayRef, BooleanArray, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
+    UInt32Array, UInt64Array,
 };
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{DataType, SchemaRef};
 use std::sync::Arc;
 
 /// One applied best-chain block: its height, hash (internal order), bytes and parse.
@@ -32,50 +31,6 @@ pub(crate) struct ChainBlock<'a> {
     /// The blk file and record offset the block was read from.
     pub file: u32,
     pub offset: u64,
-}
-
-/// Schema of the applied chain's staged txids (`btc_chain_txids`): each transaction's txid and
-/// block hash as the body pass stages them (32 bytes, display order), its position, and its
-/// block's height (by which an unwind trims a part).
-pub fn chain_txids_schema() -> SchemaRef {
-    let hash = |n: &str| Field::new(n, DataType::FixedSizeBinary(32), false);
-    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
-    Arc::new(Schema::new(vec![
-        hash("txid"),
-        hash("block_hash"),
-        u32f("position"),
-        u32f("height"),
-    ]))
-}
-
-/// The staged txids of `blocks` (`chain_txids_schema`): the tx index reads them, not the
-/// hex of the `transactions` rows.
-pub(crate) fn chain_txids(blocks: &[ChainBlock]) -> Result<RecordBatch, String> {
-    let n: usize = blocks.iter().map(|b| b.spans.txs.len()).sum();
-    let (mut txids, mut hashes) = (Vec::with_capacity(32 * n), Vec::with_capacity(32 * n));
-    let (mut positions, mut heights) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for b in blocks {
-        let mut hash = *b.hash;
-        hash.reverse();
-        for (pos, tx) in b.spans.txs.iter().enumerate() {
-            txids.extend(tx.txid.iter().rev());
-            hashes.extend_from_slice(&hash);
-            positions.push(pos as u32);
-            heights.push(b.height);
-        }
-    }
-    let fixed = |bytes: Vec<u8>| -> Result<ArrayRef, String> {
-        Ok(Arc::new(
-            FixedSizeBinaryArray::try_new(32, bytes.into(), None).map_err(|e| e.to_string())?,
-        ))
-    };
-    let cols: Vec<ArrayRef> = vec![
-        fixed(txids)?,
-        fixed(hashes)?,
-        Arc::new(UInt32Array::from(positions)),
-        Arc::new(UInt32Array::from(heights)),
-    ];
-    batch(chain_txids_schema(), cols, "btc_chain_txids")
 }
 
 /// A string column filled with lower-case hex without a per-value allocation.
