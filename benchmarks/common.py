@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from rechain.workers.memory import PEAK_RSS_FILE_ENV
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -42,14 +43,14 @@ def machine() -> dict[str, Any]:
 
 
 class TreeRss:
-    """The peak RSS of a process and of it with all its descendants, sampled. The process's
-    own peak is its kernel high-water mark (``VmHWM``), so a peak between two samples (a short
-    command's last moments) is not missed; only growth in the last interval before it exits
-    is. (``wait4``'s ``ru_maxrss`` is no substitute: it keeps the high-water mark of the
-    forking parent's memory from before the ``exec``.)"""
+    """The peak RSS of a command and of it with all its descendants. The command's own is
+    exact: a rechain command writes its high-water mark as it exits (``PEAK_RSS_FILE_ENV``),
+    and of any other ``_REAPER`` reports ``wait4``'s ``ru_maxrss`` (the largest of it and its
+    children, which it is alone for the peers measured). The tree's is sampled, its
+    processes' RSS summed (the reaper's own left out)."""
 
-    def __init__(self, pid: int, interval: float = 0.05) -> None:
-        self.root = psutil.Process(pid)
+    def __init__(self, reaper: int, interval: float = 0.05) -> None:
+        self.reaper = psutil.Process(reaper)
         self.interval = interval
         self.peak_tree = 0
         self.peak_root = 0
@@ -60,16 +61,13 @@ class TreeRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                children = self.root.children(recursive=True)
+                tree = self.reaper.children(recursive=True)
                 total = 0
-                for p in [self.root, *children]:
+                for p in tree:
                     try:
-                        rss = p.memory_info().rss
+                        total += p.memory_info().rss
                     except psutil.Error:
                         continue
-                    total += rss
-                    if p.pid == self.root.pid:
-                        self.peak_root = max(self.peak_root, rss, _high_water_mark(p.pid))
                 self.peak_tree = max(self.peak_tree, total)
             except psutil.Error:
                 pass
@@ -84,35 +82,66 @@ class TreeRss:
         self._thread.join()
 
 
-def _high_water_mark(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
+#: Runs the command after its first argument as its only child and writes what it measured
+#: to the file that argument names: the child's wall and CPU seconds and peak RSS. A sampler
+#: misses a short command's last moments (more so when the host is busy), and ``wait4``'s
+#: ``ru_maxrss`` seen from the benchmark itself would keep the high-water mark of the large
+#: process that forked it: a fresh small interpreter has neither problem. Its own high-water
+#: mark (its memory's, which the spawned child's figure starts from) is written too: at or
+#: below it the child's figure is the reaper's.
+_REAPER = """
+import json, os, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+t0 = time.perf_counter()
+pid = os.posix_spawnp(cmd[0], cmd, os.environ)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+with open("/proc/self/status") as status_file:
+    own = next(int(x.split()[1]) for x in status_file if x.startswith("VmHWM:"))
+with open(out, "w") as f:
+    cpu = usage.ru_utime + usage.ru_stime
+    json.dump({"wall_s": wall, "cpu_s": cpu, "peak_rss": usage.ru_maxrss << 10,
+               "own_peak_rss": own << 10}, f)
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
 
 
 def run_measured(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], TreeRss, float]:
     """Runs ``cmd`` to its end: its output, its peak RSS and CPU time, its wall seconds.
     Raises with the tail of its stderr if it fails."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.NamedTemporaryFile(suffix=".json") as measured,
+        tempfile.NamedTemporaryFile() as own_peak,
+    ):
+        reaper = [sys.executable, "-S", "-c", _REAPER, measured.name, *cmd]
+        env = {**os.environ, PEAK_RSS_FILE_ENV: own_peak.name}
+        proc = subprocess.Popen(reaper, stdout=out, stderr=err, env=env)
         with TreeRss(proc.pid) as rss:
-            _, status, usage = os.wait4(proc.pid, 0)
-        elapsed = time.perf_counter() - t0
-        rss.cpu_s = usage.ru_utime + usage.ru_stime
+            _, status, _ = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         done = subprocess.CompletedProcess(
             cmd, proc.returncode, out.read().decode(), err.read().decode(errors="replace")
         )
-    if proc.returncode != 0:
+        got = json.loads(Path(measured.name).read_text() or "{}")
+        reported = Path(own_peak.name).read_text()
+    if proc.returncode != 0 or not got:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{done.stderr[-3000:]}")
-    return done, rss, elapsed
+    if reported:
+        rss.peak_root = int(reported)
+    elif got["peak_rss"] > got["own_peak_rss"]:
+        rss.peak_root = got["peak_rss"]
+    else:
+        raise RuntimeError(f"{' '.join(cmd)}: its peak RSS is below the reaper's own")
+    rss.cpu_s = got["cpu_s"]
+    rss.peak_tree = max(rss.peak_tree, rss.peak_root)
+    return done, rss, got["wall_s"]
 
 
 def warm_page_cache(folder: Path, pattern: str = "*") -> float:

@@ -551,8 +551,9 @@ def _format_eth(st: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rechain.workers.memory import bound_heap
+    from rechain.workers.memory import bound_heap, report_peak_rss_at_exit
 
+    report_peak_rss_at_exit()
     bound_heap()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()

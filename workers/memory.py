@@ -6,6 +6,7 @@ glibc's thresholds and picks Arrow's allocator for this process and the ones it 
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import gc
@@ -75,6 +76,27 @@ _USER_SET = frozenset(
     for env in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
     if env in os.environ
 )
+
+
+#: A file a process writes its own peak RSS to as it exits (bytes, its ``VmHWM``), when the
+#: environment names one: a harness outside it sees neither its last moments (a sampler) nor
+#: its memory apart from its children's (``wait4``'s ``ru_maxrss`` is the largest of them).
+PEAK_RSS_FILE_ENV = "RECHAIN_PEAK_RSS_FILE"
+
+
+def report_peak_rss_at_exit() -> None:
+    """Writes this process's peak RSS to the file ``PEAK_RSS_FILE_ENV`` names as it exits
+    (the name is taken out of the environment, so the processes it starts do not)."""
+    path = os.environ.pop(PEAK_RSS_FILE_ENV, None)
+    if path:
+        atexit.register(_write_peak_rss, path)
+
+
+def _write_peak_rss(path: str) -> None:
+    with open("/proc/self/status") as status:
+        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    with open(path, "w") as out:
+        out.write(str(kib << 10))
 
 
 def bound_heap(budget: int | None = None) -> None:
