@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from rechain.workers.memory import PEAK_RSS_FILE_ENV
+from rechain.workers.memory import PEAK_RSS_FILE_ENV, high_water_mark
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -74,7 +74,7 @@ class TreeRss:
                         continue
                 self.peak_tree = max(self.peak_tree, total)
                 for p in command:
-                    self.sampled_root = max(self.sampled_root, _high_water_mark(p.pid))
+                    self.sampled_root = max(self.sampled_root, high_water_mark(p.pid))
             except psutil.Error:
                 pass
             self._stop.wait(self.interval)
@@ -86,16 +86,6 @@ class TreeRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def _high_water_mark(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 #: Runs the command after its first argument as its only child and writes what it measured

@@ -93,10 +93,21 @@ def report_peak_rss_at_exit() -> None:
 
 
 def _write_peak_rss(path: str) -> None:
-    with open("/proc/self/status") as status:
-        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
     with open(path, "w") as out:
-        out.write(str(kib << 10))
+        out.write(str(high_water_mark()))
+
+
+def high_water_mark(pid: int | str = "self") -> int:
+    """The peak RSS of process ``pid`` so far (bytes, the kernel's ``VmHWM``); 0 if it has no
+    memory left to read (exited) or is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def bound_heap(budget: int | None = None) -> None:
