@@ -311,7 +311,31 @@ const BECH32_GEN_TABLE: [u32; 32] = {
 
 /// One step of the BCH checksum over 5-bit values (BIP173's polymod).
 const fn bech32_step(chk: u32, value: u8) -> u32 {
-    (((chk & 0x1ff_ffff) << 5) ^ value as u32) ^ BECH32_GEN_TABLE[(chk >> 25) as usize]
+    // `chk` has 30 bits: the mask only spares the bounds check.
+    (((chk & 0x1ff_ffff) << 5) ^ value as u32) ^ BECH32_GEN_TABLE[(chk >> 25) as usize & 31]
+}
+
+/// What the checksum's top ten bits contribute over two steps. The polymod is linear over
+/// GF(2), so two steps take one lookup: an address's checksum is a chain of lookups, each
+/// waiting on the one before, and this halves it.
+const BECH32_GEN_TABLE2: [u32; 1024] = {
+    let mut table = [0u32; 1024];
+    let mut top = 0;
+    while top < 1024 {
+        let first = BECH32_GEN_TABLE[top >> 5];
+        table[top] =
+            ((first & 0x1ff_ffff) << 5) ^ BECH32_GEN_TABLE[(top & 31) ^ (first >> 25) as usize];
+        top += 1;
+    }
+    table
+};
+
+/// `bech32_step` of `a`, then of `b`.
+const fn bech32_step2(chk: u32, a: u8, b: u8) -> u32 {
+    ((chk & 0xf_ffff) << 10)
+        ^ ((a as u32) << 5)
+        ^ b as u32
+        ^ BECH32_GEN_TABLE2[(chk >> 20) as usize & 1023]
 }
 
 /// The checksum state after the expanded human-readable part (high bits, 0, low bits).
@@ -351,29 +375,39 @@ fn segwit_address(hrp: &str, version: u8, program: &[u8], out: &mut Vec<u8>) {
     let mut n = hrp.len();
     buf[..n].copy_from_slice(hrp.as_bytes());
     buf[n] = b'1';
-    n += 1;
-    let mut emit = |v: u8| {
-        chk = bech32_step(chk, v);
-        buf[n] = BECH32_CHARSET[v as usize];
-        n += 1;
-    };
-    emit(version);
-    // The program regrouped from 8-bit to 5-bit values, zero-padded at the end.
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for &b in program {
-        acc = (acc << 8) | b as u32;
-        bits += 8;
-        while bits >= 5 {
-            bits -= 5;
-            emit(((acc >> bits) & 31) as u8);
+    buf[n + 1] = BECH32_CHARSET[version as usize & 31];
+    n += 2;
+    chk = bech32_step(chk, version);
+    // The program regrouped from 8-bit to 5-bit values five bytes (eight values) at a time,
+    // the last group zero-padded. The group's bits are assembled in a register: bytes copied
+    // into a stack buffer and read back as one word stall on store forwarding.
+    for group in program.chunks(5) {
+        let bits = group
+            .iter()
+            .chain(std::iter::repeat(&0u8))
+            .take(5)
+            .fold(0u64, |acc, &b| (acc << 8) | b as u64);
+        if group.len() == 5 {
+            for pair in 0..4 {
+                let a = ((bits >> (35 - 10 * pair)) & 31) as u8;
+                let b = ((bits >> (30 - 10 * pair)) & 31) as u8;
+                chk = bech32_step2(chk, a, b);
+                buf[n] = BECH32_CHARSET[a as usize];
+                buf[n + 1] = BECH32_CHARSET[b as usize];
+                n += 2;
+            }
+        } else {
+            for i in 0..(group.len() * 8).div_ceil(5) {
+                let v = ((bits >> (35 - 5 * i)) & 31) as u8;
+                chk = bech32_step(chk, v);
+                buf[n] = BECH32_CHARSET[v as usize];
+                n += 1;
+            }
         }
-        acc &= (1 << bits) - 1;
     }
-    if bits > 0 {
-        emit(((acc << (5 - bits)) & 31) as u8);
-    }
-    for _ in 0..6 {
-        chk = bech32_step(chk, 0);
+    // The checksum covers six zero values after the data.
+    for _ in 0..3 {
+        chk = bech32_step2(chk, 0, 0);
     }
     chk ^= if version == 0 { 1 } else { BECH32M_CONST };
     for i in 0..6 {
