@@ -1,7 +1,7 @@
 //! Parquet files written by the Rust core, with the settings `DataDir.stage_parquet_parts` gives
 //! pyarrow's writer (zstd, statistics, dictionary encoding only for the columns named; the
 //! tables may also name columns whose min/max statistics prune nothing, and columns of random
-//! bytes stored uncompressed: see [`Layout`]), so a
+//! bytes stored uncompressed: see [`Layout`]) but version 2 data pages (see `properties`), so a
 //! stage can publish a table without loading pyarrow. Where the file goes and when it becomes
 //! visible stays with `DataDir` (Python): this only writes the file it is given.
 
@@ -16,7 +16,9 @@ use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::PageIndexPolicy;
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
-use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
+use parquet::file::properties::{
+    EnabledStatistics, WriterProperties, WriterPropertiesBuilder, WriterVersion,
+};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 use std::fs::File;
@@ -96,6 +98,13 @@ fn properties(
                 .unwrap_or(Compression::ZSTD(ZstdLevel::default())),
         )
         .set_dictionary_enabled(false)
+        // Version 2 data pages compress the values where the encoder left them; a version 1
+        // page first copies them behind its levels, then copies that again as the buffer it
+        // is compressed into grows. The version also changes the default encodings (delta for
+        // numbers and strings), which these tables do not want: PLAIN unless a column names
+        // its own.
+        .set_writer_version(WriterVersion::PARQUET_2_0)
+        .set_encoding(Encoding::PLAIN)
         .set_max_row_group_row_count(None);
     let leaf = |c: &str| -> Result<ColumnPath, String> {
         let field = schema
