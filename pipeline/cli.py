@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -553,6 +554,10 @@ def _format_eth(st: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from rechain.workers.memory import bound_heap, report_peak_rss_at_exit
 
+    # numpy's OpenBLAS, loaded with pyarrow, starts a thread per core that spins for about a
+    # tenth of a CPU second once numpy is imported. rechain does no BLAS work, and its
+    # processes (and a local Ray's workers, which inherit the environment) want those cores.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     report_peak_rss_at_exit()
     bound_heap()
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -38,8 +38,14 @@ struct Entry {
 const ENTRY_BYTES: usize = 40;
 
 impl Entry {
+    /// By key, then rank. Keys are txids, so their first eight bytes almost always decide,
+    /// compared as one word rather than by a call to memcmp (most of a build's sort).
+    #[inline]
     fn order(&self, other: &Entry) -> Ordering {
-        (self.key, self.rank).cmp(&(other.key, other.rank))
+        let word = |e: &Entry| u64::from_be_bytes(e.key[..8].try_into().expect("8 bytes"));
+        word(self)
+            .cmp(&word(other))
+            .then_with(|| (self.key, self.rank).cmp(&(other.key, other.rank)))
     }
 
     fn encode(&self) -> [u8; ENTRY_BYTES] {
@@ -246,7 +252,7 @@ impl KeyRange {
             last = Some(e.key);
             value.clear();
             value.extend_from_slice(&prefixes[e.rank as usize]);
-            value.extend_from_slice(e.position.to_string().as_bytes());
+            push_decimal(&mut value, e.position);
             sink(&e.key, &value)
         };
         if self.runs.is_empty() {
@@ -281,6 +287,21 @@ impl KeyRange {
         }
         Ok(())
     }
+}
+
+/// Appends `n` in decimal, as `u32::to_string` writes it, without allocating a string.
+fn push_decimal(out: &mut Vec<u8>, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 struct RunReader(BufReader<File>);
@@ -319,6 +340,45 @@ impl Ord for Head {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_as_to_string_writes_them() {
+        for n in [0, 7, 10, 99, 100, 65_536, 1_000_000_007, u32::MAX] {
+            let mut out = b"x ".to_vec();
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x {n}").into_bytes());
+        }
+    }
+
+    #[test]
+    fn entries_order_by_key_then_rank() {
+        let entry = |first: u8, last: u8, rank: u32| {
+            let mut key = [0u8; 32];
+            key[0] = first;
+            key[31] = last;
+            Entry {
+                key,
+                rank,
+                position: 0,
+            }
+        };
+        // Keys that differ past the first word, and equal keys, fall back to the whole key
+        // and the rank.
+        let mut got = vec![
+            entry(1, 0, 0),
+            entry(0, 2, 0),
+            entry(0, 1, 5),
+            entry(0, 1, 3),
+        ];
+        got.sort_unstable_by(Entry::order);
+        let want = vec![
+            entry(0, 1, 3),
+            entry(0, 1, 5),
+            entry(0, 2, 0),
+            entry(1, 0, 0),
+        ];
+        assert_eq!(got, want);
+    }
 
     fn block(n: u8, height: Option<u32>, best: Option<bool>) -> IndexBlock {
         IndexBlock {
