@@ -42,7 +42,7 @@ const MAX_KEY: usize = 38;
 /// the copies its maps and undo records keep): one heap allocation each was most of the
 /// allocator's share of a full reindex. Bytes past `len` stay zero, so the derived equality
 /// is that of the key's bytes; order is the bytes' order, as RocksDB sorts.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct Key {
     len: u8,
     bytes: [u8; MAX_KEY],
@@ -83,10 +83,56 @@ impl AsRef<[u8]> for Key {
     }
 }
 
+impl Key {
+    /// Bytes `at..at + 8` as a big-endian word: words compare as the bytes do.
+    fn word(&self, at: usize) -> u64 {
+        u64::from_be_bytes(self.bytes[at..at + 8].try_into().unwrap())
+    }
+
+    /// The words that cover every byte (the last overlaps the one before it).
+    const WORDS: [usize; 5] = [0, 8, 16, 24, MAX_KEY - 8];
+}
+
+/// Equal bytes (the zero bytes past `len` included) and length, a word at a time: the
+/// chunk's maps compare keys on every probe, and a derived comparison of the array was a
+/// call to `bcmp`.
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        let diff = Key::WORDS
+            .iter()
+            .fold(0, |d, &at| d | (self.word(at) ^ other.word(at)));
+        diff == 0 && self.len == other.len
+    }
+}
+
+impl Eq for Key {}
+
+/// The bytes' order, a word at a time: the zero bytes past `len` compare as a shorter key's
+/// end does (before any byte, equal to a zero byte), and the lengths break what is left of
+/// a tie. Chunks sort millions of keys (undo records, net changes), and nearly every pair
+/// differs in its first word, which a slice comparison reached only through `memcmp`.
 impl Ord for Key {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (**self).cmp(&**other)
+        for at in Key::WORDS {
+            match self.word(at).cmp(&other.word(at)) {
+                std::cmp::Ordering::Equal => {}
+                unequal => return unequal,
+            }
+        }
+        self.len.cmp(&other.len)
     }
+}
+
+/// Indices `0..n` in the order of their keys, ties in index order. Sorted as (first word,
+/// index) pairs, so most comparisons read neither the keys nor memory beyond the pairs.
+fn key_order<'k>(n: usize, key: impl Fn(usize) -> &'k Key) -> Vec<u32> {
+    let mut order: Vec<(u64, u32)> = (0..n).map(|i| (key(i).word(0), i as u32)).collect();
+    order.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| key(a.1 as usize).cmp(key(b.1 as usize)))
+            .then(a.1.cmp(&b.1))
+    });
+    order.into_iter().map(|(_, i)| i).collect()
 }
 
 impl PartialOrd for Key {
@@ -487,11 +533,11 @@ impl Chunk {
             .filter(|(_, s)| s.touched && (s.coin.is_some() || s.stored))
             .map(|(k, s)| (k, s.coin))
             .collect();
-        changed.sort_unstable_by_key(|c| c.0);
-        for (k, v) in changed {
-            match v {
-                Some(v) => out.puts.push((k, v.into_value())),
-                None => out.deletes.push(k),
+        for i in key_order(changed.len(), |i| &changed[i].0) {
+            let (k, v) = &mut changed[i as usize];
+            match v.take() {
+                Some(v) => out.puts.push((*k, v.into_value())),
+                None => out.deletes.push(*k),
             }
         }
         Ok(out)
@@ -613,10 +659,7 @@ impl<'a> BlockChanges<'a> {
     fn undo_record(&self, hash: &[u8; 32]) -> Result<(Vec<u8>, i64, i128), String> {
         let changes = &self.0;
         // By key, then in the block's order within a key.
-        let mut order: Vec<u32> = (0..changes.len() as u32).collect();
-        order.sort_unstable_by(|&a, &b| {
-            (&changes[a as usize].0, a).cmp(&(&changes[b as usize].0, b))
-        });
+        let order = key_order(changes.len(), |i| &changes[i].0);
         let mut created = Vec::new();
         let mut restored = Vec::new();
         let (mut count, mut amount) = (0i64, 0i128);
@@ -897,6 +940,34 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_order_as_their_bytes() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(17);
+        // Few distinct byte values and lengths, so ties, shared prefixes, a key that is
+        // another's prefix (the shorter one first) and zero bytes at a shorter key's end occur.
+        let mut keys: Vec<Key> = (0..4_000)
+            .map(|_| {
+                let len = rng.gen_range(0..=MAX_KEY);
+                let bytes: Vec<u8> = (0..len).map(|_| rng.gen_range(0..3u8)).collect();
+                Key::from_slice(&bytes).unwrap()
+            })
+            .collect();
+        keys.push(utxo_key(&[0xff; 32], 0x7fff_ffff));
+        keys.push(utxo_key(&[0xff; 32], 0));
+        keys.push(Key::from_slice(&[]).unwrap());
+        for a in &keys[..400] {
+            for b in &keys {
+                assert_eq!(a.cmp(b), (**a).cmp(&**b), "{a:?} against {b:?}");
+                assert_eq!(a == b, **a == **b, "{a:?} against {b:?}");
+            }
+        }
+        // By key, equal keys in index order: a stable sort of the bytes.
+        let mut stable: Vec<u32> = (0..keys.len() as u32).collect();
+        stable.sort_by(|&a, &b| (*keys[a as usize]).cmp(&*keys[b as usize]));
+        assert_eq!(key_order(keys.len(), |i| &keys[i]), stable);
+    }
 
     #[test]
     fn overlay_reads_through_uncommitted_chunks_oldest_first() {
