@@ -3,13 +3,19 @@
 //! Every published table spells hashes and scripts this way, so the encoder runs on 16 bytes
 //! at a time (SSE2, part of every x86-64) instead of pushing two digits per byte.
 
+use std::mem::MaybeUninit;
+
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
-/// Appends the hex of `bytes`, in byte order.
+/// Appends the hex of `bytes`, in byte order. The digits are written into the spare
+/// capacity: zeroing it first was a `memset` call per value, most of them 64 bytes.
 pub fn extend_hex(out: &mut Vec<u8>, bytes: &[u8]) {
+    let n = 2 * bytes.len();
+    out.reserve(n);
     let start = out.len();
-    out.resize(start + 2 * bytes.len(), 0);
-    encode(bytes, &mut out[start..]);
+    encode(bytes, &mut out.spare_capacity_mut()[..n]);
+    // SAFETY: `encode` initialized the `n` bytes after the length.
+    unsafe { out.set_len(start + n) };
 }
 
 /// Appends the hex of a hash of at most 32 bytes in display (byte-reversed) order.
@@ -37,14 +43,14 @@ fn reversed(hash: &[u8]) -> ([u8; 32], usize) {
 pub fn forward_hex_into(bytes: &[u8], out: &mut String) {
     let n = bytes.len().min(32);
     let mut buf = [0u8; 64];
-    encode(&bytes[..n], &mut buf[..2 * n]);
+    encode(&bytes[..n], uninit(&mut buf[..2 * n]));
     out.push_str(std::str::from_utf8(&buf[..2 * n]).expect("hex digits are ASCII"));
 }
 
 /// The hex of 32 bytes, in byte order.
 pub fn hex32(bytes: &[u8; 32]) -> [u8; 64] {
     let mut out = [0u8; 64];
-    encode(bytes, &mut out);
+    encode(bytes, uninit(&mut out));
     out
 }
 
@@ -55,9 +61,15 @@ pub fn to_hex(bytes: &[u8]) -> String {
     String::from_utf8(out).expect("hex digits are ASCII")
 }
 
-/// Writes the hex of `src` into `dst` (exactly twice its length).
-fn encode(src: &[u8], dst: &mut [u8]) {
-    debug_assert_eq!(dst.len(), 2 * src.len());
+/// An initialized buffer for `encode` to write into.
+fn uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: same layout; `encode` writes only initialized bytes.
+    unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) }
+}
+
+/// Writes the hex of `src` into `dst` (exactly twice its length), every byte of it.
+fn encode(src: &[u8], dst: &mut [MaybeUninit<u8>]) {
+    assert_eq!(dst.len(), 2 * src.len());
     #[cfg(target_arch = "x86_64")]
     let done = {
         let whole = src.len() / 16 * 16;
@@ -69,8 +81,8 @@ fn encode(src: &[u8], dst: &mut [u8]) {
     #[cfg(not(target_arch = "x86_64"))]
     let done = 0;
     for (pair, b) in dst[2 * done..].chunks_exact_mut(2).zip(&src[done..]) {
-        pair[0] = DIGITS[(b >> 4) as usize];
-        pair[1] = DIGITS[(b & 15) as usize];
+        pair[0].write(DIGITS[(b >> 4) as usize]);
+        pair[1].write(DIGITS[(b & 15) as usize]);
     }
 }
 
@@ -78,7 +90,7 @@ fn encode(src: &[u8], dst: &mut [u8]) {
 /// `'0' + n`, plus `'a' - '0' - 10` where n > 9.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse2")]
-unsafe fn encode_sse2(src: &[u8], dst: &mut [u8]) {
+unsafe fn encode_sse2(src: &[u8], dst: &mut [MaybeUninit<u8>]) {
     use std::arch::x86_64::*;
     let low = _mm_set1_epi8(0x0f);
     let nine = _mm_set1_epi8(9);
