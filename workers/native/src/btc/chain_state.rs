@@ -40,8 +40,9 @@ const MAX_KEY: usize = 38;
 
 /// A `btc_utxo` key held inline. A chunk makes millions of them (every input and output, and
 /// the copies its maps and undo records keep): one heap allocation each was most of the
-/// allocator's share of a full reindex. Bytes past `len` stay zero, so the derived equality
-/// is that of the key's bytes; order is the bytes' order, as RocksDB sorts.
+/// allocator's share of a full reindex. Bytes past `len` stay zero, so equality and order
+/// can compare whole words of the array (see their impls) and still be those of the key's
+/// bytes; order is the bytes' order, as RocksDB sorts.
 #[derive(Clone, Copy)]
 pub struct Key {
     len: u8,
