@@ -161,7 +161,8 @@ impl StrCol {
             self.offsets.push(0);
         }
     }
-    /// Appends the bytes `write` adds to `data` as one value (they must be UTF-8).
+    /// Appends the bytes `write` adds to `data` as one value. They must be ASCII:
+    /// `btc_bodies::strings` asserts that, which spares it Arrow's UTF-8 checks.
     pub(crate) fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
         self.start();
         let before = self.data.len();

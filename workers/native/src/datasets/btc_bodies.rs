@@ -121,14 +121,14 @@ pub(crate) fn strings(col: StrCol) -> ArrayRef {
     } else {
         Some(NullBuffer::from(col.valid))
     };
-    Arc::new(
-        StringArray::try_new(
-            OffsetBuffer::new(ScalarBuffer::from(offsets)),
-            Buffer::from_vec(col.data),
-            nulls,
-        )
-        .expect("hex and addresses are valid UTF-8 with monotonic offsets"),
-    )
+    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+    // The checked constructor decodes the data as UTF-8 and tests every offset for a
+    // character boundary; ASCII, which a `StrCol` holds, is both, and a word-wide test.
+    assert!(col.data.is_ascii(), "a StrCol holds ASCII");
+    // SAFETY: `OffsetBuffer::new` checked the offsets (non-negative, monotonic), the data is
+    // ASCII, so UTF-8 with a character boundary at every offset, and `valid` has a flag per
+    // value.
+    Arc::new(unsafe { StringArray::new_unchecked(offsets, Buffer::from_vec(col.data), nulls) })
 }
 
 fn binaries(col: BinCol) -> ArrayRef {
@@ -148,20 +148,31 @@ fn binaries(col: BinCol) -> ArrayRef {
 
 /// 32-byte hashes in display (byte-reversed) order, optionally gathered through `rows`.
 fn hashes(values: &[[u8; 32]], rows: Option<&[u32]>) -> ArrayRef {
-    let n = rows.map_or(values.len(), |r| r.len());
-    let mut data = Vec::with_capacity(n * 32);
-    let mut push = |h: &[u8; 32]| {
-        let mut display = *h;
-        display.reverse();
-        data.extend_from_slice(&display);
+    let data: Vec<[u8; 32]> = match rows {
+        Some(rows) => rows
+            .iter()
+            .map(|&r| display_order(&values[r as usize]))
+            .collect(),
+        None => values.iter().map(display_order).collect(),
     };
-    match rows {
-        Some(rows) => rows.iter().for_each(|&r| push(&values[r as usize])),
-        None => values.iter().for_each(&mut push),
-    }
     Arc::new(
-        FixedSizeBinaryArray::try_new(32, Buffer::from_vec(data), None).expect("32 bytes per hash"),
+        FixedSizeBinaryArray::try_new(32, Buffer::from_vec(data.into_flattened()), None)
+            .expect("32 bytes per hash"),
     )
+}
+
+/// `h` byte-reversed, as four swapped words: reversing it in a stack copy stores and reloads
+/// it in pieces, a stall per hash, and every input and output row has two or three hashes.
+#[inline]
+fn display_order(h: &[u8; 32]) -> [u8; 32] {
+    let word = |i: usize| {
+        u64::from_le_bytes(h[8 * i..8 * i + 8].try_into().expect("8 bytes")).swap_bytes()
+    };
+    let mut out = [0u8; 32];
+    for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(&word(3 - i).to_le_bytes());
+    }
+    out
 }
 
 fn script_types(kinds: Vec<ScriptType>) -> ArrayRef {
@@ -278,4 +289,61 @@ fn block_columns(file_no: u32, b: BlockCols) -> Vec<ArrayRef> {
         Arc::new(UInt64Array::from(b.n_outputs)),
         Arc::new(UInt64Array::from(b.output_value)),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+
+    #[test]
+    fn display_order_reverses_every_byte() {
+        let h: [u8; 32] = std::array::from_fn(|i| i as u8 * 7 + 1);
+        let mut reversed = h;
+        reversed.reverse();
+        assert_eq!(display_order(&h), reversed);
+        let gathered = hashes(&[h, [0; 32]], Some(&[1, 0, 0]));
+        let gathered = gathered
+            .as_any()
+            .downcast_ref::<FixedSizeBinaryArray>()
+            .unwrap();
+        assert_eq!(gathered.len(), 3);
+        assert_eq!(gathered.value(0), &[0; 32]);
+        assert_eq!(gathered.value(1), &reversed);
+        assert_eq!(gathered.value(2), &reversed);
+    }
+
+    #[test]
+    fn addresses_become_a_string_array() {
+        let mut col = StrCol::default();
+        col.push_with(|out| {
+            out.extend_from_slice(b"bcrt1qabc");
+            true
+        });
+        col.push_with(|out| {
+            out.extend_from_slice(b"dropped");
+            false
+        });
+        col.push_with(|out| {
+            out.extend_from_slice(b"1A1z");
+            true
+        });
+        let array = strings(col);
+        let array = array.as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(array.len(), 3);
+        assert_eq!(array.value(0), "bcrt1qabc");
+        assert!(array.is_null(1));
+        assert_eq!(array.value(2), "1A1z");
+    }
+
+    #[test]
+    #[should_panic(expected = "a StrCol holds ASCII")]
+    fn non_ascii_addresses_are_refused() {
+        let mut col = StrCol::default();
+        col.push_with(|out| {
+            out.extend_from_slice("bcrt1é".as_bytes());
+            true
+        });
+        strings(col);
+    }
 }
