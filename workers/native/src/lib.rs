@@ -289,12 +289,13 @@ fn reversed_hashes<'py>(py: Python<'py>, hashes: PyArray) -> PyResult<Bound<'py,
     if values.iter().any(|v| v.len() != 32) {
         return Err(PyValueError::new_err("every hash must be 32 bytes"));
     }
-    let mut out: Vec<u8> = Vec::with_capacity(32 * values.len());
-    for v in values {
-        out.extend(v.iter().rev());
-    }
-    let reversed = arrow_array::FixedSizeBinaryArray::try_new(32, out.into(), None)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let out: Vec<[u8; 32]> = values
+        .iter()
+        .map(|&v| datasets::hex::reversed32(v.try_into().expect("32 bytes")))
+        .collect();
+    let reversed =
+        arrow_array::FixedSizeBinaryArray::try_new(32, out.into_flattened().into(), None)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let out = PyArray::from_array_ref(Arc::new(reversed));
     let array = out.to_pyarrow(py)?.unbind();
     Ok(array.into_bound(py))

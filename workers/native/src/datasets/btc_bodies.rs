@@ -9,6 +9,7 @@
 
 use crate::btc::decode::{BinCol, BlockCols, BodyColumns, StrCol};
 use crate::btc::script::ScriptType;
+use crate::datasets::hex::reversed32;
 use arrow_array::{
     ArrayRef, BooleanArray, DictionaryArray, FixedSizeBinaryArray, Int32Array, Int64Array,
     LargeBinaryArray, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array, UInt8Array,
@@ -151,28 +152,14 @@ fn hashes(values: &[[u8; 32]], rows: Option<&[u32]>) -> ArrayRef {
     let data: Vec<[u8; 32]> = match rows {
         Some(rows) => rows
             .iter()
-            .map(|&r| display_order(&values[r as usize]))
+            .map(|&r| reversed32(&values[r as usize]))
             .collect(),
-        None => values.iter().map(display_order).collect(),
+        None => values.iter().map(reversed32).collect(),
     };
     Arc::new(
         FixedSizeBinaryArray::try_new(32, Buffer::from_vec(data.into_flattened()), None)
             .expect("32 bytes per hash"),
     )
-}
-
-/// `h` byte-reversed, as four swapped words: reversing it in a stack copy stores and reloads
-/// it in pieces, a stall per hash, and every input and output row has two or three hashes.
-#[inline]
-fn display_order(h: &[u8; 32]) -> [u8; 32] {
-    let word = |i: usize| {
-        u64::from_le_bytes(h[8 * i..8 * i + 8].try_into().expect("8 bytes")).swap_bytes()
-    };
-    let mut out = [0u8; 32];
-    for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
-        chunk.copy_from_slice(&word(3 - i).to_le_bytes());
-    }
-    out
 }
 
 fn script_types(kinds: Vec<ScriptType>) -> ArrayRef {
@@ -297,11 +284,10 @@ mod tests {
     use arrow_array::Array;
 
     #[test]
-    fn display_order_reverses_every_byte() {
+    fn hashes_are_in_display_order() {
         let h: [u8; 32] = std::array::from_fn(|i| i as u8 * 7 + 1);
         let mut reversed = h;
         reversed.reverse();
-        assert_eq!(display_order(&h), reversed);
         let gathered = hashes(&[h, [0; 32]], Some(&[1, 0, 0]));
         let gathered = gathered
             .as_any()

@@ -29,8 +29,26 @@ pub fn display_hex_into(hash: &[u8], out: &mut String) {
     forward_hex_into(&reversed[..n], out);
 }
 
+/// A 32-byte hash byte-reversed (internal to display order, and back), as four swapped words:
+/// the compiler reverses an array copy on the stack, storing and reloading it in pieces, a
+/// stall per hash where every row has two or three.
+#[inline]
+pub fn reversed32(h: &[u8; 32]) -> [u8; 32] {
+    let word = |i: usize| {
+        u64::from_le_bytes(h[8 * i..8 * i + 8].try_into().expect("8 bytes")).swap_bytes()
+    };
+    let mut out = [0u8; 32];
+    for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(&word(3 - i).to_le_bytes());
+    }
+    out
+}
+
 /// The first 32 bytes of `hash` (all of a hash) byte-reversed, and how many they are.
 fn reversed(hash: &[u8]) -> ([u8; 32], usize) {
+    if let Ok(h) = <&[u8; 32]>::try_from(hash) {
+        return (reversed32(h), 32);
+    }
     let n = hash.len().min(32);
     let mut out = [0u8; 32];
     for (r, b) in out.iter_mut().zip(hash[..n].iter().rev()) {
@@ -119,9 +137,7 @@ pub fn display_hex(hash: &[u8]) -> String {
 
 /// Parses display-order hex into internal byte order.
 pub fn parse_display_hex(s: &str) -> Option<[u8; 32]> {
-    let mut out = parse_hex32(s.as_bytes())?;
-    out.reverse();
-    Some(out)
+    parse_hex32(s.as_bytes()).map(|h| reversed32(&h))
 }
 
 /// Each byte's value as a hex digit, or `NOT_HEX`.
@@ -193,5 +209,10 @@ mod tests {
         super::display_hex_into(&hash, &mut shown);
         let want: String = hash.iter().rev().map(|b| format!("{b:02x}")).collect();
         assert_eq!(shown, format!("0x{want}"));
+        let hash: [u8; 32] = hash.try_into().unwrap();
+        let mut want = hash;
+        want.reverse();
+        assert_eq!(super::reversed32(&hash), want);
+        assert_eq!(super::reversed32(&want), hash);
     }
 }
