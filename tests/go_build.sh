@@ -17,4 +17,8 @@ fi
 (cd "$here" && go build -trimpath -o "$bin.tmp" .) >&2
 mv -f "$bin.tmp" "$bin"
 echo "$stamp" > "$cache/$name.stamp"
+# In CI the binary is all that is kept: Go's build and module caches are gigabytes.
+if [[ "${RECHAIN_DROP_BUILD_CACHES:-0}" == 1 ]]; then
+    go clean -cache -modcache >&2
+fi
 echo "$bin"

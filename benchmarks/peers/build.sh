@@ -21,4 +21,8 @@ CARGO_TARGET_DIR="$cache/target" cargo build --release --locked \
     --manifest-path "$here/Cargo.toml" >&2
 cp -f "$cache/target/release/rechain-peers" "$bin.tmp"
 mv -f "$bin.tmp" "$bin"
+# In CI the binary is all that is kept.
+if [[ "${RECHAIN_DROP_BUILD_CACHES:-0}" == 1 ]]; then
+    rm -rf "$cache/target"
+fi
 echo "$bin"

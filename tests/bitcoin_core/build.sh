@@ -47,4 +47,8 @@ cp "$work/Cargo.lock" "$cache/Cargo.lock.built"
 cp -f "$cache/target/release/rechain-core-oracle" "$bin.tmp"
 mv -f "$bin.tmp" "$bin"
 echo "$stamp" > "$bin.stamp"
+# In CI the binary is all that is kept: the C++ build is gigabytes.
+if [[ "${RECHAIN_DROP_BUILD_CACHES:-0}" == 1 ]]; then
+    rm -rf "$cache/target"
+fi
 echo "$bin"
