@@ -47,7 +47,7 @@ cp "$work/Cargo.lock" "$cache/Cargo.lock.built"
 cp -f "$cache/target/release/rechain-core-oracle" "$bin.tmp"
 mv -f "$bin.tmp" "$bin"
 echo "$stamp" > "$bin.stamp"
-# In CI the binary is all that is kept: the C++ build is gigabytes.
+# In CI the binary is all that is kept: the build folder is most of the cache (706 MB of 734 here).
 if [[ "${RECHAIN_DROP_BUILD_CACHES:-0}" == 1 ]]; then
     rm -rf "$cache/target"
 fi
