@@ -17,7 +17,7 @@ use super::encode::{Cursor, DecodeError};
 use super::header::HEADER_LEN;
 use super::network::Network;
 use super::script::{address_into, classify, legacy_sigops, ScriptType};
-use super::sha256::{sha256d, sha256d_each};
+use super::sha256::{sha256d, sha256d_each, Parts};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -120,18 +120,18 @@ impl Spans {
         let (txs, segwit) = (&self.txs, &self.segwit);
         sha256d_each(
             txs.len() + segwit.len(),
-            |i, emit| match txs.get(i) {
+            |i| match txs.get(i) {
                 Some(t) => match t.segwit_body {
-                    Some((s, e)) => emit(&[
+                    Some((s, e)) => Parts::three(
                         &data[t.start..t.start + 4],
                         &data[s..e],
                         &data[t.end - 4..t.end],
-                    ]),
-                    None => emit(&[&data[t.start..t.end]]),
+                    ),
+                    None => Parts::one(&data[t.start..t.end]),
                 },
                 None => {
                     let t = &txs[segwit[i - txs.len()] as usize];
-                    emit(&[&data[t.start..t.end]])
+                    Parts::one(&data[t.start..t.end])
                 }
             },
             &mut self.digests,
