@@ -190,12 +190,22 @@ pub struct BinCol {
 }
 
 impl BinCol {
-    fn push(&mut self, bytes: &[u8]) {
+    /// Appends each of `values` (one pass over them for the offsets, one for the bytes).
+    fn extend<'a, I>(&mut self, values: I)
+    where
+        I: Iterator<Item = &'a [u8]> + Clone,
+    {
         if self.offsets.is_empty() {
             self.offsets.push(0);
         }
-        self.data.extend_from_slice(bytes);
-        self.offsets.push(self.data.len() as i64);
+        let mut end = self.data.len() as i64;
+        self.offsets.extend(values.clone().map(|v| {
+            end += v.len() as i64;
+            end
+        }));
+        for v in values {
+            self.data.extend_from_slice(v);
+        }
     }
     /// Room for `values` more values of `bytes` bytes in total.
     fn reserve(&mut self, values: usize, bytes: usize) {
@@ -581,69 +591,89 @@ impl BodyDecoder {
                 None => 1,
             };
             c.reserve_block(sp, blocks.clamp(1, 1 << 16) as usize);
-            for (pos, t) in sp.txs.iter().enumerate() {
-                let tx_row = c.txs.txid.len() as u32;
-                let (size, weight, vsize) = t.sizes();
-                let ins = &sp.ins[t.ins.0..t.ins.1];
-                let outs = &sp.outs[t.outs.0..t.outs.1];
-                let out_value: u64 = outs.iter().map(|o| o.value).sum();
-                c.txs.txid.push(t.txid);
-                c.txs.wtxid.push(t.wtxid);
-                c.txs.block.push(block_row);
-                c.txs.position.push(pos as u32);
-                c.txs.version.push(t.version);
-                c.txs.lock_time.push(t.lock_time);
-                c.txs.size.push(size);
-                c.txs.vsize.push(vsize);
-                c.txs.weight.push(weight);
-                c.txs.n_in.push(ins.len() as u32);
-                c.txs.n_out.push(outs.len() as u32);
-                c.txs.is_coinbase.push(pos == 0);
-                c.txs.has_witness.push(t.has_witness);
-                c.txs.output_value.push(out_value);
-                n_in_total += ins.len() as u64;
-                n_out_total += outs.len() as u64;
-                value_total += out_value;
-                if c.inputs.witness_offsets.is_empty() {
-                    c.inputs.witness_offsets.push(0);
-                }
-                if c.inputs.witness.offsets.is_empty() {
-                    c.inputs.witness.offsets.push(0);
-                }
-                for (vin, inp) in ins.iter().enumerate() {
-                    let prev = &data[inp.prev..inp.prev + 36];
-                    let script = &data[inp.script.0..inp.script.1];
-                    if pos == 0 {
-                        cb_height = coinbase_height(script);
-                    }
-                    c.inputs.tx.push(tx_row);
-                    c.inputs.vin.push(vin as u32);
-                    c.inputs.prev_txid.push(prev[..32].try_into().unwrap());
-                    c.inputs
-                        .prev_vout
-                        .push(u32::from_le_bytes(prev[32..36].try_into().unwrap()));
-                    c.inputs.script_sig.push(script);
-                    c.inputs.sequence.push(inp.sequence);
-                    c.inputs.witness_items.push(inp.wit_n as u32);
-                    for &(s, e) in &sp.wit[inp.wit_start..inp.wit_start + inp.wit_n] {
-                        c.inputs.witness.push(&data[s..e]);
-                    }
-                    c.inputs.witness_offsets.push(c.inputs.witness.len() as i32);
-                }
-                for (vout, o) in outs.iter().enumerate() {
-                    let script = &data[o.script.0..o.script.1];
-                    let kind = classify(script);
-                    c.outputs.tx.push(tx_row);
-                    c.outputs.vout.push(vout as u32);
-                    c.outputs.value.push(o.value);
-                    c.outputs.script_type.push(kind);
-                    let network = self.network;
-                    c.outputs
-                        .address
-                        .push_with(|out| address_into(script, kind, network, out));
-                    c.outputs.script_pubkey.push(script);
-                }
+            // Column by column, each a tight loop over the block's rows: pushing a row into
+            // some thirty columns at a time reloads every column's length from memory.
+            let first_tx = c.txs.txid.len() as u32;
+            let txs = &sp.txs;
+            let t = &mut c.txs;
+            t.txid.extend(txs.iter().map(|x| x.txid));
+            t.wtxid.extend(txs.iter().map(|x| x.wtxid));
+            t.block.extend(std::iter::repeat_n(block_row, txs.len()));
+            t.position.extend(0..txs.len() as u32);
+            t.version.extend(txs.iter().map(|x| x.version));
+            t.lock_time.extend(txs.iter().map(|x| x.lock_time));
+            t.size.extend(txs.iter().map(|x| x.sizes().0));
+            t.weight.extend(txs.iter().map(|x| x.sizes().1));
+            t.vsize.extend(txs.iter().map(|x| x.sizes().2));
+            t.n_in
+                .extend(txs.iter().map(|x| (x.ins.1 - x.ins.0) as u32));
+            t.n_out
+                .extend(txs.iter().map(|x| (x.outs.1 - x.outs.0) as u32));
+            t.is_coinbase.extend((0..txs.len()).map(|pos| pos == 0));
+            t.has_witness.extend(txs.iter().map(|x| x.has_witness));
+            let values_from = t.output_value.len();
+            t.output_value.extend(txs.iter().map(|x| {
+                sp.outs[x.outs.0..x.outs.1]
+                    .iter()
+                    .map(|o| o.value)
+                    .sum::<u64>()
+            }));
+            value_total = t.output_value[values_from..].iter().sum();
+            n_in_total = sp.ins.len() as u64;
+            n_out_total = sp.outs.len() as u64;
+            // `parse_tx_spans` appends each transaction's inputs, outputs and witness items in
+            // block order, so the block's rows are these slices whole.
+            let ins = || sp.ins.iter();
+            let outs = || sp.outs.iter();
+            let i = &mut c.inputs;
+            for (pos, x) in txs.iter().enumerate() {
+                let n = x.ins.1 - x.ins.0;
+                i.tx.extend(std::iter::repeat_n(first_tx + pos as u32, n));
+                i.vin.extend(0..n as u32);
             }
+            i.prev_txid.extend(
+                ins().map(|x| -> [u8; 32] { data[x.prev..x.prev + 32].try_into().unwrap() }),
+            );
+            i.prev_vout.extend(
+                ins().map(|x| {
+                    u32::from_le_bytes(data[x.prev + 32..x.prev + 36].try_into().unwrap())
+                }),
+            );
+            i.script_sig
+                .extend(ins().map(|x| &data[x.script.0..x.script.1]));
+            i.sequence.extend(ins().map(|x| x.sequence));
+            i.witness_items.extend(ins().map(|x| x.wit_n as u32));
+            if i.witness_offsets.is_empty() {
+                i.witness_offsets.push(0);
+            }
+            let mut items = i.witness.len() as i32;
+            i.witness_offsets.extend(ins().map(|x| {
+                items += x.wit_n as i32;
+                items
+            }));
+            i.witness.extend(sp.wit.iter().map(|&(s, e)| &data[s..e]));
+            // The coinbase height comes from its last (only, if valid) input.
+            if let Some(x) = txs.first().and_then(|x| sp.ins[x.ins.0..x.ins.1].last()) {
+                cb_height = coinbase_height(&data[x.script.0..x.script.1]);
+            }
+            let o = &mut c.outputs;
+            for (pos, x) in txs.iter().enumerate() {
+                let n = x.outs.1 - x.outs.0;
+                o.tx.extend(std::iter::repeat_n(first_tx + pos as u32, n));
+                o.vout.extend(0..n as u32);
+            }
+            o.value.extend(outs().map(|x| x.value));
+            let kinds_from = o.script_type.len();
+            o.script_type
+                .extend(outs().map(|x| classify(&data[x.script.0..x.script.1])));
+            let network = self.network;
+            for (x, &kind) in outs().zip(&o.script_type[kinds_from..]) {
+                let script = &data[x.script.0..x.script.1];
+                o.address
+                    .push_with(|out| address_into(script, kind, network, out));
+            }
+            o.script_pubkey
+                .extend(outs().map(|x| &data[x.script.0..x.script.1]));
         }
         let b = &mut self.cols.blocks;
         b.n_tx.push(data.map(|_| self.spans.txs.len() as u64));
