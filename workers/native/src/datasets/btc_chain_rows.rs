@@ -62,6 +62,20 @@ impl HexCol {
         self.offsets.push(self.data.len() as i32);
     }
 
+    /// The same hex `n` times: a transaction's txid on each of its input or output rows, a
+    /// block's hash on each of its rows, encoded once and copied.
+    fn push_repeated(&mut self, hex: &[u8], n: usize) {
+        let mut end = self.data.len() as i32;
+        let width = hex.len() as i32;
+        self.offsets.extend((0..n).map(|_| {
+            end += width;
+            end
+        }));
+        for _ in 0..n {
+            self.data.extend_from_slice(hex);
+        }
+    }
+
     /// Text as it is (short names).
     fn push_str(&mut self, text: &str) {
         self.data.extend_from_slice(text.as_bytes());
@@ -312,40 +326,51 @@ pub(crate) fn transactions(
         Vec::with_capacity(n),
     );
     let mut spent = values.iter();
+    let mut one_hash = Vec::with_capacity(64);
+    // Column by column over each block's transactions: a row pushed into every column at
+    // once reloads each column's length from memory.
     for b in blocks {
-        let sp = b.spans;
-        for (pos, t) in sp.txs.iter().enumerate() {
-            let (s, w, vs) = t.sizes();
-            let outs: u64 = sp.outs[t.outs.0..t.outs.1].iter().map(|o| o.value).sum();
-            let ins = t.ins.1 - t.ins.0;
+        let txs = &b.spans.txs;
+        let outs = &b.spans.outs;
+        one_hash.clear();
+        hex::extend_display_hex(&mut one_hash, b.hash);
+        block_hash.push_repeated(&one_hash, txs.len());
+        for t in txs {
             txid.push_display(&t.txid);
             wtxid.push_display(&t.wtxid);
-            block_hash.push_display(b.hash);
-            height.push(b.height);
-            position.push(pos as u32);
-            version.push(t.version);
-            lock_time.push(t.lock_time);
-            size.push(s);
-            vsize.push(vs);
-            weight.push(w);
-            n_in.push(ins as u32);
-            n_out.push((t.outs.1 - t.outs.0) as u32);
-            is_coinbase.push(pos == 0);
-            has_witness.push(t.has_witness);
-            output_value.push(outs);
+        }
+        height.extend(std::iter::repeat_n(b.height, txs.len()));
+        position.extend(0..txs.len() as u32);
+        version.extend(txs.iter().map(|t| t.version));
+        lock_time.extend(txs.iter().map(|t| t.lock_time));
+        size.extend(txs.iter().map(|t| t.sizes().0));
+        weight.extend(txs.iter().map(|t| t.sizes().1));
+        vsize.extend(txs.iter().map(|t| t.sizes().2));
+        n_in.extend(txs.iter().map(|t| (t.ins.1 - t.ins.0) as u32));
+        n_out.extend(txs.iter().map(|t| (t.outs.1 - t.outs.0) as u32));
+        is_coinbase.extend((0..txs.len()).map(|pos| pos == 0));
+        has_witness.extend(txs.iter().map(|t| t.has_witness));
+        let values_from = output_value.len();
+        output_value.extend(txs.iter().map(|t| {
+            outs[t.outs.0..t.outs.1]
+                .iter()
+                .map(|o| o.value)
+                .sum::<u64>()
+        }));
+        for (pos, t) in txs.iter().enumerate() {
             if pos == 0 {
                 input_value.push(None);
                 fee.push(None);
-            } else {
-                let mut total = 0u64;
-                for _ in 0..ins {
-                    total += *spent
-                        .next()
-                        .ok_or("transactions: fewer resolved spends than inputs")?;
-                }
-                input_value.push(Some(total));
-                fee.push(Some(total as i64 - outs as i64));
+                continue;
             }
+            let mut total = 0u64;
+            for _ in t.ins.0..t.ins.1 {
+                total += *spent
+                    .next()
+                    .ok_or("transactions: fewer resolved spends than inputs")?;
+            }
+            input_value.push(Some(total));
+            fee.push(Some(total as i64 - output_value[values_from + pos] as i64));
         }
     }
     if spent.next().is_some() {
@@ -420,35 +445,44 @@ pub(crate) fn inputs(
         Vec::with_capacity(n),
     );
     let mut spent = values.iter();
+    let mut one_hash = Vec::with_capacity(64);
+    // Column by column, as `transactions`; `parse_tx_spans` appends a block's inputs and
+    // witness items in block order, so the block's input rows are `spans.ins` whole.
     for b in blocks {
         let (sp, data) = (b.spans, b.data);
+        one_hash.clear();
+        hex::extend_display_hex(&mut one_hash, b.hash);
+        block_hash.push_repeated(&one_hash, sp.ins.len());
+        height.extend(std::iter::repeat_n(b.height, sp.ins.len()));
         for (pos, t) in sp.txs.iter().enumerate() {
-            for (k, inp) in sp.ins[t.ins.0..t.ins.1].iter().enumerate() {
-                let prev = &data[inp.prev..inp.prev + 36];
-                txid.push_display(&t.txid);
-                vin.push(k as u32);
-                prev_txid.push_display(&prev[..32]);
-                prev_vout.push(u32::from_le_bytes(prev[32..36].try_into().unwrap()));
-                script_sig.push(&data[inp.script.0..inp.script.1]);
-                sequence.push(inp.sequence);
-                witness_items.push(inp.wit_n as u32);
-                for &(s, e) in &sp.wit[inp.wit_start..inp.wit_start + inp.wit_n] {
-                    witness.push(&data[s..e]);
-                }
-                witness_offsets.push(witness.len() as i32);
-                value.push(if pos == 0 {
-                    None
-                } else {
-                    Some(
-                        *spent
-                            .next()
-                            .ok_or("inputs: fewer resolved spends than inputs")?,
-                    )
-                });
-                block_hash.push_display(b.hash);
-                tx_position.push(pos as u32);
-                height.push(b.height);
+            let n = t.ins.1 - t.ins.0;
+            one_hash.clear();
+            hex::extend_display_hex(&mut one_hash, &t.txid);
+            txid.push_repeated(&one_hash, n);
+            vin.extend(0..n as u32);
+            tx_position.extend(std::iter::repeat_n(pos as u32, n));
+            if pos == 0 {
+                value.extend(std::iter::repeat_n(None, n));
+                continue;
             }
+            for _ in 0..n {
+                let v = spent
+                    .next()
+                    .ok_or("inputs: fewer resolved spends than inputs")?;
+                value.push(Some(*v));
+            }
+        }
+        for inp in &sp.ins {
+            let prev = &data[inp.prev..inp.prev + 36];
+            prev_txid.push_display(&prev[..32]);
+            prev_vout.push(u32::from_le_bytes(prev[32..36].try_into().unwrap()));
+            script_sig.push(&data[inp.script.0..inp.script.1]);
+            sequence.push(inp.sequence);
+            witness_items.push(inp.wit_n as u32);
+            for &(s, e) in &sp.wit[inp.wit_start..inp.wit_start + inp.wit_n] {
+                witness.push(&data[s..e]);
+            }
+            witness_offsets.push(witness.len() as i32);
         }
     }
     if spent.next().is_some() {
@@ -618,25 +652,32 @@ pub(crate) fn outputs(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
+    let mut one_hash = Vec::with_capacity(64);
+    // Column by column, as `transactions`; a block's output rows are `spans.outs` whole.
     for b in blocks {
         let (sp, data) = (b.spans, b.data);
+        one_hash.clear();
+        hex::extend_display_hex(&mut one_hash, b.hash);
+        block_hash.push_repeated(&one_hash, sp.outs.len());
+        height.extend(std::iter::repeat_n(b.height, sp.outs.len()));
         for (pos, t) in sp.txs.iter().enumerate() {
-            for (k, o) in sp.outs[t.outs.0..t.outs.1].iter().enumerate() {
-                let script = &data[o.script.0..o.script.1];
-                let kind = classify(script);
-                txid.push_display(&t.txid);
-                vout.push(k as u32);
-                value.push(o.value);
-                script_type.push_str(kind.name());
-                address.push_with(|out| address_into(script, kind, network, out));
-                script_pubkey.push(script);
-                block_hash.push_display(b.hash);
-                tx_position.push(pos as u32);
-                height.push(b.height);
-                is_spent.push(false);
-            }
+            let n = t.outs.1 - t.outs.0;
+            one_hash.clear();
+            hex::extend_display_hex(&mut one_hash, &t.txid);
+            txid.push_repeated(&one_hash, n);
+            vout.extend(0..n as u32);
+            tx_position.extend(std::iter::repeat_n(pos as u32, n));
+        }
+        value.extend(sp.outs.iter().map(|o| o.value));
+        for o in &sp.outs {
+            let script = &data[o.script.0..o.script.1];
+            let kind = classify(script);
+            script_type.push_str(kind.name());
+            address.push_with(|out| address_into(script, kind, network, out));
+            script_pubkey.push(script);
         }
     }
+    is_spent.resize(n, false);
     let rows = txid.len();
     let (mut txid, mut block_hash, mut script_pubkey) =
         (Some(txid), Some(block_hash), Some(script_pubkey));
