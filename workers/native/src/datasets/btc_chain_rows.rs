@@ -7,7 +7,7 @@
 //! chain has spent. Columns are built by name for the schema `schemas/tables.py` declares and
 //! Python hands in, so the declaration stays the one source of the tables' shape.
 
-use crate::btc::decode::{coinbase_height, Spans, StrCol};
+use crate::btc::decode::{coinbase_height, Spans, StrCol, TxSpan};
 use crate::btc::header::HEADER_LEN;
 use crate::btc::link::EntryState;
 use crate::btc::network::Network;
@@ -97,6 +97,54 @@ impl HexCol {
                 Buffer::from_vec(self.data),
                 None,
             )
+        }
+    }
+}
+
+/// Where each input or output row sits: its transaction's txid, its index in that transaction
+/// (`vin` or `vout`), the transaction's position in its block, the block's hash and height.
+struct RowPlaces {
+    txid: HexCol,
+    index: Vec<u32>,
+    tx_position: Vec<u32>,
+    block_hash: HexCol,
+    height: Vec<u32>,
+    /// One hash's hex, encoded once and copied to each of its rows.
+    hex: Vec<u8>,
+}
+
+impl RowPlaces {
+    fn with_capacity(n: usize) -> RowPlaces {
+        RowPlaces {
+            txid: HexCol::with_capacity(n, 32 * n),
+            index: Vec::with_capacity(n),
+            tx_position: Vec::with_capacity(n),
+            block_hash: HexCol::with_capacity(n, 32 * n),
+            height: Vec::with_capacity(n),
+            hex: Vec::with_capacity(64),
+        }
+    }
+
+    /// The places of `b`'s `rows` rows, each transaction's being `range(tx)` of the block's
+    /// (its `ins` or `outs`).
+    fn push_block(
+        &mut self,
+        b: &ChainBlock,
+        rows: usize,
+        range: impl Fn(&TxSpan) -> (usize, usize),
+    ) {
+        self.hex.clear();
+        hex::extend_display_hex(&mut self.hex, b.hash);
+        self.block_hash.push_repeated(&self.hex, rows);
+        self.height.extend(std::iter::repeat_n(b.height, rows));
+        for (pos, t) in b.spans.txs.iter().enumerate() {
+            let (first, end) = range(t);
+            let n = end - first;
+            self.hex.clear();
+            hex::extend_display_hex(&mut self.hex, &t.txid);
+            self.txid.push_repeated(&self.hex, n);
+            self.index.extend(0..n as u32);
+            self.tx_position.extend(std::iter::repeat_n(pos as u32, n));
         }
     }
 }
@@ -424,43 +472,26 @@ pub(crate) fn inputs(
             bytes + w.iter().map(|(s, e)| e - s).sum::<usize>(),
         )
     });
-    let (mut txid, mut prev_txid, mut block_hash) = (
-        HexCol::with_capacity(n, 32 * n),
-        HexCol::with_capacity(n, 32 * n),
-        HexCol::with_capacity(n, 32 * n),
-    );
+    let mut places = RowPlaces::with_capacity(n);
+    let mut prev_txid = HexCol::with_capacity(n, 32 * n);
     let mut script_sig = HexCol::with_capacity(n, sig_bytes);
     let mut witness = HexCol::with_capacity(wit_n, wit_bytes);
     let mut witness_offsets: Vec<i32> = Vec::with_capacity(n + 1);
     witness_offsets.push(0);
-    let (mut vin, mut prev_vout, mut sequence, mut witness_items) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut value, mut tx_position, mut height) = (
+    let (mut prev_vout, mut sequence, mut witness_items) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
+    let mut value = Vec::with_capacity(n);
     let mut spent = values.iter();
-    let mut one_hash = Vec::with_capacity(64);
     // Column by column, as `transactions`; `parse_tx_spans` appends a block's inputs and
     // witness items in block order, so the block's input rows are `spans.ins` whole.
     for b in blocks {
         let (sp, data) = (b.spans, b.data);
-        one_hash.clear();
-        hex::extend_display_hex(&mut one_hash, b.hash);
-        block_hash.push_repeated(&one_hash, sp.ins.len());
-        height.extend(std::iter::repeat_n(b.height, sp.ins.len()));
+        places.push_block(b, sp.ins.len(), |t| t.ins);
         for (pos, t) in sp.txs.iter().enumerate() {
             let n = t.ins.1 - t.ins.0;
-            one_hash.clear();
-            hex::extend_display_hex(&mut one_hash, &t.txid);
-            txid.push_repeated(&one_hash, n);
-            vin.extend(0..n as u32);
-            tx_position.extend(std::iter::repeat_n(pos as u32, n));
             if pos == 0 {
                 value.extend(std::iter::repeat_n(None, n));
                 continue;
@@ -488,6 +519,14 @@ pub(crate) fn inputs(
     if spent.next().is_some() {
         return Err("inputs: more resolved spends than inputs".into());
     }
+    let RowPlaces {
+        txid,
+        index: mut vin,
+        mut tx_position,
+        block_hash,
+        mut height,
+        ..
+    } = places;
     let rows = txid.len();
     let (mut txid, mut prev_txid, mut block_hash) = (Some(txid), Some(prev_txid), Some(block_hash));
     let (mut script_sig, mut witness) = (Some(script_sig), Some(witness));
@@ -638,36 +677,15 @@ pub(crate) fn outputs(
         .iter()
         .flat_map(|b| b.spans.outs.iter().map(|o| o.script.1 - o.script.0))
         .sum();
-    let (mut txid, mut block_hash) = (
-        HexCol::with_capacity(n, 32 * n),
-        HexCol::with_capacity(n, 32 * n),
-    );
+    let mut places = RowPlaces::with_capacity(n);
     let mut script_pubkey = HexCol::with_capacity(n, spk_bytes);
     let mut script_type = HexCol::with_capacity(n, 8 * n);
     let mut address = StrCol::default();
-    let (mut vout, mut value, mut tx_position, mut height, mut is_spent) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let mut one_hash = Vec::with_capacity(64);
+    let mut value = Vec::with_capacity(n);
     // Column by column, as `transactions`; a block's output rows are `spans.outs` whole.
     for b in blocks {
         let (sp, data) = (b.spans, b.data);
-        one_hash.clear();
-        hex::extend_display_hex(&mut one_hash, b.hash);
-        block_hash.push_repeated(&one_hash, sp.outs.len());
-        height.extend(std::iter::repeat_n(b.height, sp.outs.len()));
-        for (pos, t) in sp.txs.iter().enumerate() {
-            let n = t.outs.1 - t.outs.0;
-            one_hash.clear();
-            hex::extend_display_hex(&mut one_hash, &t.txid);
-            txid.push_repeated(&one_hash, n);
-            vout.extend(0..n as u32);
-            tx_position.extend(std::iter::repeat_n(pos as u32, n));
-        }
+        places.push_block(b, sp.outs.len(), |t| t.outs);
         value.extend(sp.outs.iter().map(|o| o.value));
         for o in &sp.outs {
             let script = &data[o.script.0..o.script.1];
@@ -677,7 +695,15 @@ pub(crate) fn outputs(
             script_pubkey.push(script);
         }
     }
-    is_spent.resize(n, false);
+    let mut is_spent = vec![false; n];
+    let RowPlaces {
+        txid,
+        index: mut vout,
+        mut tx_position,
+        block_hash,
+        mut height,
+        ..
+    } = places;
     let rows = txid.len();
     let (mut txid, mut block_hash, mut script_pubkey) =
         (Some(txid), Some(block_hash), Some(script_pubkey));
