@@ -16,7 +16,7 @@ use super::block::{check_merkle, check_witness_and_weight, TxInfo, MAX_BLOCK_WEI
 use super::encode::{Cursor, DecodeError};
 use super::header::HEADER_LEN;
 use super::network::Network;
-use super::script::{address_into, classify, legacy_sigops, ScriptType};
+use super::script::{classify, legacy_sigops, AddressBatch, ScriptType};
 use super::sha256::{sha256d, sha256d_each, Parts};
 use std::fs::File;
 use std::io;
@@ -363,6 +363,7 @@ pub struct BodyDecoder {
     /// all (`expect_end`).
     expect_end: Option<u64>,
     spans: Spans,
+    addresses: AddressBatch,
     pub cols: BodyColumns,
 }
 
@@ -514,6 +515,7 @@ impl BodyDecoder {
             rows,
             expect_end: None,
             spans: Spans::default(),
+            addresses: AddressBatch::default(),
             cols: BodyColumns::default(),
         }
     }
@@ -666,12 +668,13 @@ impl BodyDecoder {
             let kinds_from = o.script_type.len();
             o.script_type
                 .extend(outs().map(|x| classify(&data[x.script.0..x.script.1])));
-            let network = self.network;
-            for (x, &kind) in outs().zip(&o.script_type[kinds_from..]) {
-                let script = &data[x.script.0..x.script.1];
-                o.address
-                    .push_with(|out| address_into(script, kind, network, out));
-            }
+            self.addresses.push_all(
+                outs()
+                    .map(|x| &data[x.script.0..x.script.1])
+                    .zip(o.script_type[kinds_from..].iter().copied()),
+                self.network,
+                &mut o.address,
+            );
             o.script_pubkey
                 .extend(outs().map(|x| &data[x.script.0..x.script.1]));
         }

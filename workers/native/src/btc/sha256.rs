@@ -319,6 +319,49 @@ pub fn sha256d_64_pairs(level: &[[u8; 32]], out: &mut Vec<[u8; 32]>) {
     out.extend(two.remainder().iter().map(|n| sha256d_64_one(n)));
 }
 
+/// The one padded block of a message shorter than 56 bytes.
+fn short_block(message: &[u8]) -> [u8; 64] {
+    let mut block = [0u8; 64];
+    block[..message.len()].copy_from_slice(message);
+    block[message.len()] = 0x80;
+    block[56..].copy_from_slice(&(message.len() as u64 * 8).to_be_bytes());
+    block
+}
+
+/// `out[i]` = the first four bytes of sha256d(`messages[i][..len]`), for messages of one block
+/// (`len` < 56, as a base58check payload's 21 bytes): two at a time, without the lanes'
+/// stepping, since each is one block and its digest's one block.
+pub fn sha256d_short_checks<const N: usize>(
+    messages: &[[u8; N]],
+    len: usize,
+    out: &mut Vec<[u8; 4]>,
+) {
+    assert!(len < 56 && len <= N, "one block per message");
+    out.clear();
+    let check = |s: &[u32; 8]| s[0].to_be_bytes();
+    let mut two = messages.chunks_exact(2);
+    for pair in &mut two {
+        let (mut a, mut b) = (INIT, INIT);
+        compress2(
+            &mut a,
+            &short_block(&pair[0][..len]),
+            &mut b,
+            &short_block(&pair[1][..len]),
+        );
+        let (da, db) = (
+            digest_block(&state_bytes(&a)),
+            digest_block(&state_bytes(&b)),
+        );
+        let (mut a2, mut b2) = (INIT, INIT);
+        compress2(&mut a2, &da, &mut b2, &db);
+        out.push(check(&a2));
+        out.push(check(&b2));
+    }
+    for m in two.remainder() {
+        out.push(sha256d(&m[..len])[..4].try_into().unwrap());
+    }
+}
+
 thread_local! {
     static LANES: RefCell<Sha256dLanes> = RefCell::new(Sha256dLanes::default());
 }
@@ -499,6 +542,32 @@ mod tests {
                 .map(|p| Sha256::digest(Sha256::digest([p[0], p[1]].concat())).into())
                 .collect();
             assert_eq!(out, want, "{n} leaves");
+        }
+    }
+
+    /// Every one-block length, odd and even counts of messages, against the sha2 crate.
+    #[test]
+    fn short_checks_match_the_sha2_crate() {
+        let msgs = messages(41);
+        let mut fixed = [[0u8; 60]; 41];
+        for (f, m) in fixed.iter_mut().zip(&msgs) {
+            for (i, x) in f.iter_mut().enumerate() {
+                *x = m.get(i).copied().unwrap_or(i as u8 ^ 0x5a);
+            }
+        }
+        let mut out = Vec::new();
+        for len in 0..56 {
+            for n in [0, 1, 2, 7, 41] {
+                sha256d_short_checks(&fixed[..n], len, &mut out);
+                let want: Vec<[u8; 4]> = fixed[..n]
+                    .iter()
+                    .map(|m| {
+                        let d: [u8; 32] = Sha256::digest(Sha256::digest(&m[..len])).into();
+                        d[..4].try_into().unwrap()
+                    })
+                    .collect();
+                assert_eq!(out, want, "{n} messages of {len} bytes");
+            }
         }
     }
 

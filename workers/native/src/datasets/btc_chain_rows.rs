@@ -11,7 +11,7 @@ use crate::btc::decode::{coinbase_height, Spans, StrCol, TxSpan};
 use crate::btc::header::HEADER_LEN;
 use crate::btc::link::EntryState;
 use crate::btc::network::Network;
-use crate::btc::script::{address_into, classify};
+use crate::btc::script::{classify, AddressBatch};
 use crate::datasets::btc_bodies::strings;
 use crate::datasets::hex;
 use arrow_array::{
@@ -681,19 +681,22 @@ pub(crate) fn outputs(
     let mut script_pubkey = HexCol::with_capacity(n, spk_bytes);
     let mut script_type = HexCol::with_capacity(n, 8 * n);
     let mut address = StrCol::default();
+    let mut addresses = AddressBatch::default();
+    let mut kinds = Vec::new();
     let mut value = Vec::with_capacity(n);
     // Column by column, as `transactions`; a block's output rows are `spans.outs` whole.
     for b in blocks {
         let (sp, data) = (b.spans, b.data);
         places.push_block(b, sp.outs.len(), |t| t.outs);
         value.extend(sp.outs.iter().map(|o| o.value));
-        for o in &sp.outs {
-            let script = &data[o.script.0..o.script.1];
-            let kind = classify(script);
+        let scripts = || sp.outs.iter().map(|o| &data[o.script.0..o.script.1]);
+        kinds.clear();
+        kinds.extend(scripts().map(classify));
+        for (script, kind) in scripts().zip(&kinds) {
             script_type.push_str(kind.name());
-            address.push_with(|out| address_into(script, kind, network, out));
             script_pubkey.push(script);
         }
+        addresses.push_all(scripts().zip(kinds.iter().copied()), network, &mut address);
     }
     let mut is_spent = vec![false; n];
     let RowPlaces {
