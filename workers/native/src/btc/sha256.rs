@@ -295,6 +295,18 @@ fn sha256d_64_one(node: &[u8; 64]) -> [u8; 32] {
     state_bytes(&d)
 }
 
+/// sha256d's second hash of two first hashes (their final states), compressed together.
+fn second_hashes(a: &[u32; 8], b: &[u32; 8]) -> ([u32; 8], [u32; 8]) {
+    let (mut a2, mut b2) = (INIT, INIT);
+    compress2(
+        &mut a2,
+        &digest_block(&state_bytes(a)),
+        &mut b2,
+        &digest_block(&state_bytes(b)),
+    );
+    (a2, b2)
+}
+
 /// One merkle level: `out[i]` = sha256d(`level[2i]` | `level[2i + 1]`) for a level of even
 /// length. Each pair is already a 64-byte block in place and its padding is a constant block,
 /// so nothing is copied, and two nodes are hashed at a time.
@@ -307,12 +319,7 @@ pub fn sha256d_64_pairs(level: &[[u8; 32]], out: &mut Vec<[u8; 32]>) {
         let (mut a, mut b) = (INIT, INIT);
         compress2(&mut a, pair[0], &mut b, pair[1]);
         compress2(&mut a, &PAD_64, &mut b, &PAD_64);
-        let (da, db) = (
-            digest_block(&state_bytes(&a)),
-            digest_block(&state_bytes(&b)),
-        );
-        let (mut a2, mut b2) = (INIT, INIT);
-        compress2(&mut a2, &da, &mut b2, &db);
+        let (a2, b2) = second_hashes(&a, &b);
         out.push(state_bytes(&a2));
         out.push(state_bytes(&b2));
     }
@@ -348,12 +355,7 @@ pub fn sha256d_short_checks<const N: usize>(
             &mut b,
             &short_block(&pair[1][..len]),
         );
-        let (da, db) = (
-            digest_block(&state_bytes(&a)),
-            digest_block(&state_bytes(&b)),
-        );
-        let (mut a2, mut b2) = (INIT, INIT);
-        compress2(&mut a2, &da, &mut b2, &db);
+        let (a2, b2) = second_hashes(&a, &b);
         out.push(check(&a2));
         out.push(check(&b2));
     }
