@@ -191,7 +191,8 @@ def full_reindex(
 ) -> tuple[dict, float, float, float]:
     """A full reindex (JSON result, wall seconds, peak RSS of its process tree in MiB, CPU
     seconds); with ``cores``, pinned to the first that many CPUs (Ray's processes inherit the
-    pinning); ``on_ray``, on an embedded Ray instead of the process's threads."""
+    pinning); ``on_ray``, on an embedded Ray instead of the process's threads. The host's
+    steal while it ran is added to the result as ``host_steal_s``."""
     cmd = btc_reindex_cmd(blocks, data, workers, "--mode", "full", "--memory-budget", budget)
     warm_page_cache(blocks)
     if on_ray:
@@ -199,7 +200,9 @@ def full_reindex(
     if cores is not None:
         cmd = ["taskset", "--cpu-list", f"0-{cores - 1}", *cmd]
     done, rss, elapsed = run_measured(cmd)
-    return json.loads(done.stdout), elapsed, rss.peak_tree / 2**20, rss.cpu_s
+    result = json.loads(done.stdout)
+    result["host_steal_s"] = rss.steal_s
+    return result, elapsed, rss.peak_tree / 2**20, rss.cpu_s
 
 
 def peers(blocks: Path, data: Path) -> tuple[dict, list[str]]:
@@ -254,11 +257,13 @@ def paired_rounds(
         result, elapsed, _, cpu_s = full_reindex(blocks, data, 2, budget, None, False)
         rechain_s = elapsed - result["run"]["ray_start_s"]
         row = {"rechain_s": rechain_s, "rechain_cpu_s": cpu_s}
+        row["rechain_steal_s"] = result["host_steal_s"]
         for name, peer, extra in peers:
             warm_page_cache(blocks)
             got = peer_parsers.run(binary, peer, blocks, *extra)
             row[f"{name}_s"] = got["wall_s"]
             row[f"{name}_cpu_s"] = got["cpu_s"]
+            row[f"{name}_steal_s"] = got["steal_s"]
             row[f"vs_{name}"] = nbytes / rechain_s / MB / got["mb_per_s"]
         out.append(row)
     shutil.rmtree(work / "data_paired", ignore_errors=True)
@@ -362,6 +367,7 @@ def main() -> None:
                 "utxo_and_txindex_s": run["utxo_s"],
                 "peak_rss_tree_mib": rss,
                 "cpu_s": cpu_s,
+                "host_steal_s": result["host_steal_s"],
                 "execution": "ray" if on_ray else "threads",
                 "stage_s": run["stage_s"],
                 "utxo_count": result["full"]["utxo_count"],

@@ -58,6 +58,8 @@ class TreeRss:
         #: The command's ``VmHWM`` as last read: for a command below the reaper's own peak.
         self.sampled_root = 0
         self.cpu_s = 0.0
+        #: CPU seconds stolen from the host's cores while the command ran (``host_steal_s``).
+        self.steal_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -115,9 +117,29 @@ sys.exit(code)
 """
 
 
+def host_steal_s() -> float:
+    """CPU seconds the hypervisor has run other guests on this machine's cores while this one
+    had work for them (``/proc/stat``'s steal, summed over cores); 0 where not reported."""
+    try:
+        with open("/proc/stat") as stat:
+            return steal_ticks(stat.readline()) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def steal_ticks(cpu_line: str) -> int:
+    """The steal field of ``/proc/stat``'s summed ``cpu`` line (its eighth value, after user,
+    nice, system, idle, iowait, irq and softirq), in clock ticks; 0 if the line has none."""
+    fields = cpu_line.split()
+    if len(fields) < 9 or fields[0] != "cpu" or not fields[8].isdigit():
+        return 0
+    return int(fields[8])
+
+
 def run_measured(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], TreeRss, float]:
     """Runs ``cmd`` to its end: its output, its peak RSS and CPU time, its wall seconds.
-    Raises with the tail of its stderr if it fails."""
+    The host's steal over the run (``TreeRss.steal_s``) says how far a noisy neighbour slowed
+    it. Raises with the tail of its stderr if it fails."""
     with (
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
@@ -126,9 +148,11 @@ def run_measured(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], Tree
     ):
         reaper = [sys.executable, "-S", "-c", _REAPER, measured.name, *cmd]
         env = {**os.environ, PEAK_RSS_FILE_ENV: own_peak.name}
+        steal = host_steal_s()
         proc = subprocess.Popen(reaper, stdout=out, stderr=err, env=env)
         with TreeRss(proc.pid) as rss:
             _, status, _ = os.wait4(proc.pid, 0)
+        rss.steal_s = host_steal_s() - steal
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)

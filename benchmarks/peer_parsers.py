@@ -103,13 +103,14 @@ def core_reindex(binary: Path, blocks: Path, tip_hash: str, threads: int) -> dic
 
 def run_json(cmd: list[str]) -> dict[str, Any]:
     """A child that prints one JSON object: that object, with its process wall and CPU
-    seconds, cores used and peak RSS."""
+    seconds, cores used, peak RSS and the host's steal while it ran."""
     done, rss, elapsed = run_measured(cmd)
     result: dict[str, Any] = json.loads(done.stdout)
     result["process_wall_s"] = elapsed
     result["cpu_s"] = rss.cpu_s
     result["cores_used"] = rss.cpu_s / elapsed
     result["peak_rss_mib"] = rss.peak_root / 2**20
+    result["steal_s"] = rss.steal_s
     return result
 
 

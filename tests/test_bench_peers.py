@@ -6,6 +6,7 @@ rot unnoticed."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import peer_parsers  # noqa: E402
+from common import host_steal_s, steal_ticks  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +63,7 @@ def test_peer_counts_equal_rechains(
     }[peer]
     assert want <= set(check["compared"])
     assert result["cpu_s"] > 0 and result["mb_per_s"] > 0
+    assert 0 <= result["steal_s"] <= result["process_wall_s"] * (os.cpu_count() or 1)
     if peer == "blocks_iterator":
         assert result["blocks"] == expected["tip_height"] + 1 - result["max_reorg"]
     else:
@@ -79,3 +82,11 @@ def test_a_count_off_by_one_is_reported(
     assert check["mismatches"] == [
         f"inputs: peer {result['inputs']} != rechain {result['inputs'] - 1}"
     ]
+
+
+def test_steal_is_the_eighth_value_of_the_cpu_line() -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    assert steal_ticks("cpu  1542372 90117 165663 564490 13369 0 5181 23035 0 0\n") == 23035
+    assert steal_ticks("cpu0 1 2 3 4 5 6 7 8 9 10") == 0  # one core's line, not the sum
+    assert steal_ticks("cpu  1 2 3 4") == 0  # a kernel that reports no steal
+    assert host_steal_s() >= 0
