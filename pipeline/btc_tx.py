@@ -9,6 +9,7 @@ from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
+from rechain.workers import _native
 
 
 def lookup_tx(data: DataDir, txid: str) -> dict[str, Any]:
@@ -20,7 +21,17 @@ def lookup_tx(data: DataDir, txid: str) -> dict[str, Any]:
     loc = data.get(layout.CF_BTC_TXINDEX, key) if len(key) == 32 else None
     if loc is None:
         raise RechainError(f"transaction {txid} is not in the index (run --mode full)")
-    height_range, block_hash, position = loc.decode().split()
+    try:
+        (place,) = _native.decode_txindex_places([loc]).to_pylist()
+    except ValueError as e:
+        raise RechainError(f"transaction {txid}: {e}") from e
+    position = place["position"]
+    if place["best"]:
+        height_range = ds.height_range(place["height"])
+        where = f"height = {place['height']} AND in_best_chain"
+    else:
+        height_range = place["height_range"]
+        where = f"block_hash = '{place['block_hash']}'"
     gen = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
     con = duckdb.connect(":memory:")
 
@@ -34,7 +45,6 @@ def lookup_tx(data: DataDir, txid: str) -> dict[str, Any]:
         )
         return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
 
-    where = f"block_hash = '{block_hash}'"
     (tx,) = rows(ds.TRANSACTIONS, f"{where} AND position = {int(position)}", "position")
     tx.pop("height_range", None)
     tx["inputs"] = rows(ds.INPUTS, f"{where} AND tx_position = {int(position)}", "vin")

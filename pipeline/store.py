@@ -416,6 +416,9 @@ class DataDir:
         return write_file_atomic(folder / f"{name}.json", lambda tmp: tmp.write_text(text))
 
     def close(self) -> None:
+        # A column family's handle keeps the database open (and its lock held) while it lives:
+        # dropped first, so this object lingering after a ``with`` block holds nothing.
+        self._cfs.clear()
         try:
             self.db.close()
         finally:

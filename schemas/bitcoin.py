@@ -33,6 +33,12 @@ BODY_STAGED_V1 = tuple(BODY_STAGED)
 #: (-1 for blocks not connected to the root).
 HEIGHT_RANGE_BLOCKS = 10_000
 
+
+def height_range(height: int) -> int:
+    """The ``height_range`` partition of a connected block's rows."""
+    return height // HEIGHT_RANGE_BLOCKS * HEIGHT_RANGE_BLOCKS
+
+
 #: Events that are part of a healthy node's files rather than damage.
 NORMAL_EVENT_KINDS = frozenset({"zero_tail"})
 

@@ -37,9 +37,13 @@ CF_BTC_UTXO = "btc_utxo"
 #: the coins it created and spent (encoded in btc/chain_state.rs), so that the UTXO set rolls
 #: back exactly to a fork point.
 CF_BTC_UNDO = "btc_undo"
-#: Transaction index: txid (internal order) -> "height_range block_hash position" (UTF-8),
-#: where the full-decode tables hold the transaction (partition, block, position).
+#: Transaction index: txid (internal order) -> where the full-decode tables hold the
+#: transaction (``TxPlace`` in btc/txindex.rs): a best-chain copy by height and position (8
+#: bytes), any other by height range, block hash and position (40 bytes).
 CF_BTC_TXINDEX = "btc_txindex"
+#: The format of ``btc_txindex`` values, recorded in ``META_BTC_TXINDEX``: an index of another
+#: format is built again from the staged txids (format 1 was UTF-8 text, 75 bytes a value).
+TXINDEX_FORMAT = 2
 
 #: Flow ledger column families (named in rechain.schemas.flow).
 CF_FLOW_REGISTERS = "flow_registers"
@@ -92,7 +96,7 @@ META_BTC_CHAIN_PART_PREFIX = b"btc/chain_part/"
 #: publish.py).
 META_BTC_PUBLISHED = b"btc/published"
 #: Which generation of the tables ``btc_txindex`` matches: JSON {generation, segments ([path,
-#: hash of the block at its end]), entries} (pipeline/stages/bitcoin/indexes.py).
+#: hash of the block at its end]), entries, format} (pipeline/stages/bitcoin/indexes.py).
 META_BTC_TXINDEX = b"btc/txindex"
 #: Published generation of the full-decode tables.
 META_BTC_FULL_GENERATION = b"btc/full_generation"

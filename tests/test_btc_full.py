@@ -17,6 +17,7 @@ from bitcoin.core import CBlock, b2lx
 from rechain.pipeline import btc_bodies
 from rechain.pipeline.query import run_query
 from rechain.pipeline.store import DataDir
+from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
 from tests.conftest import BTC_DATA, cli, cli_json, gen_chain, reindex
@@ -350,3 +351,53 @@ def test_tx_lookup_through_the_index(chain: tuple[Path, dict, dict]) -> None:
     assert sum(i["value"] for i in tx["inputs"]) - sum(o["value"] for o in tx["outputs"]) == fee
     code, _, err = cli("btc", "tx", "--data", data, "00" * 32)
     assert code != 0 and "not in the index" in err
+
+
+def test_tx_index_values_are_compact_and_find_off_chain_copies(
+    chain: tuple[Path, dict, dict],
+) -> None:
+    root, _, _ = chain
+    data = root / "data"
+    with DataDir(data, readonly=True) as d:
+        values = [v for _, v in d.items(layout.CF_BTC_TXINDEX)]
+    places = _native.decode_txindex_places(values).to_pylist()
+    [(best_txids,)] = q(data, "SELECT count(DISTINCT txid) FROM transactions WHERE in_best_chain")
+    [(all_txids,)] = q(data, "SELECT count(DISTINCT txid) FROM transactions")
+    # One entry per txid: 8 bytes where a best-chain copy holds it, 40 where only others do.
+    assert len(values) == all_txids > best_txids
+    assert sorted({len(v) for v in values}) == [8, 40]
+    assert sum(p["best"] for p in places) == best_txids
+    # A transaction only a side branch holds is found by its block.
+    [(txid, block_hash, position)] = q(
+        data,
+        "SELECT txid, block_hash, position FROM transactions t WHERE NOT in_best_chain AND "
+        "height IS NOT NULL AND txid NOT IN (SELECT txid FROM transactions WHERE in_best_chain) "
+        "ORDER BY height, block_hash, position LIMIT 1",
+    )
+    tx = cli_json("btc", "tx", "--data", data, txid, "--json")
+    assert (tx["txid"], tx["block_hash"], tx["position"], tx["in_best_chain"]) == (
+        txid, block_hash, position, False,
+    )  # fmt: skip
+
+
+def test_a_tx_index_of_the_text_format_is_built_again(
+    chain: tuple[Path, dict, dict], tmp_path: Path
+) -> None:
+    root, _, _ = chain
+    data = tmp_path / "data"
+    full(root / "node" / "blocks", data)
+    with DataDir(data, readonly=True) as d:
+        before = list(d.items(layout.CF_BTC_TXINDEX))
+        record = d.meta_get(layout.META_BTC_TXINDEX)
+    key = before[0][0]
+    with DataDir(data) as d:
+        # As format 1 wrote them: "height_range block_hash position", and no format recorded.
+        d.write({layout.CF_BTC_TXINDEX: [(key, b"0 " + b"ab" * 32 + b" 3")]})
+        d.write({layout.CF_META: [(layout.META_BTC_TXINDEX, {**record, "format": None})]})
+    code, _, err = cli("btc", "tx", "--data", data, key[::-1].hex())
+    assert code != 0 and "another format" in err
+    again = full(root / "node" / "blocks", data)
+    assert again["run"].get("txindex_rebuilt") == 1
+    with DataDir(data, readonly=True) as d:
+        assert list(d.items(layout.CF_BTC_TXINDEX)) == before
+        assert d.meta_get(layout.META_BTC_TXINDEX)["format"] == layout.TXINDEX_FORMAT

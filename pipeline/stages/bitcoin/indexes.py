@@ -59,6 +59,11 @@ STAGE = "btc_txindex"
 class IndexesStage(Stage[BtcRun]):
     name = "indexes"
 
+    def pending(self, ctx: BtcRun) -> bool:
+        """An index of another value format (an older rechain's) is built again."""
+        record = ctx.data.meta_get(layout.META_BTC_TXINDEX)
+        return record is not None and record.get("format") != layout.TXINDEX_FORMAT
+
     def reset(self, ctx: BtcRun, data: DataDir) -> None:
         """``--from-stage``: the tx index is built whole again."""
         data.write({}, {layout.CF_META: [layout.META_BTC_TXINDEX]})
@@ -114,6 +119,8 @@ def update_txindex(
     published = data.meta_get(layout.META_BTC_PUBLISHED) or {}
     generation = published.get("generation")
     tx_dir = data.parquet_dir(ds.TRANSACTIONS)
+    if record is not None and record.get("format") != layout.TXINDEX_FORMAT:
+        record = None
     if record is not None and generation is not None and record["generation"] == generation:
         return int(record["entries"]), "unchanged"
     if (
@@ -134,7 +141,12 @@ def update_txindex(
             layout.CF_META: [
                 (
                     layout.META_BTC_TXINDEX,
-                    {"generation": generation, "segments": segments, "entries": entries},
+                    {
+                        "generation": generation,
+                        "segments": segments,
+                        "entries": entries,
+                        "format": layout.TXINDEX_FORMAT,
+                    },
                 )
             ]
         }
@@ -200,37 +212,53 @@ def _apply_txindex_changes(
     affected = affected.take(pc.sort_indices(affected.column("k")))
     con.register("affected", affected)
     existing = data.cf(layout.CF_BTC_TXINDEX)[affected.column("k").to_pylist()]
+    stored = pa.Table.from_batches([_native.decode_txindex_places(existing)])
     con.register(
-        "stored", pa.table({"k": affected.column("k"), "v": pa.array(existing, pa.binary())})
-    )
-    # An entry pointing at a best-chain block at or below the kept tip outranks every new row;
-    # any other is resolved again among the new rows (best chain first, then lowest, then by
-    # block hash, as a full build orders copies), or dropped when there is none.
-    changes = con.sql(
-        f"""
-        WITH parsed AS (
-          SELECT s.k, s.v, string_split(decode(s.v), ' ')[2] AS block_hash FROM stored s
-          WHERE s.v IS NOT NULL
+        "stored",
+        stored.append_column("k", affected.column("k")).append_column(
+            "v", pa.array(existing, pa.binary())
         ),
-        keep AS (
-          SELECT p.k FROM parsed p JOIN headers h ON h.hash = p.block_hash
-          WHERE h.in_best_chain AND h.height <= {kept_tip}
+    )
+    # An entry pointing at a best-chain block at or below the kept tip outranks every new row
+    # (one stored by height was on the best chain when written, and the kept segments are the
+    # chain below the fork); any other is resolved again among the new rows (best chain first,
+    # then lowest, then by block hash, as a full build orders copies), or dropped when there
+    # is none.
+    winners = con.sql(
+        f"""
+        WITH keep AS (
+          SELECT s.k FROM stored s WHERE s.best AND s.height <= {kept_tip}
+          UNION ALL
+          SELECT s.k FROM stored s JOIN headers h ON h.hash = s.block_hash
+          WHERE NOT s.best AND h.in_best_chain AND h.height <= {kept_tip}
         ),
         winner AS (
-          SELECT a.k, encode(c.height_range::VARCHAR || ' ' || c.block_hash || ' '
-                             || c.position::VARCHAR) AS v
+          SELECT a.k, c.in_best_chain, c.height, c.height_range, c.block_hash, c.position
           FROM cand c JOIN affected a USING (txid)
           QUALIFY row_number() OVER (
             PARTITION BY c.txid ORDER BY c.in_best_chain DESC, c.height NULLS LAST,
                                          c.block_hash) = 1
         )
-        SELECT a.k, w.v, s.v AS old FROM affected a
-        LEFT JOIN winner w USING (k) LEFT JOIN stored s USING (k)
-        WHERE a.k NOT IN (SELECT k FROM keep) AND w.v IS DISTINCT FROM s.v
+        SELECT a.k, w.in_best_chain, w.height, w.height_range::BIGINT AS height_range,
+               w.block_hash, w.position, s.v AS old
+        FROM affected a LEFT JOIN winner w USING (k) LEFT JOIN stored s USING (k)
+        WHERE a.k NOT IN (SELECT k FROM keep)
         ORDER BY a.k"""
     ).to_arrow_table()
     con.unregister("stored")
     con.unregister("affected")
+    new = _native.encode_txindex_places(
+        *(
+            winners.column(c).combine_chunks()
+            for c in ("in_best_chain", "height", "height_range", "block_hash", "position")
+        )
+    )
+    old = winners.column("old").combine_chunks()
+    same = pc.fill_null(pc.equal(new, old), False)
+    both_null = pc.and_(pc.is_null(new), pc.is_null(old))
+    changes = pa.table({"k": winners.column("k"), "v": new, "old": old}).filter(
+        pc.invert(pc.or_(same, both_null))
+    )
     # A change with no winner deletes its entry; one with a winner and no stored entry adds one.
     put = pc.is_valid(changes.column("v"))
     puts = changes.filter(put)

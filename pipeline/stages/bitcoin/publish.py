@@ -173,13 +173,9 @@ def _check_redecoded(unit: BodyUnit, blocks: pa.RecordBatch, expect: dict[Any, b
             )
 
 
-def _height_range(height: int) -> int:
-    return height // ds.HEIGHT_RANGE_BLOCKS * ds.HEIGHT_RANGE_BLOCKS
-
-
 def segment_path(first: int, last: int) -> str:
     """A segment's file, relative to a table generation."""
-    return f"{tables.HEIGHT_RANGE}={_height_range(first)}/seg-{first:010d}-{last:010d}.parquet"
+    return f"{tables.HEIGHT_RANGE}={ds.height_range(first)}/seg-{first:010d}-{last:010d}.parquet"
 
 
 def _context(table: str) -> str:

@@ -400,6 +400,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sst_py::merge_sorted_runs, m)?)?;
     m.add_function(wrap_pyfunction!(txindex_py::write_txindex, m)?)?;
     m.add_function(wrap_pyfunction!(txindex_py::hashes_from_hex, m)?)?;
+    m.add_function(wrap_pyfunction!(txindex_py::encode_txindex_places, m)?)?;
+    m.add_function(wrap_pyfunction!(txindex_py::decode_txindex_places, m)?)?;
     m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_key, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_slot, m)?)?;

@@ -1,11 +1,15 @@
 //! Python entry point of the transaction index builder (`btc/txindex.rs`): the staged txid
-//! files and the published headers in, one SST file out.
+//! files and the published headers in, one SST file out; and the index's values
+//! ([`TxPlace`]) written and read for the incremental update and lookups.
 
-use crate::btc::txindex::{IndexBlock, TxIndexBuilder};
-use crate::datasets::hex::{parse_display_hex, parse_hex32};
+use crate::btc::txindex::{IndexBlock, TxIndexBuilder, TxPlace};
+use crate::datasets::hex::{extend_hex, parse_display_hex, parse_hex32};
+use arrow_array::builder::{BinaryBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
-use arrow_array::types::UInt32Type;
-use arrow_array::{Array, ArrayRef, FixedSizeBinaryArray, RecordBatch};
+use arrow_array::types::{Int64Type, UInt32Type};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, FixedSizeBinaryArray, Int32Array, RecordBatch, UInt32Array,
+};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
@@ -269,4 +273,157 @@ pub fn write_txindex(
         Ok((files, entries, unknown))
     })
     .map_err(|e: String| PyOSError::new_err(e))
+}
+
+/// The `btc_txindex` values of transaction copies (`TxPlace`), one per row of the arrays:
+/// `best` (bool: on the best chain), `height` (uint32), `height_range` (int64, the partition of
+/// a copy off the best chain), `block_hash` (display hex) and `position` (uint32); null where
+/// `position` is null (no copy).
+#[pyfunction]
+pub fn encode_txindex_places<'py>(
+    py: Python<'py>,
+    best: PyArray,
+    height: PyArray,
+    height_range: PyArray,
+    block_hash: PyArray,
+    position: PyArray,
+) -> PyResult<Bound<'py, PyAny>> {
+    let bad = |what: &str| PyValueError::new_err(format!("encode_txindex_places: {what}"));
+    let (best, _) = best.into_inner();
+    let (height, _) = height.into_inner();
+    let (height_range, _) = height_range.into_inner();
+    let (block_hash, _) = block_hash.into_inner();
+    let (position, _) = position.into_inner();
+    let best = best
+        .as_boolean_opt()
+        .ok_or_else(|| bad("best must be bool"))?;
+    let height = height
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| bad("height must be uint32"))?;
+    let height_range = height_range
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| bad("height_range must be int64"))?;
+    let block_hash = block_hash
+        .as_string_opt::<i32>()
+        .ok_or_else(|| bad("block_hash must be strings"))?;
+    let position = position
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| bad("position must be uint32"))?;
+    let n = position.len();
+    if [
+        best.len(),
+        height.len(),
+        height_range.len(),
+        block_hash.len(),
+    ] != [n; 4]
+    {
+        return Err(bad("the columns differ in length"));
+    }
+    let mut out = BinaryBuilder::with_capacity(n, n * 40);
+    let mut value = Vec::with_capacity(40);
+    for i in 0..n {
+        if position.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let hex = block_hash.is_valid(i).then(|| block_hash.value(i));
+        let mut block = parse_display_hex(hex.unwrap_or(""))
+            .ok_or_else(|| bad(&format!("block hash {hex:?}")))?;
+        block.reverse(); // display order
+        let range =
+            i32::try_from(height_range.value(i)).map_err(|_| bad("a height range past i32"))?;
+        let place = TxPlace::new(
+            best.is_valid(i).then(|| best.value(i)),
+            height.is_valid(i).then(|| height.value(i)),
+            range,
+            block,
+            position.value(i),
+        );
+        value.clear();
+        place.encode_into(&mut value);
+        out.append_value(&value);
+    }
+    let array = PyArray::from_array_ref(Arc::new(out.finish()))
+        .to_pyarrow(py)?
+        .unbind();
+    Ok(array.into_bound(py))
+}
+
+/// `btc_txindex` values (None where a key has none) read back: a record batch of `best`,
+/// `height` (null off the best chain), `height_range` (null on it: its height says), `block_hash`
+/// (display hex, null on the best chain) and `position`, each null for a missing value.
+#[pyfunction]
+pub fn decode_txindex_places<'py>(
+    py: Python<'py>,
+    values: Vec<Option<Vec<u8>>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let n = values.len();
+    let mut best = Vec::with_capacity(n);
+    let mut height = Vec::with_capacity(n);
+    let mut height_range = Vec::with_capacity(n);
+    let mut block_hash = StringBuilder::with_capacity(n, 64 * n);
+    let mut position = Vec::with_capacity(n);
+    let mut hex = Vec::with_capacity(64);
+    for v in &values {
+        let place = match v {
+            None => None,
+            Some(v) => Some(TxPlace::decode(v).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "a btc_txindex value of {} bytes: an index of another format, \
+                     rebuilt by rerunning the reindex",
+                    v.len()
+                ))
+            })?),
+        };
+        match place {
+            None => {
+                best.push(None);
+                height.push(None);
+                height_range.push(None);
+                block_hash.append_null();
+                position.push(None);
+            }
+            Some(TxPlace::Best {
+                height: h,
+                position: p,
+            }) => {
+                best.push(Some(true));
+                height.push(Some(h));
+                height_range.push(None);
+                block_hash.append_null();
+                position.push(Some(p));
+            }
+            Some(TxPlace::Other {
+                height_range: r,
+                block,
+                position: p,
+            }) => {
+                best.push(Some(false));
+                height.push(None);
+                height_range.push(Some(r));
+                hex.clear();
+                extend_hex(&mut hex, &block);
+                block_hash.append_value(std::str::from_utf8(&hex).expect("hex is ASCII"));
+                position.push(Some(p));
+            }
+        }
+    }
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("best", DataType::Boolean, true),
+            Field::new("height", DataType::UInt32, true),
+            Field::new("height_range", DataType::Int32, true),
+            Field::new("block_hash", DataType::Utf8, true),
+            Field::new("position", DataType::UInt32, true),
+        ])),
+        vec![
+            Arc::new(BooleanArray::from(best)),
+            Arc::new(UInt32Array::from(height)),
+            Arc::new(Int32Array::from(height_range)),
+            Arc::new(block_hash.finish()),
+            Arc::new(UInt32Array::from(position)),
+        ],
+    )
+    .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    PyRecordBatch::new(batch).into_pyarrow(py)
 }

@@ -1,9 +1,9 @@
 //! The transaction index (`btc_txindex`) built whole: every staged transaction's txid ->
-//! where the tables publish it, `"{height_range} {block hash} {position}"`. A txid held by
-//! several blocks (BIP30 duplicates, side branches) points at its best-chain copy, else its
-//! lowest, then the lowest block hash. Entries are sorted by key in runs of bounded memory,
-//! spilled to files when there is more than one, and merged into the SST writer: the index
-//! of a chain of any length is built within the memory it is given.
+//! where the tables publish it ([`TxPlace`]). A txid held by several blocks (BIP30
+//! duplicates, side branches) points at its best-chain copy, else its lowest, then the lowest
+//! block hash. Entries are sorted by key in runs of bounded memory, spilled to files when there
+//! is more than one, and merged into the SST writer: the index of a chain of any length is
+//! built within the memory it is given.
 
 use crate::sst::{SstError, SstFiles};
 use rustc_hash::FxHashMap;
@@ -13,9 +13,105 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// Full-decode tables are partitioned by height // this * this (`schemas/bitcoin.py`
-/// `HEIGHT_RANGE_BLOCKS`, given by the caller).
-pub type HeightRange = i64;
+/// Where the tables hold a transaction: the value of its `btc_txindex` entry, told apart by
+/// length. A copy on the best chain is found by its height, which also names the partition
+/// its rows are in (8 bytes); any other copy by its block (40 bytes). Numbers are big-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxPlace {
+    /// On the best chain: height, then position in the block.
+    Best { height: u32, position: u32 },
+    /// Off it: the height range its rows are partitioned under (-1 for a block with no
+    /// height), the block hash in display order, the position.
+    Other {
+        height_range: i32,
+        block: [u8; 32],
+        position: u32,
+    },
+}
+
+pub const BEST_PLACE_BYTES: usize = 8;
+pub const OTHER_PLACE_BYTES: usize = 40;
+
+impl TxPlace {
+    /// The place of the copy at `position` in `block`, whose rows the tables partition by
+    /// height // `range_blocks` * `range_blocks` (`schemas/bitcoin.py`).
+    pub fn of(block: &IndexBlock, range_blocks: u32, position: u32) -> TxPlace {
+        let range = block
+            .height
+            .map_or(-1, |h| (h / range_blocks * range_blocks) as i32);
+        TxPlace::new(block.best, block.height, range, block.hash, position)
+    }
+
+    /// The place of a copy at `position` in a block (display-order hash) at `height` whose
+    /// rows are in partition `height_range`, on the best chain if `best`.
+    pub fn new(
+        best: Option<bool>,
+        height: Option<u32>,
+        height_range: i32,
+        block: [u8; 32],
+        position: u32,
+    ) -> TxPlace {
+        match (best, height) {
+            (Some(true), Some(height)) => TxPlace::Best { height, position },
+            _ => TxPlace::Other {
+                height_range,
+                block,
+                position,
+            },
+        }
+    }
+
+    fn with_position(self, position: u32) -> TxPlace {
+        match self {
+            TxPlace::Best { height, .. } => TxPlace::Best { height, position },
+            TxPlace::Other {
+                height_range,
+                block,
+                ..
+            } => TxPlace::Other {
+                height_range,
+                block,
+                position,
+            },
+        }
+    }
+
+    /// Appends the entry's value to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        match self {
+            TxPlace::Best { height, position } => {
+                out.extend_from_slice(&height.to_be_bytes());
+                out.extend_from_slice(&position.to_be_bytes());
+            }
+            TxPlace::Other {
+                height_range,
+                block,
+                position,
+            } => {
+                out.extend_from_slice(&height_range.to_be_bytes());
+                out.extend_from_slice(block);
+                out.extend_from_slice(&position.to_be_bytes());
+            }
+        }
+    }
+
+    /// An entry's value read back; None for bytes of another length.
+    pub fn decode(value: &[u8]) -> Option<TxPlace> {
+        let word = |at: usize| -> [u8; 4] { value[at..at + 4].try_into().expect("4 bytes") };
+        match value.len() {
+            BEST_PLACE_BYTES => Some(TxPlace::Best {
+                height: u32::from_be_bytes(word(0)),
+                position: u32::from_be_bytes(word(4)),
+            }),
+            OTHER_PLACE_BYTES => Some(TxPlace::Other {
+                height_range: i32::from_be_bytes(word(0)),
+                block: value[4..36].try_into().expect("32 bytes"),
+                position: u32::from_be_bytes(word(36)),
+            }),
+            _ => None,
+        }
+    }
+}
 
 /// A block that staged transactions may name: its display-order hash, height (None when it
 /// is not connected) and whether it is on the best chain (None: unknown, ranked last).
@@ -70,8 +166,8 @@ impl Entry {
 /// Collects transaction copies, then writes the index as SST files: its keys cut into ranges
 /// (by their first two bytes), each range sorted, spilled and written on a thread of its own.
 pub struct TxIndexBuilder {
-    /// By rank: each block's value prefix, `"{height_range} {hash hex} "`.
-    prefixes: Vec<Vec<u8>>,
+    /// By rank: the place of each block's first transaction.
+    places: Vec<TxPlace>,
     rank_of: FxHashMap<[u8; 32], u32>,
     ranges: Vec<KeyRange>,
     /// Entries a range holds before it spills a sorted run.
@@ -119,25 +215,17 @@ impl TxIndexBuilder {
             };
             (best, b.height.is_none(), b.height, b.hash)
         });
-        let mut prefixes = Vec::with_capacity(blocks.len());
+        let mut places = Vec::with_capacity(blocks.len());
         let mut rank_of = FxHashMap::default();
         rank_of.reserve(blocks.len());
         for (rank, &i) in order.iter().enumerate() {
             let b = &blocks[i];
-            let range: HeightRange = b
-                .height
-                .map_or(-1, |h| i64::from(h / range_blocks * range_blocks));
-            let mut p = format!("{range} ").into_bytes();
-            let mut hex = String::with_capacity(64);
-            crate::datasets::hex::forward_hex_into(&b.hash, &mut hex);
-            p.extend_from_slice(hex.as_bytes());
-            p.push(b' ');
-            prefixes.push(p);
+            places.push(TxPlace::of(b, range_blocks, 0));
             rank_of.insert(b.hash, rank as u32);
         }
         let max_entries = (memory / ranges / ENTRY_BYTES).max(1 << 16);
         TxIndexBuilder {
-            prefixes,
+            places,
             rank_of,
             // Sized once: growing by doubling would hold the old and new buffers at once.
             ranges: (0..ranges)
@@ -186,12 +274,12 @@ impl TxIndexBuilder {
     ) -> Result<(Vec<PathBuf>, u64), SstError> {
         let share = (sst_memory / self.ranges.len()).max(1);
         let TxIndexBuilder {
-            prefixes,
+            places,
             ranges,
             spill_dir,
             ..
         } = self;
-        let (prefixes, spill_dir, path) = (&prefixes, &spill_dir, &path);
+        let (places, spill_dir, path) = (&places, &spill_dir, &path);
         let written: Vec<Result<(Vec<PathBuf>, u64), SstError>> = std::thread::scope(|scope| {
             let running: Vec<_> = ranges
                 .into_iter()
@@ -199,7 +287,7 @@ impl TxIndexBuilder {
                 .map(|(k, range)| {
                     scope.spawn(move || {
                         let mut out = SstFiles::create(|i| path(k, i), share, compress)?;
-                        range.finish_into(prefixes, spill_dir, k, |key, v| out.add(key, v))?;
+                        range.finish_into(places, spill_dir, k, |key, v| out.add(key, v))?;
                         Ok(out.finish()?)
                     })
                 })
@@ -237,12 +325,12 @@ impl KeyRange {
     /// Hands `sink` each txid's entry (key, value) of this range (`k`), in key order.
     fn finish_into<E: From<io::Error>>(
         mut self,
-        prefixes: &[Vec<u8>],
+        places: &[TxPlace],
         spill_dir: &Path,
         k: usize,
         mut sink: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut value = Vec::with_capacity(96);
+        let mut value = Vec::with_capacity(OTHER_PLACE_BYTES);
         let mut last: Option<[u8; 32]> = None;
         let mut put = |e: Entry| -> Result<(), E> {
             // Entries of a key come best first: the rest are other copies.
@@ -251,8 +339,9 @@ impl KeyRange {
             }
             last = Some(e.key);
             value.clear();
-            value.extend_from_slice(&prefixes[e.rank as usize]);
-            push_decimal(&mut value, e.position);
+            places[e.rank as usize]
+                .with_position(e.position)
+                .encode_into(&mut value);
             sink(&e.key, &value)
         };
         if self.runs.is_empty() {
@@ -287,21 +376,6 @@ impl KeyRange {
         }
         Ok(())
     }
-}
-
-/// Appends `n` in decimal, as `u32::to_string` writes it, without allocating a string.
-fn push_decimal(out: &mut Vec<u8>, mut n: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 struct RunReader(BufReader<File>);
@@ -342,11 +416,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decimals_as_to_string_writes_them() {
-        for n in [0, 7, 10, 99, 100, 65_536, 1_000_000_007, u32::MAX] {
-            let mut out = b"x ".to_vec();
-            push_decimal(&mut out, n);
-            assert_eq!(out, format!("x {n}").into_bytes());
+    fn places_read_back_as_written_and_other_lengths_are_refused() {
+        let places = [
+            TxPlace::Best {
+                height: 0,
+                position: 0,
+            },
+            TxPlace::Best {
+                height: 850_000,
+                position: u32::MAX,
+            },
+            TxPlace::Other {
+                height_range: -1,
+                block: [7; 32],
+                position: 3,
+            },
+            TxPlace::Other {
+                height_range: 840_000,
+                block: std::array::from_fn(|i| i as u8),
+                position: 1,
+            },
+        ];
+        for place in places {
+            let mut v = Vec::new();
+            place.encode_into(&mut v);
+            let want = match place {
+                TxPlace::Best { .. } => BEST_PLACE_BYTES,
+                TxPlace::Other { .. } => OTHER_PLACE_BYTES,
+            };
+            assert_eq!(v.len(), want);
+            assert_eq!(TxPlace::decode(&v), Some(place));
+        }
+        let mut v = Vec::new();
+        TxPlace::Best {
+            height: 0x0102_0304,
+            position: 5,
+        }
+        .encode_into(&mut v);
+        assert_eq!(v, [1, 2, 3, 4, 0, 0, 0, 5], "big-endian");
+        for len in [0, 7, 9, 39, 41, 75] {
+            assert_eq!(TxPlace::decode(&vec![0; len]), None, "{len} bytes");
         }
     }
 
@@ -393,7 +502,7 @@ mod tests {
         ranges: usize,
         copies: &[([u8; 32], u8, u32)],
         name: &str,
-    ) -> Vec<(Vec<u8>, String)> {
+    ) -> Vec<(Vec<u8>, TxPlace)> {
         let dir =
             std::env::temp_dir().join(format!("rechain-txindex-{name}-{}", std::process::id()));
         let blocks = vec![
@@ -412,14 +521,14 @@ mod tests {
         let spilled = b.ranges.iter().any(|r| !r.runs.is_empty());
         let mut got = Vec::new();
         let TxIndexBuilder {
-            prefixes,
+            places,
             ranges: built,
             ..
         } = b;
         for (k, range) in built.into_iter().enumerate() {
             range
-                .finish_into(&prefixes, &dir, k, |k, v| {
-                    got.push((k.to_vec(), String::from_utf8(v.to_vec()).unwrap()));
+                .finish_into(&places, &dir, k, |k, v| {
+                    got.push((k.to_vec(), TxPlace::decode(v).unwrap()));
                     Ok::<(), io::Error>(())
                 })
                 .unwrap();
@@ -457,18 +566,30 @@ mod tests {
                 k.reverse();
                 k.to_vec()
             };
-            let hex = |n: u8| {
-                let mut s = String::new();
-                crate::datasets::hex::forward_hex_into(&[n; 32], &mut s);
-                s
+            let other = |height_range: i32, n: u8, position: u32| TxPlace::Other {
+                height_range,
+                block: [n; 32],
+                position,
             };
             let mut want = vec![
-                (key(1), format!("10000 {} 9", hex(2))),
-                (key(2), format!("0 {} 3", hex(3))),
-                (key(3), format!("-1 {} 0", hex(4))),
-                (key(5), format!("0 {} 4", hex(1))),
+                (
+                    key(1),
+                    TxPlace::Best {
+                        height: 12_345,
+                        position: 9,
+                    },
+                ),
+                (key(2), other(0, 3, 3)),
+                (key(3), other(-1, 4, 0)),
+                (
+                    key(5),
+                    TxPlace::Best {
+                        height: 5,
+                        position: 4,
+                    },
+                ),
             ];
-            want.sort();
+            want.sort_by(|a, b| a.0.cmp(&b.0));
             assert_eq!(got, want, "memory {memory}, {ranges} ranges");
         }
     }
