@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,40 @@ def test_workers_without_the_data_folder_return_the_same_staged_tables(
         cli_json("verify", "--data", d, "--json")["digest"] for d in (root / "data", tmp_path / "d")
     ]
     assert digests[0] == digests[1]
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_workers_bound_the_chain_states_row_writers(
+    chain: tuple[Path, dict, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """``--workers`` bounds the threads writing the chain state's rows: one worker writes each
+    chunk's rows on the thread that applies it (one core, as a one-CPU Ray task), more share
+    ``workers`` threads off that thread. Same tables, same set, same digest."""
+    from rechain.pipeline.stages.bitcoin import chain_state
+
+    root, _, result = chain
+    write = chain_state.write_part
+    seen: list[tuple[threading.Thread, int]] = []
+
+    def recording(*args: Any) -> None:
+        seen.append((threading.current_thread(), args[-1]))
+        write(*args)
+
+    monkeypatch.setattr(chain_state, "write_part", recording)
+    again = full(root / "node" / "blocks", tmp_path / "d", "--workers", str(workers))
+    assert again["full"] == result["full"]
+    digests = [
+        cli_json("verify", "--data", d, "--json")["digest"] for d in (root / "data", tmp_path / "d")
+    ]
+    assert digests[0] == digests[1]
+    assert seen
+    writers = {thread for thread, _ in seen}
+    if workers == 1:
+        assert writers == {threading.main_thread()} and {n for _, n in seen} == {1}
+    else:
+        assert threading.main_thread() not in writers
+        assert len(writers) <= chain_state.ROWS_IN_FLIGHT
+        assert all(len(writers) * n <= workers for _, n in seen)
 
 
 def test_real_mainnet_block_decodes_to_its_facts(tmp_path: Path) -> None:

@@ -53,9 +53,13 @@ def load_chunk(spec: ChunkSpec) -> Any:
     )
 
 
-def write_part(chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes: int) -> None:
+def write_part(
+    chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes: int, threads: int
+) -> None:
     """Writes an applied chunk's part: its resolved spends to ``tmps[0]`` and its rows of
-    ``ROW_TABLES`` to the others, side by side (Rust threads)."""
+    ``ROW_TABLES`` to the others, on at most ``threads`` Rust threads (one: on this thread)."""
+    # ROW_TABLES grow from blocks to outputs: the largest start first.
+    files = reversed(list(zip(ROW_TABLES, tmps[1:], strict=True)))
     chunk.write_rows(
         [
             (
@@ -68,11 +72,12 @@ def write_part(chunk: Any, spends: pa.RecordBatch, tmps: list[Path], group_bytes
                 list(tables.TABLES[t].dictionary_columns),
                 list(tables.TABLES[t].delta_length_columns),
             )
-            for t, tmp in zip(ROW_TABLES, tmps[1:], strict=True)
+            for t, tmp in files
         ],
         spends,
         tmps[0],
         group_bytes,
+        threads,
     )
 
 

@@ -78,7 +78,7 @@ log = logging.getLogger(__name__)
 #: still held while their rows are written).
 MAX_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 4 << 20
-#: Applied chunks whose rows may be written at once (each one's tables on threads of their own).
+#: Applied chunks whose rows may be written at once (``rows_threads``).
 ROWS_IN_FLIGHT = 2
 #: Blocks unwound per atomic write.
 UNWIND_BLOCKS = 1_000
@@ -284,29 +284,41 @@ def _apply_in_order(
     applied = 0
     failure = None
     # The next chunk is read and framed (GIL released) while this one is applied, and
-    # the rows of the ones before are written (up to ``ROWS_IN_FLIGHT`` chunks: one
-    # chunk's rows take longer to write than the next chunk takes to apply).
+    # the rows of the ones before are written (``rows_threads``).
     loads = ordered_local(partial(_load_chunk, ctx), chunks, threads=1, window=2)
     pending: deque[Pending] = deque()
+    in_flight, threads = rows_threads(ctx.workers)
     with (
         contextlib.closing(loads),
-        ThreadPoolExecutor(ROWS_IN_FLIGHT, "rechain-rows") as rows_pool,
+        ThreadPoolExecutor(max(in_flight, 1), "rechain-rows") as rows_pool,
     ):
         for (first, _, _), chunk in loads:
             if isinstance(chunk, Exception):
                 raise chunk
             result = _apply_chunk(ctx, chunk, pending)
-            while pending and (len(pending) >= ROWS_IN_FLIGHT or pending[0].rows.done()):
+            while pending and (len(pending) >= max(in_flight, 1) or pending[0].rows.done()):
                 cp = _commit_chunk(ctx, cp, pending.popleft())
             applied += int(result["blocks"])
             if result["blocks"]:
-                pending.append(_stage_chunk(ctx, first, chunk, result, rows_pool))
+                pool = rows_pool if in_flight else None
+                pending.append(_stage_chunk(ctx, first, chunk, result, pool, threads))
             if result["failure"] is not None:
                 failure = result["failure"]
                 break
         while pending:
             cp = _commit_chunk(ctx, cp, pending.popleft())
     return cp, applied, failure
+
+
+def rows_threads(workers: int) -> tuple[int, int]:
+    """How a run of ``workers`` writes the applied chunks' rows: (chunks written at once on
+    threads of their own, threads writing each one's files). Their threads number
+    ``workers``, beside the thread that applies (a chunk's rows take several times as long to
+    write as to apply); one worker writes each chunk's rows on the thread that applies, so
+    that it keeps to one core as a Ray task of one CPU does."""
+    if workers <= 1:
+        return 0, 1
+    return ROWS_IN_FLIGHT, max(1, workers // ROWS_IN_FLIGHT)
 
 
 def reset(data: DataDir) -> None:
@@ -519,16 +531,26 @@ def _apply_chunk(ctx: BtcRun, chunk: Any, pending: deque[Pending]) -> dict[str, 
 
 
 def _stage_chunk(
-    ctx: BtcRun, first: int, chunk: Any, result: dict[str, Any], pool: ThreadPoolExecutor
+    ctx: BtcRun,
+    first: int,
+    chunk: Any,
+    result: dict[str, Any],
+    pool: ThreadPoolExecutor | None,
+    threads: int,
 ) -> Pending:
-    """Starts writing an applied chunk's part on ``pool``: its spends, then its rows (off the
-    thread that applies the next chunk)."""
+    """Starts writing an applied chunk's part (its spends and rows, on ``threads`` threads) on
+    ``pool``, off the thread that applies the next chunk; without a pool, writes it here."""
     finals = part_files(ctx.data.path, first, int(result["blocks"]))
     group_bytes = row_group_bytes(ctx)
 
     def write(tmps: list[Path]) -> None:
-        write_part(chunk, result["spends"], tmps, group_bytes)
+        write_part(chunk, result["spends"], tmps, group_bytes, threads)
 
+    if pool is None:
+        written: Future[None] = Future()
+        write_files_atomic(finals, write)
+        written.set_result(None)
+        return Pending(chunk, first, result, written)
     return Pending(chunk, first, result, pool.submit(write_files_atomic, finals, write))
 
 

@@ -218,17 +218,18 @@ def _apply_task(
     spends = result.pop("spends")
     blocks = int(result["blocks"])
     result["files"] = []
+    # The part's files are written on one thread: the task holds one CPU (``ray_runtime``).
     if not blocks:
         pass
     elif data_path is not None:
         finals = chain_state.part_files(Path(data_path), spec.first, blocks)
         tmps = [tmp_path(f) for f in finals]
-        write_part(chunk, spends, tmps, group_bytes)
+        write_part(chunk, spends, tmps, group_bytes, 1)
         result["files"] = [str(t) for t in tmps]
     else:
         with tempfile.TemporaryDirectory(prefix="rechain-part-") as scratch:
             tmps = [Path(scratch) / f"{i}.parquet" for i in range(1 + len(ROW_TABLES))]
-            write_part(chunk, spends, tmps, group_bytes)
+            write_part(chunk, spends, tmps, group_bytes, 1)
             result["files"] = [t.read_bytes() for t in tmps]
     # The workers' seconds per step, for the run report.
     result["task_s"] = {

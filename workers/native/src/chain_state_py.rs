@@ -2,6 +2,7 @@
 //! applied to coins the caller read from RocksDB, unwinding by undo records, and Core's
 //! `hash_serialized_3` over the stored set.
 
+use crate::bounded::map_bounded;
 use crate::btc::chain_state::{self, Chunk, SourceBlock};
 use crate::btc::spend_resolve;
 use crate::btc::utxo::SetDigest;
@@ -284,7 +285,8 @@ impl ChainStateChunk {
 
     /// Writes the rows of each table named in `specs` ("blocks", "transactions", "inputs",
     /// "outputs", the last with every `spent` flag false) for
-    /// the blocks the last `apply` applied, side by side on threads. A spec is (table, its
+    /// the blocks the last `apply` applied, on at most `threads` threads (the tables are
+    /// started in the order given, so put the largest first). A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
     /// a row group closes early, columns written without statistics, columns
     /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded). Beside them, `spends`
@@ -297,6 +299,7 @@ impl ChainStateChunk {
         spends: PyRecordBatch,
         spends_path: PathBuf,
         spends_group_bytes: usize,
+        threads: usize,
     ) -> PyResult<Vec<u64>> {
         let spends = spends.into_inner();
         let guard = self.resolved.lock().expect("not poisoned");
@@ -357,18 +360,13 @@ impl ChainStateChunk {
                 };
                 write_batch(&spends_path, &spends, &layout, groups)
             };
-            std::thread::scope(|scope| {
-                let running: Vec<_> = std::iter::once(scope.spawn(write_spends))
-                    .chain(specs.iter().map(|s| scope.spawn(move || write(s))))
-                    .collect();
-                running
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err("a table writer panicked".into()))
-                    })
-                    .collect::<Result<Vec<u64>, String>>()
-            })
+            // The tables in the order given, then the spends.
+            let mut written = map_bounded(specs.len() + 1, threads, |i| match specs.get(i) {
+                Some(spec) => write(spec),
+                None => write_spends(),
+            });
+            written.rotate_right(1);
+            written.into_iter().collect::<Result<Vec<u64>, String>>()
         })
         .map_err(PyValueError::new_err)
     }
