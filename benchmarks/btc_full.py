@@ -336,9 +336,10 @@ def main() -> None:
         body_rate = verdicts_rate(units)
         real_rate = real_block_rate(work)
         runs: dict[int | str, dict] = {}
-        # One worker with every core (the coordinator's own threads use them all), two
-        # workers, and one worker pinned to one core: how the pipeline grows with cores; and
-        # two workers of an embedded Ray, the cluster's path on one machine.
+        # One worker (each stage's work on one thread; the block reads, RocksDB's own threads
+        # and the kernel's writeback still use the other core), two workers, and one worker
+        # pinned to one core: how the pipeline grows with workers and with cores; and two
+        # workers of an embedded Ray, the cluster's path on one machine.
         for key, workers, cores, on_ray in (
             (1, 1, None, False),
             (2, 2, None, False),
