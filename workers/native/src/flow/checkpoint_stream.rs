@@ -38,11 +38,12 @@ use super::hash::{
 use super::mtrie::{Node, Register, Trie};
 use super::node_store::{NodeStore, NodeWriter, StoreError};
 use super::register_sst::{RegisterSst, RegisterSstWriter};
+use crate::bounded::map_bounded;
 use crate::parquet_out::{AlignedTables, RowGroups};
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Pending subtrees a single trie's walk can leave on the stack: one per level below the
 /// subtrie root, and the root.
@@ -469,9 +470,6 @@ pub struct Walk {
     pub verify: Verify,
     pub batch_bytes: usize,
 }
-
-/// A part's outcome, once its thread is done with it.
-type PartResult<D> = Option<CpResult<PartDone<D>>>;
 
 /// Streams subtrie part `index`: hashes with the pending stack, leaves out through `sink`.
 #[allow(clippy::too_many_arguments)]
@@ -947,60 +945,44 @@ where
         ));
     }
     let slots = last_trie_slots(&top, &starts, total)?;
-    let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let results: Mutex<Vec<PartResult<S::Done>>> =
-        Mutex::new((0..SUBTRIE_COUNT).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..walk.threads.clamp(1, SUBTRIE_COUNT) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= SUBTRIE_COUNT {
-                    break;
-                }
-                let top_leaf = slots[i].top_leaf.map(|j| {
-                    let n = &top.nodes[j];
-                    let leaf = match &n.raw {
-                        RawNode::Leaf { height, hash, reg } => Arc::new(Node::Leaf {
-                            height: *height,
-                            reg: reg.clone(),
-                            hash: *hash,
-                        }),
-                        RawNode::Interior { .. } => unreachable!("slots hold leaves"),
-                    };
-                    leaf
-                });
-                let file = dir.join(part_name(name, i));
-                let r = make_sink(i, &file).and_then(|sink| {
-                    stream_part(
-                        dir,
-                        name,
-                        i,
-                        header.part_crcs[i],
-                        walk,
-                        sink,
-                        top_leaf,
-                        &stop,
-                    )
-                });
-                if r.is_err() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                results.lock().expect("results lock")[i] = Some(r);
-            });
+    let results = map_bounded(SUBTRIE_COUNT, walk.threads, |i| {
+        let top_leaf = slots[i].top_leaf.map(|j| {
+            let n = &top.nodes[j];
+            let leaf = match &n.raw {
+                RawNode::Leaf { height, hash, reg } => Arc::new(Node::Leaf {
+                    height: *height,
+                    reg: reg.clone(),
+                    hash: *hash,
+                }),
+                RawNode::Interior { .. } => unreachable!("slots hold leaves"),
+            };
+            leaf
+        });
+        let file = dir.join(part_name(name, i));
+        let r = make_sink(i, &file).and_then(|sink| {
+            stream_part(
+                dir,
+                name,
+                i,
+                header.part_crcs[i],
+                walk,
+                sink,
+                top_leaf,
+                &stop,
+            )
+        });
+        if r.is_err() {
+            stop.store(true, Ordering::Relaxed);
         }
+        r
     });
     let mut info = StreamInfo::default();
     let mut sinks = Vec::with_capacity(SUBTRIE_COUNT);
     let mut roots = HashMap::new();
     let mut first_err: Option<CheckpointError> = None;
-    for (i, r) in results
-        .into_inner()
-        .expect("results lock")
-        .into_iter()
-        .enumerate()
-    {
-        match r.expect("every part was streamed") {
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
             Ok(done) => {
                 if let Some(p) = done.root {
                     roots.insert(starts[i] + p.index - 1, p);

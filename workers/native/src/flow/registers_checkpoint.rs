@@ -13,6 +13,7 @@ use super::checkpoint::{
 };
 use super::hash::{Hash, Path};
 use super::record::Payload;
+use crate::bounded::map_bounded;
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt16Type;
 use arrow_array::{Array, ArrayRef, BinaryArray, FixedSizeBinaryArray, LargeBinaryArray};
@@ -24,8 +25,8 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::ProjectionMask;
 use std::fs::File;
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// A register as the builder takes it: path, payload, its `register_hashes` row if usable.
 pub type Row = (Path, Arc<Payload>, Option<CachedLeaf>);
@@ -331,10 +332,8 @@ pub fn write_from_registers(
         .sum();
     let groups = plan(&inputs)?;
     let mut whole = RegisterCheckpointBuilder::new(dir, name, threads)?;
-    let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     // A part given up because another failed gives None, so only the real error is reported.
-    let results: Mutex<Vec<Result<Option<PartFold>, CheckpointError>>> = Mutex::new(Vec::new());
     let fold = |part: usize| -> Result<Option<PartFold>, CheckpointError> {
         let mut b = RegisterCheckpointBuilder::part_fold(&whole, part);
         for g in groups.iter().filter(|g| g.parts().contains(&part)) {
@@ -345,24 +344,17 @@ pub fn write_from_registers(
         }
         b.finish_part().map(Some)
     };
-    std::thread::scope(|s| {
-        for _ in 0..threads.clamp(1, SUBTRIE_COUNT) {
-            s.spawn(|| loop {
-                let part = next.fetch_add(1, Ordering::Relaxed);
-                if part >= SUBTRIE_COUNT || failed.load(Ordering::Relaxed) {
-                    return;
-                }
-                let r = fold(part);
-                if r.is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                }
-                results.lock().unwrap_or_else(|e| e.into_inner()).push(r);
-            });
+    let results = map_bounded(SUBTRIE_COUNT, threads, |part| {
+        if failed.load(Ordering::Relaxed) {
+            return Ok(None);
         }
+        let r = fold(part);
+        if r.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        r
     });
     let folds: Vec<PartFold> = results
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()
