@@ -103,6 +103,14 @@ def chart_full_scaling(r: Result) -> Figure:
         bottom = [b + h for b, h in zip(bottom, hours, strict=True)]
     bound = [proj["nodes"][n]["total_h_if_coordinator_used_all_its_cores"] for n in nodes]
     ax_proj.plot([f"{n} nodes" for n in nodes], bound, "k_", ms=40, mew=2)
+    grown = [proj["nodes"][n].get("total_h_at_measured_growth") for n in nodes]
+    if None not in grown:
+        ax_proj.plot(
+            [f"{n} nodes" for n in nodes],
+            grown,
+            "rD",
+            label="stages above linear grown at their exponent",
+        )
     ax_proj.axhline(proj["goal_h_on_16_nodes"], color=MET, ls="--", lw=1, label="goal (16 nodes)")
     ax_proj.set(ylabel="hours")
     ax_proj.set_title(

@@ -64,3 +64,22 @@ def test_scaling_reads_ray_address_and_input_path_from_tofu_outputs(tmp_path: Pa
     path = tmp_path / "outputs.json"
     path.write_text(json.dumps(outputs))
     assert scaling.from_tofu_outputs(path) == ("10.0.1.5:6379", Path("/data/bench-scaling"))
+
+
+def test_scaling_projects_steeper_stages_at_their_measured_growth() -> None:
+    scaling = pytest.importorskip("btc_full_scaling")
+    # A coordinator stage that grew as size^1.2, and a worker stage slower than linear.
+    stage = {"measured_gb": 0.5}
+    per_stage = {
+        "commit": {**stage, "s_per_gb": 2.0, "growth_exponent": 1.2, "where": "coordinator"},
+        "apply": {**stage, "s_per_gb": 30.0, "growth_exponent": 0.9, "where": "workers"},
+    }
+    got = scaling.project(per_stage, 650.0, [4], 16, 2)["4"]
+    commit_s, apply_s = 2.0 * 650, 30.0 * 650 * 2 / (4 * 16)
+    assert got["stage_h"]["commit"] == pytest.approx(commit_s / 3600)
+    assert got["stage_h"]["apply"] == pytest.approx(apply_s / 3600)
+    assert got["stage_h_at_measured_growth"]["commit"] == pytest.approx(
+        commit_s * (650 / 0.5) ** 0.2 / 3600
+    )
+    assert got["stage_h_at_measured_growth"]["apply"] == pytest.approx(apply_s / 3600)
+    assert got["total_h_at_measured_growth"] > got["total_h"]
