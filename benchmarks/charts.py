@@ -118,7 +118,7 @@ def chart_full_scaling(r: Result) -> Figure:
         "bar = coordinator as measured, tick = it using all its cores",
         fontsize=9,
     )
-    ax_proj.legend(fontsize=8)
+    ax_proj.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for ax in (ax_time, ax_proj):
         ax.grid(alpha=0.3)
     titled(fig, f"Full reindex stages at 1x / 2x / 4x input, {r['workers']} workers", r)
