@@ -1,20 +1,21 @@
 """How a full reindex's stages grow with input size, and what that projects for mainnet.
 
-Runs ``rechain btc reindex --mode full`` on generated regtest chains of 1x, 2x and 4x a base
+Runs ``rechain btc reindex --mode full`` on generated regtest chains of 1x, 2x, 4x and 8x a base
 size (100–400 transactions a block) and records each stage's seconds (``run.stage_s``), where
 it ran (``run.placement``: Ray tasks on workers, or the coordinator) and the run's peak RSS;
 Ray's start-up (``run.ray_start_s``, inside the scan stage that starts it) is reported apart,
 and so is the coordinator's in-order commit of a worker stage's results (``STAGE_commit``).
 The chain state runs partitioned, as with ``--ray-address``.
-Per stage it reports seconds per GB at the largest size and the growth exponent between the
-smallest and largest (1.0 = linear). The projection scales each stage linearly from the largest
-run to mainnet's blk files (``--mainnet-gb``, about 650): a stage that ran as Ray tasks divides
-by the cluster's cores over the cores measured; a coordinator stage does not (it runs in one
-process on one machine), shown as measured and, as a bound, spread perfectly over the
-coordinator's cores. Linear is optimistic for any stage whose exponent is above 1: a second
-projection (``total_h_at_measured_growth``) grows each such stage at its exponent instead.
+Per stage it reports seconds per GB at the largest size and the growth exponent fitted over
+every size (least squares of log seconds on log size; 1.0 = linear). The projection scales
+each stage linearly from the largest run to mainnet's blk files (``--mainnet-gb``, about
+650): a stage that ran as Ray tasks divides by the cluster's cores over the cores measured; a
+coordinator stage does not (it runs in one process on one machine), shown as measured and, as
+a bound, spread perfectly over the coordinator's cores. Linear is optimistic for any stage
+whose exponent is above 1: a second projection (``total_h_at_measured_growth``) grows each
+such stage at its exponent instead.
 
-    .venv/bin/python benchmarks/btc_full_scaling.py [--base-blocks 1000] [--multipliers 1,2,4]
+    .venv/bin/python benchmarks/btc_full_scaling.py [--base-blocks 1000] [--multipliers 1,2,4,8]
         [--workers 2] [--nodes 4,16] [--cores-per-node 16] [--mainnet-gb 650]
 """
 
@@ -102,17 +103,27 @@ def measure(blocks: Path, data: Path, workers: int, budget: str) -> dict[str, An
     }
 
 
+def growth_exponent(sizes: list[float], seconds: list[float]) -> float | None:
+    """The slope of log(seconds) over log(size), least squares over every point that took
+    time (None with fewer than two sizes)."""
+    pts = [(math.log(x), math.log(t)) for x, t in zip(sizes, seconds, strict=True) if t > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    spread = sum((x - mx) ** 2 for x, _ in pts)
+    if spread == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in pts) / spread
+
+
 def scaling(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    small, large = points[0], points[-1]
+    large = points[-1]
+    sizes = [p["bytes"] for p in points]
     out = {}
     for stage, t_large in large["run"]["stage_s"].items():
-        t_small = small["run"]["stage_s"].get(stage, 0.0)
-        ratio = large["bytes"] / small["bytes"]
-        exponent = (
-            math.log(t_large / t_small) / math.log(ratio)
-            if t_small > 0 and t_large > 0 and ratio > 1
-            else None
-        )
+        seconds = [p["run"]["stage_s"].get(stage, 0.0) for p in points]
+        exponent = growth_exponent(sizes, seconds) if t_large > 0 else None
         out[stage] = {
             "s_per_gb": t_large / (large["bytes"] / GB),
             "measured_gb": large["bytes"] / GB,
@@ -157,7 +168,7 @@ def project(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base-blocks", type=int, default=1000)
-    ap.add_argument("--multipliers", default="1,2,4")
+    ap.add_argument("--multipliers", default="1,2,4,8")
     ap.add_argument("--tx-per-block", default="100:400")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-budget", default="1G")

@@ -121,7 +121,8 @@ def chart_full_scaling(r: Result) -> Figure:
     ax_proj.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for ax in (ax_time, ax_proj):
         ax.grid(alpha=0.3)
-    titled(fig, f"Full reindex stages at 1x / 2x / 4x input, {r['workers']} workers", r)
+    sizes = " / ".join(f"{p['multiplier']}x" for p in points)
+    titled(fig, f"Full reindex stages at {sizes} input, {r['workers']} workers", r)
     return fig
 
 

@@ -83,3 +83,27 @@ def test_scaling_projects_steeper_stages_at_their_measured_growth() -> None:
     )
     assert got["stage_h_at_measured_growth"]["apply"] == pytest.approx(apply_s / 3600)
     assert got["total_h_at_measured_growth"] > got["total_h"]
+
+
+def test_scaling_fits_the_growth_exponent_over_every_size() -> None:
+    scaling = pytest.importorskip("btc_full_scaling")
+    sizes = [1e8, 2e8, 4e8, 8e8]
+    # A stage growing as size^1.2, one linear with noise, one that took no time at all.
+    points = [
+        {
+            "bytes": b,
+            "run": {
+                "stage_s": {"steep": 3e-11 * b**1.2, "flat": b / 1e8 * (1.1, 0.9, 1.1, 0.9)[i],
+                            "none": 0.0},
+                "where": {"steep": "coordinator"},
+            },
+        }
+        for i, b in enumerate(sizes)
+    ]  # fmt: skip
+    got = scaling.scaling(points)
+    assert got["steep"]["growth_exponent"] == pytest.approx(1.2)
+    assert got["steep"]["where"] == "coordinator" and got["flat"]["where"] == "coordinator"
+    assert 0.9 < got["flat"]["growth_exponent"] < 1.0
+    assert got["none"]["growth_exponent"] is None
+    assert got["steep"]["measured_gb"] == pytest.approx(0.8)
+    assert scaling.growth_exponent([1.0], [2.0]) is None
