@@ -488,6 +488,21 @@ def main() -> None:
                 / peer["blocks_iterator"]["wall_s"],
                 "tables_floor_vs_utxo_parser": floor["floor_s"]
                 / min(peer[k]["wall_s"] for k in ("utxo_parser", "utxo_parser_sized")),
+                # The decoder's CPU over the blocks plus the tables' encoding, on the two cores:
+                # work no full reindex can skip, against blocks_iterator's whole run. The 0.5x
+                # target leaves the UTXO set, the tx index, the checks and the writes to disk
+                # the time that remains of twice blocks_iterator's.
+                "decode_and_tables_floor_vs_blocks_iterator": (nbytes / MB / rate + floor["cpu_s"])
+                / floor["threads"]
+                / peer["blocks_iterator"]["wall_s"],
+                # The most two cores can speed up the 1-worker run, which already keeps
+                # cpu_s / whole_pipeline_s cores busy (its block reads, RocksDB's threads and
+                # the kernel's writeback run beside the stage's thread), if the work's CPU
+                # time stayed the same on two workers; and how much it grew there.
+                "whole_pipeline_1_to_2_workers_ceiling": 2
+                * runs[1]["whole_pipeline_s"]
+                / runs[1]["cpu_s"],
+                "whole_pipeline_2_workers_cpu_over_1_worker": runs[2]["cpu_s"] / runs[1]["cpu_s"],
             },
         }
         path = write_result("btc_full", out)
