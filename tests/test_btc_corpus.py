@@ -105,15 +105,14 @@ def test_header_mode_matches_manifest_where_headers_can_tell(name: str) -> None:
         assert (got_recs, got_events) == (want_recs, want_events)
         return
     # Header mode finds every record at the same place with the same hash but, by design,
-    # does not read the bodies whose damage these cases hide.
-    intact = [r for r in got_recs if r["status"] == "ok"]
-    assert {(r["hash"], r["magic_offset"]) for r in got_recs} >= {
-        (r["hash"], r["magic_offset"]) for r in want_recs if r["status"] == "ok"
-    }
-    assert all(r["status"] == "ok" for r in intact)
-    assert not records.column("body_checked").to_pylist() or not any(
-        records.column("body_checked").to_pylist()
-    )
+    # does not read the bodies whose damage these cases hide: each record is taken whole by
+    # its declared size (so the garbage after a short body is never seen) and reads "ok".
+    header_view = [
+        {**r, "consumed": r["declared_size"], "status": "ok", "error": None} for r in want_recs
+    ]
+    assert (got_recs, got_events) == (header_view, [])
+    body_checked = records.column("body_checked").to_pylist()
+    assert body_checked and not any(body_checked)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
