@@ -68,15 +68,19 @@ STAGING_COLUMN_FAMILIES = {layout.CF_BTC_BODIES}
 
 
 def full_tables_digest(data: DataDir) -> str | None:
-    """Order-independent digest of the full-decode tables: equal content gives an equal digest
-    however units were cut."""
+    """Row-level digest of the full-decode tables (``tables_digest``): equal content gives an
+    equal digest however units were cut."""
     gen = data.meta_get(layout.META_BTC_FULL_GENERATION)
     tables = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)
     return None if gen is None else tables_digest(data, tables, int(gen))
 
 
 def tables_digest(data: DataDir, tables: tuple[str, ...], generation: int) -> str:
-    """Row count and per-column sums of DuckDB row hashes of one generation of each table."""
+    """Each table's columns (names and types), row count and the sum of a hash of each whole
+    row, over one generation. A row's hash binds its columns together, so a value moved to
+    another row (a ``spent`` flag on the neighbouring output, two fees swapped) changes the
+    digest; the sum is independent of the order rows were written in and of how units were cut.
+    """
     import duckdb
 
     h = hashlib.sha256()
@@ -88,11 +92,11 @@ def tables_digest(data: DataDir, tables: tuple[str, ...], generation: int) -> st
             if not any(folder.rglob("*.parquet")):
                 h.update(f"{table}:(0, None)".encode())
                 continue
-            row = con.sql(
-                f"SELECT count(*), sum(hash(COLUMNS(*))::HUGEINT) FROM "
-                f"read_parquet('{files}', hive_partitioning = true)"
-            ).fetchall()[0]
-            h.update(f"{table}:{row}".encode())
+            rows = f"read_parquet('{files}', hive_partitioning = true)"
+            columns = con.sql(f"DESCRIBE SELECT * FROM {rows}").fetchall()
+            # ``hash(r)`` of the row alias hashes the row as one struct of all its columns.
+            row = con.sql(f"SELECT count(*), sum(hash(r)::HUGEINT) FROM {rows} AS r").fetchall()[0]
+            h.update(f"{table}:{[(c[0], c[1]) for c in columns]}:{row}".encode())
     finally:
         con.close()
     return h.hexdigest()
