@@ -1,4 +1,8 @@
-"""`rechain gen flow` + `rechain flow replay/status`: roots, registers, tables, bad input."""
+"""`rechain gen flow` + `rechain flow replay/status`: roots, registers, tables, bad input.
+
+The generator computes its roots with the same forest the replay uses, so the reference roots
+and register counts are flow-go's: its own replay of each generated WAL (the `flowgo` oracle).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from rechain.pipeline import local_runner
 from rechain.schemas import tables
 
 from tests.conftest import cli, cli_json
+from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 
 
 def gen(out: Path, updates: int = 1500, per: int = 8) -> dict:
@@ -33,8 +38,16 @@ def gen(out: Path, updates: int = 1500, per: int = 8) -> dict:
     return json.loads((out / "expected.json").read_text())
 
 
-def test_replay_reaches_the_generators_roots(tmp_path: Path) -> None:
+def go_replay(flowgo: Path, wal: Path, roots: bool = True) -> dict:  # noqa: F811
+    """flow-go's replay of a WAL: every root (or only the last), registers, updates."""
+    out = run(flowgo, "replay", "--wal", wal, f"--roots={str(roots).lower()}")
+    assert out["deletes"] == 0 and out["updates"] > 0
+    return out
+
+
+def test_replay_reaches_flow_gos_roots(tmp_path: Path, flowgo: Path) -> None:  # noqa: F811
     facts = gen(tmp_path / "wal")
+    go = go_replay(flowgo, tmp_path / "wal")
     result = cli_json(
         "flow",
         "replay",
@@ -45,14 +58,15 @@ def test_replay_reaches_the_generators_roots(tmp_path: Path) -> None:
         "--no-progress",
         "--json",
     )
-    assert result["root"] == facts["final_root"]
-    assert result["registers"] == facts["registers"]
-    assert result["updates_applied"] == facts["updates"] == 1500
-    assert result["segments"] == len(facts["segments"]) > 3
+    assert result["root"] == go["final_root"]
+    assert result["registers"] == go["registers"]
+    assert result["updates_applied"] == go["updates"] == 1500
+    segments = sorted(p.name for p in (tmp_path / "wal").iterdir() if p.name.isdigit())
+    assert result["segments"] == len(segments) > 3 and facts["segments"] == segments
     st = cli_json("flow", "status", "--data", tmp_path / "d", "--json")
     for key in ("root", "updates_applied", "registers", "segments", "skipped"):
         assert st[key] == result[key]
-    roots = (tmp_path / "wal" / "roots.txt").read_text().split()
+    roots = go["roots"]
     rows = cli_json(
         "query",
         "--data",
@@ -71,7 +85,7 @@ def test_replay_reaches_the_generators_roots(tmp_path: Path) -> None:
         "--format",
         "json",
     )
-    assert regs[0]["n"] == facts["registers"]
+    assert regs[0]["n"] == go["registers"]
     assert result["run"]["node_store"] is None
     # Under a budget the state could outgrow (the WAL's size: the forest's objects take about
     # three times the payloads), the forest is paged to a node store from the first update:
@@ -125,11 +139,14 @@ def test_a_missing_segment_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_in_process_and_ray_decoding_give_the_same_state(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flowgo: Path,  # noqa: F811
 ) -> None:
     """A small WAL is decoded in this process (no Ray); above the size rule, on Ray. Both
-    must publish the same roots, registers and trie_updates rows."""
-    facts = gen(tmp_path / "wal", updates=400, per=6)
+    must publish the same roots, registers and trie_updates rows, and reach flow-go's root."""
+    gen(tmp_path / "wal", updates=400, per=6)
+    go = go_replay(flowgo, tmp_path / "wal")
     states = {}
     for mode, execution in (("in_process", "threads"), ("ray", "ray")):
         monkeypatch.setenv(local_runner.EXECUTION_ENV, execution)
@@ -139,10 +156,12 @@ def test_in_process_and_ray_decoding_give_the_same_state(
             "--json", "--workers", "2",
         )  # fmt: skip
         assert result["run"]["decode"] == mode
-        assert result["root"] == facts["final_root"]
+        assert result["root"] == go["final_root"]
+        assert result["registers"] == go["registers"]
         rows = cli_json(
             "query", "--data", data, "SELECT * FROM trie_updates ORDER BY seq", "--format", "json"
         )  # fmt: skip
+        assert [r["root"] for r in rows] == go["roots"]
         regs = cli_json(
             "query", "--data", data, "SELECT path, value FROM registers ORDER BY path",
             "--format", "json",
@@ -172,13 +191,15 @@ def test_a_replay_never_loads_pyarrow_numpy_or_the_metrics_client(tmp_path: Path
 
 
 def test_registers_and_register_hashes_share_their_row_groups(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flowgo: Path,  # noqa: F811
 ) -> None:
     """Row groups close on a byte limit too; the checkpoint writer pairs the two tables' groups,
     so they must close together."""
     import pyarrow.parquet as pq
 
-    facts = gen(tmp_path / "wal", updates=2000, per=12)  # > 2 steps of 4,096 registers
+    gen(tmp_path / "wal", updates=2000, per=12)  # > 2 steps of 4,096 registers
     monkeypatch.setattr(tables, "REGISTERS", replace(tables.REGISTERS, row_group_bytes=64 << 10))
     cli_json("flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "d", "--json")
     files = {
@@ -191,7 +212,7 @@ def test_registers_and_register_hashes_share_their_row_groups(
     }
     assert len(groups["registers"]) > 1
     assert groups["registers"] == groups["register_hashes"]
-    assert sum(groups["registers"]) == facts["registers"]
+    assert sum(groups["registers"]) == go_replay(flowgo, tmp_path / "wal", False)["registers"]
     regs = files["registers"].read()
     assert regs.schema.names == ["path", "owner", "key", "value_size", "value", "encoded_key"]
     assert (
@@ -202,6 +223,7 @@ def test_registers_and_register_hashes_share_their_row_groups(
 
 def test_a_checkpoint_of_several_tries_too_large_for_the_budget_is_read_in_memory(
     tmp_path: Path,
+    flowgo: Path,  # noqa: F811
 ) -> None:
     """Tries of one checkpoint share nodes, which the paged read does not take: a resume from
     such a checkpoint (flow-go writes them) reads it in memory whatever the budget, and still
@@ -209,7 +231,7 @@ def test_a_checkpoint_of_several_tries_too_large_for_the_budget_is_read_in_memor
     from rechain.pipeline.flow_checkpoint import checkpoint_bytes
     from rechain.workers import _native
 
-    facts = gen(tmp_path / "wal", updates=600)
+    gen(tmp_path / "wal", updates=600)
     segments = _native.flow_list_segments(str(tmp_path / "wal"))
     half = segments[: len(segments) // 2]
     forest = _native.FlowForest()
@@ -224,7 +246,8 @@ def test_a_checkpoint_of_several_tries_too_large_for_the_budget_is_read_in_memor
                    "--no-progress", "--checkpoint", cps, "--memory-budget", str(budget),
                    "--json")  # fmt: skip
     assert out["resumed_from"]["tries"] == 3 and out["resumed_from"]["paged"] is False
-    assert out["root"] == facts["final_root"]
+    go = go_replay(flowgo, tmp_path / "wal", roots=False)
+    assert (out["root"], out["registers"]) == (go["final_root"], go["registers"])
     assert not (tmp_path / "d" / "stage" / "flow_nodes").exists()
 
 
@@ -242,7 +265,10 @@ def paged_peak(wal: Path, cps: Path, data: Path, budget: int) -> tuple[dict, int
     return out, rss.peak_root
 
 
-def test_a_paged_replay_on_ten_times_the_budget_stays_within_it(tmp_path: Path) -> None:
+def test_a_paged_replay_on_ten_times_the_budget_stays_within_it(
+    tmp_path: Path,
+    flowgo: Path,  # noqa: F811
+) -> None:
     """A replay resumed from a checkpoint of more than ten times `--memory-budget`, with
     segments on top, paged and published: peak RSS within the baseline plus the budget, where
     the baseline is the same command on a checkpoint of a few MiB under a budget of 1 MiB
@@ -255,7 +281,6 @@ def test_a_paged_replay_on_ten_times_the_budget_stays_within_it(tmp_path: Path) 
     code, _, err = cli("gen", "flow", wal, "--updates", "1000", "--registers-per-update",
                        "500", "--seed", "5", "--segment-size", "4M")  # fmt: skip
     assert code == 0, err
-    facts = json.loads((wal / "expected.json").read_text())
     segments = sorted(p for p in wal.iterdir() if p.name.isdigit())
 
     def checkpoint_of(first: int, name: str) -> Path:
@@ -278,7 +303,8 @@ def test_a_paged_replay_on_ten_times_the_budget_stays_within_it(tmp_path: Path) 
         (two / p.name).symlink_to(p)
     _, base_rss = paged_peak(two, small, tmp_path / "base", 1 << 20)
     out, rss = paged_peak(wal, big, tmp_path / "paged", budget)
-    assert out["root"] == facts["final_root"]
+    go = go_replay(flowgo, wal, roots=False)
+    assert (out["root"], out["registers"]) == (go["final_root"], go["registers"])
     assert out["segments"] == len(segments) - len(segments) * 9 // 10
     assert out["run"]["node_store"]["loads"] > 0
     print(f"\npeak RSS {rss >> 20} MiB, baseline {base_rss >> 20} MiB, budget {budget >> 20} MiB")
