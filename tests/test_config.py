@@ -91,6 +91,7 @@ def test_shipped_configs_apply_to_every_command_they_name(name: str) -> None:
     doc = config.load(path)
     commands = [c for c in doc if c != config.DEFAULTS]
     assert commands, f"{name} configures no command"
+    applied: set[str] = set()
     for words, sub in config.leaf_parsers(build_parser()).items():
         table: dict = doc
         for w in words:
@@ -100,6 +101,9 @@ def test_shipped_configs_apply_to_every_command_they_name(name: str) -> None:
         args = parse(path, *words)  # every required option comes from the file
         for key in table:
             assert getattr(args, config._options(sub)[config._norm(key)].dest) is not None
+        applied.add(words[0])
+    # Every section the file names reached a command (else the loop above checked nothing).
+    assert set(commands) <= applied, set(commands) - applied
 
 
 def test_reindex_from_a_config_equals_flags(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_geth_oracle import epoch_accumulator
+
 RECHAIN = Path(sys.executable).parent / "rechain"
 
 
@@ -97,6 +99,7 @@ def test_gen_eth_refuses_bad_options(tmp_path: Path, bad: list[str]) -> None:
     assert r.returncode != 0 and r.stderr.strip()
 
 
+MAINNET_GENESIS_HASH = "d4e56740f876aef8c010b86a40d5f56745a118d0906a34e69aec8c0db1cb8fa3"
 # Mainnet genesis (spec §4.1): header RLP and its framed-snappy value in the real epoch-0 file.
 GENESIS = (
     bytes.fromhex(
@@ -134,6 +137,8 @@ def test_era1_writer_binding_writes_geth_bytes(tmp_path: Path) -> None:
     assert (f["epoch"], f["first_block"], f["blocks"]) == (0, 0, 1)
     path = Path(f["path"])
     assert path.name == f"mainnet-00000-{f['accumulator'][:8]}.era1"
+    # The accumulator from the SSZ definition (tests/test_geth_oracle.py), not the writer's.
+    assert f["accumulator"].removeprefix("0x") == epoch_accumulator([(MAINNET_GENESIS_HASH, td)])
     data = path.read_bytes()
     assert len(data) == f["bytes"]
     # The first block tuple is laid out as in the real mainnet-00000-5ec1ffb8.era1 (spec §2.4).
