@@ -44,6 +44,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
 if TYPE_CHECKING:  # loaded by the functions that read Parquet: a replay never does
@@ -305,6 +306,7 @@ def _read_streaming(
                 return None
             _raise(e)
         verify_s = time.perf_counter() - t_read
+        kill_point("flow_checkpoint.read_staged")
         # The stream refuses a checkpoint without tries (kind `no_tries`).
         tries = [dict(t) for t in info["tries"]]
         last = tries[-1]
@@ -335,6 +337,7 @@ def _read_streaming(
             "registers_published": summary["register_rows"],
         }
         data.write({layout.CF_META: [(fs.META_FLOW_CHECKPOINT, record)]})
+        kill_point("flow_checkpoint.read_recorded")
         report = {
             **record,
             "mode": "streaming",
@@ -407,6 +410,7 @@ def read(
             "registers_published": summary["register_rows"],
         }
         data.write({layout.CF_META: [(fs.META_FLOW_CHECKPOINT, record)]})
+        kill_point("flow_checkpoint.read_recorded")
         report = {
             **record,
             "ray_start_s": info["ray_start_s"],
@@ -512,7 +516,9 @@ def stats(
     version = checkpoint_version(cpdir, name)
     if version != 6:
         raise RechainError(
-            f"{cpdir / name}: version {version}: stats are gathered from v6 checkpoints only"
+            # Named at the version field (offset 2), as the readers name a version they refuse.
+            f"{cpdir / name} offset 2: version {version}: stats are gathered from v6 "
+            "checkpoints only"
         )
     share = _stream_share(memory_budget, threads)
     with DataDir(data_path) as data:
@@ -538,6 +544,7 @@ def stats(
                     ) from e
                 _raise(e)
             read_s = time.perf_counter() - t0
+            kill_point("flow_checkpoint.stats_gathered")
             # The part threads' freed leaf batches and owner maps, back before the merge.
             release_unused_memory()
             trie = got["trie_stats"].to_pylist()[0]
@@ -595,6 +602,7 @@ def stats(
                 "kinds": {k["kind"]: k["registers"] for k in kinds},
             }
             data.write({layout.CF_META: [(fs.META_FLOW_CHECKPOINT_STATS, summary)]})
+            kill_point("flow_checkpoint.stats_recorded")
             for t in fs.CHECKPOINT_STATS_TABLES:
                 data.remove_other_generations(t, generation)
             report = {
@@ -682,6 +690,7 @@ def write(
         files = _registers_files(data)
         name = checkpoint_name(number)
         reg_size = summary.get("reg_size")
+        kill_point("flow_checkpoint.writing")
         try:
             result = dict(
                 _native.flow_checkpoint_write_registers(
@@ -695,6 +704,7 @@ def write(
             )
         except _native.FlowCheckpointError as e:
             _raise(e)
+        kill_point("flow_checkpoint.written")
     trie = dict(result["tries"][0])
     if trie["root"] != current:
         for p in out.glob(f"{name}*"):

@@ -22,7 +22,13 @@ import pytest
 
 from benchmarks.common import BIN, run_measured
 from tests.conftest import cli, cli_json
-from tests.test_flow_checkpoint import corrupt_cases, flip, rewrite_with_crcs
+from tests.test_flow_checkpoint import (
+    CheckpointPlaces,
+    corrupt_cases,
+    error_place,
+    flip,
+    rewrite_with_crcs,
+)
 from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 
 NAME = "checkpoint.00000000"
@@ -201,26 +207,28 @@ def test_streamed_read_equals_the_in_memory_read_and_flow_go(
                         assert col.compression == want, (k, table, col.path_in_schema)
 
 
-def damaged_copies(cp: Path, bad: Path, flips: int) -> Iterator[tuple[str, str, Path]]:
+def damaged_copies(
+    cp: Path, bad: Path, flips: int
+) -> Iterator[tuple[str, str, Path, tuple[Any, ...]]]:
     """Copies of checkpoint `cp` at `bad`, one at a time, each with one damage: the
     `corrupt_cases`, then `flips` flipped bytes spread along parts 0 and 7 and the top part.
-    Yields (label, the damaged file's name, `bad`)."""
+    Yields (label, the damaged file's name, `bad`, the damage for `CheckpointPlaces.place`)."""
     import shutil
 
-    cases: list[tuple[str, str, Any]] = list(corrupt_cases(cp, NAME))
+    cases: list[tuple[str, str, Any, tuple[Any, ...]]] = list(corrupt_cases(cp, NAME))
     for index in (0, 7, 16):
         victim = cp / f"{NAME}.{index:03d}"
         size = victim.stat().st_size
         for at in range(4, size, max(1, size // flips)):
-            cases.append((f"flip {victim.name}@{at}", victim.name, (index, at)))
-    for label, name, action in cases:
+            cases.append((f"flip {victim.name}@{at}", victim.name, None, ("flip", at)))
+    for label, name, action, damage in cases:
         shutil.rmtree(bad, ignore_errors=True)
         shutil.copytree(cp, bad)
-        if isinstance(action, tuple):
-            flip(bad / f"{NAME}.{action[0]:03d}", action[1])
+        if action is None:
+            flip(bad / name, damage[1])
         else:
             [c for c in corrupt_cases(bad, NAME) if c[0] == label][0][2]()
-        yield label, name, bad
+        yield label, name, bad, damage
 
 
 def test_streamed_read_damage_names_file_and_offset_publishes_nothing(
@@ -230,10 +238,12 @@ def test_streamed_read_damage_names_file_and_offset_publishes_nothing(
     cli_json("flow", "checkpoint", "read", "--dir", go_checkpoint, "--data", data, "--json")
     state = json.dumps(cli_json("flow", "status", "--data", data, "--json"), sort_keys=True)
     before = json.dumps(digest(data)["digest"], sort_keys=True)
-    for label, victim, bad in damaged_copies(go_checkpoint, tmp_path / "bad", flips=23):
+    places = CheckpointPlaces(go_checkpoint, NAME)
+    for label, victim, bad, damage in damaged_copies(go_checkpoint, tmp_path / "bad", flips=23):
         code, _, err = cli("flow", "checkpoint", "read", "--dir", bad, "--data", data, "--json")
         assert code != 0, label
-        assert victim in err and "offset" in err, (label, err)
+        # The damaged file, at the offset the format puts the damage's check.
+        assert error_place(err) == (str(bad / victim), places.place(victim, damage)), (label, err)
         after = json.dumps(cli_json("flow", "status", "--data", data, "--json"), sort_keys=True)
         assert after == state, label
     # No staged generation left behind, and the content is what it was.

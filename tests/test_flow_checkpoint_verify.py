@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import cli, cli_json
-from tests.test_flow_checkpoint import rewrite_with_crcs
+from tests.test_flow_checkpoint import CheckpointPlaces, error_place, rewrite_with_crcs
 from tests.test_flow_checkpoint_legacy import DATA as LEGACY
 from tests.test_flow_checkpoint_legacy import ROOTS as LEGACY_ROOTS
 from tests.test_flow_checkpoint_stream import (  # noqa: F401  (fixture)
@@ -85,11 +85,15 @@ def test_verify_reads_the_legacy_versions_to_flow_go_s_roots() -> None:
 
 
 def test_verify_names_file_and_offset_of_damage(go_checkpoint: Path, tmp_path: Path) -> None:  # noqa: F811
-    for label, victim, bad in damaged_copies(go_checkpoint, tmp_path / "bad", flips=11):
-        for extra in MODES.values():
+    places = CheckpointPlaces(go_checkpoint, NAME)
+    for label, victim, bad, damage in damaged_copies(go_checkpoint, tmp_path / "bad", flips=11):
+        for mode, extra in MODES.items():
             code, _, err = cli("flow", "checkpoint", "verify", "--dir", bad, "--file", NAME, *extra)
             assert code != 0, (label, extra)
-            assert victim in err and "offset" in err, (label, extra, err)
+            # The damaged file, at the offset the format puts the check of the hashes `mode`
+            # recomputes.
+            want = (str(bad / victim), places.place(victim, damage, mode))
+            assert error_place(err) == want, (label, mode, err)
 
 
 def test_a_wrong_stored_hash_behind_right_crcs_fails_the_modes_that_recompute_it(
