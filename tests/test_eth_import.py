@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -135,9 +136,14 @@ def test_damaged_era1_files_give_verdicts_and_keep_good_blocks(tmp_path: Path) -
     assert rules.get("decode") == 1, r["verdicts"]
     decode = next(v for v in r["verdicts"] if v["rule"] == "decode")
     assert decode["block"] == 100 and decode["source"] == SEPOLIA_0.removesuffix(".era1")
-    # The detail names the file and the byte offset of the damaged chunk.
+    # The detail names the file and the offset of the damaged chunk: the record's 8-byte
+    # e2store header, then the snappy frame's stream identifier (4-byte chunk header and
+    # "sNaPpY"), then its first compressed chunk, the one holding the flipped byte
+    # (ethereum-history.md: e2store, snappy framing).
+    chunk = block_offset(path, 100) + 8 + 10
+    assert at < chunk + 4 + 4 + (raw[chunk + 1] | raw[chunk + 2] << 8 | raw[chunk + 3] << 16)
     assert "checksum mismatch" in decode["detail"] and SEPOLIA_0 in decode["detail"], decode
-    assert "offset " in decode["detail"], decode
+    assert re.search(rf"\boffset {chunk}\b", decode["detail"]), (chunk, decode)
     # The accumulator needs every block: it no longer matches its record or name.
     assert rules.get("accumulator_record") == 1 and rules.get("accumulator_name") == 1
     assert query(data, "SELECT count(*) FROM eth_blocks WHERE number BETWEEN 0 AND 8191") == [
