@@ -33,6 +33,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers.btc_decode import StagedBody, tmp_name
+from rechain.workers.fault_injection import kill_point
 
 _OFFSET_BITS = 40
 
@@ -117,7 +118,9 @@ def commit_part(data: DataDir, staged: StagedBody) -> None:
         "records": len(staged.unit.offsets),
         "tables": list(ds.BODY_SLIM),
     }
+    kill_point("bodies.part_renamed")
     data.write({layout.CF_BTC_BODIES: [(part.encode(), entry)]})
+    kill_point("bodies.part_registered")
 
 
 def forget_file_parts(data: DataDir, file_no: int) -> list[bytes]:

@@ -536,6 +536,7 @@ class BtcCommitter:
         self.data.write({layout.CF_META: [(layout.META_BTC_DIRTY, True)]})
         for cf in layout.DERIVED_COLUMN_FAMILIES:
             self.data.reset_column_family(cf)
+        kill_point("link.index_reset")
         generation = int(self.data.meta_get(layout.META_BTC_GENERATION) or 0) + 1
         rows = tables.HEADERS.row_group_rows
         # Two parts, cut at a row group, written on two threads while this one writes the index.
@@ -561,9 +562,11 @@ class BtcCommitter:
             self.data.ingest_sorted_slices(
                 layout.CF_BTC_BEST, tree.best_buckets(), tree.best_entries, compress=False
             )
+            kill_point("link.index_ingested")
             timings["index_s"] = time.perf_counter() - t
             t = time.perf_counter()
             parquet.result()
+        kill_point("link.published")
         # The Parquet writer ran alongside the index: this is only the wait after it.
         timings["parquet_s"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -590,6 +593,7 @@ class BtcCommitter:
                 ]
             }
         )
+        kill_point("link.summary_written")
         self.data.remove_other_generations(ds.HEADERS, generation)
         self.stats.link = timings
         return summary

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from rechain.pipeline.errors import DataFolderBusy, RechainError
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+from rechain.workers.fault_injection import kill_point
 from rocksdict import (
     AccessType,
     BlockBasedOptions,
@@ -396,8 +397,10 @@ class DataDir:
             fsync_dir(folder)
         base = self.parquet_dir(table)
         final = base / f"{generation:06d}"
+        kill_point("store.generation_staged")
         os.rename(tmp, final)
         fsync_dir(base)
+        kill_point("store.generation_renamed")
         return final
 
     def remove_other_generations(self, table: str, keep: int | None) -> None:

@@ -106,35 +106,53 @@ def blocks_dir_with(tmp: Path, corpus_file: str, xor: bool) -> Path:
 
 
 def run_killed_at(cmd: list[str], point: str, nth: int = 1) -> None:
-    """Runs ``cmd`` until its coordinator kills itself at ``point`` (``RECHAIN_KILL_AT``),
-    then kills what it left (Ray's processes)."""
-    env = {**os.environ, "RECHAIN_KILL_AT": f"{point}:{nth}"}
-    # Output to a file, not a pipe: Ray's processes outlive the coordinator holding it open.
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out)
-        proc.wait()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out.seek(0)
-        tail = out.read().decode(errors="replace")[-3000:]
-    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:\n{tail}"
+    """Runs ``cmd`` until its coordinator kills itself the ``nth`` time it passes ``point``
+    (``RECHAIN_KILL_AT``), then kills what it left (Ray's processes). Asserts that it died
+    there: by SIGKILL, with the point passed exactly ``nth`` times (``RECHAIN_KILL_TRACE``)."""
+    from rechain.workers.fault_injection import KILL_POINTS
+
+    assert point in KILL_POINTS, f"{point} is not in fault_injection.KILL_POINTS"
+    with tempfile.TemporaryDirectory(prefix="rechain-kill-") as scratch:
+        trace = Path(scratch) / "trace"
+        env = {
+            **os.environ,
+            "RECHAIN_KILL_AT": f"{point}:{nth}",
+            "RECHAIN_KILL_TRACE": str(trace),
+        }
+        # Output to a file, not a pipe: Ray's processes outlive the coordinator holding it open.
+        with tempfile.TemporaryFile() as out:
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out)
+            proc.wait()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out.seek(0)
+            tail = out.read().decode(errors="replace")[-3000:]
+        passed = trace.read_text().split().count(point) if trace.exists() else 0
+    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}:{nth}:\n{tail}"
+    assert passed == nth, f"killed after passing {point} {passed} time(s), not {nth}:\n{tail}"
 
 
 def kill_after(cmd: list[str], delay: float) -> bool:
     """Starts ``cmd`` in its own process group and SIGKILLs the whole group (Ray workers
-    included) after ``delay`` seconds. Returns False when it finished (successfully) before
-    the kill; a run that failed on its own fails the test with its stderr."""
+    included) after ``delay`` seconds. Returns True when the kill is what ended it, False
+    when it finished (successfully) first; a run that failed on its own fails the test with
+    its output."""
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=err, stderr=err, start_new_session=True)
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # the group ended between the wait and the kill
+                pass
             proc.wait()
-            return True
         err.seek(0)
         output = err.read().decode(errors="replace")[-4000:]
-        assert proc.returncode == 0, f"exit {proc.returncode} before the kill point:\n{output}"
+        # A run that ended on its own just as the delay ran out counts as finished, not killed.
+        if proc.returncode == -signal.SIGKILL:
+            return True
+        assert proc.returncode == 0, f"exit {proc.returncode} before the kill:\n{output}"
         return False

@@ -16,7 +16,10 @@ Only Ray task paths call this (never the coordinator's in-process runs).
 
 ``RECHAIN_KILL_AT=<point>:<n>`` (``kill_point``): the coordinator SIGKILLs itself the n-th time
 it passes the named point (1 = the first), so a test can land a kill -9 exactly between two
-commits of a stage.
+commits of a stage. ``KILL_POINTS`` is the one list of them: a point passed but not listed
+fails the run, so ``tests/test_kill_points.py`` can run every one by name.
+``RECHAIN_KILL_TRACE=<file>``: every pass of a point appends its name to the file, so a test can
+see which points a run passes, and how often.
 """
 
 from __future__ import annotations
@@ -27,7 +30,55 @@ from pathlib import Path
 
 ENV = "RECHAIN_FAULT"
 KILL_AT_ENV = "RECHAIN_KILL_AT"
+KILL_TRACE_ENV = "RECHAIN_KILL_TRACE"
 _passes: dict[str, int] = {}
+
+#: Every kill point, ``<stage>.<what>``: the commit boundaries a kill -9 can fall between.
+KILL_POINTS: tuple[str, ...] = (
+    # A table generation's folder, synced, before and after its rename (``DataDir``'s one
+    # atomic publish, used by every stage that publishes Parquet).
+    "store.generation_staged",
+    "store.generation_renamed",
+    # The stage driver, after each stage's checkpoint.
+    "engine.stage_checkpointed",
+    # Bitcoin.
+    "scan.shard_committed",
+    "link.index_reset",
+    "link.index_ingested",
+    "link.published",
+    "link.summary_written",
+    "bodies.part_renamed",
+    "bodies.part_registered",
+    "chain_state.unwound",
+    "chain_state.spends_written",
+    "chain_state.applied",
+    "publish.outputs_shared",
+    "publish.manifest_written",
+    "indexes.sst_written",
+    "indexes.index_reset",
+    "indexes.sst_ingested",
+    "indexes.entries_updated",
+    "indexes.record_written",
+    "indexes.generations_removed",
+    "indexes.summary_written",
+    # Flow.
+    "flow_replay.checkpoint_writing",
+    "flow_replay.checkpoint_written",
+    "flow_publish.registers_reset",
+    "flow_publish.registers_ingested",
+    "flow_publish.summary_written",
+    "flow_checkpoint.read_staged",
+    "flow_checkpoint.read_recorded",
+    "flow_checkpoint.stats_gathered",
+    "flow_checkpoint.stats_recorded",
+    "flow_checkpoint.writing",
+    "flow_checkpoint.written",
+    # Ethereum.
+    "eth.parts_renamed",
+    "eth.index_ingested",
+    "eth.unit_committed",
+)
+_REGISTERED = frozenset(KILL_POINTS)
 
 
 class InjectedFault(ValueError):
@@ -65,8 +116,16 @@ def maybe_inject(task: int | str) -> None:
 
 
 def kill_point(point: str) -> None:
-    """Passes the named point (see ``RECHAIN_KILL_AT``)."""
+    """Passes the named point (see ``RECHAIN_KILL_AT`` and ``RECHAIN_KILL_TRACE``)."""
     spec = os.environ.get(KILL_AT_ENV)
+    trace = os.environ.get(KILL_TRACE_ENV)
+    if not (spec or trace):
+        return
+    if point not in _REGISTERED:
+        raise ValueError(f"kill point {point!r} is not in fault_injection.KILL_POINTS")
+    if trace:
+        with open(trace, "a") as f:
+            f.write(point + "\n")
     if not spec:
         return
     name, _, nth = spec.rpartition(":")

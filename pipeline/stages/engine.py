@@ -33,6 +33,7 @@ from rechain.pipeline import placement
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store import DataDir
 from rechain.schemas import rocksdb as layout
+from rechain.workers.fault_injection import kill_point
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,7 @@ class Driver(Generic[C]):
                 live.add(stage.name)
             output = stage.output(ctx)
             self._commit(stage.name, previous_output, output, outcome, seconds)
+            kill_point("engine.stage_checkpointed")
             previous_output = output
             i += 1
 

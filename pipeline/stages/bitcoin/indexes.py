@@ -39,6 +39,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
+from rechain.workers.fault_injection import kill_point
 
 if TYPE_CHECKING:
     import duckdb
@@ -92,6 +93,7 @@ class IndexesStage(Stage[BtcRun]):
         generation = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
         for table in FULL_TABLES:
             data.remove_other_generations(table, generation)
+        kill_point("indexes.generations_removed")
         invalid = btc_bodies.invalid_blocks(data)
         summary = {
             **utxo,
@@ -99,6 +101,7 @@ class IndexesStage(Stage[BtcRun]):
             "invalid_blocks": [{"hash": h, "reason": r} for h, r in sorted(invalid.items())],
         }
         data.write({layout.CF_META: [(layout.META_BTC_FULL, summary)]})
+        kill_point("indexes.summary_written")
         ctx.full["utxo_s"] = ctx.full.get("utxo_s", 0.0) + time.perf_counter() - t
         return Done(rows=int(utxo["utxo_count"]), detail={"txindex": txs})
 
@@ -151,6 +154,7 @@ def update_txindex(
             ]
         }
     )
+    kill_point("indexes.record_written")
     return entries, how
 
 
@@ -267,6 +271,7 @@ def _apply_txindex_changes(
         {layout.CF_BTC_TXINDEX: (puts.column("k").to_pylist(), puts.column("v").to_pylist())},
         {layout.CF_BTC_TXINDEX: deletes.to_pylist()},
     )
+    kill_point("indexes.entries_updated")
     return int(pc.count(puts.column("old"), mode="only_null").as_py()) - len(deletes)
 
 
@@ -305,9 +310,12 @@ def write_txindex(
         )
     if unknown:
         log.warning("tx index: %d staged transaction(s) of blocks the headers lack", unknown)
+    kill_point("indexes.sst_written")
     data.reset_column_family(layout.CF_BTC_TXINDEX)
+    kill_point("indexes.index_reset")
     if files:
         data.ingest_sst(layout.CF_BTC_TXINDEX, [Path(f) for f in files])
+    kill_point("indexes.sst_ingested")
     shutil.rmtree(work, ignore_errors=True)
     return int(entries)
 

@@ -63,6 +63,7 @@ from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
 from rechain.workers.btc_decode import STAGE_COMPRESSION, BodyUnit, decode_unit
+from rechain.workers.fault_injection import kill_point
 
 if TYPE_CHECKING:
     import duckdb
@@ -487,6 +488,7 @@ def publish_tables(
         data.publish_generation(name, generation, tmp)
         if name == ds.OUTPUTS:
             _share_staged_outputs(data, generation, new)
+            kill_point("publish.outputs_shared")
         lap("sync_s")
     shutil.rmtree(scratch, ignore_errors=True)
     work.update(seconds)
@@ -523,6 +525,7 @@ def publish_tables(
             ]
         }
     )
+    kill_point("publish.manifest_written")
     return rows, work
 
 

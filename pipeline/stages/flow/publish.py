@@ -19,6 +19,7 @@ from rechain.pipeline.store import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
+from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import DEFAULT_MEMORY_BUDGET, release_unused_memory
 
 #: Each registers SST file holds its filter's key hashes and its index until it closes: it
@@ -102,9 +103,11 @@ def publish_forest(
     # RocksDB: current payloads and the root history.
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
+    kill_point("flow_publish.registers_reset")
     if sst_files:
         data.ingest_sst(layout.CF_FLOW_REGISTERS, sst_files)
     data.ingest_sorted_slices(layout.CF_FLOW_ROOTS, forest.log_len, forest.root_entries)
+    kill_point("flow_publish.registers_ingested")
     summary = {
         "root": forest.root_hex,
         "updates_applied": int(forest.updates_applied),
@@ -121,6 +124,7 @@ def publish_forest(
         # The checkpoint's tries are where the replayed updates start from (`rechain verify`).
         summary["resumed_from"] = resumed_from
     data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
+    kill_point("flow_publish.summary_written")
     for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
         data.remove_other_generations(t, generation)
     return summary
@@ -160,8 +164,10 @@ def publish_staged_registers(
         data.publish_generation(table, generation, staged[table])
     for cf in (layout.CF_FLOW_REGISTERS, layout.CF_FLOW_ROOTS):
         data.reset_column_family(cf)
+    kill_point("flow_publish.registers_reset")
     if ssts:
         data.ingest_sst(layout.CF_FLOW_REGISTERS, ssts)
+    kill_point("flow_publish.registers_ingested")
     summary = {
         "root": root,
         "updates_applied": 0,
@@ -175,6 +181,7 @@ def publish_staged_registers(
     }
     gen_key = fs.META_FLOW_GENERATION
     data.write({layout.CF_META: [(fs.META_FLOW_SUMMARY, summary), (gen_key, generation)]})
+    kill_point("flow_publish.summary_written")
     for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
         data.remove_other_generations(t, generation)
     return summary

@@ -29,6 +29,7 @@ from rechain.pipeline.progress import Progress
 from rechain.pipeline.stages.engine import Done, Stage
 from rechain.pipeline.stages.flow import FlowRun
 from rechain.workers import _native
+from rechain.workers.fault_injection import kill_point
 from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
 
 #: The metrics label of the replay.
@@ -197,10 +198,13 @@ def _write_checkpoint(forest: Any, directory: Path, segment: int) -> str:
     from rechain.pipeline.flow_checkpoint import checkpoint_name
 
     name = checkpoint_name(segment)
+    kill_point("flow_replay.checkpoint_writing")
     try:
+        # Writes the files under temporary names and renames them into place (Rust).
         _native.flow_checkpoint_write(forest, str(directory), name)
     except _native.FlowCheckpointError as e:
         raise RechainError(str(e)) from e
+    kill_point("flow_replay.checkpoint_written")
     return str(directory / name)
 
 
