@@ -11,6 +11,10 @@ multi-lane keccak rate measured in the same run: the fastest any replay of that 
     .venv/bin/python benchmarks/flow_replay.py [--sizes 20:7500,500:300,5000:30] [--workers 2]
     .venv/bin/python benchmarks/flow_replay.py --out-of-core 16M [--ooc-size 500:2000]
     .venv/bin/python benchmarks/flow_replay.py --out-of-core 64M --ooc-size 500:8000
+    .venv/bin/python benchmarks/flow_replay.py --independent [--ind-sizes 150000,500000,...]
+
+``--independent`` replays WALs that rechain's generator did not write, at trie sizes growing to
+millions of registers (``flow_independent.py`` says how).
 
 ``--out-of-core BUDGET`` measures instead a replay that resumes from a checkpoint at least ten
 times the budget: flow-go writes the WAL, rechain replays its first 90% and checkpoints there,
@@ -40,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import flow_independent  # noqa: E402
 from common import BIN, machine, run_measured, write_result  # noqa: E402
 from rechain.pipeline.cli import parse_size  # noqa: E402
 from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints  # noqa: E402
@@ -336,8 +341,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out-of-core", type=parse_size, default=None, metavar="BUDGET")
     ap.add_argument("--ooc-size", default="500:2000", help="PER_UPDATE:UPDATES")
+    flow_independent.add_arguments(ap)
     args = ap.parse_args()
     flowgo = flowgo_binary()
+    if args.independent:
+        flow_independent.run_independent(args, flowgo, _keccak_rate)
+        return
     work = Path(tempfile.mkdtemp(prefix="rechain-flow-bench-"))
     if args.out_of_core is not None:
         try:

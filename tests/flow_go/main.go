@@ -50,6 +50,10 @@ func main() {
 		err = runRewriteCheckpoint(os.Args[2:])
 	case "stats":
 		err = runStats(os.Args[2:])
+	case "gen-bench":
+		err = runGenBench(os.Args[2:])
+	case "replay-marks":
+		err = runReplayMarks(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q (expected gen, replay, checkpoint, read-checkpoint, rewrite-checkpoint or stats)", os.Args[1])
 	}
