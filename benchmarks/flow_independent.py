@@ -297,6 +297,18 @@ def _size_entry(
         entry["rss_flowgo_over_rechain"] = round(
             mark["peak_rss_bytes"] / 2**20 / max(ours["peak_rss_mib"], 1), 3
         )
+    if "update_seconds" in end:
+        # flow-go's Forest.Update of the same records, timed inside the generator (no WAL
+        # read): a lower bound on its replay, measured at another time than rechain's run.
+        upd_s, upd_cpu = float(end["update_seconds"]), float(end["update_cpu_seconds"])
+        entry["flowgo_forest_update_in_generator"] = {
+            "seconds": round(upd_s, 3),
+            "cpu_s": round(upd_cpu, 3),
+            "register_updates_per_s": round(reg_updates / upd_s),
+            "ratio": round(upd_s / ours["seconds"], 3),
+            "ratio_replay_only": round(upd_s / ours["replay_s"], 3),
+            "cpu_ratio": round(upd_cpu / ours["cpu_s"], 3),
+        }
     entry["roots"] = roots
     entry["same_final_root"] = ok
     return entry
@@ -329,8 +341,32 @@ def _growth(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 (b["flowgo"]["cpu_s"] - a["flowgo"]["cpu_s"]) / n * 1e6, 2
             )
             step["marginal_ratio_replay"] = round(go / ours, 3) if ours > 0 else None
+        ga = a.get("flowgo_forest_update_in_generator")
+        gb = b.get("flowgo_forest_update_in_generator")
+        if ga and gb:
+            step["flowgo_forest_update_us_per_register_update"] = round(
+                (gb["seconds"] - ga["seconds"]) / n * 1e6, 2
+            )
+            step["flowgo_forest_update_cpu_us_per_register_update"] = round(
+                (gb["cpu_s"] - ga["cpu_s"]) / n * 1e6, 2
+            )
         out.append(step)
     return out
+
+
+def _update_curve(segs: list[dict[str, Any]], points: int = 40) -> Any:
+    """flow-go's Forest.Update in the generator as the trie grew, thinned to about ``points``
+    segments: register writes, registers, seconds and CPU seconds so far."""
+    rows = [
+        [s["register_updates"], s["registers"], round(s["update_seconds"], 2),
+         round(s["update_cpu_seconds"], 2)]
+        for s in segs if "update_seconds" in s
+    ]  # fmt: skip
+    if not rows:
+        return None
+    step = max(1, len(rows) // points)
+    thin = rows[::step] if rows[-1] in rows[::step] else [*rows[::step], rows[-1]]
+    return {"columns": ["register_updates", "registers", "seconds", "cpu_s"], "rows": thin}
 
 
 def measure_series(
@@ -381,6 +417,7 @@ def measure_series(
         "growth": _growth(sizes),
         "flowgo_run": {k: v for k, v in go.items() if k != "marks"},
         "flowgo_curve": _curve(segs, go["marks"]),
+        "flowgo_forest_update_curve": _update_curve(gen["segments"]),
         "same_final_root": all(s["same_final_root"] for s in sizes),
     }
 
