@@ -19,6 +19,7 @@ are skipped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -176,6 +177,21 @@ def test_era1_read_matches_readme(
     tds = [int(b["td"]) for b in blocks]
     assert int(f["initial_td"]) < tds[0] and all(a < b for a, b in zip(tds, tds[1:], strict=False))
     assert len({b["hash"] for b in blocks}) == EPOCH
+    # The harness's accumulator is go-ethereum's function over figures the harness picks; the
+    # README's root must also come out of the SSZ definition computed here.
+    assert epoch_accumulator([(b["hash"], int(b["td"])) for b in blocks]) == acc
+
+
+def epoch_accumulator(records: list[tuple[str, int]]) -> str:
+    """hash_tree_root(List[HeaderRecord(block_hash, total_difficulty), 8192]) as EIP-7643
+    defines it, in plain hashlib: each record's root is sha256(hash || td as uint256 LE)."""
+    level = [
+        hashlib.sha256(bytes.fromhex(h) + td.to_bytes(32, "little")).digest() for h, td in records
+    ]
+    level += [bytes(32)] * (EPOCH - len(level))
+    while len(level) > 1:
+        level = [hashlib.sha256(level[i] + level[i + 1]).digest() for i in range(0, len(level), 2)]
+    return hashlib.sha256(level[0] + len(records).to_bytes(32, "little")).hexdigest()
 
 
 def test_era1_sepolia_genesis_and_typed_txs(era1_read: dict[str, dict[str, Any]]) -> None:
@@ -319,7 +335,6 @@ def test_headerimport_sepolia(gethharness: Path, tmp_path: Path) -> None:
     assert out["headers"] == EPOCH - 1 and out["tip_number"] == EPOCH - 1
     assert (out["genesis"], out["tip"]) == (first, last)
     assert out["seconds"] > 0 and out["headers_per_second"] > 0
-    assert out["seconds"] == pytest.approx(out["validate_seconds"] + out["write_seconds"])
 
     # The same headers through a file of concatenated header RLPs, into an in-memory database.
     hdr = tmp_path / "sepolia.rlp"
@@ -449,7 +464,15 @@ def test_rechain_import_agrees_with_geth_on_era1(
     for mine, theirs in zip(ours, geth, strict=True):
         assert mine == theirs, (mine, theirs)
     assert r["checks"]["accumulators"] == len(names)
-    assert all(era1_read[name]["accumulator_ok"] for name in names)
+    # The accumulators rechain recomputed are go-ethereum's, file by file.
+    from rechain.pipeline.stages.ethereum.blocks import committed_units
+    from rechain.pipeline.store import DataDir
+
+    with DataDir(tmp_path / "data", readonly=True) as d:
+        ours_acc = {u["first"]: u["accumulator"] for u in committed_units(d).values()}
+    assert ours_acc == {
+        era1_read[name]["start"]: "0x" + era1_read[name]["accumulator_computed"] for name in names
+    }
 
 
 def test_rechain_import_agrees_with_geth_on_the_freezer(
