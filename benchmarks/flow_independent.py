@@ -134,53 +134,98 @@ def wal_name(register_updates: int, overwrite_pct: int, segment_size: int, seed:
     return f"u{register_updates}-k{PER_UPDATE}-o{overwrite_pct}-seg{segment_size >> 20}m-seed{seed}"
 
 
-def generate(
-    flowgo: Path, cache: Path, register_updates: int, overwrite_pct: int, segment_size: int
-) -> tuple[Path, dict[str, Any]]:
-    """The WAL of ``flowgo gen-bench`` with these parameters, from ``cache`` when there."""
-    name = wal_name(register_updates, overwrite_pct, segment_size, SEED)
-    wal, meta = cache / name, cache / f"{name}.json"
-    if meta.exists():
-        return wal, json.loads(meta.read_text())
-    shutil.rmtree(wal, ignore_errors=True)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f"{name}.json.tmp"
-    with open(tmp, "w") as out:
-        subprocess.run(
-            [
-                str(flowgo),
-                "gen-bench",
-                "--out",
-                str(wal),
-                "--registers-updated",
-                str(register_updates),
-                "--per-update",
-                str(PER_UPDATE),
-                "--overwrite",
-                str(overwrite_pct / 100),
-                "--seed",
-                str(SEED),
-                "--segment-size",
-                str(segment_size),
-            ],
-            check=True,
-            stdout=out,
-            timeout=6 * 3600,
-        )
-    tmp.rename(meta)
-    return wal, json.loads(meta.read_text())
+class Generated:
+    """The WAL of ``flowgo gen-bench`` with these parameters in ``cache``: generated there
+    (its process's id in ``NAME.pid``, each finished segment's record in ``NAME.progress``),
+    found done (``NAME.json``), or joined while its generator still runs: a size is measured
+    as soon as the segments reaching it are written, so generating the largest WAL (flow-go's
+    hashing of every record) overlaps measuring the smaller ones."""
+
+    def __init__(
+        self, flowgo: Path, cache: Path, register_updates: int, overwrite_pct: int,
+        segment_size: int,
+    ) -> None:  # fmt: skip
+        self.name = name = wal_name(register_updates, overwrite_pct, segment_size, SEED)
+        self.wal, self.meta = cache / name, cache / f"{name}.json"
+        self.progress, self.pidfile = cache / f"{name}.progress", cache / f"{name}.pid"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.t0 = time.perf_counter()
+        if self.meta.exists() or self._running():
+            return
+        shutil.rmtree(self.wal, ignore_errors=True)
+        tmp = cache / f"{name}.json.tmp"
+        with open(tmp, "w") as out:
+            self.proc = subprocess.Popen(
+                [str(flowgo), "gen-bench", "--out", str(self.wal), "--registers-updated",
+                 str(register_updates), "--per-update", str(PER_UPDATE), "--overwrite",
+                 str(overwrite_pct / 100), "--seed", str(SEED), "--segment-size",
+                 str(segment_size), "--progress", str(self.progress)],
+                stdout=out,
+            )  # fmt: skip
+        self.pidfile.write_text(str(self.proc.pid))
+        self.tmp = tmp
+
+    def _running(self) -> bool:
+        try:
+            os.kill(int(self.pidfile.read_text()), 0)
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def _done(self) -> dict[str, Any] | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            if self.proc.returncode != 0:
+                raise RuntimeError(f"flowgo gen-bench failed ({self.proc.returncode})")
+            self.tmp.rename(self.meta)
+            self.proc = None
+        if self.meta.exists():
+            return json.loads(self.meta.read_text())
+        tmp = self.meta.with_name(f"{self.name}.json.tmp")
+        if self.proc is None and not self._running() and tmp.exists():
+            # A generator joined (or left by an interrupted run) that finished: its output.
+            try:
+                json.loads(tmp.read_text())
+            except ValueError:
+                pass
+            else:
+                tmp.rename(self.meta)
+                return json.loads(self.meta.read_text())
+        if self.proc is None and not self._running():
+            raise RuntimeError(f"{self.name}: no generator running and no {self.meta.name}")
+        return None
+
+    def segments_to(self, target: int) -> list[dict[str, Any]]:
+        """The generator's records of the first segments reaching ``target`` register
+        writes (all of them if the WAL ends before), once they are written."""
+        while True:
+            done = self._done()
+            if done is not None:
+                segs = done["segments"]
+            else:
+                text = self.progress.read_text() if self.progress.exists() else ""
+                segs = [json.loads(x) for x in text.splitlines() if x.endswith("}")]
+            end = next((i for i, s in enumerate(segs) if s["register_updates"] >= target), None)
+            if end is not None:
+                return segs[: end + 1]
+            if done is not None:
+                return segs
+            time.sleep(5)
+
+    def result(self) -> dict[str, Any]:
+        while (done := self._done()) is None:
+            time.sleep(5)
+        self.seconds = time.perf_counter() - self.t0
+        return done
 
 
-def prefix(wal: Path, gen: dict[str, Any], target: int, into: Path) -> dict[str, Any]:
-    """Hard links of the first whole segments reaching ``target`` register writes (all of them
-    if none does) in ``into``; returns the generator's record of the last one."""
-    segs = gen["segments"]
-    end = next((s for s in segs if s["register_updates"] >= target), segs[-1])
+def prefix(wal: Path, segs: list[dict[str, Any]], into: Path) -> dict[str, Any]:
+    """Hard links of the segments ``segs`` (the first ones of ``wal``) in ``into``; returns
+    the generator's record of the last one."""
     into.mkdir(parents=True)
-    for s in segs[: segs.index(end) + 1]:
+    for s in segs:
         name = f"{s['segment']:08d}"
         os.link(wal / name, into / name)
-    return {**end, "segments": segs.index(end) + 1, "wal_bytes": _bytes(into)}
+    return {**segs[-1], "segments": len(segs), "wal_bytes": _bytes(into)}
 
 
 def _bytes(folder: Path) -> int:
@@ -373,22 +418,27 @@ def measure_series(
     flowgo: Path, cache: Path, work: Path, targets: list[int], overwrite_pct: int,
     segment_size: int, workers: int, limit: float, profile: bool, rate1: float,
 ) -> dict[str, Any]:  # fmt: skip
-    t0 = time.perf_counter()
-    wal, gen = generate(flowgo, cache, max(targets), overwrite_pct, segment_size)
-    gen_s = time.perf_counter() - t0
-    tag = wal.name
+    g = Generated(flowgo, cache, max(targets), overwrite_pct, segment_size)
+    wal, tag = g.wal, g.name
     ends, ours = [], []
+    last_dir = work
     for t in sorted(targets):
         into = work / f"{tag}-{t}"
-        end = prefix(wal, gen, t, into)
-        if ends and end["segment"] == ends[-1]["segment"]:
-            shutil.rmtree(into)
+        segs = g.segments_to(t)
+        if ends and len(segs) == ends[-1]["segments"]:
             continue  # the same prefix as the size before
+        generated = g.meta.exists()
+        end = prefix(wal, segs, into)
+        last_dir = into
         r = run_rechain(into, work / f"data-{tag}-{t}", workers, profile, work / "rechain.perf")
+        # Measured while flow-go was still generating the larger sizes (one more busy core).
+        r["generator_running"] = not generated
         ends.append(end)
         ours.append(r)
         print(json.dumps({"size": end["register_updates"], "rechain": r}), flush=True)
-    largest = work / f"{tag}-{max(targets)}"
+    gen = g.result()
+    gen_s = g.seconds
+    largest = last_dir
     # A mark at every segment's end: where flow-go stops short of a size, its curve still
     # says how far it got and how its cost per write grew.
     segs = gen["segments"][: ends[-1]["segments"]]
@@ -411,7 +461,7 @@ def measure_series(
             "seed": SEED,
             "generated": {k: v for k, v in gen.items() if k != "segments"}
             | {"segments": len(gen["segments"]), "wal_bytes": _bytes(wal)},
-            "generate_or_cache_s": round(gen_s, 1),
+            "waited_for_generator_s": round(gen_s, 1),
         },
         "sizes": sizes,
         "growth": _growth(sizes),
@@ -471,23 +521,17 @@ def run_independent(args: Any, flowgo: Path, keccak_rate: Any) -> dict[str, Any]
         rates = [keccak_rate(1), keccak_rate(args.workers)]
         rate1 = rates[0]["permutations_per_s"]
         targets = [int(x) for x in args.ind_sizes.split(",")]
-        main = measure_series(
-            flowgo,
-            cache,
-            work,
-            targets,
-            args.ind_overwrite,
-            args.ind_segment_size,
-            args.workers,
-            args.flowgo_limit,
-            profile,
-            rate1,
-        )
+        # The variants' WALs are small: measured first, while the largest WAL is still being
+        # generated (its smaller sizes are measured as soon as their segments are written).
         variants = [
             measure_series(flowgo, cache, work, [n], pct, seg, args.workers, args.flowgo_limit,
                            profile, rate1)
             for pct, seg, n in _parse_variants(args.ind_variants)
         ]  # fmt: skip
+        main = measure_series(
+            flowgo, cache, work, targets, args.ind_overwrite, args.ind_segment_size,
+            args.workers, args.flowgo_limit, profile, rate1,
+        )  # fmt: skip
         rates += [keccak_rate(1), keccak_rate(args.workers)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
