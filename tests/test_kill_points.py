@@ -28,7 +28,7 @@ import pytest
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 from rechain.schemas import flow as fs
-from rechain.workers.fault_injection import KILL_POINTS, KILL_TRACE_ENV
+from rechain.workers.fault_injection import KILL_POINTS, KILL_TRACE_ENV, kill_point
 
 from tests import conftest
 from tests.conftest import cli, cli_json, gen_chain, reindex, run_killed_at
@@ -356,6 +356,18 @@ def test_every_registered_point_is_killed_in_some_scenario() -> None:
     assert len(set(KILL_POINTS)) == len(KILL_POINTS)
     killed = {p for points in SCENARIOS.values() for p, nths in points.items() if nths}
     assert killed == set(KILL_POINTS)
+
+
+def test_a_point_not_registered_fails_the_run_that_passes_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace"
+    monkeypatch.setenv(KILL_TRACE_ENV, str(trace))
+    with pytest.raises(ValueError, match="not in fault_injection.KILL_POINTS"):
+        kill_point("link.somewhere_new")
+    kill_point("link.published")
+    kill_point("link.published")
+    assert trace.read_text().split() == ["link.published"] * 2
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
