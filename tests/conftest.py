@@ -19,6 +19,11 @@ import pytest
 from rechain.pipeline.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
+# The benchmarks' modules import each other by bare name (``from common import ...``); tests of
+# them import them the same way, as the project's own modules, never skipped.
+BENCHMARKS = REPO / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
 SHARED = Path(os.environ.get("RECHAIN_SHARED", REPO.parent / "shared"))
 BTC_DATA = SHARED / "data" / "bitcoin"
 CORPUS = BTC_DATA / "corpus"
@@ -156,3 +161,37 @@ def kill_after(cmd: list[str], delay: float) -> bool:
             return True
         assert proc.returncode == 0, f"exit {proc.returncode} before the kill:\n{output}"
         return False
+
+
+#: Where Go lives when it is not on PATH (the official tarball's place).
+GO_FALLBACK = Path("/usr/local/go/bin/go")
+
+
+def oracle_tools(oracle: str, *tools: str) -> list[str]:
+    """The one policy for every outside oracle and peer (Bitcoin Core, flow-go, go-ethereum,
+    the benchmark peers): the paths of the ``tools`` that build ``oracle``. CI has every such
+    tool (``.ci/run`` installs cmake, g++ and Boost; Go and cargo are on its machines), so a
+    missing one fails the test, never skips it: an oracle that cannot be built checks nothing.
+    A failed build fails too, in the oracle's own fixture."""
+    found = [shutil.which(t) or (str(GO_FALLBACK) if t == "go" else None) for t in tools]
+    missing = [t for t, f in zip(tools, found, strict=True) if f is None or not Path(f).is_file()]
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} not installed: the {oracle} oracle cannot be built "
+            "(CI has it; install it to run these tests)",
+            pytrace=False,
+        )
+    return [str(f) for f in found]
+
+
+#: A subprocess run's time limit: a fixed start (an embedded Ray's, on a busy 2-core host: up
+#: to a minute seen) and its input at a rate far below any measured (a full reindex decodes
+#: several MB/s a core), so only a hung run reaches it.
+START_S = 300
+SLOWEST_BYTES_PER_S = 256 << 10
+
+
+def time_limit(*inputs: Path) -> float:
+    """Seconds a run over the files under ``inputs`` may take before it counts as hung."""
+    size = sum(f.stat().st_size for p in inputs for f in Path(p).rglob("*") if f.is_file())
+    return START_S + size / SLOWEST_BYTES_PER_S

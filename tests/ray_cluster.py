@@ -1,5 +1,7 @@
-"""A real multi-node Ray cluster on this machine for tests: a head and worker nodes started
-with `ray start` (each a raylet with its own node id), torn down with `ray stop`."""
+"""A real multi-node Ray cluster on this machine for tests: a head and worker nodes, each a
+`ray start --block` this helper runs in a session of its own (each a raylet with its own node
+id), torn down by stopping exactly the processes those started. Never `ray stop`, which stops
+every Ray process on the host, other tests' and other users' included."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -15,8 +18,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
+
 VENV_BIN = Path(sys.executable).parent
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+#: Starting a node is fixed work (no data): generous for a busy 2-core host, where a node has
+#: been seen to take ~30 s to join; a node that has not joined by then never will.
+NODE_START_S = 300
 
 
 def free_port() -> int:
@@ -25,15 +33,63 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def ray_cli(*args: str, timeout: float = 120) -> str:
-    return subprocess.run(
-        [str(VENV_BIN / "ray"), *args],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=timeout,
-    ).stdout
+class _Nodes:
+    """The `ray start --block` processes this helper started, each the leader of its own
+    session, and every process they started."""
+
+    def __init__(self, temp_dir: str) -> None:
+        self.temp_dir = temp_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str) -> None:
+        log = open(Path(self.temp_dir) / f"node-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        with log:
+            self.procs.append(
+                subprocess.Popen(
+                    [str(VENV_BIN / "ray"), "start", "--block", *args],
+                    stdout=log,
+                    stderr=log,
+                    env=ENV,
+                    start_new_session=True,
+                )
+            )
+
+    def check_alive(self) -> None:
+        for i, proc in enumerate(self.procs):
+            if proc.poll() is not None:
+                tail = (Path(self.temp_dir) / f"node-{i}.log").read_text(errors="replace")
+                raise RuntimeError(f"ray start exited ({proc.returncode}):\n{tail[-3000:]}")
+
+    def ours(self) -> list[psutil.Process]:
+        """Every live process these nodes started: their descendants (Ray may give its workers
+        process groups of their own, but they stay the raylet's children) and anything left
+        in their sessions (a process whose parent died is re-parented, not re-sessioned)."""
+        sessions = {p.pid for p in self.procs}
+        found: dict[int, psutil.Process] = {}
+        for proc in self.procs:
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(proc.pid)
+                for p in [root, *root.children(recursive=True)]:
+                    found[p.pid] = p
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getsid(p.pid) in sessions:
+                    found[p.pid] = p
+        return list(found.values())
+
+    def stop(self) -> None:
+        procs = self.ours()
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(procs, timeout=30)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=30)
+        for proc in self.procs:  # reap our own children
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
 
 
 @contextlib.contextmanager
@@ -47,6 +103,7 @@ def local_cluster(
     if ray.is_initialized():  # the session's embedded Ray would be stopped with the cluster
         ray.shutdown()
     port = free_port()
+    address = f"127.0.0.1:{port}"
     # Ray's socket paths must stay under 107 bytes: a short temp dir, not pytest's.
     temp_dir = tempfile.mkdtemp(prefix="rc-", dir="/tmp")
     dashboard = (
@@ -54,35 +111,45 @@ def local_cluster(
         if dashboard_port
         else ["--include-dashboard", "false"]
     )
-    ray_cli(
-        "start",
-        "--head",
-        "--port",
-        str(port),
-        "--num-cpus",
-        str(head_cpus),
-        "--temp-dir",
-        temp_dir,
-        "--disable-usage-stats",
-        *dashboard,
-    )
+    nodes = _Nodes(temp_dir)
     try:
+        nodes.start(
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            str(head_cpus),
+            "--temp-dir",
+            temp_dir,
+            "--disable-usage-stats",
+            *dashboard,
+        )
+        _wait_for_nodes(nodes, address, 1)
         for _ in range(worker_nodes):
-            ray_cli("start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1")
-        address = f"127.0.0.1:{port}"
-        # `ray start` returns before its raylet has joined; a job started before then would
-        # see (and spread its tasks over) fewer nodes.
-        deadline = time.monotonic() + 120
-        while len(alive_nodes(address)) < 1 + worker_nodes:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the cluster at {address} has not got all its nodes")
-            time.sleep(0.5)
+            nodes.start("--address", address, "--num-cpus", "1")
+        # A node's `ray start` runs before its raylet has joined; a job started before then
+        # would see (and spread its tasks over) fewer nodes.
+        _wait_for_nodes(nodes, address, 1 + worker_nodes)
         yield address
     finally:
-        if ray.is_initialized():  # `ray stop` would kill it under this process's feet
+        if ray.is_initialized():  # its driver would lose the cluster under its feet
             ray.shutdown()
-        ray_cli("stop", "--force")
+        nodes.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _wait_for_nodes(nodes: _Nodes, address: str, count: int) -> None:
+    deadline = time.monotonic() + NODE_START_S
+    while True:
+        nodes.check_alive()
+        try:
+            if len(alive_nodes(address)) >= count:
+                return
+        except subprocess.CalledProcessError:
+            pass  # the head's GCS is not up yet
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster at {address} has not got {count} nodes")
+        time.sleep(0.5)
 
 
 def alive_nodes(address: str) -> list[tuple[str, bool]]:
@@ -99,6 +166,6 @@ def alive_nodes(address: str) -> list[tuple[str, bool]]:
         capture_output=True,
         text=True,
         env=ENV,
-        timeout=120,
+        timeout=NODE_START_S,
     ).stdout
     return [tuple(n) for n in json.loads(out.strip().splitlines()[-1])]

@@ -7,26 +7,19 @@ rot unnoticed."""
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
+import peer_parsers
 import pytest
+from common import host_steal_s, steal_ticks
 
-from tests.conftest import gen_chain, reindex
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-import peer_parsers  # noqa: E402
-from common import host_steal_s, steal_ticks  # noqa: E402
+from tests.conftest import gen_chain, oracle_tools, reindex
 
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any]]:
-    if shutil.which("cargo") is None:
-        pytest.skip("cargo is not installed: the peers binary cannot be built")
+    oracle_tools("benchmark peers", "cargo")
     root = tmp_path_factory.mktemp("peers")
     expected = gen_chain(
         root / "node",

@@ -3,13 +3,15 @@ missing blocks folder. Each gives one clear line and a non-zero exit, never a tr
 full disk keeps what was committed: after more space (or a move) the run resumes to the state
 of an undisturbed run.
 
-The small file systems are tmpfs mounts made by the test (we run as root in CI); where mounting
-is not permitted the tests are skipped with that reason.
+The small file systems are tmpfs mounts made by the test. CI runs as root, so there they must
+mount: a root that cannot mount fails; only a run as another user, which CI never is, skips
+them, with that reason (printed by `-rs`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -29,14 +31,15 @@ SHARD = "64K"
 
 @contextmanager
 def tmpfs(where: Path, size: str) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting a tmpfs needs root (CI runs as root); this is uid {os.geteuid()}")
     where.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
         capture_output=True,
         text=True,
     )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+    assert proc.returncode == 0, f"root cannot mount a tmpfs: {proc.stderr.strip()}"
     try:
         yield where
     finally:

@@ -12,7 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.conftest import cli_json, gen_chain
+from tests.conftest import cli_json, gen_chain, time_limit
 from tests.ray_cluster import ENV, VENV_BIN, alive_nodes, free_port, local_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ def test_full_reindex_as_ray_job_on_worker_nodes(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             env=ENV,
-            timeout=600,
+            timeout=time_limit(tmp_path / "g" / "blocks"),
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         nodes = alive_nodes(address)

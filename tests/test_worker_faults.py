@@ -19,7 +19,7 @@ from rechain.pipeline.btc_committer import skipped_from
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
 
-from tests.conftest import gen_chain, reindex
+from tests.conftest import gen_chain, reindex, time_limit
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,8 @@ def faulty_reindex(blocks: Path, data: Path, fault: str) -> subprocess.Completed
     argv = [sys.executable, "-m", "rechain.pipeline.cli", "btc", "reindex"]
     argv += ["--blocks", str(blocks), "--data", str(data), "--network", "regtest"]
     argv += ["--no-progress", "--json", "--workers", "2", "--shard-size", SHARD]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    limit = time_limit(blocks)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=limit)
 
 
 def test_killed_workers_are_retried_to_the_same_result(
