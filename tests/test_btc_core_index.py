@@ -1,11 +1,17 @@
 """Bitcoin Core's block index: rechain's export read by an independent reader
-(blockchain-parser, on plyvel), the index-guided reindex equal to a full scan, and damaged
-indexes reported (file, offset, reason) or refused with a fallback, never a crash."""
+(blockchain-parser, on plyvel) and by Core's own engine (which starts on it and connects the
+chain it names), the index-guided reindex equal to a full scan on rechain's index and on the
+index Core's reindex wrote, and damaged indexes reported (file, offset, reason) or refused with
+a fallback, never a crash."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,7 @@ from rechain.workers import _native
 from rechain.workers.btc_scan import WorkUnit, scan_unit
 
 from tests.conftest import CORPUS, cli, cli_json, gen_chain, reindex
+from tests.test_btc_core_oracle import assert_same_end, core_oracle, run_core
 from tests.test_btc_corpus import CASES
 
 HAVE_DATA = 8
@@ -417,3 +424,227 @@ def test_guided_scan_equals_plain_scan_on_the_corpus(name: str) -> None:
     missed = {o for o, _, _ in report["misses"]}
     assert missed >= {o for o, _ in bogus}
     assert _native.display_hash(b"\1" * 32) in {h for _, h, _ in report["misses"]}
+
+
+# Bitcoin Core itself on both sides of the index (tests/bitcoin_core, built as
+# test_btc_core_oracle.py builds it): Core's engine starts on a data directory whose
+# blocks/index rechain exported, and rechain's --core-index reads the index Core's reindex wrote.
+
+#: nStatus bits (Core's chain.h): the validity level's mask and two levels, HAVE_UNDO.
+VALID_MASK, VALID_TRANSACTIONS, VALID_SCRIPTS, HAVE_UNDO = 7, 3, 5, 16
+
+
+@contextlib.contextmanager
+def read_copy(index: Path) -> Iterator[Path]:
+    """A copy to read: LevelDB rewrites its folder on open, and Core's own index must stay as
+    Core left it for the guided reindex that reads it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        yield shutil.copytree(index, Path(tmp) / "index")
+
+
+def index_records(index: Path) -> dict[str, dict[str, Any]]:
+    """Every 'b' record as blockchain-parser decodes it, as plain fields."""
+    with read_copy(index) as copy:
+        return {h: vars(r) for h, r in core_records(copy).items()}
+
+
+def file_records(index: Path) -> tuple[dict[int, list[int]], bytes | None]:
+    """The 'f' records (CBlockFileInfo's seven VARINTs) by file number, and 'l'."""
+    with read_copy(index) as copy:
+        db = plyvel.DB(str(copy))
+        try:
+            files = {}
+            for k, raw in db.iterator(prefix=b"f"):
+                fields, pos = [], 0
+                while pos < len(raw):
+                    v, n = _read_varint(raw[pos:])
+                    fields.append(v)
+                    pos += n
+                files[int.from_bytes(k[1:], "little")] = fields
+            return files, db.get(b"l")
+        finally:
+            db.close()
+
+
+@pytest.fixture(scope="module")
+def core() -> Path:
+    return core_oracle()
+
+
+def node_datadir(blocks: Path, index: Path, dest: Path) -> Path:
+    """A node's data directory: the blk files and xor.dat, and ``index`` as blocks/index."""
+    (dest / "blocks").mkdir(parents=True)
+    for f in [*blocks.glob("blk*.dat"), blocks / "xor.dat"]:
+        shutil.copy2(f, dest / "blocks" / f.name)
+    shutil.copytree(index, dest / "blocks" / "index")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def with_core(core: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A shuffled, XORed regtest chain over several files with side branches, orphans and a
+    reorg; rechain's full reindex of it and its export; Core's own reindex of the same files in
+    a data directory that is kept (Core's blocks/index)."""
+    root = tmp_path_factory.mktemp("with_core")
+    gen_chain(
+        root / "node",
+        *("--blocks", "300", "--side-branches", "3", "--orphans", "2", "--reorg", "3"),
+        *("--tx-per-block", "1:4", "--file-size", "64K", "--shuffle-window", "8"),
+        *("--seed", "23"),
+    )
+    blocks = root / "node" / "blocks"
+    data = root / "data"
+    # Full mode: the export then marks bodies VALID_TRANSACTIONS with nTx, which Core needs
+    # to connect a block it did not store itself.
+    reindex(blocks, data, "--mode", "full")
+    export(data, root / "index")
+    reindexed = run_core(
+        core, "regtest", "--blocks", blocks, "--datadir", root / "core", "--list-chain"
+    )
+    assert reindexed["mode"] == "reindex" and reindexed["invalid_blocks"] == []
+    return {
+        "blocks": blocks,
+        "data": data,
+        "index": root / "index",
+        "core_datadir": root / "core",
+        "core_reindex": reindexed,
+    }
+
+
+def rechain_positions(data: Path) -> dict[str, tuple[int, int, int]]:
+    rows = query(data, "SELECT hash, height, file, data_pos FROM headers WHERE in_best_chain")
+    return {r["hash"]: (r["height"], r["file"], r["data_pos"]) for r in rows}
+
+
+def test_core_opens_rechains_block_index(
+    core: Path, with_core: dict[str, Any], tmp_path: Path
+) -> None:
+    """Core starts on rechain's blocks/index as a restarted node does (no reindex): it loads
+    every record, connects the best chain from the blk files at the positions the records name
+    (reading each block there and checking its hash) and ends where rechain and Core's own
+    reindex of the same files end."""
+    datadir = node_datadir(with_core["blocks"], with_core["index"], tmp_path / "node")
+    exported = index_records(with_core["index"])
+    out = run_core(core, "regtest", "--open", datadir, "--list-chain")
+    assert out["mode"] == "open"
+    assert out["invalid_blocks"] == [] and out["log_errors"] == [], out["log_errors"]
+    # Tip, chainwork, best chain and UTXO set: rechain's (btc status, headers table).
+    assert_same_end(out, with_core["data"])
+    theirs = with_core["core_reindex"]
+    assert out["best_chain"] == theirs["best_chain"]
+    for key in ("tip_hash", "tip_height", "chainwork", "utxo_count", "hash_serialized_3"):
+        assert out[key] == theirs[key], key
+
+    # What Core flushed to the index after connecting: every best-chain record rewritten by
+    # Core (scripts checked, undo data written), at the position rechain's table names.
+    opened = index_records(datadir / "blocks" / "index")
+    positions = rechain_positions(with_core["data"])
+    assert set(positions) == set(out["best_chain"])
+    for h, (height, file, data_pos) in positions.items():
+        rec = opened[h]
+        assert exported[h]["status"] & VALID_MASK < VALID_SCRIPTS, "rechain claims no scripts"
+        # Genesis is never connected as such: no scripts, no undo data (spec §6.3).
+        if height > 0:
+            assert rec["status"] & VALID_MASK == VALID_SCRIPTS and rec["status"] & HAVE_UNDO, h
+        assert (rec["height"], rec["file"], rec["data_pos"]) == (height, file, data_pos), h
+
+    # Core's own reindex of the same files ends with the same index: same blocks (side
+    # branches included, orphans excluded), heights, positions, nTx, status and undo positions.
+    own = index_records(with_core["core_datadir"] / "blocks" / "index")
+    assert len(own) > len(positions), "side branches are indexed too"
+    assert opened == own
+    # And rechain's export says of each block what Core's reindex says, but for what only
+    # connecting adds (script validity, undo data).
+    for h, rec in own.items():
+        mine = exported[h]
+        assert {k: v for k, v in mine.items() if k not in ("status", "undo_pos")} == {
+            k: v for k, v in rec.items() if k not in ("status", "undo_pos")
+        }, h
+        # Core's status with its validity capped at rechain's level and no undo data.
+        level = min(rec["status"] & VALID_MASK, VALID_TRANSACTIONS)
+        assert mine["status"] == rec["status"] & ~(VALID_MASK | HAVE_UNDO) | level, h
+    # File records: rechain writes no undo sizes (it writes no rev files); the rest is Core's.
+    mine_files, mine_last = file_records(with_core["index"])
+    own_files, own_last = file_records(with_core["core_datadir"] / "blocks" / "index")
+    assert mine_last == own_last
+    assert {f: v[:2] + v[3:] for f, v in mine_files.items()} == {
+        f: v[:2] + v[3:] for f, v in own_files.items()
+    }
+    assert file_records(datadir / "blocks" / "index") == (own_files, own_last)
+
+
+def test_core_refuses_an_index_record_at_another_blocks_position(
+    core: Path, with_core: dict[str, Any], tmp_path: Path
+) -> None:
+    """Core reads each block where the index says: one record pointed at the next block's
+    position, and Core stops there instead of connecting past it."""
+    index = fresh_copy(with_core["index"], tmp_path / "index")
+    positions = rechain_positions(with_core["data"])
+    by_height = {height: (h, file, pos) for h, (height, file, pos) in positions.items()}
+    victim, _, _ = by_height[150]
+    other, other_file, other_pos = by_height[151]
+    db = plyvel.DB(str(index))
+    key = b"b" + bytes.fromhex(victim)[::-1]
+    value = db.get(key)
+    rec = DBBlockIndex("", value)
+    version, _ = _read_varint(value)
+    moved = b"".join(
+        varint(v) for v in (version, rec.height, rec.status, rec.n_tx, other_file, other_pos)
+    )
+    db.put(key, moved + value[-80:])
+    db.close()
+    datadir = node_datadir(with_core["blocks"], index, tmp_path / "node")
+    proc = subprocess.run(
+        [str(core), "--network", "regtest", "--open", str(datadir), "--verbose"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    # Connected up to the block before, then read the next block's bytes at the named place.
+    assert f"new best={by_height[149][0]} height=149 " in proc.stderr, proc.stderr[-4000:]
+    assert " height=150 " not in proc.stderr
+    assert "GetHash() doesn't match index" in proc.stderr
+    assert f"({other} != {victim})" in proc.stderr, proc.stderr[-4000:]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="a header-mode export marks blocks HAVE_DATA with nTx 0 and VALID_TREE, a state Core "
+    "never writes (CheckBlockIndex: HAVE_DATA iff nTx > 0): Core loads it, connects nothing, "
+    "not even genesis (active chain empty), and would never fetch the blocks it says it has",
+)
+def test_core_connects_a_header_mode_export(
+    core: Path, with_core: dict[str, Any], tmp_path: Path
+) -> None:
+    reindex(with_core["blocks"], tmp_path / "data")
+    export(tmp_path / "data", tmp_path / "index")
+    datadir = node_datadir(with_core["blocks"], tmp_path / "index", tmp_path / "node")
+    out = run_core(core, "regtest", "--open", datadir)
+    assert out["tip_hash"] == with_core["core_reindex"]["tip_hash"]
+
+
+def test_guided_reindex_reads_the_index_core_wrote(
+    with_core: dict[str, Any], tmp_path: Path
+) -> None:
+    """rechain's --core-index on a node's blocks folder as Core left it (its own index, rev
+    files beside the blk files): every record Core wrote is used and verified, and the result
+    equals the full scan's."""
+    node_blocks = with_core["core_datadir"] / "blocks"
+    core_index = node_blocks / "index"
+    assert sorted(node_blocks.glob("rev*.dat")), "Core wrote undo files"
+    own = index_records(core_index)
+    before = {p.name: p.read_bytes() for p in core_index.iterdir() if p.is_file()}
+    result = reindex(node_blocks, tmp_path / "data", "--mode", "full", "--core-index", core_index)
+    ci = result["run"]["core_index"]
+    assert ci["fallback"] is None and ci["disagreements"] == []
+    assert ci["entries"] == ci["with_data"] == ci["verified"] == len(own)
+    assert digest(tmp_path / "data") == digest(with_core["data"])
+    assert result["tip_hash"] == with_core["core_reindex"]["tip_hash"]
+    # Tip and positions: Core's.
+    assert_same_end(with_core["core_reindex"], tmp_path / "data")
+    for h, (height, file, data_pos) in rechain_positions(tmp_path / "data").items():
+        assert (height, file, data_pos) == (own[h]["height"], own[h]["file"], own[h]["data_pos"])
+    # The node's index is read through a private copy: Core's files are untouched.
+    assert {p.name: p.read_bytes() for p in core_index.iterdir() if p.is_file()} == before

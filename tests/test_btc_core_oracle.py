@@ -15,6 +15,7 @@ with Debian's libboost-dev). Without cargo, cmake or a C++ compiler the tests ar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -40,8 +41,10 @@ MAINNET_255 = "00000000d0a75c861fabf9ff7b92022f60e4afeed9331fe5aa073d8e4706fe3c"
 MAINNET_277647 = "0000000000000000054a714e580b16c583701712ab91060e92dbde6eb1e052a8"
 
 
-@pytest.fixture(scope="session")
-def core() -> Path:
+@functools.cache
+def core_oracle() -> Path:
+    """The oracle's binary, built or taken from its cache (once a session; other modules'
+    fixtures call this too)."""
     missing = [t for t in ("cargo", "cmake", "c++") if shutil.which(t) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed: the Bitcoin Core oracle cannot be built")
@@ -51,6 +54,11 @@ def core() -> Path:
         pytest.fail(f"building the Bitcoin Core oracle failed: {e}")
     assert binary.is_file()
     return binary
+
+
+@pytest.fixture(scope="session")
+def core() -> Path:
+    return core_oracle()
 
 
 def run_core(binary: Path, network: str, *args: object) -> dict[str, Any]:

@@ -8,9 +8,12 @@
 //! Modes: by default the blk files (and xor.dat) are copied into the data directory's blocks
 //! folder and imported as `-reindex` does. `--loadblock FILE...` instead imports plain
 //! (un-obfuscated) block files the way `-loadblock` does, for files not laid out as a node's
-//! (real-blk/, which lacks the genesis block a reindex starts from).
+//! (real-blk/, which lacks the genesis block a reindex starts from). `--open DATADIR` starts on
+//! an existing data directory as a restarted node does: Core loads `blocks/index` as it stands
+//! (whoever wrote it) and connects the best chain it names from the blk files at the positions
+//! it names, without reindexing; the directory is kept, with the index as Core flushed it.
 //!
-//! Usage: rechain-core-oracle --network NET (--blocks DIR | --loadblock FILE...)
+//! Usage: rechain-core-oracle --network NET (--blocks DIR | --loadblock FILE... | --open DATADIR)
 //!        [--assumevalid HASH] [--datadir DIR] [--threads N] [--list-chain] [--verbose]
 
 #![allow(non_upper_case_globals)] // the C API's enum constants, used as patterns
@@ -43,6 +46,7 @@ struct Args {
     network: String,
     blocks: Option<PathBuf>,
     loadblock: Vec<PathBuf>,
+    open: Option<PathBuf>,
     assumevalid: [u8; 32],
     datadir: Option<PathBuf>,
     threads: i32,
@@ -81,6 +85,7 @@ fn parse_args() -> Args {
         network: String::new(),
         blocks: None,
         loadblock: Vec::new(),
+        open: None,
         assumevalid: [0u8; 32],
         datadir: None,
         // Core's -par default: one script-check thread per core beyond the first.
@@ -100,6 +105,7 @@ fn parse_args() -> Args {
             "--network" => a.network = value(),
             "--blocks" => a.blocks = Some(PathBuf::from(value())),
             "--loadblock" => a.loadblock.push(PathBuf::from(value())),
+            "--open" => a.open = Some(PathBuf::from(value())),
             "--assumevalid" => a.assumevalid = parse_hash(&value()),
             "--datadir" => a.datadir = Some(PathBuf::from(value())),
             "--threads" => a.threads = value().parse().unwrap_or_else(|e| die(e)),
@@ -108,10 +114,11 @@ fn parse_args() -> Args {
             _ => die(format!("unknown argument {arg}")),
         }
     }
-    if a.network.is_empty() || a.blocks.is_some() != a.loadblock.is_empty() {
+    let sources = a.blocks.is_some() as u8 + !a.loadblock.is_empty() as u8 + a.open.is_some() as u8;
+    if a.network.is_empty() || sources != 1 || (a.open.is_some() && a.datadir.is_some()) {
         die(
-            "usage: --network NET (--blocks DIR | --loadblock FILE...) [--assumevalid HASH] \
-             [--datadir DIR] [--threads N] [--list-chain] [--verbose]",
+            "usage: --network NET (--blocks DIR | --loadblock FILE... | --open DATADIR) \
+             [--assumevalid HASH] [--datadir DIR] [--threads N] [--list-chain] [--verbose]",
         );
     }
     a
@@ -213,6 +220,23 @@ fn main() {
     {
         let mut g = SEEN.lock().unwrap();
         g.get_or_insert_with(Seen::default).verbose = args.verbose;
+    }
+    if let Some(open) = &args.open {
+        // Without an index Core would start a new one, and nothing would have been read.
+        if !open.join("blocks").join("index").join("CURRENT").is_file() {
+            die(format!("{}: no blocks/index to open", open.display()));
+        }
+        let files = std::fs::read_dir(open.join("blocks"))
+            .unwrap_or_else(|e| die(format!("{}: {e}", open.display())))
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                name.starts_with("blk") && name.ends_with(".dat")
+            })
+            .count() as u64;
+        let out = unsafe { run(&args, open, &open.join("blocks"), Some(files)) };
+        println!("{}", serde_json::to_string_pretty(&out).unwrap());
+        return;
     }
     let tmp;
     let datadir = match &args.datadir {
@@ -326,6 +350,10 @@ unsafe fn run(args: &Args, datadir: &Path, blocks_dir: &Path, copied: Option<u64
 
     let chain = btck_chainstate_manager_get_active_chain(chainman);
     let height = btck_chain_get_height(chain);
+    if height < 0 {
+        // Nothing connected, not even genesis (an index whose blocks Core may not connect).
+        die("Core's active chain is empty (see --verbose)");
+    }
     let mut hashes: Vec<String> = Vec::with_capacity(height as usize + 1);
     let mut digest_input = String::with_capacity(65 * (height as usize + 1));
     for h in 0..=height {
@@ -372,7 +400,7 @@ unsafe fn run(args: &Args, datadir: &Path, blocks_dir: &Path, copied: Option<u64
         .collect();
     let mut out = json!({
         "network": args.network,
-        "mode": if reindex { "reindex" } else { "loadblock" },
+        "mode": if reindex { "reindex" } else if args.open.is_some() { "open" } else { "loadblock" },
         "files": copied.unwrap_or(args.loadblock.len() as u64),
         "assumevalid": if args.assumevalid == [0u8; 32] { Value::Null } else { json!(display(&args.assumevalid)) },
         "script_threads": args.threads,
