@@ -125,11 +125,12 @@ def local_cluster(
             *dashboard,
         )
         _wait_for_nodes(nodes, address, 1)
-        for _ in range(worker_nodes):
+        # One node at a time, each waited for until it has joined: nodes registering at once
+        # on a busy 2-core host miss the GCS's deadline. A job started before every node has
+        # joined would see (and spread its tasks over) fewer nodes.
+        for n in range(worker_nodes):
             nodes.start("--address", address, "--num-cpus", "1")
-        # A node's `ray start` runs before its raylet has joined; a job started before then
-        # would see (and spread its tasks over) fewer nodes.
-        _wait_for_nodes(nodes, address, 1 + worker_nodes)
+            _wait_for_nodes(nodes, address, 2 + n)
         yield address
     finally:
         if ray.is_initialized():  # its driver would lose the cluster under its feet
