@@ -121,6 +121,18 @@ def test_mainnet_epoch_with_proof_of_work(tmp_path: Path) -> None:
     assert r["first_block"] == 32700
 
 
+def e2store_records(raw: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each e2store record of a file, walked from the format (spec 2.1: type[2]
+    | length u32 LE | reserved u16 | value), the records tiling the file."""
+    records, at = [], 0
+    while at < len(raw):
+        (length,) = struct.unpack("<I", raw[at + 2 : at + 6])
+        records.append((at, at + 8 + length))
+        at += 8 + length
+    assert at == len(raw)
+    return records
+
+
 def test_damaged_era1_files_give_verdicts_and_keep_good_blocks(tmp_path: Path) -> None:
     era = folder_with(tmp_path, SEPOLIA_0, SEPOLIA_21)
     # A flipped byte inside block 100's compressed header: its snappy chunk CRC fails.
@@ -150,11 +162,16 @@ def test_damaged_era1_files_give_verdicts_and_keep_good_blocks(tmp_path: Path) -
         (8191,)
     ]
     # A truncated file is skipped whole (its layout cannot be read), the others are kept.
-    path.write_bytes(bytes(raw[: len(raw) // 2]))
+    cut = len(raw) // 2
+    path.write_bytes(bytes(raw[:cut]))
     r = eth_import(era, data, "--network", "sepolia", "--no-pow")
     [skip] = r["skipped"]
     assert skip["source"] == SEPOLIA_0.removesuffix(".era1") and skip["reason"] == "unreadable"
-    assert SEPOLIA_0 in skip["detail"], skip
+    # Named at the e2store record the cut falls in, its value running past the new end.
+    start, end = next((s, e) for s, e in e2store_records(bytes(raw)) if s < cut < e)
+    want = rf"^{re.escape(str(path))}: offset {start}: truncated e2store record value: need "
+    want += rf"{end - start - 8} bytes, have {cut - start - 8}$"
+    assert re.search(want, skip["detail"]), (start, skip)
     assert r["blocks"] == 8192 and r["first_block"] == 172_032
     assert query(data, "SELECT count(*) FROM eth_blocks") == [(8192,)]
     assert verify(data)["ok"]
