@@ -25,6 +25,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,27 @@ def chain(cache: Path, blocks: int, lo: int, hi: int) -> Path:
     """The generated regtest chain of ``btc_full`` (same generator and seed) at ``blocks``."""
     node = cache / f"chain-{blocks}-{lo}-{hi}"
     made = node / "generated"
+    # Another run generating the same chain into the cache: wait for it rather than race it.
+    lock = cache / f"chain-{blocks}-{lo}-{hi}.pid"
+    while not made.exists() and _alive(lock):
+        time.sleep(10)
     if not made.exists():
         shutil.rmtree(node, ignore_errors=True)
+        cache.mkdir(parents=True, exist_ok=True)
+        lock.write_text(str(os.getpid()))
         _native.generate_bitcoin(
             str(node), blocks, "regtest", 7, 134_217_728, False, 16, 5, 3, lo, hi
         )
         made.touch()
     return node / "blocks"
+
+
+def _alive(pidfile: Path) -> bool:
+    try:
+        os.kill(int(pidfile.read_text()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def reindex(blocks: Path, data: Path, budget: str) -> dict[str, Any]:

@@ -218,6 +218,17 @@ class Generated:
         return done
 
 
+def _generators_running(cache: Path) -> bool:
+    """Whether any ``flowgo gen-bench`` of the cache (its ``NAME.pid``) is still running."""
+    for pid in cache.glob("*.pid"):
+        try:
+            os.kill(int(pid.read_text()), 0)
+            return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
 def prefix(wal: Path, segs: list[dict[str, Any]], into: Path) -> dict[str, Any]:
     """Hard links of the segments ``segs`` (the first ones of ``wal``) in ``into``; returns
     the generator's record of the last one."""
@@ -427,12 +438,12 @@ def measure_series(
         segs = g.segments_to(t)
         if ends and len(segs) == ends[-1]["segments"]:
             continue  # the same prefix as the size before
-        generated = g.meta.exists()
+        generating = _generators_running(cache)
         end = prefix(wal, segs, into)
         last_dir = into
         r = run_rechain(into, work / f"data-{tag}-{t}", workers, profile, work / "rechain.perf")
         # Measured while flow-go was still generating the larger sizes (one more busy core).
-        r["generator_running"] = not generated
+        r["generator_running"] = generating or _generators_running(cache)
         ends.append(end)
         ours.append(r)
         print(json.dumps({"size": end["register_updates"], "rechain": r}), flush=True)
