@@ -1,5 +1,6 @@
 """`--memory-budget` against peak RSS, on a full reindex whose blocks are at least 10x the
-budget (slow: `make soak` runs it; RECHAIN_MEMTEST_BLOCKS sets the chain length).
+budget (slow: `make soak` runs it; RECHAIN_MEMTEST_BLOCKS sets the chain length). The small
+case of every pipeline runs in `make test`: tests/test_memory_ci.py.
 
 The budget bounds what the pipeline holds for the data: in-flight units, DuckDB's buffers
 (it spills to DATADIR/tmp beyond them), staged and published row groups, the UTXO set and
