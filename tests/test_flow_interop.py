@@ -27,6 +27,8 @@ import pyarrow.compute as pc
 import pytest
 from rechain.workers import _native
 
+from tests.conftest import oracle_tools
+
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = REPO / "tests" / "flow_go"
 CACHE = Path(os.environ.get("RECHAIN_FLOWGO_CACHE", Path.home() / ".cache" / "rechain" / "flowgo"))
@@ -39,6 +41,7 @@ EMPTY_ROOT = "568f4ec740fe3b5de88034cb7b1fbddb41548b068f31aebc8ae9189e429c5749"
 
 @pytest.fixture(scope="module")
 def flowgo() -> Path:
+    oracle_tools("flow-go", "go")
     proc = subprocess.run(
         ["bash", str(HARNESS / "build.sh"), str(CACHE)],
         capture_output=True,

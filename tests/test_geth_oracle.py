@@ -14,7 +14,7 @@ last release with ethash, built from its own module (tests/geth_ethash).
 Both oracles are built from the Go module proxy by their build.sh into a cache directory
 (RECHAIN_GETHHARNESS_CACHE, default ~/.cache/rechain/gethharness), rebuilt only when their
 sources change; the first builds take about 7 and 2 minutes on 2 cores. Without Go the tests
-are skipped.
+fail (`conftest.oracle_tools`: CI has it).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import oracle_tools
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("RECHAIN_SHARED", REPO.parent / "shared"))
@@ -77,20 +79,9 @@ ERA1_FACTS = [
 SEPOLIA0 = ERA1_FACTS[1][0]
 
 
-def _go() -> str | None:
-    found = shutil.which("go")
-    if found:
-        return found
-    default = Path("/usr/local/go/bin/go")
-    return str(default) if default.is_file() else None
-
-
 def _build(harness: Path) -> Path:
-    go = _go()
-    if go is None:
-        pytest.skip(f"go is not installed: the go-ethereum oracle ({harness.name}) cannot be built")
-    if not ERA1.is_dir():
-        pytest.skip(f"the real Ethereum files are not here: {ETH}")
+    go = oracle_tools(f"go-ethereum ({harness.name})", "go")[0]
+    assert ERA1.is_dir(), f"the real Ethereum files are not here: {ETH}"
     env = dict(os.environ, PATH=f"{Path(go).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.run(
         ["bash", str(harness / "build.sh"), str(CACHE)],
