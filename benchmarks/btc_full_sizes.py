@@ -134,6 +134,9 @@ def measure(blocks: Path, work: Path, budget: str, rounds: int) -> dict[str, Any
                 "load_avg_before": [round(x, 2) for x in load],
             }
             row[f"vs_{name}"] = round(rechain_mb_s / got["mb_per_s"], 3)
+            # The peer's CPU seconds over rechain's (the same bytes): steadier than wall time
+            # on a busy host, blind to how many cores each keeps busy.
+            row[f"cpu_vs_{name}"] = round(got["cpu_s"] / row["rechain"]["cpu_s"], 3)
         out_rounds.append(row)
         print(json.dumps(row), flush=True)
     shutil.rmtree(data, ignore_errors=True)
@@ -141,7 +144,10 @@ def measure(blocks: Path, work: Path, budget: str, rounds: int) -> dict[str, Any
         "block_bytes": nbytes,
         "rounds": out_rounds,
         **{
-            f"median_vs_{name}": round(statistics.median(r[f"vs_{name}"] for r in out_rounds), 3)
+            f"median_{kind}_{name}": round(
+                statistics.median(r[f"{kind}_{name}"] for r in out_rounds), 3
+            )
+            for kind in ("vs", "cpu_vs")
             for name, _, _ in PEERS
         },
         "checks": checks,
@@ -186,6 +192,7 @@ def main() -> None:
         # rechain's MB/s over each peer's, the median of the rounds, per chain size (MB).
         "ratio_by_size_mb": {
             f"{s['block_bytes'] / MB:.0f}": {name: s[f"median_vs_{name}"] for name, _, _ in PEERS}
+            | {f"cpu_{name}": s[f"median_cpu_vs_{name}"] for name, _, _ in PEERS}
             for s in sizes.values()
         },
         "seconds_fit": fits,
