@@ -54,6 +54,10 @@ VERDICTS_KEPT = 100
 #: hash-keyed files of ``eth_numbers`` all overlap one another: ingested unit by unit they cost
 #: more than the units' own decoding and kept RocksDB compacting. A kill redoes at most a group.
 COMMIT_UNITS = 16
+#: What an era1 unit holds at its peak, per byte of its file: the file, its decompressed
+#: records, the decoded Arrow columns and their Parquet encoding (measured about 5x, by
+#: tests/test_memory_ci.py). The window of units in flight is sized by it; one unit always runs.
+UNIT_BYTES_PER_FILE_BYTE = 5
 #: The index column families a unit's entries go to.
 INDEX_CFS = (layout.CF_ETH_NUMBERS, layout.CF_ETH_CANONICAL, layout.CF_ETH_TD)
 
@@ -185,10 +189,11 @@ def _results(
     if not units:
         return
     data, opts, workers = ctx.data, ctx.opts, ctx.workers
-    # A unit holds its input (an era1 file up to a few hundred MiB) and about as much again
-    # decoded; the window keeps the units in flight within the budget.
+    # The window keeps the units in flight (an era1 file each, up to a few hundred MiB) within
+    # the budget.
     biggest = max(_unit_bytes(u) if u.kind == "era1" else 64 << 20 for u in units)
-    window = max(1, min(2 * workers, opts.memory_budget // max(1, 3 * biggest)))
+    cost = UNIT_BYTES_PER_FILE_BYTE * biggest
+    window = max(1, min(2 * workers, opts.memory_budget // max(1, cost)))
     dirs = {t.name: str(table_dir(data, t.name)) for t in tables.ETH_TABLES}
     if use_ray:
         import ray
