@@ -131,8 +131,18 @@ def export(data_path: Path, out: Path) -> dict[str, Any]:
     finally:
         db.close()
     t_write = time.perf_counter()
+    unchecked = summary["with_data"] - summary["valid_transactions"]
     return {
         **dict(summary),
+        # Core holds a block's data only with its nTx, which it sets once the transactions
+        # were checked: it loads these records but connects none of them.
+        "warnings": [
+            f"{unchecked:,} blocks have data whose transactions were not checked (header "
+            "mode): Bitcoin Core loads this index but connects none of them; reindex with "
+            "--check-bodies or --mode full before exporting an index for a node"
+        ]
+        if unchecked
+        else [],
         "network": network,
         "out": str(out),
         "read_s": round(t_read - t0, 3),

@@ -447,6 +447,8 @@ def dispatch(args: argparse.Namespace) -> int:
                 f"wrote {res['block_records']:,} block records ({res['with_data']:,} with data) "
                 f"and {res['file_records']} file records to {res['out']} in {res['total_s']:.2f}s"
             )
+            for warning in res["warnings"]:
+                print(f"warning: {warning}", file=sys.stderr)
             return 0
         if args.action == "status":
             st = btc_status.status(args.data)

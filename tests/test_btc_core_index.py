@@ -608,19 +608,28 @@ def test_core_refuses_an_index_record_at_another_blocks_position(
     assert f"({other} != {victim})" in proc.stderr, proc.stderr[-4000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a header-mode export marks blocks HAVE_DATA with nTx 0 and VALID_TREE, a state Core "
-    "never writes (CheckBlockIndex: HAVE_DATA iff nTx > 0): Core loads it, connects nothing, "
-    "not even genesis (active chain empty), and would never fetch the blocks it says it has",
-)
-def test_core_connects_a_header_mode_export(
+def test_a_header_mode_export_warns_that_core_connects_nothing_from_it(
     core: Path, with_core: dict[str, Any], tmp_path: Path
 ) -> None:
+    """A header-mode export gives blocks their positions but no nTx (their transactions were
+    never checked), a state Core never writes itself (CheckBlockIndex: data iff nTx > 0): Core
+    loads it and connects nothing, not even genesis. The export says so; after --check-bodies
+    the same chain's export is one Core connects."""
     reindex(with_core["blocks"], tmp_path / "data")
-    export(tmp_path / "data", tmp_path / "index")
+    result = export(tmp_path / "data", tmp_path / "index")
+    assert result["valid_transactions"] == 0 and result["with_data"] > 0
+    [warning] = result["warnings"]
+    assert f"{result['with_data']:,} blocks have data" in warning
     datadir = node_datadir(with_core["blocks"], tmp_path / "index", tmp_path / "node")
+    proc = subprocess.run(
+        [str(core), "--network", "regtest", "--open", str(datadir)], capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "active chain is empty" in proc.stderr, proc.stderr[-2000:]
+
+    reindex(with_core["blocks"], tmp_path / "checked", "--check-bodies")
+    checked = export(tmp_path / "checked", tmp_path / "checked-index")
+    assert checked["warnings"] == [] and checked["valid_transactions"] == checked["with_data"]
+    datadir = node_datadir(with_core["blocks"], tmp_path / "checked-index", tmp_path / "node2")
     out = run_core(core, "regtest", "--open", datadir)
     assert out["tip_hash"] == with_core["core_reindex"]["tip_hash"]
 
