@@ -410,6 +410,31 @@ impl PartReader {
     }
 }
 
+/// Where the fields of one node record that `build_node` and the child checks name lie in its
+/// file: fixed places after the node's start in a v5/v6 record (§5.2, [`NodeFields::v6`]),
+/// elsewhere in the older records (`checkpoint_legacy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct NodeFields {
+    pub start: u64,
+    pub height: u64,
+    pub hash: u64,
+    pub left: u64,
+    pub right: u64,
+}
+
+impl NodeFields {
+    /// `| type u8 | height u16 | hash | left u64 | right u64 |` from `at`.
+    pub(super) fn v6(at: u64) -> Self {
+        NodeFields {
+            start: at,
+            height: at + 1,
+            hash: at + 3,
+            left: at + 35,
+            right: at + 43,
+        }
+    }
+}
+
 /// One node record as stored, children as indices.
 #[derive(Debug)]
 pub(super) enum RawNode {
@@ -697,9 +722,11 @@ pub(super) fn subtrie_position(path: &Path) -> usize {
     usize::from(path.0[0] >> (8 - SUBTRIE_LEVEL))
 }
 
+/// The node of record `raw` (its fields at `at`), its height checked against its children's
+/// and, as `verify` asks, its stored hash against its contents'. Errors name the field.
 pub(super) fn build_node(
     file: &FsPath,
-    at: u64,
+    at: NodeFields,
     raw: RawNode,
     left: Option<Arc<Node>>,
     right: Option<Arc<Node>>,
@@ -713,7 +740,7 @@ pub(super) fn build_node(
     if height > MAX_HEIGHT {
         return Err(CheckpointError::new(
             file,
-            at + 1,
+            at.height,
             "bad_height",
             format!("node height {height} > {MAX_HEIGHT}"),
         ));
@@ -722,7 +749,7 @@ pub(super) fn build_node(
         if c.height() + 1 != height {
             return Err(CheckpointError::new(
                 file,
-                at + 1,
+                at.height,
                 "bad_height",
                 format!(
                     "node of height {height} has a child of height {}",
@@ -735,7 +762,7 @@ pub(super) fn build_node(
         if left.is_none() && right.is_none() {
             return Err(CheckpointError::new(
                 file,
-                at,
+                at.start,
                 "bad_node",
                 "interior node without children",
             ));
@@ -754,7 +781,10 @@ pub(super) fn build_node(
             right.as_ref().map(|n| n.hash()),
         );
         if computed != stored {
-            return Err(CheckpointError::hash_mismatch(file, at, stored, computed));
+            return Err(CheckpointError {
+                offset: at.hash,
+                ..CheckpointError::hash_mismatch(file, at.start, stored, computed)
+            });
         }
     }
     Ok(Arc::new(match raw {
@@ -846,11 +876,12 @@ fn read_subtrie_part(
                 }
                 (RawNode::Leaf { .. }, Verify::Interior) => 0,
             };
-            let child = |c: u64| -> CpResult<Option<Arc<Node>>> {
+            // `field`: where the child index lies (`NodeFields`).
+            let child = |c: u64, field: u64| -> CpResult<Option<Arc<Node>>> {
                 if c >= i {
                     return Err(CheckpointError::new(
                         &file,
-                        at + 35,
+                        field,
                         "bad_child_index",
                         format!(
                             "node {i} has child index {c}: does not satisfy descendants-first order"
@@ -859,12 +890,13 @@ fn read_subtrie_part(
                 }
                 Ok((c > 0).then(|| nodes[(c - 1) as usize].clone()))
             };
-            let (l, rt) = (child(left)?, child(right)?);
+            let fields = NodeFields::v6(at);
+            let (l, rt) = (child(left, fields.left)?, child(right, fields.right)?);
             for c in [left, right].into_iter().filter(|&c| c > 0) {
                 referenced[(c - 1) as usize] = true;
             }
             let children = (l.as_ref().map(|n| n.hash()), rt.as_ref().map(|n| n.hash()));
-            let node = build_node(&file, at, raw, l, rt, Verify::None)?;
+            let node = build_node(&file, fields, raw, l, rt, Verify::None)?;
             let path = match &*node {
                 Node::Leaf { reg, .. } => {
                     let position = subtrie_position(reg.path());
@@ -1206,11 +1238,12 @@ fn read_top(
             RawNode::Interior { left, right, .. } => (*left, *right),
             RawNode::Leaf { .. } => (0, 0),
         };
-        let child = |c: u64| -> CpResult<Option<Arc<Node>>> {
+        // `field`: where the child index lies (`NodeFields`).
+        let child = |c: u64, field: u64| -> CpResult<Option<Arc<Node>>> {
             if c >= global {
                 return Err(CheckpointError::new(
                     &file,
-                    at + 35,
+                    field,
                     "bad_child_index",
                     format!(
                         "node {global} has child index {c}: does not satisfy descendants-first order"
@@ -1219,10 +1252,11 @@ fn read_top(
             }
             Ok(table.get(c).cloned())
         };
-        let (l, rt) = (child(left)?, child(right)?);
+        let fields = NodeFields::v6(at);
+        let (l, rt) = (child(left, fields.left)?, child(right, fields.right)?);
         references.extend([left, right].into_iter().filter(|&c| c > 0));
         offsets.push(at);
-        let node = build_node(&file, at, raw, l, rt, Verify::Full)?;
+        let node = build_node(&file, fields, raw, l, rt, Verify::Full)?;
         let path = match &*node {
             Node::Leaf { reg, .. } => *reg.path(),
             _ => path_under(

@@ -24,8 +24,8 @@
 //! records them. flow-go ignores bytes after a v1 file's last trie; they are an error here.
 
 use super::checkpoint::{
-    build_node, check_count, finish_part, read_node, CheckpointError, CpResult, Loaded, PartInfo,
-    PartReader, RawNode, Verify, MAGIC_HEADER,
+    build_node, check_count, finish_part, read_node, CheckpointError, CpResult, Loaded, NodeFields,
+    PartInfo, PartReader, RawNode, Verify, MAGIC_HEADER,
 };
 use super::hash::{empty_root, Hash, Path, MAX_HEIGHT};
 use super::mtrie::{Node, Register, Trie};
@@ -105,8 +105,9 @@ fn fixed32(r: &PartReader, at: u64, data: Vec<u8>, what: &str) -> CpResult<[u8; 
     })
 }
 
-/// One v1/v3 node record: the node and its child indices.
-fn read_node_v3(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
+/// One v1/v3 node record: where its fields lie (the hash: its 32 bytes after their length)
+/// and the node with its child indices.
+fn read_node_v3(r: &mut PartReader) -> CpResult<(NodeFields, RawNode)> {
     let at = r.offset;
     let version = r.u16("node encoding version")?;
     if version > V3_RECORD_VERSION {
@@ -130,9 +131,16 @@ fn read_node_v3(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
     let hash_at = r.offset;
     let hash = short_data(r, "node hash")?;
     let hash = Hash(fixed32(r, hash_at, hash, "node hash")?);
+    let fields = NodeFields {
+        start: at,
+        height: at + 2,
+        hash: hash_at + 2,
+        left: at + 4,
+        right: at + 12,
+    };
     if path.is_empty() {
         return Ok((
-            at,
+            fields,
             RawNode::Interior {
                 height,
                 hash,
@@ -166,7 +174,7 @@ fn read_node_v3(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
         decode_payload(&encoded[3..], version).map_err(|m| payload_error(r, payload_at + 4, m))?
     };
     Ok((
-        at,
+        fields,
         RawNode::Leaf {
             height,
             hash,
@@ -175,13 +183,20 @@ fn read_node_v3(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
     ))
 }
 
-/// One v4 node record.
-fn read_node_v4(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
+/// One v4 node record: where its fields lie and the node.
+fn read_node_v4(r: &mut PartReader) -> CpResult<(NodeFields, RawNode)> {
     let at = r.offset;
     let typ = r.u8("node type")?;
     let height = r.u16("node height")?;
     r.u16("max depth")?;
     r.u64("register count")?;
+    let fields = NodeFields {
+        start: at,
+        height: at + 1,
+        hash: at + 13,
+        left: at + 45,
+        right: at + 53,
+    };
     let hash = Hash(r.hash("node hash")?);
     match typ {
         NODE_LEAF => {
@@ -195,7 +210,7 @@ fn read_node_v4(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
                 decode_payload(&encoded, 0).map_err(|m| payload_error(r, payload_at + 4, m))?
             };
             Ok((
-                at,
+                fields,
                 RawNode::Leaf {
                     height,
                     hash,
@@ -207,7 +222,7 @@ fn read_node_v4(r: &mut PartReader) -> CpResult<(u64, RawNode)> {
             let left = r.u64("left child index")?;
             let right = r.u64("right child index")?;
             Ok((
-                at,
+                fields,
                 RawNode::Interior {
                     height,
                     hash,
@@ -353,17 +368,17 @@ fn load_version(file: &FsPath, version: u16) -> CpResult<Loaded> {
         let (at, raw) = match version {
             V1 | V3 => read_node_v3(&mut r)?,
             V4 => read_node_v4(&mut r)?,
-            _ => read_node(&mut r)?,
+            _ => read_node(&mut r).map(|(at, raw)| (NodeFields::v6(at), raw))?,
         };
         let (li, ri) = match &raw {
             RawNode::Interior { left, right, .. } => (*left, *right),
             RawNode::Leaf { .. } => (0, 0),
         };
-        let child = |c: u64| -> CpResult<Option<&Stored>> {
+        let child = |c: u64, field: u64| -> CpResult<Option<&Stored>> {
             if c >= i {
                 return Err(CheckpointError::new(
                     file,
-                    at,
+                    field,
                     "bad_child_index",
                     format!(
                         "node {i} has child index {c}: does not satisfy descendants-first order"
@@ -372,7 +387,7 @@ fn load_version(file: &FsPath, version: u16) -> CpResult<Loaded> {
             }
             Ok((c > 0).then(|| &nodes[(c - 1) as usize]))
         };
-        let (l, rt) = (child(li)?, child(ri)?);
+        let (l, rt) = (child(li, at.left)?, child(ri, at.right)?);
         let (reg_count, reg_size) = match &raw {
             RawNode::Leaf { reg, .. } => {
                 leaves += 1;
@@ -410,7 +425,8 @@ fn load_version(file: &FsPath, version: u16) -> CpResult<Loaded> {
                 let hash_at = r.offset;
                 let hash = short_data(&mut r, "trie root hash")?;
                 let hash = Hash(fixed32(&r, hash_at, hash, "trie root hash")?);
-                let root = trie_root(&r, at, hash_at, &nodes, index, hash)?;
+                // A wrong root hash is named at its 32 bytes, after their length.
+                let root = trie_root(&r, at, hash_at + 2, &nodes, index, hash)?;
                 Trie {
                     root: root.map(|s| s.node.clone()),
                     reg_count: root.map_or(0, |s| s.reg_count),
@@ -578,6 +594,92 @@ mod tests {
             longer.push(0);
             std::fs::write(&f, &longer).unwrap();
             assert!(load(&f, version).is_err(), "{name} with a trailing byte");
+        }
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// The node records of a vendor file (§5.8), walked here from the format: (start, end,
+    /// is interior).
+    fn node_records(b: &[u8], version: u16) -> Vec<(usize, usize, bool)> {
+        let u = |at: usize, n: usize| {
+            b[at..at + n]
+                .iter()
+                .fold(0usize, |v, &x| (v << 8) | usize::from(x))
+        };
+        let (mut at, count) = if version <= V3 {
+            (14, u(4, 8))
+        } else {
+            (4, u(b.len() - 14, 8))
+        };
+        let mut nodes = Vec::new();
+        for _ in 0..count {
+            let (interior, len) = match version {
+                // version, height, left, right, max depth, reg count; path, payload, hash.
+                V1 | V3 => {
+                    let path = at + 30;
+                    let payload = path + 2 + u(path, 2);
+                    let hash = payload + 4 + u(payload, 4);
+                    (u(path, 2) == 0, hash + 2 + u(hash, 2) - at)
+                }
+                // type, height, max depth, reg count, hash; children or path and payload.
+                V4 if b[at] == 1 => (true, 45 + 16),
+                V4 => (false, 45 + 32 + 4 + u(at + 77, 4)),
+                _ if b[at] == 1 => (true, 51),
+                _ => (false, 71 + u(at + 67, 4)),
+            };
+            nodes.push((at, at + len, interior));
+            at += len;
+        }
+        nodes
+    }
+
+    /// A node's stored hash, its height and its child indices are named at their own fields
+    /// in every version: v1/v3 `| ver u16 | height u16 | left u64 | right u64 | ... | hash
+    /// (u16 length, 32 bytes) |`, v4 `| type | height u16 | max depth u16 | reg count u64 |
+    /// hash | left u64 | right u64 |`, v5 as v6.
+    #[test]
+    fn damage_is_named_at_the_node_field() {
+        let tmp = std::env::temp_dir().join(format!("rechain-legacy-at-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        for (name, version, height, left, right) in [
+            ("checkpoint.v1", V1, 2, 4, 12),
+            ("checkpoint.v3", V3, 2, 4, 12),
+            ("checkpoint.v4", V4, 1, 45, 53),
+            ("checkpoint.v5", V5, 1, 35, 43),
+        ] {
+            let good = std::fs::read(vendor(name)).unwrap();
+            let nodes = node_records(&good, version);
+            assert_eq!(nodes.len(), 11, "{name}");
+            let f = tmp.join(name);
+            let fail = |bad: &[u8]| {
+                std::fs::write(&f, bad).unwrap();
+                let e = load(&f, version).unwrap_err();
+                assert!(e.file.ends_with(name), "{e}");
+                (e.kind, e.offset as usize)
+            };
+            // Each node's hash: a flipped byte in its middle.
+            for (i, &(at, end, _)) in nodes.iter().enumerate() {
+                let hash = match version {
+                    V1 | V3 => end - 32,
+                    V4 => at + 13,
+                    _ => at + 3,
+                };
+                let mut bad = good.clone();
+                bad[hash + 16] ^= 0x10;
+                assert_eq!(fail(&bad), ("hash_mismatch", hash), "{name} node {i}");
+            }
+            // The first node's height above 256.
+            let (first, ..) = nodes[0];
+            let mut bad = good.clone();
+            bad[first + height] ^= 0x10;
+            assert_eq!(fail(&bad), ("bad_height", first + height), "{name}");
+            // The first interior node's child indices, each past the node itself.
+            let (interior, ..) = *nodes.iter().find(|n| n.2).unwrap();
+            for field in [left, right] {
+                let mut bad = good.clone();
+                bad[interior + field..interior + field + 8].copy_from_slice(&[0xff; 8]);
+                assert_eq!(fail(&bad), ("bad_child_index", interior + field), "{name}");
+            }
         }
         std::fs::remove_dir_all(&tmp).unwrap();
     }

@@ -29,7 +29,7 @@ use super::batches::{leaf_hashes_batch, leaf_hashes_batch_with, register_tables,
 use super::checkpoint::{
     checkpoint_version, computed_hash, finish_part, first_interior_mismatch, open_part, part_name,
     path_under, read_header, read_node, subtrie_position, CheckpointError, CpResult, InteriorCheck,
-    PartInfo, RawNode, Verify, LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE, SUBTRIE_COUNT,
+    NodeFields, PartInfo, RawNode, Verify, LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE, SUBTRIE_COUNT,
     SUBTRIE_LEVEL, TOP_PART, TRIE_RECORD_LEN, VERSION_V6,
 };
 use super::hash::{
@@ -149,11 +149,12 @@ fn read_top_raw(dir: &FsPath, name: &str, expected_crc: u32, total: u64) -> CpRe
     for j in 1..=top_count {
         let (at, raw) = read_node(&mut r)?;
         if let RawNode::Interior { left, right, .. } = &raw {
-            for c in [*left, *right] {
+            let fields = NodeFields::v6(at);
+            for (c, field) in [(*left, fields.left), (*right, fields.right)] {
                 if c >= total + j {
                     return Err(CheckpointError::new(
                         &file,
-                        at + 35,
+                        field,
                         "bad_child_index",
                         format!(
                             "node {} has child index {c}: does not satisfy descendants-first order",
@@ -1555,6 +1556,41 @@ mod tests {
         let e = page_in(&dir, name, walk, &store).unwrap_err();
         assert_eq!(e.kind, "no_tries");
         drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A child index out of descendants-first order is named at its own field (§5.2: the
+    /// left index at node + 35, the right at node + 43), by the streamed and the in-memory
+    /// read, in a subtrie part and in the top part.
+    #[test]
+    fn a_child_index_out_of_order_is_named_at_its_field() {
+        let dir = tmp("child");
+        let name = "checkpoint.00000001";
+        write_tries(&tries()[1..], &dir, name, 1).unwrap();
+        for (index, first) in [(3, 4), (TOP_PART, 12)] {
+            let part = part_name(name, index);
+            let good = std::fs::read(dir.join(&part)).unwrap();
+            // The first interior node: leaves are `type | height | hash | path | P u32 | ...`.
+            let mut at = first;
+            while good[at] != 1 {
+                let payload = u32::from_be_bytes(good[at + 67..at + 71].try_into().unwrap());
+                at += 71 + payload as usize;
+            }
+            for field in [35, 43] {
+                let mut bad = good.clone();
+                bad[at + field..at + field + 8].copy_from_slice(&u64::MAX.to_be_bytes());
+                rewrite_with_crcs(&dir, name, index, bad);
+                let want = ("bad_child_index", (at + field) as u64);
+                let e = stream(&dir, name, &opts(&dir, Verify::None)).unwrap_err();
+                assert!(e.file.ends_with(&part), "{e}");
+                assert_eq!((e.kind, e.offset), want, "stream {part}: {e}");
+                let l = load(&dir, name, 1, Verify::None).unwrap_err();
+                assert_eq!(l.file, e.file);
+                assert_eq!((l.kind, l.offset), want, "load {part}: {l}");
+            }
+            rewrite_with_crcs(&dir, name, index, good);
+        }
+        stream(&dir, name, &opts(&dir, Verify::None)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
