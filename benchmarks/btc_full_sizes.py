@@ -3,7 +3,7 @@ little about another, because fixed costs (start-up, planning, opening and publi
 store, the peers' own set-up) weigh differently as the chain grows.
 
 Per size (``--blocks``, default 3,000, 6,500 and 13,500 blocks of 100-400 transactions: about
-236 MB, 510 MB and 1.06 GB, the last ``btc_full``'s chain): ``--rounds`` rounds, each a
+239, 527 and 1,106 MB of blocks, the last ``btc_full``'s chain): ``--rounds`` rounds, each a
 2-worker full reindex (threads, as ``btc_full``'s ratios run it) and then bitcoin-block-parser's
 ``BlockParser`` and ``UtxoParser`` (sized UTXO estimate) and blocks_iterator back to back
 (``peer_parsers``), each after the blk files are read once; the first round checks every peer's
