@@ -428,8 +428,9 @@ def _update_curve(segs: list[dict[str, Any]], points: int = 40) -> Any:
 def measure_series(
     flowgo: Path, cache: Path, work: Path, targets: list[int], overwrite_pct: int,
     segment_size: int, workers: int, limit: float, profile: bool, rate1: float,
+    wal_size: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
-    g = Generated(flowgo, cache, max(targets), overwrite_pct, segment_size)
+    g = Generated(flowgo, cache, max(wal_size, *targets), overwrite_pct, segment_size)
     wal, tag = g.wal, g.name
     ends, ours = [], []
     last_dir = work
@@ -541,7 +542,7 @@ def run_independent(args: Any, flowgo: Path, keccak_rate: Any) -> dict[str, Any]
         ]  # fmt: skip
         main = measure_series(
             flowgo, cache, work, targets, args.ind_overwrite, args.ind_segment_size,
-            args.workers, args.flowgo_limit, profile, rate1,
+            args.workers, args.flowgo_limit, profile, rate1, args.ind_wal_size,
         )  # fmt: skip
         rates += [keccak_rate(1), keccak_rate(args.workers)]
     finally:
@@ -570,7 +571,7 @@ def run_independent(args: Any, flowgo: Path, keccak_rate: Any) -> dict[str, Any]
         },
         "same_final_root": all(x["same_final_root"] for x in every),
     }
-    path = write_result("flow_replay_independent", out)
+    path = write_result(args.ind_name, out)
     print(json.dumps(out, indent=1))
     print(f"wrote {path}")
     if not out["same_final_root"]:
@@ -602,3 +603,9 @@ def add_arguments(ap: Any) -> None:
         "--wal-cache", default=str(Path(tempfile.gettempdir()) / "rechain-flow-bench-cache")
     )
     ap.add_argument("--no-profile", action="store_true", help="no perf profile of each run")
+    ap.add_argument(
+        "--ind-wal-size", type=int, default=0,
+        help="register writes of the WAL whose prefixes are measured (default: the largest "
+        "size; a larger one reuses a cached WAL for a run of its smaller sizes)",
+    )  # fmt: skip
+    ap.add_argument("--ind-name", default="flow_replay_independent", help="result file name")
