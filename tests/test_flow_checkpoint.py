@@ -280,12 +280,9 @@ def set_version(path: Path, v: int) -> None:
 # flow-ledger.md §5.2-§5.7), written from the format, not from the reader: the tests compare
 # the file and offset of each error with it.
 LEAF, INTERIOR_LEN, TRIE_LEN = 0, 51, 56
-# A child index out of descendants-first order is reported at the left child's field (node +
-# 35) even when the right one (node + 43) is wrong, by the in-memory reader
-# (checkpoint.rs `read_subtrie_part`, `read_top`) and the streamed top part
-# (checkpoint_stream.rs `read_top_raw`); the streamed subtrie parts name the right field.
-# A known reader bug, pinned here so a fix shows: the right place is 43.
-LEFT_FIELD_FOR_BOTH_CHILDREN = 35
+# An interior node's child indices (§5.2): a child out of descendants-first order is named
+# at the field of the index that is wrong.
+LEFT_FIELD, RIGHT_FIELD = 35, 43
 
 
 class CpNode(NamedTuple):
@@ -310,7 +307,7 @@ def parse_nodes(b: bytes, at: int, count: int, lookup: Any) -> list[CpNode]:
             nodes.append(CpNode(at, True, height, b[at + 35 : at + 67], 0, 0))
             at += 71 + u(b, at + 67, 4)
         else:
-            left, right = u(b, at + 35, 8), u(b, at + 43, 8)
+            left, right = u(b, at + LEFT_FIELD, 8), u(b, at + RIGHT_FIELD, 8)
             under = lookup(left or right, nodes)
             nodes.append(CpNode(at, False, height, under.path, left, right))
             at += INTERIOR_LEN
@@ -404,11 +401,11 @@ class CheckpointPlaces:
                 return n.start
             if n.leaf:
                 return self._leaf(b, index, i, off, footer, False)
-            if off >= 35:
-                field = 35 if off < 43 else 43
+            if off >= LEFT_FIELD:
+                field = LEFT_FIELD if off < RIGHT_FIELD else RIGHT_FIELD
                 c = u(b, n.start + field, 8) ^ (0x10 << 8 * (field + 7 - off))
                 if c >= i + 1 + self.subtrie_total:
-                    return n.start + LEFT_FIELD_FOR_BOTH_CHILDREN
+                    return n.start + field
             return crc
         if at >= records_end:  # a trie record (§5.3)
             t = records_end + (at - records_end) // TRIE_LEN * TRIE_LEN
@@ -456,12 +453,12 @@ class CheckpointPlaces:
             return self._leaf(b, index, i, off, footer, leaf_hashed)
         # A child index: order, the child's height, the leaf paths under it, then the hash.
         own = i + 1 + (self.subtrie_total if top else 0)
-        field = 35 if off < 43 else 43
+        field = LEFT_FIELD if off < RIGHT_FIELD else RIGHT_FIELD
         c = u(b, s + field, 8) ^ (0x10 << 8 * (field + 7 - off))
         if c >= own:
-            return s + (field if not top and self.streamed else LEFT_FIELD_FOR_BOTH_CHILDREN)
+            return s + field  # the index that is out of order
         children = [n.left, n.right]
-        children[field == 43] = c
+        children[field == RIGHT_FIELD] = c
         left, right = (self.node(index, x) for x in children)
         if any(k is not None and k.height + 1 != n.height for k in (left, right)):
             return s + 1

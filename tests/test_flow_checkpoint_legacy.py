@@ -22,11 +22,6 @@ from tests.test_flow_checkpoint import error_place
 from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 
 DATA = REPO / "tests" / "data" / "flow_checkpoints"
-# A node whose stored hash is wrong is named at node + 3 in every version: right for v5 (type,
-# u16 height, then the hash), but the hash of a v4 node is at node + 13 and that of a v1/v3 node
-# is its last 32 bytes. A known reader bug (checkpoint_legacy.rs through
-# `CheckpointError::hash_mismatch`), pinned here so a fix shows.
-HASH_AT = 3
 VERSIONS = (1, 3, 4, 5)
 # flow-go's checkpointer_versioning_test.go: the roots of every test_data file.
 ROOTS = [
@@ -78,6 +73,24 @@ def test_v5_file_is_flow_go_s_own_writer_output(flowgo: Path, tmp_path: Path) ->
     assert (out / "checkpoint.v5").read_bytes() == (DATA / "checkpoint.v5").read_bytes()
 
 
+def first_node_hash(good: bytes, version: int) -> int:
+    """Where the first node record's stored hash lies (§5.8), walked from the format: v5 as
+    v6 (§5.2: type, u16 height, hash); v4 after type, u16 height, u16 max depth and u64
+    register count; v1/v3 (records after magic, version, u64 node count and u16 trie count)
+    the last 32 bytes of the record: after u16 encoding version, u16 height, two u64 child
+    indices, u16 max depth, u64 register count, the u16-length path, the u32-length payload
+    and the hash's own u16 length."""
+    if version == 5:
+        return 4 + 1 + 2
+    if version == 4:
+        return 4 + 1 + 2 + 2 + 8
+    path = 4 + 8 + 2 + 2 + 2 + 8 + 8 + 2 + 8
+    payload = path + 2 + int.from_bytes(good[path : path + 2], "big")
+    hash_len = payload + 4 + int.from_bytes(good[payload : payload + 4], "big")
+    assert good[hash_len : hash_len + 2] == (32).to_bytes(2, "big")
+    return hash_len + 2
+
+
 def test_damaged_legacy_checkpoints_name_file_and_offset(tmp_path: Path) -> None:
     data = tmp_path / "d"
     read_cp(DATA, "checkpoint.v4", data)
@@ -89,21 +102,22 @@ def test_damaged_legacy_checkpoints_name_file_and_offset(tmp_path: Path) -> None
         # A flipped byte in the first node's hash, in its value, and a truncated file (v1 has
         # no checksum: the recomputed hashes catch the first two).
         leaf_value = good.index(b"\x00\x00\x00\x01a") + 4
-        first_hash = {1: leaf_value + 3, 3: leaf_value + 3, 4: 4 + 13, 5: 4 + 3}[version]
+        first_hash = first_node_hash(good, version)
+        # v1/v3: the hash follows the leaf's value (its last byte) and the hash's length.
+        assert version > 3 or first_hash == leaf_value + 3
         cases = {
             "flipped hash byte": bytearray(good),
             "flipped value byte": bytearray(good),
             "truncated": bytearray(good[: len(good) - 5]),
         }
         cases["flipped hash byte"][first_hash] ^= 0x10
-        # Where each must be named (§5.8): a hash or value flip at the first node (it is the
-        # leaf), a cut at the field the new end falls in: v4/v5 read their footer (u64 node
-        # count, u16 trie count, CRC) from the new end, v1/v3 find the last trie record's
-        # root hash running past it (v3 takes the last 4 bytes left as its CRC).
-        first_node = 4 if version >= 4 else 14
+        # Where each must be named (§5.8): a hash or value flip at the first node's (it is the
+        # leaf) stored hash, a cut at the field the new end falls in: v4/v5 read their footer
+        # (u64 node count, u16 trie count, CRC) from the new end, v1/v3 find the last trie
+        # record's root hash running past it (v3 takes the last 4 bytes left as its CRC).
         places = {
-            "flipped hash byte": first_node + HASH_AT,
-            "flipped value byte": first_node + HASH_AT,
+            "flipped hash byte": first_hash,
+            "flipped value byte": first_hash,
             "truncated": len(good) - 5 - 14
             if version >= 4
             else len(good) - 32 - (4 if version == 3 else 0),
