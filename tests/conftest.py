@@ -195,3 +195,20 @@ def time_limit(*inputs: Path) -> float:
     """Seconds a run over the files under ``inputs`` may take before it counts as hung."""
     size = sum(f.stat().st_size for p in inputs for f in Path(p).rglob("*") if f.is_file())
     return START_S + size / SLOWEST_BYTES_PER_S
+
+
+def wal_fragments(seg: bytes) -> list[tuple[int, int, int]]:
+    """(start, end, type) of each fragment of a LedgerWAL segment, walked from the format
+    (flow-ledger.md §2), not with rechain's reader: 32 KiB pages of fragments (a header byte
+    whose low 3 bits are the type, u16 payload length, u32 CRC-32C of the payload, payload);
+    a type 0 byte pads the rest of its page."""
+    page, header = 32768, 7
+    fragments, at = [], 0
+    while at < len(seg):
+        if seg[at] & 7 == 0:
+            at = (at // page + 1) * page
+            continue
+        end = at + header + int.from_bytes(seg[at + 1 : at + 3], "big")
+        fragments.append((at, end, seg[at] & 7))
+        at = end
+    return fragments

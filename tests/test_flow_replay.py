@@ -16,7 +16,7 @@ import pytest
 from rechain.pipeline import local_runner
 from rechain.schemas import tables
 
-from tests.conftest import cli, cli_json
+from tests.conftest import cli, cli_json, wal_fragments
 from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 
 
@@ -104,23 +104,6 @@ def test_replay_reaches_flow_gos_roots(tmp_path: Path, flowgo: Path) -> None:  #
     ):
         want = cli_json("query", "--data", tmp_path / "d", sql, "--format", "json")
         assert cli_json("query", "--data", tmp_path / "p", sql, "--format", "json") == want
-
-
-def wal_fragments(seg: bytes) -> list[tuple[int, int, int]]:
-    """(start, end, type) of each fragment of a LedgerWAL segment, walked from the format
-    (flow-ledger.md §2), not with rechain's reader: 32 KiB pages of fragments (a header byte
-    whose low 3 bits are the type, u16 payload length, u32 CRC-32C of the payload, payload);
-    a type 0 byte pads the rest of its page."""
-    page, header = 32768, 7
-    fragments, at = [], 0
-    while at < len(seg):
-        if seg[at] & 7 == 0:
-            at = (at // page + 1) * page
-            continue
-        end = at + header + int.from_bytes(seg[at + 1 : at + 3], "big")
-        fragments.append((at, end, seg[at] & 7))
-        at = end
-    return fragments
 
 
 def test_a_flipped_byte_is_reported_with_segment_and_offset(tmp_path: Path) -> None:
