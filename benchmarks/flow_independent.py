@@ -243,6 +243,14 @@ def _bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir())
 
 
+def _native_stamp() -> tuple[int, int, int]:
+    """Inode, size and mtime of the native module's file."""
+    from rechain.workers import _native
+
+    st = os.stat(_native.__file__)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def run_rechain(
     wal: Path, data: Path, workers: int, profile: bool, perf_data: Path
 ) -> dict[str, Any]:
@@ -252,6 +260,7 @@ def run_rechain(
     cmd = [str(BIN), "flow", "replay", "--wal", str(wal), "--data", str(data), "--workers",
            str(workers), "--no-progress", "--json", "--memory-budget", str(budget)]  # fmt: skip
     load0 = os.getloadavg()
+    native0 = _native_stamp()
     out, rss, wall = run_measured(_perf_cmd(profile, perf_data, cmd))
     mine = json.loads(out.stdout)
     run = mine["run"]
@@ -277,6 +286,9 @@ def run_rechain(
     }
     if profile:
         res["profile"] = perf_profile(perf_data)
+        # perf names the samples from the file on disk: one reinstalled since the run
+        # started (another build in the same tree) gives the Rust frames wrong names.
+        res["profile"]["native_module_replaced"] = _native_stamp() != native0
         perf_data.unlink(missing_ok=True)
     shutil.rmtree(data, ignore_errors=True)
     return res
