@@ -27,7 +27,9 @@ from typing import Any
 import pytest
 from rechain.pipeline.store import DataDir
 from rechain.pipeline.verify import digest, verify
+from rechain.schemas import bitcoin as ds
 from rechain.schemas import flow as fs
+from rechain.schemas import rocksdb as layout
 from rechain.workers.fault_injection import KILL_POINTS, KILL_TRACE_ENV, kill_point
 
 from tests import conftest
@@ -35,6 +37,13 @@ from tests.conftest import cli, cli_json, gen_chain, reindex, run_killed_at
 
 #: The last pass of a point (the count the reference run traced).
 LAST = -1
+#: Each meta key that records a published generation, and the tables it names: what a query of
+#: the folder reads, so a kill must never leave one recorded but gone.
+RECORDED_GENERATIONS = (
+    (layout.META_BTC_GENERATION, (ds.HEADERS,)),
+    (layout.META_BTC_FULL_GENERATION, (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)),
+    (fs.META_FLOW_GENERATION, (fs.TRIE_UPDATES, fs.REGISTERS)),
+)
 
 #: Per scenario, every point its command passes, with the passes it is killed at (none: the
 #: point is killed in another scenario that reaches it the same way).
@@ -397,5 +406,19 @@ def test_a_run_killed_at_a_point_reruns_to_the_uninterrupted_state(
     n = scenario.passes[point] if nth == LAST else nth
     folder = scenario.prepare(tmp_path)
     run_killed_at(scenario.cmd(folder), point, n)
+    assert_recorded_generations_exist(folder)
     scenario.run(folder)
     assert scenario.state(folder) == scenario.want
+
+
+def assert_recorded_generations_exist(folder: Path) -> None:
+    """What a killed run leaves committed is whole before any rerun: every generation the
+    folder's meta records is on disk."""
+    if not (folder / "rocksdb").exists():
+        return
+    with DataDir(folder, readonly=True) as d:
+        for key, tables in RECORDED_GENERATIONS:
+            gen = d.meta_get(key)
+            for table in tables if gen is not None else ():
+                where = d.parquet_dir(table) / f"{int(gen):06d}"
+                assert where.is_dir(), f"{key!r} records generation {gen}, {where} is gone"
