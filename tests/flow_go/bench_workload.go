@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -352,34 +351,11 @@ func runReplayMarks(args []string) error {
 		marks = append(marks, n)
 	}
 	sort.Ints(marks)
-	// As `replay`: a scratch directory of symlinks, so the input is left as it was.
-	scratch, err := os.MkdirTemp("", "flowgo-replay-")
+	diskWAL, forest, done, err := openForReplay(*dir, *capacity)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(scratch)
-	entries, err := os.ReadDir(*dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		src, err := filepath.Abs(filepath.Join(*dir, e.Name()))
-		if err != nil {
-			return err
-		}
-		if err := os.Symlink(src, filepath.Join(scratch, e.Name())); err != nil {
-			return err
-		}
-	}
-	diskWAL, err := wal.NewDiskWAL(zerolog.Nop(), nil, noopMetrics{}, scratch, *capacity, pathfinder.PathByteSize, wal.SegmentSize)
-	if err != nil {
-		return err
-	}
-	defer func() { <-diskWAL.Done() }()
-	forest, err := mtrie.NewForest(*capacity, noopMetrics{}, nil)
-	if err != nil {
-		return err
-	}
+	defer done()
 	res := replayMarksResult{}
 	last := trie.EmptyTrieRootHash()
 	start := time.Now()

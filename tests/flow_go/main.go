@@ -159,6 +159,44 @@ type replayResult struct {
 	ElapsedSeconds float64  `json:"elapsed_seconds"`
 }
 
+// openForReplay opens the WAL in dir with an empty forest of the given capacity. NewDiskWAL
+// opens a fresh segment (last+1) for writing, as a node does on start, so the WAL is opened in a
+// scratch directory of symlinks and the input directory is left exactly as it was. done closes
+// the WAL and removes the scratch directory.
+func openForReplay(dir string, capacity int) (*wal.DiskWAL, *mtrie.Forest, func(), error) {
+	scratch, err := os.MkdirTemp("", "flowgo-replay-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fail := func(err error) (*wal.DiskWAL, *mtrie.Forest, func(), error) {
+		os.RemoveAll(scratch)
+		return nil, nil, nil, err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fail(err)
+	}
+	for _, e := range entries {
+		src, err := filepath.Abs(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return fail(err)
+		}
+		if err := os.Symlink(src, filepath.Join(scratch, e.Name())); err != nil {
+			return fail(err)
+		}
+	}
+	diskWAL, err := wal.NewDiskWAL(zerolog.Nop(), nil, noopMetrics{}, scratch, capacity, pathfinder.PathByteSize, wal.SegmentSize)
+	if err != nil {
+		return fail(err)
+	}
+	forest, err := mtrie.NewForest(capacity, noopMetrics{}, nil)
+	if err != nil {
+		<-diskWAL.Done()
+		return fail(err)
+	}
+	return diskWAL, forest, func() { <-diskWAL.Done(); os.RemoveAll(scratch) }, nil
+}
+
 func runReplay(args []string) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	dir := fs.String("wal", "", "WAL directory (segments and checkpoints); not modified")
@@ -170,36 +208,11 @@ func runReplay(args []string) error {
 	if *dir == "" {
 		return fmt.Errorf("replay: --wal is required")
 	}
-	// NewDiskWAL opens a fresh segment (last+1) for writing, as a node does on start. Replay in
-	// a scratch directory of symlinks so the input directory is left exactly as it was.
-	scratch, err := os.MkdirTemp("", "flowgo-replay-")
+	diskWAL, forest, done, err := openForReplay(*dir, *capacity)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(scratch)
-	entries, err := os.ReadDir(*dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		src, err := filepath.Abs(filepath.Join(*dir, e.Name()))
-		if err != nil {
-			return err
-		}
-		if err := os.Symlink(src, filepath.Join(scratch, e.Name())); err != nil {
-			return err
-		}
-	}
-
-	diskWAL, err := wal.NewDiskWAL(zerolog.Nop(), nil, noopMetrics{}, scratch, *capacity, pathfinder.PathByteSize, wal.SegmentSize)
-	if err != nil {
-		return err
-	}
-	defer func() { <-diskWAL.Done() }()
-	forest, err := mtrie.NewForest(*capacity, noopMetrics{}, nil)
-	if err != nil {
-		return err
-	}
+	defer done()
 	res := replayResult{}
 	last := trie.EmptyTrieRootHash()
 	start := time.Now()
