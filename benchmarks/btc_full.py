@@ -54,9 +54,9 @@ from common import (  # noqa: E402
     warm_page_cache,
     write_result,
 )
-from rechain.pipeline import local_runner  # noqa: E402
+from rechain.pipeline.bitcoin.stages.bodies import unit_bytes  # noqa: E402
 from rechain.pipeline.cli import parse_size  # noqa: E402
-from rechain.pipeline.stages.bitcoin.bodies import unit_bytes  # noqa: E402
+from rechain.pipeline.runtime import local_runner  # noqa: E402
 from rechain.workers import _native  # noqa: E402
 from rechain.workers.btc_decode import BodyUnit, decode_unit  # noqa: E402
 from rechain.workers.memory import bound_heap  # noqa: E402

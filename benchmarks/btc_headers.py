@@ -69,7 +69,7 @@ def committer_floors(data: Path) -> dict[str, float]:
     block-index entries (keys and values already Python bytes). The committer must produce
     both, so its apply rate can never exceed the slower of the two."""
     import pyarrow.parquet as pq
-    from rechain.pipeline.store import DataDir
+    from rechain.pipeline.store.datadir import DataDir
     from rechain.schemas import rocksdb as layout
     from rocksdict import DBCompressionType, Options, SstFileWriter
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine, write_result  # noqa: E402
-from rechain.pipeline.stages.bitcoin.publish import _spent_prints  # noqa: E402
+from rechain.pipeline.bitcoin.stages.publish import _spent_prints  # noqa: E402
 
 #: (segments, spends, heights)
 SIZES = [(68, 6_200_000, 13_500), (272, 24_800_000, 54_000), (1_088, 24_800_000, 54_000)]

@@ -65,7 +65,7 @@ from common import (  # noqa: E402
 )
 from flow_replay import BIN, flowgo_binary  # noqa: E402
 from rechain.pipeline.cli import parse_size  # noqa: E402
-from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints  # noqa: E402
+from rechain.pipeline.flow.checkpoint import checkpoint_bytes, list_checkpoints  # noqa: E402
 
 KECCAK_RATE = """
 import json, sys

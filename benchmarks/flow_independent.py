@@ -34,7 +34,7 @@ from typing import Any
 
 from common import BIN, machine, run_measured, write_result
 from rechain.pipeline.cli import parse_size
-from rechain.pipeline.flow_checkpoint import IN_MEMORY_FACTOR
+from rechain.pipeline.flow.checkpoint import IN_MEMORY_FACTOR
 from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
 DEFAULT_SIZES = "150000,500000,1500000,3000000"

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import flow_independent  # noqa: E402
 from common import BIN, machine, run_measured, write_result  # noqa: E402
 from rechain.pipeline.cli import parse_size  # noqa: E402
-from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints  # noqa: E402
+from rechain.pipeline.flow.checkpoint import checkpoint_bytes, list_checkpoints  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "20:7500,500:300,5000:30"

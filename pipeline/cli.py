@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="rerun from this stage on (replay, publish), whatever the checkpoints say",
     )
-    from rechain.pipeline import flow_checkpoint
+    from rechain.pipeline.flow import checkpoint as flow_checkpoint
 
     flow_checkpoint.add_cli(flow)
     fst = flow.add_parser("status", help="summary of a data folder's Flow state")
@@ -306,10 +306,10 @@ def dispatch(args: argparse.Namespace) -> int:
         )
         return 0
     if args.command == "flow":
-        from rechain.pipeline import flow_replay
+        from rechain.pipeline.flow import replay as flow_replay
 
         if args.action == "checkpoint":
-            from rechain.pipeline import flow_checkpoint
+            from rechain.pipeline.flow import checkpoint as flow_checkpoint
 
             cp_result = flow_checkpoint.dispatch(args)
             if args.json:
@@ -358,7 +358,7 @@ def dispatch(args: argparse.Namespace) -> int:
                 print(f"  skip {s['segment']}@{s['offset']}: {s['reason']} {s.get('detail') or ''}")
         return 0
     if args.command == "gen" and args.kind == "eth":
-        from rechain.pipeline import eth_gen
+        from rechain.pipeline.ethereum import gen as eth_gen
 
         efacts = eth_gen.generate(
             args.outdir,
@@ -379,7 +379,7 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "eth":
         return _eth(args)
     if args.command == "gen":
-        from rechain.pipeline.btc_gen import generate
+        from rechain.pipeline.bitcoin.gen import generate
 
         facts = generate(
             args.outdir,
@@ -402,11 +402,11 @@ def dispatch(args: argparse.Namespace) -> int:
         )
         return 0
     if args.command == "btc":
-        from rechain.pipeline import btc_status
+        from rechain.pipeline.bitcoin import status as btc_status
 
         if args.action == "reindex":
             from rechain.pipeline import metrics
-            from rechain.pipeline.btc_reindex import ReindexOptions, run
+            from rechain.pipeline.bitcoin.reindex import ReindexOptions, run
 
             metrics.serve(args.metrics_port)
             opts = ReindexOptions(
@@ -440,7 +440,7 @@ def dispatch(args: argparse.Namespace) -> int:
                 )
             return 0
         if args.action == "export-core-index":
-            from rechain.pipeline.btc_core_index import export
+            from rechain.pipeline.bitcoin.core_index import export
 
             res = export(args.data, args.out)
             _print_json(res) if args.json else print(
@@ -455,8 +455,8 @@ def dispatch(args: argparse.Namespace) -> int:
             _print_json(st) if args.json else print(btc_status.format_status(st))
             return 0
         if args.action == "tx":
-            from rechain.pipeline.btc_tx import lookup_tx
-            from rechain.pipeline.store import DataDir
+            from rechain.pipeline.bitcoin.tx import lookup_tx
+            from rechain.pipeline.store.datadir import DataDir
 
             with DataDir(args.data, readonly=True) as data:
                 found = lookup_tx(data, args.txid.lower())
@@ -470,7 +470,7 @@ def dispatch(args: argparse.Namespace) -> int:
             _print_json(blk) if args.json else print(btc_status.format_block(blk))
             return 0
     if args.command == "stages":
-        from rechain.pipeline.stages.report import format_stages, stage_report
+        from rechain.pipeline.stage_report import format_stages, stage_report
 
         report = stage_report(args.data)
         _print_json(report) if args.json else print(format_stages(report))
@@ -498,7 +498,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def _eth(args: argparse.Namespace) -> int:
-    from rechain.pipeline import eth_import
+    from rechain.pipeline.ethereum import importer as eth_import
 
     if args.action == "import":
         from rechain.pipeline import metrics
@@ -526,7 +526,7 @@ def _eth(args: argparse.Namespace) -> int:
             print(_format_eth(result))
         return 0 if result["failed"] == 0 else 1
     if args.action == "export-era1":
-        from rechain.pipeline.eth_export import export_era1
+        from rechain.pipeline.ethereum.export import export_era1
 
         res = export_era1(args.data, args.out, args.first, args.last)
         _print_json(res) if args.json else print(
@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         print("rechain: interrupted; committed work is kept, rerun to resume", file=sys.stderr)
         return 130
     except Exception as e:
-        from rechain.pipeline.storage_errors import storage_failure
+        from rechain.pipeline.store.errors import storage_failure
 
         message = storage_failure(e, getattr(args, "data", None))
         if message is None:

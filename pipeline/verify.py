@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rechain.pipeline.query import current_generation
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
@@ -133,7 +133,7 @@ def digest(data: DataDir) -> dict[str, str]:
     if flow_gen is not None:
         parts["parquet/flow"] = tables_digest(data, (fs.TRIE_UPDATES, fs.REGISTERS), int(flow_gen))
     if data.meta_get(layout.META_ETH_IMPORT) is not None:
-        from rechain.pipeline.stages.ethereum.blocks import GENERATION
+        from rechain.pipeline.ethereum.stages.blocks import GENERATION
         from rechain.schemas.tables import ETH_TABLES
 
         parts["parquet/eth"] = tables_digest(data, tuple(t.name for t in ETH_TABLES), GENERATION)
@@ -403,7 +403,7 @@ def _check_eth(data: DataDir, problems: list[str]) -> int:
     """The Ethereum header index against ``eth_blocks``, the links and TDs along the table, and
     each table's rows against the committed units; returns the blocks indexed."""
     import duckdb
-    from rechain.pipeline.stages.ethereum.blocks import committed_units, part_path
+    from rechain.pipeline.ethereum.stages.blocks import committed_units, part_path
     from rechain.schemas.tables import ETH_TABLES
 
     units = committed_units(data)

@@ -22,7 +22,7 @@ BODY_STAGED = {
     "outputs": "body_outputs",
 }
 BLOCKS, TRANSACTIONS, INPUTS, OUTPUTS = BODY_STAGED
-#: What the body pass stages per unit (``pipeline/btc_bodies.py``): the copies' verdict rows
+#: What the body pass stages per unit (``pipeline/bitcoin/body_parts.py``): the copies' verdict rows
 #: and each transaction's txid, block and position (for the tx index). The other rows are
 #: written from the blocks themselves by the later stages.
 BODY_SLIM = {"blocks": "body_blocks", "txids": "body_txids"}

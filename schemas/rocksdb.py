@@ -27,7 +27,7 @@ CF_BTC_INDEX = "btc_index"
 CF_BTC_BEST = "btc_best"
 
 #: Full decode: staged body parts (part name -> JSON {file, records, tables}), see
-#: pipeline/btc_bodies.
+#: pipeline/bitcoin/body_parts.
 CF_BTC_BODIES = "btc_bodies"
 #: UTXO set at the best tip: Core's chainstate key ('C' | txid internal | VARINT(vout)) ->
 #: code u32 LE (height * 2 + coinbase) | value u64 LE | row u32 LE (the output's place among
@@ -92,11 +92,11 @@ META_BTC_CHAIN_STATE = b"btc/chain_state"
 #: commit writes one part, not the list of every part before it.
 META_BTC_CHAIN_PART_PREFIX = b"btc/chain_part/"
 #: The published full-decode tables' segments: JSON {generation, segments: [{first, last,
-#: hash (display, of the block at last), path, spent (fingerprint)}]} (pipeline/stages/bitcoin/
+#: hash (display, of the block at last), path, spent (fingerprint)}]} (pipeline/bitcoin/stages/
 #: publish.py).
 META_BTC_PUBLISHED = b"btc/published"
 #: Which generation of the tables ``btc_txindex`` matches: JSON {generation, segments ([path,
-#: hash of the block at its end]), entries, format} (pipeline/stages/bitcoin/indexes.py).
+#: hash of the block at its end]), entries, format} (pipeline/bitcoin/stages/indexes.py).
 META_BTC_TXINDEX = b"btc/txindex"
 #: Published generation of the full-decode tables.
 META_BTC_FULL_GENERATION = b"btc/full_generation"
@@ -106,16 +106,16 @@ META_BTC_GENERATION = b"btc/generation"
 #: The Ethereum import: what it reads (JSON {kind, source, network, pow, from, to}), and per
 #: unit (``eth/unit/<unit key>``) what it committed: JSON {first, end, blocks, transactions,
 #: fingerprint, part, last_header, last_td, td_known, accumulator, violations, ...}, written in
-#: the same RocksDB write as the unit's index entries (pipeline/stages/ethereum/blocks.py).
+#: the same RocksDB write as the unit's index entries (pipeline/ethereum/stages/blocks.py).
 META_ETH_IMPORT = b"eth/import"
 META_ETH_UNIT_PREFIX = b"eth/unit/"
 #: The checks between neighbouring units and the gaps between them: JSON {token, checked,
-#: verdicts, gaps} (pipeline/stages/ethereum/links.py).
+#: verdicts, gaps} (pipeline/ethereum/stages/links.py).
 META_ETH_LINKS = b"eth/links"
 #: The last run's report (JSON).
 META_ETH_RUN = b"eth/run"
 
-#: Stage checkpoints: ``stage/<pipeline>/<stage>`` -> JSON (see pipeline/stages/engine.py).
+#: Stage checkpoints: ``stage/<pipeline>/<stage>`` -> JSON (see pipeline/engine/driver.py).
 META_STAGE_PREFIX = b"stage/"
 
 #: Version of this layout; a data folder written by another version is refused.

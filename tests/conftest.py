@@ -32,7 +32,7 @@ CORPUS = BTC_DATA / "corpus"
 @pytest.fixture(scope="session", autouse=True)
 def _ray_session() -> Iterator[None]:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from rechain.pipeline.ray_runtime import share_runtime
+    from rechain.pipeline.runtime.ray_cluster import share_runtime
 
     # In-process runs share one embedded cluster rather than start one each (CLI subprocesses,
     # as in test_memory_budget, still stop theirs after the body pass).

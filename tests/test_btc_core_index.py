@@ -21,8 +21,8 @@ import pytest
 from blockchain_parser.blockchain import Blockchain
 from blockchain_parser.index import DBBlockIndex, _read_varint
 from blockchain_parser.utils import format_hash
-from rechain.pipeline.btc_core_index import FileHints, guided_units
-from rechain.pipeline.btc_plan import BlkFile
+from rechain.pipeline.bitcoin.core_index import FileHints, guided_units
+from rechain.pipeline.bitcoin.plan import BlkFile
 from rechain.pipeline.verify import verify
 from rechain.workers import _native
 from rechain.workers.btc_scan import WorkUnit, scan_unit
@@ -167,9 +167,9 @@ def test_guided_reindex_equals_full_scan(forked: dict[str, Path], tmp_path: Path
 def test_tree_positions_are_the_published_table_columns(forked: dict[str, Path]) -> None:
     """The guided check takes file, offset and height from the linked tree instead of reading
     the headers table back: both must be the same columns, row for row."""
-    from rechain.pipeline.btc_committer import BtcCommitter
+    from rechain.pipeline.bitcoin.scan_log import BtcCommitter
     from rechain.pipeline.query import current_generation
-    from rechain.pipeline.store import DataDir
+    from rechain.pipeline.store.datadir import DataDir
     from rechain.schemas import bitcoin as ds
     from rechain.schemas import rocksdb as layout
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from bitcoin.core import CBlock, b2lx
-from rechain.pipeline import btc_bodies
+from rechain.pipeline.bitcoin import body_parts
 from rechain.pipeline.query import run_query
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
@@ -233,7 +233,7 @@ def test_workers_without_the_data_folder_return_the_same_staged_tables(
 ) -> None:
     """Workers on other machines (a cluster given by address) cannot write into the data
     folder and hand back their staged files' bytes instead: same result, same digest."""
-    from rechain.pipeline.stages.bitcoin import bodies
+    from rechain.pipeline.bitcoin.stages import bodies
 
     root, _, result = chain
     decode = bodies.decode_units
@@ -259,7 +259,7 @@ def test_workers_bound_the_chain_states_row_writers(
     """``--workers`` bounds the threads writing the chain state's rows: one worker writes each
     chunk's rows on the thread that applies it (one core, as a one-CPU Ray task), more share
     ``workers`` threads off that thread. Same tables, same set, same digest."""
-    from rechain.pipeline.stages.bitcoin import chain_state
+    from rechain.pipeline.bitcoin.stages import chain_state
 
     root, _, result = chain
     write = chain_state.write_part
@@ -353,7 +353,7 @@ def test_the_body_pass_stages_the_full_decoders_verdicts_and_txids_only(
     assert not blocks_slim.column("valid").to_pylist()[2]
     # The stage folder holds only those two tables per part.
     with DataDir(root / "data", readonly=True) as data:
-        parts = btc_bodies.registered(data)
+        parts = body_parts.registered(data)
     assert parts and all(e["tables"] == ["blocks", "txids"] for e in parts.values())
     staged = {f.name for f in (root / "data" / "stage" / "bodies").iterdir()}
     assert staged == {f"{p}.{t}.parquet" for p in parts for t in ("blocks", "txids")}

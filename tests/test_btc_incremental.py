@@ -10,13 +10,13 @@ import random
 import duckdb
 import pyarrow as pa
 import pytest
-from rechain.pipeline.errors import RechainError
-from rechain.pipeline.stages.bitcoin.publish import (
+from rechain.pipeline.bitcoin.stages.publish import (
     OFFCHAIN_GROUP_PARTS,
     _add_prints,
     _offchain_groups,
     _spent_prints,
 )
+from rechain.pipeline.errors import RechainError
 
 
 def placement(prints: dict[str, str]) -> dict[str, object]:

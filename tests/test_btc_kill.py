@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 
 from tests import conftest

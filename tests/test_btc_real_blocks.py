@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from rechain.pipeline.btc_committer import scan_file
+from rechain.pipeline.bitcoin.scan_log import scan_file
 from rechain.workers import _native
 from rechain.workers.btc_scan import WorkUnit
 

@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from prometheus_client import REGISTRY
-from rechain.pipeline.btc_committer import segment_name
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.bitcoin.scan_log import segment_name
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import verify
 from rechain.schemas import rocksdb as layout
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 
 from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd, run_killed_at
@@ -33,7 +33,7 @@ Cut = tuple[int, int]
 def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tables published in segments of 40 heights (runs in this process), so that a reorg
     keeps some, cuts one and writes new ones, as on a long chain."""
-    from rechain.pipeline.stages.bitcoin import chain_state
+    from rechain.pipeline.bitcoin.stages import chain_state
 
     monkeypatch.setattr(chain_state, "SEGMENT_BLOCKS", 40)
 
@@ -154,8 +154,8 @@ def _stage_best_chain(data: Path, blocks: Path) -> int:
     the best chain itself did (their body pass decoded every chosen copy); returns how many
     parts."""
     import pyarrow.parquet as pq
+    from rechain.pipeline.bitcoin.stages import bodies
     from rechain.pipeline.query import current_generation
-    from rechain.pipeline.stages.bitcoin import bodies
     from rechain.schemas import bitcoin as ds
 
     key = (blocks / "xor.dat").read_bytes()
@@ -175,16 +175,16 @@ def _restage_as_before_slim(data: Path, blocks: Path, every: int = 1) -> int:
     (the four full tables, a registry entry without ``tables``); returns how many."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from rechain.pipeline import btc_bodies
+    from rechain.pipeline.bitcoin import body_parts
     from rechain.schemas import bitcoin as ds
     from rechain.schemas import rocksdb as layout
     from rechain.workers import _native
 
     key = (blocks / "xor.dat").read_bytes()
     with DataDir(data) as d:
-        parts = dict(list(btc_bodies.registered(d).items())[::every])
+        parts = dict(list(body_parts.registered(d).items())[::every])
         for part, entry in parts.items():
-            staged = pq.read_table(btc_bodies.part_path(d, part, "blocks"))
+            staged = pq.read_table(body_parts.part_path(d, part, "blocks"))
             path = blocks / f"blk{entry['file']:05d}.dat"
             offsets = staged.column("offset").to_pylist()
             batches, _ = _native.decode_blk_bodies(
@@ -192,8 +192,8 @@ def _restage_as_before_slim(data: Path, blocks: Path, every: int = 1) -> int:
             )
             assert pa.Table.from_batches([batches[0]]).equals(staged)
             for table, batch in zip(ds.BODY_STAGED_V1, batches, strict=True):
-                pq.write_table(pa.Table.from_batches([batch]), btc_bodies.part_path(d, part, table))
-            btc_bodies.part_path(d, part, "txids").unlink()
+                pq.write_table(pa.Table.from_batches([batch]), body_parts.part_path(d, part, table))
+            body_parts.part_path(d, part, "txids").unlink()
             old = {"file": entry["file"], "records": entry["records"]}
             d.write({layout.CF_BTC_BODIES: [(part.encode(), old)]})
     return len(parts)
@@ -228,7 +228,7 @@ def test_parts_staged_before_slim_staging_are_still_read(chains: Any, tmp_path: 
 
 
 def _checkpoint(data: Path) -> dict[str, Any]:
-    from rechain.pipeline.stages.bitcoin import chain_state
+    from rechain.pipeline.bitcoin.stages import chain_state
 
     with DataDir(data, readonly=True) as d:
         cp = chain_state.checkpoint(d)
@@ -239,7 +239,7 @@ def _checkpoint(data: Path) -> dict[str, Any]:
 def _mark_older_layout(data: Path) -> None:
     """Rewrites the data folder's chain-state checkpoint as the layout before this one's.
     (A function: the folder's column-family handles live as long as its ``DataDir``.)"""
-    from rechain.pipeline.stages.bitcoin import chain_state
+    from rechain.pipeline.bitcoin.stages import chain_state
     from rechain.schemas import rocksdb as layout
 
     with DataDir(data) as d:
@@ -255,7 +255,7 @@ def test_a_checkpoint_of_an_older_layout_is_rebuilt_from_genesis(
     """A data folder whose chain state an older layout wrote (its coins lack their rows) is
     rebuilt from the genesis block on its next run, not unwound and extended, and ends as a
     fresh run does, published tables included."""
-    from rechain.pipeline.stages.bitcoin import chain_state
+    from rechain.pipeline.bitcoin.stages import chain_state
 
     root, _, cuts = chains["6-deep"]
     blocks, data = tmp_path / "blocks", tmp_path / "data"

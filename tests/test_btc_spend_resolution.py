@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline.stages.bitcoin import chain_state, spend_resolution
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.bitcoin.stages import chain_state, spend_resolution
+from rechain.pipeline.store.datadir import DataDir
 
 from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd, run_killed_at
 from tests.test_btc_full import REGTEST_MAGIC, _mine_on

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 
 from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd, run_killed_at

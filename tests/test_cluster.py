@@ -204,7 +204,7 @@ def test_multi_node_run_equals_local_and_is_scraped(
     )
     for key in ("tip_hash", "tip_height", "chainwork", "blocks_indexed", "orphans", "duplicates"):
         assert remote[key] == local[key]
-    from rechain.pipeline.store import DataDir
+    from rechain.pipeline.store.datadir import DataDir
     from rechain.pipeline.verify import digest
 
     with (

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 from rechain.schemas import rocksdb as layout
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 
 from tests.conftest import SHARED, cli, cli_json
@@ -428,7 +428,7 @@ def test_grouped_index_entries_merge_in_key_order_later_unit_wins() -> None:
     overlap (keys by block number), else one merged run where a key two units share (the same
     block in two files) keeps the later unit's value, as unit-by-unit ingestion did."""
     import pyarrow as pa
-    from rechain.pipeline.stages.ethereum.blocks import _in_key_order
+    from rechain.pipeline.ethereum.stages.blocks import _in_key_order
 
     def part(*kv: tuple[bytes, bytes]) -> tuple[pa.Array, pa.Array]:
         return pa.array([k for k, _ in kv], pa.binary()), pa.array([v for _, v in kv], pa.binary())

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.flow.checkpoint import checkpoint_bytes, list_checkpoints
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import verify
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native

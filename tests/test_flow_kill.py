@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.flow.checkpoint import checkpoint_bytes, list_checkpoints
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import verify
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout

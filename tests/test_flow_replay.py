@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rechain.pipeline import local_runner
+from rechain.pipeline.runtime import local_runner
 from rechain.schemas import tables
 
 from tests.conftest import cli, cli_json, wal_fragments
@@ -241,7 +241,7 @@ def test_a_checkpoint_of_several_tries_too_large_for_the_budget_is_read_in_memor
     """Tries of one checkpoint share nodes, which the paged read does not take: a resume from
     such a checkpoint (flow-go writes them) reads it in memory whatever the budget, and still
     ends at the WAL's final root."""
-    from rechain.pipeline.flow_checkpoint import checkpoint_bytes
+    from rechain.pipeline.flow.checkpoint import checkpoint_bytes
     from rechain.workers import _native
 
     gen(tmp_path / "wal", updates=600)
@@ -287,7 +287,7 @@ def test_a_paged_replay_on_ten_times_the_budget_stays_within_it(
     the baseline is the same command on a checkpoint of a few MiB under a budget of 1 MiB
     (Python, the native code's pages, RocksDB, the threads and the writers' fixed buffers:
     what no budget scales). The final root is the generator's."""
-    from rechain.pipeline.flow_checkpoint import checkpoint_bytes, list_checkpoints
+    from rechain.pipeline.flow.checkpoint import checkpoint_bytes, list_checkpoints
 
     budget = 8 << 20
     wal = tmp_path / "wal"

@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
-from rechain.pipeline.btc_faults import local_failure_reason
+from rechain.pipeline.bitcoin.faults import local_failure_reason
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.local_runner import ordered_local
+from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.workers.btc_scan import WorkUnit
 
 
@@ -52,7 +52,7 @@ def test_local_failures_skip_on_bad_bytes_and_stop_on_unreadable_files() -> None
 
 
 def test_the_ordered_executor_cancels_what_is_in_flight_when_the_consumer_stops() -> None:
-    from rechain.pipeline.ordered import ordered
+    from rechain.pipeline.runtime.ordered import ordered
 
     submitted: list[int] = []
     cancelled: list[int] = []

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from rechain.pipeline import local_runner
+from rechain.pipeline.runtime import local_runner
 
 from benchmarks.common import btc_reindex_cmd, run_measured
 from tests.conftest import gen_chain

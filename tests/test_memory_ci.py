@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline import local_runner
-from rechain.pipeline.stages.ethereum.blocks import UNIT_BYTES_PER_FILE_BYTE
+from rechain.pipeline.ethereum.stages.blocks import UNIT_BYTES_PER_FILE_BYTE
+from rechain.pipeline.runtime import local_runner
 
 from benchmarks.common import BIN, run_measured
 from tests.conftest import cli, gen_chain

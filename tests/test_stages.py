@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rechain.pipeline.engine.driver import Done, Driver, Invalidate, Stage
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.stages.engine import Done, Driver, Invalidate, Stage
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 
 from tests.conftest import (
@@ -129,7 +129,7 @@ def test_invalidate_reruns_from_the_named_stage_and_is_bounded(tmp_path: Path) -
         stages: list[Stage[Log]] = [Counter("a", None), Once("b", "a")]
         Driver("toy", stages, data).run(ctx)
         assert ctx.ran == ["a", "b!", "a", "b"]
-        from rechain.pipeline.stages import engine
+        from rechain.pipeline.engine import driver as engine
 
         old = engine.MAX_ROUNDS
         engine.MAX_ROUNDS = 3

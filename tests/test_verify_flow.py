@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout

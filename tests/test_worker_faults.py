@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline.btc_committer import skipped_from
-from rechain.pipeline.store import DataDir
+from rechain.pipeline.bitcoin.scan_log import skipped_from
+from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 
 from tests.conftest import gen_chain, reindex, time_limit

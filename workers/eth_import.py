@@ -4,7 +4,7 @@ checked and converted by the Rust core (``eth::import``), its five tables encode
 Pure and stateless like the Bitcoin body task, so Ray may retry it anywhere. The tables are
 written under temporary names into the tables' folders when the worker shares the
 coordinator's file system, else returned as bytes; the committer makes them durable, renames
-them and records the unit (``pipeline/stages/ethereum/blocks.py``).
+them and records the unit (``pipeline/ethereum/stages/blocks.py``).
 """
 
 from __future__ import annotations

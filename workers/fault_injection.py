@@ -2,7 +2,7 @@
 
 ``RECHAIN_FAULT=<action>:<task>:<marker>``, several separated by ``;``. ``task`` names one
 task: a scan shard by its ``seq``; any other task by its function and submission index within
-one ``ordered_results`` or ``spread_tasks`` call (``pipeline/ray_runtime.py``), as
+one ``ordered_results`` or ``spread_tasks`` call (``pipeline/runtime/ray_cluster.py``), as
 ``_apply_task/0`` or ``resolve_partition/2``.
 
 * ``kill`` — the first attempt of the task SIGKILLs its own worker process (a lost node or

@@ -1,0 +1,1 @@
+"""The Bitcoin reindex stages, one file each (order in ``bitcoin.run``)."""

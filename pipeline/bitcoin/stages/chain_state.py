@@ -1,0 +1,597 @@
+"""Stage ``chain_state``: the UTXO set in RocksDB advanced to the best tip, block by block.
+
+The set (``btc_utxo``) is kept from run to run with each applied block's undo data
+(``btc_undo``), as Core keeps its chainstate and ``rev*.dat``. A run finds the fork point
+between the chain it applied and the best chain the link stage chose, unwinds the blocks
+above it from their undo data (newest first) and applies the new best-chain blocks in
+chunks of bounded bytes: the Rust core reads each chunk's blocks from the blk files, the
+coins they spend are read from RocksDB in one multi-get, and the chunk's net change to the
+set, its undo records and the stage's checkpoint (``META_BTC_CHAIN_STATE``) go in one atomic
+write. A run killed anywhere resumes from the last chunk written, so its work grows with the
+new blocks, not with the chain.
+
+Reading a chunk makes the body pass's context-free checks of each block (merkle root,
+coinbase and transaction rules, sigops, witness commitment, weight): the body pass leaves
+the best chain above the applied tip to this stage, so that it is decoded once. Applying
+checks the consensus rules that need the set (BIP34 coinbase height, missing or spent
+inputs, premature coinbase spends, inputs below outputs, coinbase amount). At the first
+block that fails either, the blocks below it stay applied, the body pass stages the
+verdicts of the best-chain copies from it up (``bodies.stage_unreached``: the failed copy's
+verdict among them, and those the body pass would have staged had it decoded them), a block
+that breaks a rule is recorded invalid, and the link stage is invalidated: it picks another
+copy of a failed one, or switches to the best valid chain, as Core does.
+
+A chunk never crosses a multiple of ``SEGMENT_BLOCKS`` heights, and each one leaves a *part*
+named by its heights in five folders under ``DATADIR/stage``, listed by a key of its own
+(``layout.chain_part_key``) written with the chunk's checkpoint: ``spends/`` (one row per
+best-chain input: its value and the output it spent, by height and row among that block's
+outputs, which every coin in the set carries, for the publish stage's ``spent`` flags), and
+``rows/blocks/``, ``rows/transactions/``, ``rows/inputs/`` and ``rows/outputs/``: those tables'
+rows for the chunk's blocks, written once by the Rust core while the chunk's blocks are in
+memory and its spends resolved. The publish stage links the first three into the tables as they
+are; ``outputs`` rows are written unspent (later blocks spend them), and the publish stage
+copies them with their ``spent`` column encoded again.
+
+The chunks apply here in height order, or, on a Ray cluster, on its workers from coins
+resolved by txid partition (``spend_resolution``); both commit the same chunks in the same
+order with the same checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from rechain.pipeline.bitcoin import body_parts
+from rechain.pipeline.bitcoin.run import BtcRun
+from rechain.pipeline.bitcoin.stages import bodies, spend_resolution
+from rechain.pipeline.engine.driver import Done, Invalidate, Stage
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.runtime.local_runner import ordered_local
+from rechain.pipeline.store.datadir import DataDir, write_file_atomic, write_files_atomic
+from rechain.schemas import bitcoin as ds
+from rechain.schemas import rocksdb as layout
+from rechain.workers import _native
+from rechain.workers.btc_chain_state import ROW_TABLES, ChunkSpec, load_chunk, write_part
+from rechain.workers.fault_injection import kill_point
+from rechain.workers.memory import release_unused_memory
+
+log = logging.getLogger(__name__)
+#: Block bytes applied per chunk: at most this, and at most 1/32 of the memory budget shared by
+#: the ``ROWS_IN_FLIGHT`` chunks whose rows are written at once (a chunk
+#: holds its blocks, their parsed spans and the coins they read and touch, a few times the
+#: blocks' bytes; the next chunk is read meanwhile and ``ROWS_IN_FLIGHT`` earlier ones are
+#: still held while their rows are written).
+MAX_CHUNK_BYTES = 64 << 20
+MIN_CHUNK_BYTES = 4 << 20
+#: Applied chunks whose rows may be written at once (``rows_threads``).
+ROWS_IN_FLIGHT = 2
+#: Blocks unwound per atomic write.
+UNWIND_BLOCKS = 1_000
+#: Block-index entries read per multi-get while cutting chunks.
+INDEX_READ_BLOCKS = 1_024
+#: Chunks (and so the published tables' segments) never cross a multiple of this many heights:
+#: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
+SEGMENT_BLOCKS = 1_000
+#: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block
+#: (layout 6 added each coin's row to its ``btc_utxo`` value).
+LAYOUT = 6
+
+
+def spends_dir(data: DataDir) -> Path:
+    return part_dirs(data)[0]
+
+
+def rows_dir(data: DataDir, table: str) -> Path:
+    return part_dirs(data)[1 + ROW_TABLES.index(table)]
+
+
+def part_dirs(data: DataDir) -> list[Path]:
+    """The folders holding a file per part, under the part's name: spends, then the rows of
+    each of ``ROW_TABLES``."""
+    return [f.parent for f in _part_paths(data.path, "-")]
+
+
+def checkpoint(data: DataDir) -> dict[str, Any] | None:
+    """The applied chain's tip and the set's figures, or None when nothing is applied."""
+    cp: dict[str, Any] | None = data.meta_get(layout.META_BTC_CHAIN_STATE)
+    return cp
+
+
+Part = tuple[int, int, str]
+
+
+def parts(data: DataDir) -> list[Part]:
+    """The parts of the applied chain, in height order: (first, last, name)."""
+    cp = checkpoint(data)
+    if cp is None:
+        # Keys a killed reset left behind are not parts of anything.
+        return []
+    entries = (
+        json.loads(v) for _, v in data.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)
+    )
+    return [(int(lo), int(hi), str(name)) for lo, hi, name in entries]
+
+
+def spend_files(data: DataDir, first: int = 0, last: int | None = None) -> list[str]:
+    """The staged spends parts of the applied chain (those holding heights ``first`` to
+    ``last``), in height order."""
+    return [
+        str(spends_dir(data) / name)
+        for lo, hi, name in parts(data)
+        if hi >= first and (last is None or lo <= last)
+    ]
+
+
+def _part_entry(part: Part) -> tuple[bytes, bytes]:
+    """A part's key and value (``layout.chain_part_key``)."""
+    first, last, name = part
+    return layout.chain_part_key(first), _json([first, last, name])
+
+
+def empty_spends() -> pa.RecordBatch:
+    batch: pa.RecordBatch = _native.empty_batch("btc_spends")
+    return batch
+
+
+def best_chain(data: DataDir) -> bytes:
+    """The best chain's hashes (internal order, 32 bytes per height from 0)."""
+    return b"".join(v for _, v in data.items(layout.CF_BTC_BEST))
+
+
+def _release_ray() -> None:
+    from rechain.pipeline.runtime.ray_cluster import release_ray
+
+    if release_ray():
+        log.info("decode: stopped the embedded Ray cluster")
+
+
+class ChainStateStage(Stage[BtcRun]):
+    name = "chain_state"
+
+    def output(self, ctx: BtcRun) -> Any:
+        cp = checkpoint(ctx.data)
+        if cp is None:
+            return None
+        return [cp["height"], cp["hash"], cp["utxo_count"], cp["total_amount"]]
+
+    def unwind(self, ctx: BtcRun, data: DataDir) -> None:
+        """Kept: the next run unwinds to the fork point with the new best chain itself."""
+
+    def reset(self, ctx: BtcRun, data: DataDir) -> None:
+        """``--from-stage``: the set is rebuilt from the genesis block."""
+        reset(data)
+
+    def run(self, ctx: BtcRun) -> Done | Invalidate:
+        ctx.close()
+        # The body pass is done: its embedded Ray cluster stops (a second or two of shutdown)
+        # on a thread of its own while the first chunks are read and applied, and is gone
+        # before this stage returns (a consensus failure that needs another decode restarts
+        # Ray). A run that decoded on threads never imported Ray (a second of start-up).
+        # Partitioned, the chain state's own tasks run on Ray (``spend_resolution``).
+        on_ray = spend_resolution.partitioned(ctx.opts.ray_address)
+        release = None
+        if "rechain.pipeline.runtime.ray_cluster" in sys.modules and not on_ray:
+            release = threading.Thread(target=_release_ray, name="rechain-ray-release")
+            release.start()
+        try:
+            return self._apply(ctx, on_ray)
+        finally:
+            if release is not None:
+                release.join()
+
+    def _apply(self, ctx: BtcRun, on_ray: bool) -> Done | Invalidate:
+        release_unused_memory()
+        data = ctx.data
+        t0 = time.perf_counter()
+        cp = checkpoint(data)
+        if cp is not None and cp.get("layout") != LAYOUT:
+            log.info("chain state: a checkpoint of another layout, rebuilt from the genesis block")
+            cp = None
+        if cp is None:
+            reset(data)
+            cp = {"height": -1, "hash": None, "utxo_count": 0, "total_amount": 0, "layout": LAYOUT}
+        _remove_unlisted_parts(data, parts(data))
+        best = best_chain(data)
+        tip = len(best) // 32 - 1
+        fork = _fork_point(data, cp, best, tip)
+        unwound = 0
+        if fork < cp["height"]:
+            unwound = cp["height"] - fork
+            log.info("chain state: unwinding %d block(s) to height %d", unwound, fork)
+            cp = _unwind_to(data, cp, fork)
+        # The chunks whose rows are being written share the chain state's part of the budget.
+        share = ctx.opts.memory_budget // (32 * ROWS_IN_FLIGHT)
+        chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, share))
+        chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
+        if on_ray:
+            cp, applied, failure = spend_resolution.apply_range(ctx, cp, list(chunks))
+        else:
+            cp, applied, failure = _apply_in_order(ctx, cp, chunks)
+        release_unused_memory()
+        ctx.add({"chain_state_s": time.perf_counter() - t0})
+        detail = {"applied": applied, "unwound": unwound, "fork_height": fork}
+        ctx.full["chain_state_applied"] = ctx.full.get("chain_state_applied", 0) + applied
+        ctx.full["chain_state_unwound"] = ctx.full.get("chain_state_unwound", 0) + unwound
+        if failure is not None:
+            return _stop_at(ctx, *failure)
+        return Done(rows=int(cp["utxo_count"]), height=int(cp["height"]), detail=detail)
+
+
+def _stop_at(ctx: BtcRun, height: int, block_hash: str, reason: str, kind: str) -> Invalidate:
+    """The applied chain stopped below the block at ``height``: a copy that failed its body
+    checks (``kind`` "body") or a block that breaks a consensus rule ("block"). The verdicts
+    of the best-chain copies from it up are staged, then the link stage invalidated."""
+    data = ctx.data
+    decoded = bodies.stage_unreached(ctx, height)
+    log.info(
+        "chain state: staged the verdicts of %d best-chain copies from height %d", decoded, height
+    )
+    if kind == "body":
+        log.warning(
+            "block %s at height %d: its copy failed its body checks: %s", block_hash, height, reason
+        )
+        verdicts = body_parts.staged_blocks(data, ["hash", "valid"])
+        wanted = pa.scalar(bytes.fromhex(block_hash), ds.STAGED_HASH_TYPE)
+        mine = verdicts.filter(pc.equal(verdicts.column("hash"), wanted))
+        if pc.all(mine.column("valid")).as_py() is not False:
+            raise RechainError(
+                f"block {block_hash} at height {height} failed its body checks as the chain "
+                f"state read it ({reason}), but the body pass staged no failed copy of it"
+            )
+        return Invalidate("link", f"block {block_hash} at height {height}: copy failed: {reason}")
+    log.warning("block %s at height %d is invalid: %s", block_hash, height, reason)
+    invalid = body_parts.invalid_blocks(data)
+    invalid[block_hash] = reason
+    data.write({layout.CF_META: [(layout.META_BTC_INVALID_BLOCKS, invalid)]})
+    return Invalidate("link", f"block {block_hash} at height {height}: {reason}")
+
+
+def applied_copies(data: DataDir) -> pa.Table:
+    """The file and offset of each block copy the applied chain read (its parts' ``blocks``
+    rows): the chain state checked their bodies as the body pass would have."""
+    files = [str(rows_dir(data, ds.BLOCKS) / name) for _, _, name in parts(data)]
+    if not files:
+        return pa.table({"file": pa.array([], pa.uint32()), "offset": pa.array([], pa.uint64())})
+    return pq.read_table(files, columns=["file", "offset"])
+
+
+def transaction_files(data: DataDir) -> list[str]:
+    """The applied chain's staged ``transactions`` rows (txid, block hash and position, as
+    the tx index reads them), in height order."""
+    return [str(rows_dir(data, ds.TRANSACTIONS) / name) for _, _, name in parts(data)]
+
+
+def _apply_in_order(
+    ctx: BtcRun, cp: dict[str, Any], chunks: Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]
+) -> tuple[dict[str, Any], int, Any]:
+    """Applies ``chunks`` in height order on this process; returns the last checkpoint, the
+    blocks applied and the first failure (height, hash, reason, kind: see ``_stop_at``) or None."""
+    applied = 0
+    failure = None
+    # The next chunk is read and framed (GIL released) while this one is applied, and
+    # the rows of the ones before are written (``rows_threads``).
+    loads = ordered_local(partial(_load_chunk, ctx), chunks, threads=1, window=2)
+    pending: deque[Pending] = deque()
+    in_flight, threads = rows_threads(ctx.workers)
+    with (
+        contextlib.closing(loads),
+        ThreadPoolExecutor(max(in_flight, 1), "rechain-rows") as rows_pool,
+    ):
+        for (first, _, _), chunk in loads:
+            if isinstance(chunk, Exception):
+                raise chunk
+            result = _apply_chunk(ctx, chunk, pending)
+            while pending and (len(pending) >= max(in_flight, 1) or pending[0].rows.done()):
+                cp = _commit_chunk(ctx, cp, pending.popleft())
+            applied += int(result["blocks"])
+            if result["blocks"]:
+                pool = rows_pool if in_flight else None
+                pending.append(_stage_chunk(ctx, first, chunk, result, pool, threads))
+            if result["failure"] is not None:
+                failure = result["failure"]
+                break
+        while pending:
+            cp = _commit_chunk(ctx, cp, pending.popleft())
+    return cp, applied, failure
+
+
+def rows_threads(workers: int) -> tuple[int, int]:
+    """How a run of ``workers`` writes the applied chunks' rows: (chunks written at once on
+    threads of their own, threads writing each one's files). Their threads number
+    ``workers``, beside the thread that applies (a chunk's rows take several times as long to
+    write as to apply); one worker writes each chunk's rows on the thread that applies, so
+    that it keeps to one core as a Ray task of one CPU does."""
+    if workers <= 1:
+        return 0, 1
+    return ROWS_IN_FLIGHT, max(1, workers // ROWS_IN_FLIGHT)
+
+
+def reset(data: DataDir) -> None:
+    """Forgets the applied chain: checkpoint first (so a killed reset is redone), then the part
+    keys, the set, the undo data and the staged parts."""
+    data.write({}, {layout.CF_META: [layout.META_BTC_CHAIN_STATE]})
+    stale = [k for k, _ in data.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)]
+    if stale:
+        data.write({}, {layout.CF_META: stale})
+    data.reset_column_family(layout.CF_BTC_UTXO)
+    data.reset_column_family(layout.CF_BTC_UNDO)
+    for folder in part_dirs(data):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_unlisted_parts(data: DataDir, listed: list[Part]) -> None:
+    """Deletes part files no part key lists (written by a run killed before its commit, or
+    dropped by an unwind)."""
+    keep = {name for _, _, name in listed}
+    for folder in part_dirs(data):
+        if not folder.exists():
+            continue
+        for f in folder.iterdir():
+            if f.name not in keep:
+                f.unlink()
+
+
+def _fork_point(data: DataDir, cp: dict[str, Any], best: bytes, tip: int) -> int:
+    """The highest height where the applied chain and the best chain have the same block."""
+    h = min(int(cp["height"]), tip)
+    while h >= 0:
+        undo = data.get(layout.CF_BTC_UNDO, layout.undo_key(h))
+        if undo is not None and _native.undo_block_hash(undo) == _native.display_hash(
+            best[32 * h : 32 * h + 32]
+        ):
+            return h
+        h -= 1
+    return -1
+
+
+def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
+    """Unwinds the applied chain down to ``fork``, newest blocks first, ``UNWIND_BLOCKS`` per
+    atomic write (each with its checkpoint, so a killed unwind resumes where it stopped)."""
+    height = int(cp["height"])
+    while height > fork:
+        low = max(fork + 1, height - UNWIND_BLOCKS + 1)
+        heights = range(height, low - 1, -1)
+        keys = [layout.undo_key(h) for h in heights]
+        undos = data.cf(layout.CF_BTC_UNDO)[keys]
+        missing = [h for h, u in zip(heights, undos, strict=True) if u is None]
+        if missing:
+            raise RechainError(
+                f"the chain state has no undo data for height(s) {missing[:5]}: "
+                "rerun with --from-stage chain_state"
+            )
+        change = _native.unwind_chain_state(undos)
+        below = low - 1
+        below_undo = data.get(layout.CF_BTC_UNDO, layout.undo_key(below)) if below >= 0 else None
+        cp = {
+            **cp,
+            "height": below,
+            "hash": None if below_undo is None else _native.undo_block_hash(below_undo),
+            "utxo_count": cp["utxo_count"] + change["count_delta"],
+            "total_amount": cp["total_amount"] + change["amount_delta"],
+        }
+        current = parts(data)
+        unchanged = set(current)
+        trimmed = [_part_entry(p) for p in _trim_parts(data, current, below) if p not in unchanged]
+        dropped = [layout.chain_part_key(first) for first, _, _ in current if first > below]
+        data.write_columns(
+            {
+                layout.CF_BTC_UTXO: change["puts"],
+                layout.CF_META: (
+                    [layout.META_BTC_CHAIN_STATE, *(k for k, _ in trimmed)],
+                    [_json(cp), *(v for _, v in trimmed)],
+                ),
+            },
+            {
+                layout.CF_BTC_UTXO: change["deletes"],
+                layout.CF_BTC_UNDO: keys,
+                layout.CF_META: dropped,
+            },
+        )
+        kill_point("chain_state.unwound")
+        height = below
+    _remove_unlisted_parts(data, parts(data))
+    return cp
+
+
+def _trim_parts(data: DataDir, listed: list[Part], below: int) -> list[Part]:
+    """The parts of heights up to ``below``: those above it dropped, the one reaching across
+    it rewritten without its rows above (under a new name; the old files go once no part key
+    lists them)."""
+    kept: list[Part] = []
+    for first, last, name in listed:
+        if last <= below:
+            kept.append((first, last, name))
+        elif first <= below:
+            trimmed = part_name(first, below)
+            for folder in part_dirs(data):
+                whole = pq.read_table(folder / name)
+                rows = whole.filter(pc.less_equal(whole["height"], below))
+                # With page indexes, as the Rust writer's files: the publish stage copies the
+                # ``outputs`` file's pages into a segment.
+                write = partial(pq.write_table, rows, write_page_index=True)
+                write_file_atomic(folder / trimmed, write)
+            kept.append((first, below, trimmed))
+    return kept
+
+
+def part_name(first: int, last: int) -> str:
+    return f"{first:010d}-{last:010d}.parquet"
+
+
+def part_files(data_path: Path, first: int, blocks: int) -> list[Path]:
+    """The files of the part of ``blocks`` heights from ``first`` in the data folder at
+    ``data_path``, as ``write_part`` fills them; their folders made."""
+    finals = _part_paths(data_path, part_name(first, first + blocks - 1))
+    for f in finals:
+        f.parent.mkdir(parents=True, exist_ok=True)
+    return finals
+
+
+def _part_paths(data_path: Path, name: str) -> list[Path]:
+    """A part's files: its spends, then its rows of each of ``ROW_TABLES``."""
+    stage = data_path / "stage"
+    return [stage / "spends" / name, *(stage / "rows" / t / name for t in ROW_TABLES)]
+
+
+def row_group_bytes(ctx: BtcRun) -> int:
+    """Encoded bytes at which a part's row group closes early: the chunks whose rows are
+    written at once share the budget."""
+    return max(ctx.opts.memory_budget // (16 * ROWS_IN_FLIGHT), 1 << 20)
+
+
+def _chunks(
+    data: DataDir, best: bytes, start: int, tip: int, max_bytes: int
+) -> Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]:
+    """(first height, hashes, block-index entries) of consecutive best-chain runs from
+    ``start`` to ``tip``, each of at most ``max_bytes`` of blocks (or one block), none
+    crossing a multiple of ``SEGMENT_BLOCKS``."""
+    index = data.cf(layout.CF_BTC_INDEX)
+    first, hashes, entries, size = start, [], [], 0
+    for lo in range(start, tip + 1, INDEX_READ_BLOCKS):
+        heights = range(lo, min(tip + 1, lo + INDEX_READ_BLOCKS))
+        batch = [best[32 * k : 32 * k + 32] for k in heights]
+        for block_hash, value in zip(batch, index[batch], strict=True):
+            if value is None:
+                raise RechainError(
+                    f"the best chain names block {_native.display_hash(block_hash)}, "
+                    "which the block index lacks"
+                )
+            entry = layout.decode_index_value(value)
+            hashes.append(block_hash)
+            entries.append(entry)
+            size += int(entry["size"]) + 8  # type: ignore[call-overload]
+            if size >= max_bytes or (first + len(hashes)) % SEGMENT_BLOCKS == 0:
+                yield first, hashes, entries
+                first, hashes, entries, size = first + len(hashes), [], [], 0
+    if hashes:
+        yield first, hashes, entries
+
+
+def chunk_spec(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> ChunkSpec:
+    """A chunk (first height, hashes, index entries) as the workers read it."""
+    first, hashes, entries = chunk
+    paths = ctx.paths
+    return ChunkSpec(
+        first=first,
+        hashes=tuple(hashes),
+        paths=tuple(paths[int(e["file"])] for e in entries),
+        files=tuple(int(e["file"]) for e in entries),
+        offsets=tuple(int(e["offset"]) for e in entries),
+        network=ctx.opts.network,
+        xor_key=ctx.key,
+        block_bytes=sum(int(e["size"]) for e in entries),
+    )
+
+
+def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> Any:
+    """A chunk's blocks read from their files and framed."""
+    try:
+        return load_chunk(chunk_spec(ctx, chunk))
+    except (OSError, KeyError) as e:
+        raise RechainError(f"chain state: {e}") from e
+
+
+@dataclass
+class Pending:
+    """A chunk applied but not yet committed: its result, part and rows being written."""
+
+    chunk: Any
+    first: int
+    result: dict[str, Any]
+    rows: Future[None]
+
+
+def _apply_chunk(ctx: BtcRun, chunk: Any, pending: deque[Pending]) -> dict[str, Any]:
+    """Applies one chunk to the stored set, seen through the changes of the chunks before it
+    that are not committed yet (oldest first)."""
+    t1 = time.perf_counter()
+    needed = chunk.needed()
+    coins = ctx.data.cf(layout.CF_BTC_UTXO)[needed] if needed else []
+    if needed and pending:
+        coins = chunk.overlay(coins, [before.chunk for before in pending])
+    t2 = time.perf_counter()
+    result: dict[str, Any] = chunk.apply(coins)
+    ctx.add({"chain_state_get_s": t2 - t1, "chain_state_apply_s": time.perf_counter() - t2})
+    return result
+
+
+def _stage_chunk(
+    ctx: BtcRun,
+    first: int,
+    chunk: Any,
+    result: dict[str, Any],
+    pool: ThreadPoolExecutor | None,
+    threads: int,
+) -> Pending:
+    """Starts writing an applied chunk's part (its spends and rows, on ``threads`` threads) on
+    ``pool``, off the thread that applies the next chunk; without a pool, writes it here."""
+    finals = part_files(ctx.data.path, first, int(result["blocks"]))
+    group_bytes = row_group_bytes(ctx)
+
+    def write(tmps: list[Path]) -> None:
+        write_part(chunk, result["spends"], tmps, group_bytes, threads)
+
+    if pool is None:
+        written: Future[None] = Future()
+        write_files_atomic(finals, write)
+        written.set_result(None)
+        return Pending(chunk, first, result, written)
+    return Pending(chunk, first, result, pool.submit(write_files_atomic, finals, write))
+
+
+def _commit_chunk(ctx: BtcRun, cp: dict[str, Any], pending: Pending) -> dict[str, Any]:
+    """Once its part (spends and rows) is written, commits a chunk (``commit_applied``)."""
+    t0 = time.perf_counter()
+    pending.rows.result()
+    kill_point("chain_state.spends_written")
+    # The rows' time is what the commit waited for them, not the time they took alongside.
+    ctx.add({"chain_state_rows_s": time.perf_counter() - t0})
+    return commit_applied(ctx, cp, pending.first, pending.result)
+
+
+def commit_applied(
+    ctx: BtcRun, cp: dict[str, Any], first: int, result: dict[str, Any]
+) -> dict[str, Any]:
+    """Commits an applied chunk whose part is written: its set changes and undo records with
+    the checkpoint and its part's key, in one write; returns the new checkpoint."""
+    t1 = time.perf_counter()
+    last = first + int(result["blocks"]) - 1
+    cp = {
+        "layout": LAYOUT,
+        "height": last,
+        "hash": result["tip"][1],
+        "utxo_count": cp["utxo_count"] + result["count_delta"],
+        "total_amount": cp["total_amount"] + result["amount_delta"],
+    }
+    part_key, part_value = _part_entry((first, last, part_name(first, last)))
+    ctx.data.write_columns(
+        {
+            layout.CF_BTC_UTXO: result["puts"],
+            layout.CF_BTC_UNDO: result["undo"],
+            layout.CF_META: ([layout.META_BTC_CHAIN_STATE, part_key], [_json(cp), part_value]),
+        },
+        {layout.CF_BTC_UTXO: result["deletes"]},
+    )
+    kill_point("chain_state.applied")
+    ctx.add({"chain_state_commit_s": time.perf_counter() - t1})
+    return cp
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True).encode()

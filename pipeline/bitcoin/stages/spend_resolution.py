@@ -1,0 +1,257 @@
+"""The chain state applied on Ray workers: spends resolved by txid partition, then every chunk
+applied and written on its own, committed in height order by the coordinator.
+
+Three rounds of tasks, data moving through Ray's object store (it spills to disk beyond its
+memory, and reaches the nodes of a cluster that share no folder with the coordinator):
+
+The range is applied in rounds of a bounded size (a quarter of the memory budget of blocks): a
+round's partitions are what the object store holds, the next round's are resolved while this
+one applies, and what a round leaves to the set is read once the rounds before it are committed.
+
+1. *events*, a task per chunk: the chunk's blocks read from the blk files and split into
+   txid partitions, each output created (with its coin) and each outpoint spent.
+2. *resolve*, a task per partition: that partition's events of every chunk folded in chain
+   order into, for each chunk, the coins it needs as the chunks before it left them, or
+   "stored" for coins the range never touched before it.
+3. *apply*, a task per chunk: the chunk applied to those coins (the stored ones read from
+   RocksDB by the coordinator as the task is submitted: commits of earlier chunks never
+   change a key they leave to the set), its part written (spends and rows), and its set
+   changes and undo records returned.
+
+The coordinator plans the chunks, reads the stored coins and commits each chunk in height
+order, exactly as the sequential path does (same parts, same checkpoint after each chunk, same
+kill points); a chunk's result is the sequential one (``btc/spend_resolve.rs``), so the first
+failing block is too, and the chunks after it are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rechain.pipeline.bitcoin.run import BtcRun
+from rechain.pipeline.bitcoin.stages import chain_state
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.store.datadir import DataDir, land_tmp_files, tmp_path
+from rechain.schemas import rocksdb as layout
+from rechain.workers import fault_injection
+from rechain.workers.btc_chain_state import (
+    ROW_TABLES,
+    ChunkSpec,
+    chunk_events,
+    load_chunk,
+    resolve_partition,
+    write_part,
+)
+
+log = logging.getLogger(__name__)
+#: The metrics label of the chain state's tasks.
+STAGE = "btc_chain_state"
+#: ``sequential`` or ``partitioned`` overrides the rule (tests and benchmarks of either
+#: path); otherwise the chain state is partitioned when the run joined a Ray cluster.
+MODE_ENV = "RECHAIN_CHAIN_STATE"
+#: A partition's events are about its share of the range's block bytes; a resolve task
+#: holds them about twice over. Partitions are sized to a quarter of the budget each.
+MAX_PARTITIONS = 4096
+
+
+def partitioned(ray_address: str | None) -> bool:
+    """Whether the chain state runs on Ray workers (else on the coordinator, in order)."""
+    forced = os.environ.get(MODE_ENV, "")
+    if forced not in ("", "sequential", "partitioned"):
+        raise ValueError(f"{MODE_ENV}={forced!r}: expected sequential or partitioned")
+    if forced:
+        return forced == "partitioned"
+    return ray_address is not None
+
+
+def partitions(block_bytes: int, memory_budget: int, cpus: int) -> int:
+    """Txid partitions for a range: at least two per CPU, each a quarter of the budget."""
+    by_memory = -(-2 * block_bytes // max(memory_budget // 4, 1))
+    return int(min(MAX_PARTITIONS, max(2 * cpus, by_memory, 1)))
+
+
+def workers_share_data_folder(ctx: BtcRun) -> bool:
+    """Whether the workers can write into the data folder: those of a cluster given by
+    address may run on other machines."""
+    return ctx.opts.ray_address is None
+
+
+def round_bytes(memory_budget: int) -> int:
+    """Block bytes per round: two rounds' partitions are in the object store at once."""
+    return memory_budget // 4
+
+
+def rounds(specs: list[ChunkSpec], max_bytes: int) -> list[list[ChunkSpec]]:
+    """Consecutive runs of chunks of at most ``max_bytes`` of blocks (or one chunk)."""
+    out: list[list[ChunkSpec]] = []
+    size = 0
+    for spec in specs:
+        if not out or size + spec.block_bytes > max_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(spec)
+        size += spec.block_bytes
+    return out
+
+
+class _Round:
+    """One round's resolution, submitted: its chunks' events, then each partition's fold."""
+
+    def __init__(self, specs: list[ChunkSpec], memory_budget: int, cpus: int) -> None:
+        from rechain.pipeline.runtime.ray_cluster import spread_tasks
+
+        self.specs = specs
+        n = partitions(sum(s.block_bytes for s in specs), memory_budget, cpus)
+        self.events = spread_tasks(chunk_events, [(s, n) for s in specs], n)
+        self.resolved = spread_tasks(
+            resolve_partition, [tuple(e[p] for e in self.events) for p in range(n)], 2 * len(specs)
+        )
+        self.partitions = n
+
+    def coins(self, c: int) -> list[Any]:
+        """Chunk ``c``'s resolved records, one reference per partition."""
+        return [r[c] for r in self.resolved]
+
+    def stored_keys(self, c: int) -> list[bytes]:
+        """The keys chunk ``c`` reads from the set (waits for the round's resolution)."""
+        import ray
+
+        keys: list[bytes] = []
+        for part in ray.get([r[len(self.specs) + c] for r in self.resolved]):
+            keys.extend(part)
+        return keys
+
+    def record_nodes(self) -> None:
+        from rechain.pipeline.runtime.ray_cluster import record_nodes
+
+        record_nodes(self.events)
+        record_nodes(self.resolved)
+
+
+def apply_range(
+    ctx: BtcRun, cp: dict[str, Any], chunks: list[tuple[int, list[bytes], list[dict[str, Any]]]]
+) -> tuple[dict[str, Any], int, Any]:
+    """Applies ``chunks`` (consecutive, from the checkpoint's height + 1) on Ray, in rounds of
+    at most a quarter of the memory budget of blocks (a round's partitions are what Ray's
+    object store holds; the next round's are resolved while this one applies, and its
+    stored coins read once this one is committed); returns the last checkpoint, the blocks
+    applied and the first failure (height, hash, reason, kind: see ``_stop_at``) or None."""
+    import ray
+    from rechain.pipeline.runtime.ray_cluster import ensure_ray, ordered_results
+
+    if not chunks:
+        return cp, 0, None
+    ensure_ray(ctx.opts.ray_address, ctx.workers)
+    specs = [chain_state.chunk_spec(ctx, c) for c in chunks]
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    budget = ctx.opts.memory_budget
+    plan = rounds(specs, round_bytes(budget))
+    log.info("chain state: %d chunk(s) in %d round(s) on Ray", len(specs), len(plan))
+    shared = workers_share_data_folder(ctx)
+    window = max(2, 2 * ctx.workers)
+    group_bytes = chain_state.row_group_bytes(ctx)
+    folder = str(ctx.data.path) if shared else None
+    store = ctx.data.cf(layout.CF_BTC_UTXO)
+    applied = 0
+    failure = None
+    t0 = time.perf_counter()
+    upcoming = _Round(plan[0], budget, cpus)
+    for r in range(len(plan)):
+        current = upcoming
+        if r + 1 < len(plan):
+            upcoming = _Round(plan[r + 1], budget, cpus)
+
+        def units(
+            current: _Round = current,
+        ) -> Iterator[tuple[ChunkSpec, list[Any], list[bytes], list[bytes | None]]]:
+            for c, spec in enumerate(current.specs):
+                stored = current.stored_keys(c)
+                values = store[stored] if stored else []
+                yield spec, current.coins(c), stored, values
+
+        results = ordered_results(_apply_task, units(), window, STAGE, group_bytes, folder)
+        for unit, result in results:
+            if isinstance(result, Exception):
+                raise RechainError(f"chain state: chunk from height {unit[0].first}: {result}")
+            ctx.add(result.pop("task_s"))
+            t1 = time.perf_counter()
+            if result["blocks"]:
+                _land(ctx.data, unit[0].first, result)
+                fault_injection.kill_point("chain_state.spends_written")
+                ctx.add({"chain_state_rows_s": time.perf_counter() - t1})
+                cp = chain_state.commit_applied(ctx, cp, unit[0].first, result)
+            applied += int(result["blocks"])
+            if result["failure"] is not None:
+                failure = result["failure"]
+                break
+        current.record_nodes()
+        if failure is not None:
+            break
+    ctx.add({"chain_state_tasks_s": time.perf_counter() - t0})
+    return cp, applied, failure
+
+
+def _apply_task(
+    unit: tuple[ChunkSpec, list[Any], list[bytes], list[bytes | None]],
+    group_bytes: int,
+    data_path: str | None,
+) -> dict[str, Any]:
+    """A chunk applied to its resolved coins and its part written: into the data folder under
+    temporary names (``data_path``: the worker shares the coordinator's file system), else as
+    the files' bytes. Returns ``apply``'s result without its spends (they are in the part)
+    and ``files``: each of the part's files, its path or its bytes."""
+    import ray
+
+    spec, resolved_refs, stored_keys, stored_values = unit
+    t0 = time.perf_counter()
+    resolved = ray.get(resolved_refs)
+    t1 = time.perf_counter()
+    chunk = load_chunk(spec)
+    t2 = time.perf_counter()
+    result: dict[str, Any] = chunk.apply_resolved(resolved, stored_keys, stored_values)
+    t3 = time.perf_counter()
+    spends = result.pop("spends")
+    blocks = int(result["blocks"])
+    result["files"] = []
+    # The part's files are written on one thread: the task holds one CPU (``ray_runtime``).
+    if not blocks:
+        pass
+    elif data_path is not None:
+        finals = chain_state.part_files(Path(data_path), spec.first, blocks)
+        tmps = [tmp_path(f) for f in finals]
+        write_part(chunk, spends, tmps, group_bytes, 1)
+        result["files"] = [str(t) for t in tmps]
+    else:
+        with tempfile.TemporaryDirectory(prefix="rechain-part-") as scratch:
+            tmps = [Path(scratch) / f"{i}.parquet" for i in range(1 + len(ROW_TABLES))]
+            write_part(chunk, spends, tmps, group_bytes, 1)
+            result["files"] = [t.read_bytes() for t in tmps]
+    # The workers' seconds per step, for the run report.
+    result["task_s"] = {
+        "chain_state_task_fetch_s": t1 - t0,
+        "chain_state_task_load_s": t2 - t1,
+        "chain_state_task_apply_s": t3 - t2,
+        "chain_state_task_write_s": time.perf_counter() - t3,
+    }
+    return result
+
+
+def _land(data: DataDir, first: int, result: dict[str, Any]) -> None:
+    """Makes an applied chunk's part durable under its final names."""
+    finals = chain_state.part_files(data.path, first, int(result["blocks"]))
+    files = result.pop("files")
+    if len(files) != len(finals):
+        raise RechainError(f"chain state: a part of {len(files)} files, not {len(finals)}")
+    for final, content in zip(finals, files, strict=True):
+        tmp = tmp_path(final)
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        elif Path(content) != tmp:
+            raise RechainError(f"chain state: part file written at {content}, not at {tmp}")
+    land_tmp_files(finals)

@@ -1,0 +1,1 @@
+"""The stage engine: stages, their checkpoints and the driver that runs a pipeline."""

@@ -1,0 +1,1 @@
+"""The Ethereum pipeline: era1/freezer import, era1 export, generator, stages."""

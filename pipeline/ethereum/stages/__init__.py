@@ -1,0 +1,1 @@
+"""The Ethereum import stages, one file each (order in ``ethereum.run``)."""

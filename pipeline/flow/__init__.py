@@ -1,0 +1,1 @@
+"""The Flow pipeline: WAL replay, checkpoints, stages, commands."""

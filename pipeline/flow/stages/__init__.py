@@ -1,0 +1,1 @@
+"""The Flow replay stages, one file each (order in ``flow.run``)."""

@@ -1,0 +1,1 @@
+"""Where work runs: threads or Ray, ordered results, placement records."""

@@ -1,0 +1,1 @@
+"""The data folder: generations, atomic landing, RocksDB, storage errors."""
