@@ -4,7 +4,9 @@
 
 use crate::bounded::map_bounded;
 use crate::btc::chain_state::{self, Chunk, SourceBlock};
+use crate::btc::coin::Key;
 use crate::btc::spend_resolve;
+use crate::btc::undo;
 use crate::btc::utxo::SetDigest;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
@@ -61,7 +63,7 @@ fn hash32(b: &[u8]) -> PyResult<[u8; 32]> {
 }
 
 /// An applied chunk's puts and deletes (each sorted by key).
-type SetChanges = (Vec<(chain_state::Key, Vec<u8>)>, Vec<chain_state::Key>);
+type SetChanges = (Vec<(Key, Vec<u8>)>, Vec<Key>);
 
 /// Consecutive best-chain blocks read from their blk files, and the coins they need.
 #[pyclass(module = "rechain.workers._native", frozen)]
@@ -271,7 +273,7 @@ impl ChainStateChunk {
             .detach(|| {
                 let mut stored = rustc_hash::FxHashMap::default();
                 for (k, v) in stored_keys.iter().zip(stored_values) {
-                    let key = chain_state::Key::from_slice(k)
+                    let key = Key::from_slice(k)
                         .ok_or_else(|| format!("a btc_utxo key of {} bytes", k.len()))?;
                     stored.insert(key, v);
                 }
@@ -451,11 +453,11 @@ fn respend_outputs(
 fn unwind_chain_state<'py>(py: Python<'py>, undos: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyDict>> {
     let hashes = undos
         .iter()
-        .map(|u| chain_state::decode_undo(u).map(|x| display_hex(&x.hash)))
+        .map(|u| undo::decode_undo(u).map(|x| display_hex(&x.hash)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(PyValueError::new_err)?;
     let (puts, deletes, count, amount) = py
-        .detach(|| chain_state::unwind(&undos))
+        .detach(|| undo::unwind(&undos))
         .map_err(PyValueError::new_err)?;
     let d = PyDict::new(py);
     d.set_item(
@@ -475,7 +477,7 @@ fn unwind_chain_state<'py>(py: Python<'py>, undos: Vec<Vec<u8>>) -> PyResult<Bou
 /// The block hash (display) an undo record belongs to.
 #[pyfunction]
 fn undo_block_hash(undo: &[u8]) -> PyResult<String> {
-    chain_state::decode_undo(undo)
+    undo::decode_undo(undo)
         .map(|u| display_hex(&u.hash))
         .map_err(PyValueError::new_err)
 }

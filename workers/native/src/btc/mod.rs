@@ -3,6 +3,8 @@
 
 pub mod block;
 pub mod chain_state;
+pub mod coin;
+pub mod columns;
 pub mod core_index;
 pub mod core_index_plan;
 pub mod decode;
@@ -17,4 +19,5 @@ pub mod script;
 pub mod sha256;
 pub mod spend_resolve;
 pub mod txindex;
+pub mod undo;
 pub mod utxo;

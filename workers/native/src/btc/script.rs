@@ -2,7 +2,7 @@
 //! it in the network's encoding (base58check for P2PKH/P2SH, bech32 for witness v0, bech32m for
 //! v1+). P2PK and bare multisig have no address, as in Core since v23.
 
-use super::decode::StrCol;
+use super::columns::StrCol;
 use super::network::Network;
 use super::sha256::{sha256d, sha256d_short_checks};
 

@@ -24,7 +24,8 @@
 //!   key len u8 | key | state u8 (GONE 0 | COIN 1 | STORED 2) | (COIN:) value len u32 LE | value
 //! ```
 
-use super::chain_state::{coin_value, output_row, spendable, utxo_key, Chunk, Key};
+use super::chain_state::Chunk;
+use super::coin::{coin_value, output_row, spendable, utxo_key, Key};
 use rustc_hash::FxHashMap as HashMap;
 
 const SPEND: u8 = 0;

@@ -4,14 +4,12 @@
 //! u32 LE) | u32 LE (height * 2 + coinbase) | value i64 LE | CompactSize script length | script,
 //! all fed to one double-SHA256.
 //!
-//! RocksDB (`btc_utxo`) uses the chainstate key and rechain's value (`chain_state::coin_value`),
+//! RocksDB (`btc_utxo`) uses the chainstate key and rechain's value (`coin::coin_value`),
 //! which holds Core's coin and the output's row in its block.
 
-use super::chain_state::{coin_fields, COIN_HEAD};
+use super::coin::{coin_fields, COIN_HEAD, UTXO_KEY_PREFIX};
 use super::encode::{read_core_varint, write_compact_size};
 use sha2::{Digest, Sha256};
-
-pub const UTXO_KEY_PREFIX: u8 = b'C';
 
 /// `hash_serialized_3` over `btc_utxo` entries pushed in key order.
 #[derive(Default)]
@@ -23,7 +21,7 @@ pub struct SetDigest {
 }
 
 impl SetDigest {
-    /// Adds one entry (key, stored value; see `chain_state::coin_value`).
+    /// Adds one entry (key, stored value; see `coin::coin_value`).
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
         let bad = || format!("malformed btc_utxo entry {key:02x?}");
         if key.len() < 34 || key[0] != UTXO_KEY_PREFIX {
@@ -60,7 +58,7 @@ impl SetDigest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::btc::chain_state::{coin_value, utxo_key};
+    use crate::btc::coin::{coin_value, utxo_key};
 
     fn key_bytes(txid: &[u8; 32], vout: u32) -> Vec<u8> {
         utxo_key(txid, vout).to_vec()

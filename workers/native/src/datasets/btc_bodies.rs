@@ -7,7 +7,8 @@
 //! workers. The publish stage's SQL (`pipeline/stages/bitcoin/publish.py`) reads the hashes as
 //! display hex, as Core's RPC shows them, and publishes scripts and witness items as hex.
 
-use crate::btc::decode::{BinCol, BlockCols, BodyColumns, StrCol};
+use crate::btc::columns::{BinCol, StrCol};
+use crate::btc::decode::{BlockCols, BodyColumns};
 use crate::btc::script::ScriptType;
 use crate::datasets::hex::reversed32;
 use arrow_array::{

@@ -7,7 +7,8 @@
 //! chain has spent. Columns are built by name for the schema `schemas/tables.py` declares and
 //! Python hands in, so the declaration stays the one source of the tables' shape.
 
-use crate::btc::decode::{coinbase_height, Spans, StrCol, TxSpan};
+use crate::btc::columns::StrCol;
+use crate::btc::decode::{coinbase_height, Spans, TxSpan};
 use crate::btc::header::HEADER_LEN;
 use crate::btc::link::EntryState;
 use crate::btc::network::Network;

@@ -24,6 +24,7 @@
 
 pub mod accumulator;
 pub mod body;
+pub mod chain_config;
 pub mod e2store;
 pub mod era1;
 pub mod era1_writer;
@@ -36,6 +37,7 @@ pub mod gen;
 pub mod header;
 pub mod import;
 pub mod receipt;
+pub mod rules;
 pub mod snappy;
 pub mod tables;
 pub mod validate;
