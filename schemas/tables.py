@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rechain.schemas import flow as fs
 
@@ -54,6 +54,33 @@ class Table:
     @property
     def schema(self) -> pa.Schema:
         return _schema(self.name)
+
+    def pyarrow_options(self) -> dict[str, Any]:
+        """The declared layout as ``pyarrow.parquet.write_table``'s options, for a file of this
+        table written in Python: the layout the Rust core writes from the same fields
+        (``workers/native/src/parquet_out.rs``): version 2 data pages, PLAIN where a column
+        declares no encoding of its own, page indexes, and its names of list leaves. (Rows per
+        row group only: the Rust writer may also close one early at a number of bytes.)"""
+        import pyarrow as pa
+
+        fields = list(self.schema)
+        # Nested columns (lists) keep pyarrow's encoding: PLAIN, unless declared dictionary.
+        flat = [f.name for f in fields if not pa.types.is_nested(f.type)]
+        return {
+            "compression": self.compression,
+            "row_group_size": self.row_group_rows,
+            "use_dictionary": list(self.dictionary_columns) or False,
+            "write_statistics": [f.name for f in fields if f.name not in self.unsorted_columns],
+            "column_encoding": {
+                c: "DELTA_LENGTH_BYTE_ARRAY" if c in self.delta_length_columns else "PLAIN"
+                for c in flat
+                if c not in self.dictionary_columns
+            },
+            "data_page_version": "2.0",
+            "write_page_index": True,
+            # A list's values as the leaf ``name.list.item``, as the Rust writer names it.
+            "use_compliant_nested_type": False,
+        }
 
 
 def _bitcoin_native(name: str) -> Callable[[], pa.Schema]:
@@ -324,9 +351,22 @@ TABLES: dict[str, Table] = {
 }
 
 
+#: Staged datasets: files a stage writes under ``DATADIR/stage`` for a later stage to read, never
+#: published, declared here beside the tables so that every writer of one (the Rust core's, and an
+#: unwind's rewrite of a part it cuts) has the one layout. A chain-state part stages its spends
+#: (below) and its rows of ``blocks``, ``transactions``, ``inputs`` and ``outputs``, which the
+#: publish stage links or copies into those tables' segments: declared as the tables.
+#: The best-chain spends of a chain-state part, read back once by the publish stage: snappy, and
+#: 1 Mi rows per row group (``SPENDS_GROUP_ROWS`` of ``workers/native/src/chain_state_py.rs``).
+BTC_SPENDS = Table(
+    "btc_spends", _bitcoin_native("btc_spends"), compression="snappy", row_group_rows=1 << 20
+)
+STAGED: dict[str, Table] = {t.name: t for t in (BTC_SPENDS,)}
+
+
 @cache
 def _schema(name: str) -> pa.Schema:
-    return TABLES[name].declared()
+    return (TABLES.get(name) or STAGED[name]).declared()
 
 
 def _duckdb_type(t: pa.DataType) -> str:
