@@ -28,7 +28,7 @@
 //! fixed_size_binary[32] (`HashLeaf(path, value)`), `node_hash` fixed_size_binary[32] (the
 //! compact leaf hash at that height, the chain a checkpoint writer would otherwise recompute).
 //!
-//! `checkpoint stats` tables (from [`super::checkpoint_stats`]; key bytes are encoded keys):
+//! `checkpoint stats` tables (of [`super::register_stats`] values; key bytes are encoded keys):
 //!
 //! * `flow_checkpoint_tries` (one row per trie read): `root` utf8 (hex), `reg_count` and
 //!   `reg_size` uint64 (the trie record's), `nodes`, `leaf_nodes`, `interim_nodes`,
@@ -44,10 +44,10 @@
 //! `seq` uint64 (0-based), `segment` uint64, `offset` uint64, `parent_root` utf8 (hex; a
 //! delete's deleted root), `root` utf8 (hex; null for a delete), `n_paths` uint32, `op` utf8.
 
-use super::checkpoint_stats::{OwnerRow, Sizes, TrieStats};
 use super::hash::{hash_leaves, Hash, Path};
 use super::mtrie::{Node, Register};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
+use super::register_stats::{OwnerRow, Sizes, TrieStats};
 use crate::parquet_out::{Layout, TableWriter};
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt16Builder,

@@ -24,20 +24,19 @@ use super::batches::{
     checkpoint_depths_batch, checkpoint_kinds_batch, checkpoint_owners_batch,
     checkpoint_tries_batch,
 };
+use super::checkpoint::from_registers::{register_rows, write_from_registers};
+use super::checkpoint::page_in::page_in;
+use super::checkpoint::stats::{collect, OwnerMerge};
+use super::checkpoint::stream::{stream, verify as verify_stream, StreamInfo, StreamOptions, Walk};
 use super::checkpoint::{
     checkpoint_version, count_registers, load, verify_part, write_tries, CheckpointError, PartInfo,
     RegisterCheckpointBuilder, Verify, WriteInfo,
-};
-use super::checkpoint_stats::{collect, OwnerMerge};
-use super::checkpoint_stream::{
-    page_in, stream, verify as verify_stream, StreamInfo, StreamOptions, Walk,
 };
 use super::hash::chain_throughput;
 use super::mtrie::{Forest, DEFAULT_CAPACITY};
 use super::node_store::NodeStore;
 use super::py::FlowForest;
 use super::register_sst::RegisterSst;
-use super::registers_checkpoint::{register_rows, write_from_registers};
 use super::replay::ReplayState;
 use crate::parquet_out::RowGroups;
 use arrow_array::{Array, ArrayRef, BinaryArray};

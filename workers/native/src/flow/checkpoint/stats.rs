@@ -17,11 +17,13 @@
 //! master): atree slabs (`$` + index), Cadence storage domains, the FVM's account registers,
 //! the EVM's; anything else is `others`.
 
-use super::checkpoint::{CheckpointError, CpResult};
-use super::checkpoint_stream::{stream_into, PartSink, StreamInfo, Walk};
-use super::hash::{Hash, MAX_HEIGHT};
-use super::mtrie::Node;
-use super::record::{KEY_PART_KEY, KEY_PART_OWNER};
+use super::error::{CheckpointError, CpResult};
+use super::format::SUBTRIE_COUNT;
+use super::stream::{stream_into, PartSink, StreamInfo, Walk};
+use crate::flow::hash::{Hash, MAX_HEIGHT};
+use crate::flow::mtrie::Node;
+use crate::flow::record::{KEY_PART_KEY, KEY_PART_OWNER};
+pub use crate::flow::register_stats::{OwnerRow, Sizes, TrieStats, DEPTHS};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
@@ -37,9 +39,6 @@ const NO_OWNER: u32 = u32::MAX;
 /// bytes, in a table up to half empty), the boxed owner's allocation, and its place in the
 /// sorted vector a spill builds beside the table. What a spill threshold is counted in.
 const OWNER_ENTRY_OVERHEAD: usize = 240;
-/// Depths 0 (the root) to 256 (a leaf at height 0).
-pub const DEPTHS: usize = MAX_HEIGHT as usize + 1;
-
 /// The kind of a register by its key (the key part of type 2), as flow-go's
 /// `checkpoint-collect-stats` names them.
 pub fn register_kind(key: &[u8]) -> &'static str {
@@ -89,71 +88,31 @@ pub fn register_kind(key: &[u8]) -> &'static str {
 /// The kind of a register whose encoded key does not decode, or has no key part.
 pub const UNREADABLE_KEY: &str = "unreadable key";
 
-/// Counts and sizes of a set of registers (key bytes: the encoded key, as flow-go's
-/// `Payload.Size` counts it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sizes {
-    pub registers: u64,
-    pub key_bytes: u64,
-    pub value_bytes: u64,
-    pub min_value_bytes: u64,
-    pub max_value_bytes: u64,
+/// An owner's counts in a spill run: five u64 LE.
+fn write_sizes(s: &Sizes, w: &mut impl Write) -> std::io::Result<()> {
+    for v in [
+        s.registers,
+        s.key_bytes,
+        s.value_bytes,
+        s.min_value_bytes,
+        s.max_value_bytes,
+    ] {
+        w.write_all(&v.to_le_bytes())?;
+    }
+    Ok(())
 }
 
-impl Default for Sizes {
-    fn default() -> Self {
-        Sizes {
-            registers: 0,
-            key_bytes: 0,
-            value_bytes: 0,
-            min_value_bytes: u64::MAX,
-            max_value_bytes: 0,
-        }
-    }
-}
-
-impl Sizes {
-    fn add(&mut self, key: u64, value: u64) {
-        self.registers += 1;
-        self.key_bytes += key;
-        self.value_bytes += value;
-        self.min_value_bytes = self.min_value_bytes.min(value);
-        self.max_value_bytes = self.max_value_bytes.max(value);
-    }
-
-    pub fn merge(&mut self, o: &Sizes) {
-        self.registers += o.registers;
-        self.key_bytes += o.key_bytes;
-        self.value_bytes += o.value_bytes;
-        self.min_value_bytes = self.min_value_bytes.min(o.min_value_bytes);
-        self.max_value_bytes = self.max_value_bytes.max(o.max_value_bytes);
-    }
-
-    fn write(&self, w: &mut impl Write) -> std::io::Result<()> {
-        for v in [
-            self.registers,
-            self.key_bytes,
-            self.value_bytes,
-            self.min_value_bytes,
-            self.max_value_bytes,
-        ] {
-            w.write_all(&v.to_le_bytes())?;
-        }
-        Ok(())
-    }
-
-    fn read(r: &mut impl Read) -> std::io::Result<Sizes> {
-        let mut b = [0u8; 40];
-        r.read_exact(&mut b)?;
-        let v = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-        Ok(Sizes {
-            registers: v(0),
-            key_bytes: v(1),
-            value_bytes: v(2),
-            min_value_bytes: v(3),
-            max_value_bytes: v(4),
-        })
-    }
+fn read_sizes(r: &mut impl Read) -> std::io::Result<Sizes> {
+    let mut b = [0u8; 40];
+    r.read_exact(&mut b)?;
+    let v = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    Ok(Sizes {
+        registers: v(0),
+        key_bytes: v(1),
+        value_bytes: v(2),
+        min_value_bytes: v(3),
+        max_value_bytes: v(4),
+    })
 }
 
 /// Where the owner maps spill: a folder the caller owns, run files numbered across threads.
@@ -226,7 +185,7 @@ impl StatsSink {
             w.write_all(&(owner.len() as u32).to_le_bytes())
                 .map_err(at)?;
             w.write_all(owner).map_err(at)?;
-            sizes.write(&mut w).map_err(at)?;
+            write_sizes(sizes, &mut w).map_err(at)?;
         }
         w.flush().map_err(at)?;
         self.runs.push(path);
@@ -291,26 +250,6 @@ impl PartSink for StatsSink {
     }
 }
 
-/// One trie's node counts (flow-go's `LedgerStats`) and register totals.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrieStats {
-    pub root: Hash,
-    /// The trie record's register count and size (flow-go's `AllocatedRegCount/Size`).
-    pub reg_count: u64,
-    pub reg_size: u64,
-    pub leaf_nodes: u64,
-    pub interim_nodes: u64,
-    /// Leaves whose value is not empty.
-    pub registers: u64,
-    pub key_bytes: u64,
-    pub value_bytes: u64,
-    /// Depth of the deepest node (0: the root alone, or an empty trie).
-    pub max_depth: u16,
-    /// Leaves and interim nodes at each depth (index = depth).
-    pub leaf_depths: Vec<u64>,
-    pub interim_depths: Vec<u64>,
-}
-
 /// Everything `checkpoint stats` gathers but the owners, and the runs they are merged from.
 pub struct CheckpointStats {
     pub info: StreamInfo,
@@ -331,7 +270,7 @@ pub fn collect(
     owner_bytes: usize,
 ) -> CpResult<CheckpointStats> {
     let spill = Arc::new(Spill::new(spill_dir));
-    let threads = walk.threads.clamp(1, super::checkpoint::SUBTRIE_COUNT);
+    let threads = walk.threads.clamp(1, SUBTRIE_COUNT);
     let limit = owner_bytes / threads;
     let (info, parts) = stream_into(dir, name, walk, |_, _| {
         Ok(StatsSink::new(spill.clone(), limit))
@@ -395,9 +334,6 @@ pub fn collect(
 
 /// An owner and its counts, as a run stores them.
 type RunEntry = (Box<[u8]>, Sizes);
-/// An owner (None: registers whose key has no owner part) and its counts, merged.
-pub type OwnerRow = (Option<Box<[u8]>>, Sizes);
-
 struct Run {
     path: PathBuf,
     r: BufReader<File>,
@@ -418,7 +354,7 @@ impl Run {
         }
         let mut owner = vec![0u8; len as usize];
         self.r.read_exact(&mut owner).map_err(at)?;
-        let sizes = Sizes::read(&mut self.r).map_err(at)?;
+        let sizes = read_sizes(&mut self.r).map_err(at)?;
         Ok(Some((owner.into_boxed_slice(), sizes)))
     }
 }
@@ -653,7 +589,7 @@ mod tests {
         let dir = tmp("cut");
         let name = "checkpoint.00000001";
         write_tries(&[trie()], &dir, name, 1).unwrap();
-        let part = dir.join(super::super::checkpoint::part_name(name, 5));
+        let part = dir.join(crate::flow::checkpoint::part_name(name, 5));
         let good = std::fs::read(&part).unwrap();
         std::fs::write(&part, &good[..good.len() / 2]).unwrap();
         let e = collect(&dir, name, walk(), &dir.join("spill"), 1 << 20)
@@ -661,7 +597,7 @@ mod tests {
             .unwrap();
         assert!(e
             .file
-            .ends_with(&super::super::checkpoint::part_name(name, 5)));
+            .ends_with(&crate::flow::checkpoint::part_name(name, 5)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -23,13 +23,14 @@
 //! its leaves as flow-go sums them (one per leaf, `Payload.Size()` = key + value bytes); v5
 //! records them. flow-go ignores bytes after a v1 file's last trie; they are an error here.
 
-use super::checkpoint::{
-    build_node, check_count, finish_part, read_node, CheckpointError, CpResult, Loaded, NodeFields,
-    PartInfo, PartReader, RawNode, Verify, MAGIC_HEADER,
+use super::error::{CheckpointError, CpResult};
+use super::format::{
+    build_node, check_count, finish_part, read_node, Loaded, NodeFields, PartInfo, PartReader,
+    RawNode, Verify, MAGIC_HEADER,
 };
-use super::hash::{empty_root, Hash, Path, MAX_HEIGHT};
-use super::mtrie::{Node, Register, Trie};
-use super::record::Payload;
+use crate::flow::hash::{empty_root, Hash, Path, MAX_HEIGHT};
+use crate::flow::mtrie::{Node, Register, Trie};
+use crate::flow::record::Payload;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path as FsPath;

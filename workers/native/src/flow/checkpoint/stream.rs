@@ -12,7 +12,7 @@
 //! and resolved last from the parts' roots. A checkpoint of several tries (which share nodes:
 //! a later trie's nodes reference earlier ones anywhere in the part) is refused with kind
 //! `shared_node` before any part is read; the caller reads those with
-//! [`super::checkpoint::load`]; one without a trie record with kind `no_tries`. In a one-trie
+//! [`super::load`]; one without a trie record with kind `no_tries`. In a one-trie
 //! checkpoint a node referencing anything but the subtrees just before it is damage, and so is
 //! a leaf out of path order (`bad_path_order`, checked even when the hashes are trusted).
 //!
@@ -23,22 +23,25 @@
 //! What happens to the checked leaves is the caller's: [`stream`] writes them to Parquet,
 //! [`verify`] drops them, [`stream_into`] hands them (and each interior node's height) to any
 //! [`PartSink`], one per part (`checkpoint stats` folds them into counts, see
-//! [`super::checkpoint_stats`]).
+//! [`super::stats`]).
 
-use super::batches::{leaf_hashes_batch, leaf_hashes_batch_with, register_tables, registers_batch};
-use super::checkpoint::{
-    checkpoint_version, computed_hash, finish_part, first_interior_mismatch, open_part, part_name,
-    path_under, read_header, read_node, subtrie_position, CheckpointError, CpResult, InteriorCheck,
-    NodeFields, PartInfo, RawNode, Verify, LEAF_BATCH, MAGIC_SUBTRIE, MAGIC_TOPTRIE, SUBTRIE_COUNT,
-    SUBTRIE_LEVEL, TOP_PART, TRIE_RECORD_LEN, VERSION_V6,
+use super::error::{CheckpointError, CpResult};
+use super::format::{
+    check_count, checkpoint_version, computed_hash, finish_part, open_part, open_top, part_name,
+    path_under, read_header, read_node, read_top_node, read_trie_record, subtrie_position,
+    PartInfo, RawNode, TopPart, TrieRecord, Verify, MAGIC_SUBTRIE, SUBTRIE_COUNT, SUBTRIE_LEVEL,
+    TOP_PART, VERSION_V6,
 };
-use super::hash::{
+use super::read::{first_interior_mismatch, InteriorCheck, LEAF_BATCH};
+use crate::bounded::map_bounded;
+use crate::flow::batches::{
+    leaf_hashes_batch, leaf_hashes_batch_with, register_tables, registers_batch,
+};
+use crate::flow::hash::{
     compact_values_from, default_hash, empty_root, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
 };
-use super::mtrie::{Node, Register, Trie};
-use super::node_store::{NodeStore, NodeWriter, StoreError};
-use super::register_sst::{RegisterSst, RegisterSstWriter};
-use crate::bounded::map_bounded;
+use crate::flow::mtrie::{Node, Register};
+use crate::flow::register_sst::{RegisterSst, RegisterSstWriter};
 use crate::parquet_out::{AlignedTables, RowGroups};
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
@@ -95,88 +98,37 @@ struct Pending {
 }
 
 /// A top-part node as stored (children as global indices).
-struct TopNode {
-    at: u64,
-    raw: RawNode,
-}
-
-struct TrieRecord {
-    at: u64,
-    root_index: u64,
-    reg_count: u64,
-    reg_size: u64,
-    root_hash: Hash,
+pub(super) struct TopNode {
+    pub(super) at: u64,
+    pub(super) raw: RawNode,
 }
 
 /// The top part, read before the parts; its nodes are resolved after them.
-struct Top {
-    file: PathBuf,
-    nodes: Vec<TopNode>,
-    tries: Vec<TrieRecord>,
+pub(super) struct Top {
+    pub(super) file: PathBuf,
+    pub(super) nodes: Vec<TopNode>,
+    pub(super) tries: Vec<TrieRecord>,
 }
 
 fn read_top_raw(dir: &FsPath, name: &str, expected_crc: u32, total: u64) -> CpResult<Top> {
-    let file = dir.join(part_name(name, TOP_PART));
-    let (mut r, footer) = open_part(&file, MAGIC_TOPTRIE, 10, expected_crc)?;
-    let top_count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
-    let trie_count = u16::from_be_bytes([footer[8], footer[9]]) as u64;
-    let stored_total = r.u64("subtrie node count")?;
-    if stored_total != total {
-        // A part's count may be the damaged one: its checksum says which.
-        for i in 0..SUBTRIE_COUNT {
-            part_checksum(&dir.join(part_name(name, i)))?;
-        }
-        return Err(CheckpointError::new(
-            &file,
-            4,
-            "bad_count",
-            format!(
-                "mismatch subtrie node count: top part says {stored_total}, parts hold {total}"
-            ),
-        ));
-    }
-    let room = r.end.saturating_sub(r.offset);
-    if trie_count * TRIE_RECORD_LEN > room {
-        return Err(CheckpointError::new(
-            &file,
-            r.end,
-            "bad_count",
-            format!("{trie_count} trie records cannot fit in {room} bytes"),
-        ));
-    }
-    super::checkpoint::check_count(&file, r.end, top_count, room - trie_count * TRIE_RECORD_LEN)?;
+    let TopPart {
+        file,
+        mut r,
+        footer,
+        top_count,
+        trie_count,
+    } = open_top(dir, name, expected_crc, total, || {
+        // The parts are not read yet: their checksums say whether one's count is the damage.
+        (0..SUBTRIE_COUNT).try_for_each(|i| part_checksum(&dir.join(part_name(name, i))))
+    })?;
     let mut nodes = Vec::with_capacity(top_count as usize);
     for j in 1..=top_count {
-        let (at, raw) = read_node(&mut r)?;
-        if let RawNode::Interior { left, right, .. } = &raw {
-            let fields = NodeFields::v6(at);
-            for (c, field) in [(*left, fields.left), (*right, fields.right)] {
-                if c >= total + j {
-                    return Err(CheckpointError::new(
-                        &file,
-                        field,
-                        "bad_child_index",
-                        format!(
-                            "node {} has child index {c}: does not satisfy descendants-first order",
-                            total + j
-                        ),
-                    ));
-                }
-            }
-        }
+        let (at, raw) = read_top_node(&mut r, total + j)?;
         nodes.push(TopNode { at, raw });
     }
-    let mut tries = Vec::with_capacity(trie_count as usize);
-    for _ in 0..trie_count {
-        let at = r.offset;
-        tries.push(TrieRecord {
-            at,
-            root_index: r.u64("trie root index")?,
-            reg_count: r.u64("trie register count")?,
-            reg_size: r.u64("trie register size")?,
-            root_hash: Hash(r.hash("trie root hash")?),
-        });
-    }
+    let tries = (0..trie_count)
+        .map(|_| read_trie_record(&mut r))
+        .collect::<CpResult<Vec<_>>>()?;
     finish_part(&r, &footer, expected_crc)?;
     Ok(Top { file, nodes, tries })
 }
@@ -404,8 +356,10 @@ impl<S: PartSink> PartOut<S> {
                 .iter()
                 .filter_map(|(_, n)| match &**n {
                     Node::Leaf { height, reg, .. } => {
-                        self.permutations +=
-                            super::hash::compact_value_permutations(reg.value().len(), *height);
+                        self.permutations += crate::flow::hash::compact_value_permutations(
+                            reg.value().len(),
+                            *height,
+                        );
                         Some(LeafJob {
                             path: reg.path(),
                             value: reg.value(),
@@ -487,7 +441,7 @@ fn stream_part<S: PartSink>(
     let file = dir.join(part_name(name, index));
     let (mut r, footer) = open_part(&file, MAGIC_SUBTRIE, 8, expected_crc)?;
     let count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
-    super::checkpoint::check_count(&file, r.end, count, r.end - 4)?;
+    check_count(&file, r.end, count, r.end - 4)?;
     let mut out = PartOut {
         file: file.clone(),
         sink,
@@ -688,7 +642,7 @@ fn stream_part<S: PartSink>(
 /// node's hash is recomputed whatever the read trusts (a few nodes), as [`load`] does, so a
 /// trusting read refuses the same damage there as the in-memory one.
 ///
-/// [`load`]: super::checkpoint::load
+/// [`load`]: super::load
 fn resolve_top(
     top: &Top,
     roots: &HashMap<u64, Pending>,
@@ -891,14 +845,14 @@ impl PartSink for Discard {
 
 /// A checked stream: what [`stream_into`] returns, and the top part and each part's first
 /// global node index (with one past the last), for a caller that rebuilds the top.
-struct Streamed<D> {
-    info: StreamInfo,
-    sinks: Vec<D>,
-    top: Top,
-    starts: Vec<u64>,
+pub(super) struct Streamed<D> {
+    pub(super) info: StreamInfo,
+    pub(super) sinks: Vec<D>,
+    pub(super) top: Top,
+    pub(super) starts: Vec<u64>,
 }
 
-fn stream_checked<S, F>(
+pub(super) fn stream_checked<S, F>(
     dir: &FsPath,
     name: &str,
     walk: Walk,
@@ -925,7 +879,7 @@ where
         let f = dir.join(part_name(name, i));
         let (r, footer) = open_part(&f, MAGIC_SUBTRIE, 8, header.part_crcs[i])?;
         let count = u64::from_be_bytes(footer[..8].try_into().expect("8 bytes"));
-        super::checkpoint::check_count(&f, r.end, count, r.end - 4)?;
+        check_count(&f, r.end, count, r.end - 4)?;
         starts.push(total + 1);
         total += count;
     }
@@ -1044,553 +998,6 @@ where
     })
 }
 
-/// Builds a one-trie checkpoint's trie into `store` while it is streamed and checked: each
-/// part's nodes are written to a node file of their own as they are read (on the part's
-/// thread), then the top part's nodes above them. Returns what was read and the trie, whose
-/// root is a placeholder: memory stays at one node path per part, whatever the checkpoint's
-/// size. Nothing of the store is referenced unless every CRC, node and root checked out.
-pub fn page_in(
-    dir: &FsPath,
-    name: &str,
-    walk: Walk,
-    store: &Arc<NodeStore>,
-) -> CpResult<(StreamInfo, Trie)> {
-    let s = stream_checked(dir, name, walk, |_, file| PagingSink::new(store, file))?;
-    let store_err = |e: StoreError| CheckpointError::new(&e.file, e.offset, "io", e.message);
-    // A part's subtrie root is its last node.
-    let mut placed: HashMap<u64, Arc<Node>> = HashMap::new();
-    for (i, root) in s.sinks.into_iter().enumerate() {
-        if let Some(root) = root {
-            placed.insert(s.starts[i + 1] - 1, root);
-        }
-    }
-    let total = s.starts[SUBTRIE_COUNT] - 1;
-    let mut w = store.writer().map_err(store_err)?;
-    let mut top: Vec<Arc<Node>> = Vec::with_capacity(s.top.nodes.len());
-    let child = |top: &Vec<Arc<Node>>, g: u64, at: u64| -> CpResult<Option<Arc<Node>>> {
-        if g == 0 {
-            return Ok(None);
-        }
-        let found = if g <= total {
-            placed.get(&g).cloned()
-        } else {
-            top.get((g - total - 1) as usize).cloned()
-        };
-        found.map(Some).ok_or_else(|| {
-            CheckpointError::new(
-                &s.top.file,
-                at,
-                "bad_child_index",
-                format!("node index {g}"),
-            )
-        })
-    };
-    for n in &s.top.nodes {
-        let placeholder = match &n.raw {
-            RawNode::Leaf { height, hash, reg } => {
-                w.leaf(*height, *hash, reg).map_err(store_err)?
-            }
-            RawNode::Interior {
-                height,
-                hash,
-                left,
-                right,
-            } => {
-                let l = child(&top, *left, n.at + 35)?;
-                let r = child(&top, *right, n.at + 43)?;
-                w.interior(*height, *hash, l.as_ref(), r.as_ref())
-                    .map_err(store_err)?
-            }
-        };
-        top.push(placeholder);
-    }
-    w.flush().map_err(store_err)?;
-    let record = s
-        .top
-        .tries
-        .last()
-        .ok_or_else(|| CheckpointError::no_tries(&dir.join(name)))?;
-    let trie = Trie {
-        root: child(&top, record.root_index, record.at)?,
-        reg_count: record.reg_count,
-        reg_size: record.reg_size,
-    };
-    Ok((s.info, trie))
-}
-
-/// [`page_in`]'s sink: writes the part's nodes to a node file as they are read, keeping the
-/// placeholders of the completed subtrees not yet under a parent (at most one per level).
-struct PagingSink {
-    writer: NodeWriter,
-    file: PathBuf,
-    stack: Vec<Arc<Node>>,
-}
-
-impl PagingSink {
-    fn new(store: &Arc<NodeStore>, file: &FsPath) -> CpResult<Self> {
-        let writer = store
-            .writer()
-            .map_err(|e| CheckpointError::new(&e.file, e.offset, "io", e.message))?;
-        Ok(PagingSink {
-            writer,
-            file: file.to_path_buf(),
-            stack: Vec::new(),
-        })
-    }
-}
-
-impl PartSink for PagingSink {
-    type Done = Option<Arc<Node>>;
-
-    fn leaves(&mut self, _leaves: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn leaf_read(&mut self, leaf: &Arc<Node>) -> Result<(), String> {
-        let Node::Leaf { height, reg, hash } = &**leaf else {
-            return Err("a leaf expected".into());
-        };
-        let p = self
-            .writer
-            .leaf(*height, *hash, reg)
-            .map_err(|e| e.to_string())?;
-        self.stack.push(p);
-        Ok(())
-    }
-
-    fn interior(&mut self, height: u16, hash: &Hash, children: [bool; 2]) -> Result<(), String> {
-        // The walk checked that the children are the subtrees just completed, right on top.
-        let mut pop = |present: bool| -> Result<Option<Arc<Node>>, String> {
-            if !present {
-                return Ok(None);
-            }
-            self.stack.pop().map(Some).ok_or_else(|| {
-                format!("{}: interior node without its subtree", self.file.display())
-            })
-        };
-        let r = pop(children[1])?;
-        let l = pop(children[0])?;
-        let p = self
-            .writer
-            .interior(height, *hash, l.as_ref(), r.as_ref())
-            .map_err(|e| e.to_string())?;
-        self.stack.push(p);
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<Self::Done, String> {
-        self.writer.flush().map_err(|e| e.to_string())?;
-        Ok(self.stack.pop())
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::flow::checkpoint::{load, write_tries};
-    use crate::flow::mtrie::Forest;
-    use crate::flow::record::tests::payload;
-    use crate::flow::record::TrieUpdate;
-
-    fn tmp(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("rechain-cps-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(d.join("out")).unwrap();
-        d
-    }
-
-    /// Two tries of one forest: 400 registers spread over every part (a few paths share
-    /// long prefixes), then 50 of them rewritten.
-    fn tries() -> Vec<Trie> {
-        let mut f = Forest::new(10, 1);
-        let mut writes = Vec::new();
-        for i in 0u32..400 {
-            let mut p = [0u8; 32];
-            p[..4].copy_from_slice(&(i.wrapping_mul(2_654_435_761)).to_be_bytes());
-            p[31] = i as u8;
-            writes.push((
-                crate::flow::hash::Path(p),
-                payload("o", &format!("k{i}"), &i.to_be_bytes()),
-            ));
-        }
-        let upd =
-            |root, w: &[(crate::flow::hash::Path, Arc<crate::flow::record::Payload>)]| TrieUpdate {
-                root,
-                paths: w.iter().map(|x| x.0).collect(),
-                payloads: w.iter().map(|x| x.1.clone()).collect(),
-            };
-        let first = f.update(&upd(empty_root(), &writes)).unwrap().root;
-        let rewrite: Vec<_> = writes[..50]
-            .iter()
-            .map(|(p, _)| (*p, payload("o", "new", b"v")))
-            .collect();
-        let second = f.update(&upd(first, &rewrite)).unwrap().root;
-        [first, second]
-            .iter()
-            .map(|r| f.get(r).unwrap().clone())
-            .collect()
-    }
-
-    fn opts(dir: &FsPath, verify: Verify) -> StreamOptions {
-        std::fs::create_dir_all(dir.join("sst")).unwrap();
-        let files = |t: &str| {
-            (0..SUBTRIE_COUNT)
-                .map(|i| dir.join("out").join(format!("{t}-{i}")))
-                .collect()
-        };
-        StreamOptions {
-            threads: 2,
-            verify,
-            registers: files("r"),
-            hashes: files("h"),
-            groups: RowGroups {
-                rows: 64,
-                bytes: 1 << 16,
-            },
-            batch_bytes: 1 << 10,
-            sst: Some(RegisterSst {
-                dir: dir.join("sst"),
-                max_held: 64,
-                version: 1,
-                compress: true,
-            }),
-        }
-    }
-
-    #[test]
-    fn streams_to_the_roots_and_registers_of_the_in_memory_load() {
-        let dir = tmp("same");
-        let name = "checkpoint.00000001";
-        let t = tries();
-        write_tries(&t[1..], &dir, name, 1).unwrap();
-        let loaded = load(&dir, name, 1, Verify::Full).unwrap();
-        for verify in [Verify::Full, Verify::Interior, Verify::None] {
-            let (got, ssts) = stream(&dir, name, &opts(&dir, verify)).unwrap();
-            // Each part's files in key order, and the parts in path order: names sort so.
-            let mut sorted = ssts.clone();
-            sorted.sort();
-            assert_eq!(ssts, sorted);
-            assert!(
-                ssts.len() > SUBTRIE_COUNT,
-                "files close at max_held: {ssts:?}"
-            );
-            assert!(ssts.iter().all(|f| f.is_file()));
-            std::fs::remove_dir_all(dir.join("sst")).unwrap();
-            let want: Vec<_> = loaded
-                .tries
-                .iter()
-                .map(|t| (t.root_hash(), t.reg_count, t.reg_size))
-                .collect();
-            assert_eq!(got.tries, want);
-            assert_eq!((got.rows, got.registers), (400, 400));
-            let shape = |ps: &[PartInfo]| -> Vec<(u64, u64, u64)> {
-                ps.iter().map(|p| (p.nodes, p.leaves, p.bytes)).collect()
-            };
-            assert_eq!(shape(&got.parts), shape(&loaded.parts));
-            assert!(got.parts.iter().filter(|p| p.leaves > 0).count() == SUBTRIE_COUNT);
-            // Verifying alone finds the same, and runs the same hashes.
-            let walk = Walk {
-                threads: 2,
-                verify,
-                batch_bytes: 1 << 10,
-            };
-            let checked = super::verify(&dir, name, walk).unwrap();
-            assert_eq!(checked.tries, got.tries);
-            assert_eq!((checked.rows, checked.registers), (400, 400));
-            let work = |ps: &[PartInfo]| -> Vec<(u64, u64)> {
-                ps.iter().map(|p| (p.nodes, p.permutations)).collect()
-            };
-            assert_eq!(work(&checked.parts), work(&got.parts));
-        }
-        // Several tries share nodes: refused before any part is read, for the in-memory load.
-        write_tries(&t, &dir, "checkpoint.00000002", 1).unwrap();
-        let e = stream(&dir, "checkpoint.00000002", &opts(&dir, Verify::Full)).unwrap_err();
-        assert_eq!(e.kind, "shared_node");
-        let e = super::verify(
-            &dir,
-            "checkpoint.00000002",
-            Walk {
-                threads: 1,
-                verify: Verify::Full,
-                batch_bytes: 1 << 10,
-            },
-        )
-        .unwrap_err();
-        assert_eq!(e.kind, "shared_node");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// A checkpoint paged into a node store while streamed: the trie has the in-memory
-    /// load's root, counters and leaves, takes updates to the in-memory forest's roots, and
-    /// written out again it is byte for byte the checkpoint it came from (flow-go's bytes).
-    /// A damaged checkpoint fails with its file and offset.
-    #[test]
-    fn pages_a_checkpoint_into_a_node_store() {
-        let dir = tmp("pagein");
-        let name = "checkpoint.00000001";
-        let t = tries();
-        write_tries(&t[1..], &dir, name, 1).unwrap();
-        let loaded = load(&dir, name, 1, Verify::Full).unwrap();
-        let want = &loaded.tries[0];
-        let walk = Walk {
-            threads: 2,
-            verify: Verify::Full,
-            batch_bytes: 1 << 10,
-        };
-        let store = NodeStore::create(&dir.join("store"), 4 << 10).unwrap();
-        let (info, trie) = page_in(&dir, name, walk, &store).unwrap();
-        assert!(matches!(trie.root.as_deref(), Some(Node::Paged { .. })));
-        assert_eq!(
-            info.tries,
-            vec![(want.root_hash(), want.reg_count, want.reg_size)]
-        );
-        assert_eq!(
-            (trie.root_hash(), trie.reg_count, trie.reg_size),
-            (want.root_hash(), want.reg_count, want.reg_size)
-        );
-        let leaves = |t: &Trie| -> Vec<(u16, Hash, Vec<u8>)> {
-            t.leaves()
-                .next_leaf_nodes(usize::MAX)
-                .unwrap()
-                .iter()
-                .map(|n| match &**n {
-                    Node::Leaf { height, hash, reg } => (*height, *hash, reg.value().to_vec()),
-                    _ => panic!("a cursor yields leaves"),
-                })
-                .collect()
-        };
-        assert_eq!(leaves(&trie), leaves(want));
-        assert!(trie.verify_hashes().unwrap());
-        let out = dir.join("again");
-        std::fs::create_dir_all(&out).unwrap();
-        write_tries(std::slice::from_ref(&trie), &out, name, 2).unwrap();
-        for i in 0..=SUBTRIE_COUNT {
-            let f = crate::flow::checkpoint::part_name(name, i);
-            assert_eq!(
-                std::fs::read(out.join(&f)).unwrap(),
-                std::fs::read(dir.join(&f)).unwrap()
-            );
-        }
-        assert_eq!(
-            std::fs::read(out.join(name)).unwrap(),
-            std::fs::read(dir.join(name)).unwrap()
-        );
-
-        // Updates on top of the paged trie give the in-memory forest's roots.
-        let mut mem = Forest::new(4, 1);
-        mem.add(want.clone());
-        let mut paged = Forest::new(4, 2)
-            .with_paging(store.clone(), 2 << 10)
-            .unwrap();
-        paged.add(trie);
-        let mut root = want.root_hash();
-        for round in 0u8..5 {
-            let writes: Vec<_> = (0..60u32)
-                .map(|i| {
-                    let mut p = [round; 32];
-                    p[..4].copy_from_slice(&(i.wrapping_mul(2_654_435_761)).to_be_bytes());
-                    (
-                        crate::flow::hash::Path(p),
-                        payload("o", "u", &[round, i as u8]),
-                    )
-                })
-                .collect();
-            let u = TrieUpdate {
-                root,
-                paths: writes.iter().map(|w| w.0).collect(),
-                payloads: writes.iter().map(|w| w.1.clone()).collect(),
-            };
-            let a = mem.update(&u).unwrap();
-            assert_eq!(paged.update(&u).unwrap(), a);
-            root = a.root;
-        }
-        assert_eq!(
-            leaves(paged.get(&root).unwrap()),
-            leaves(mem.get(&root).unwrap())
-        );
-        drop(paged);
-
-        // A flipped byte in a part: the part's file and offset, as the other reads say.
-        let part = dir.join(crate::flow::checkpoint::part_name(name, 3));
-        let mut bytes = std::fs::read(&part).unwrap();
-        bytes[40] ^= 1;
-        std::fs::write(&part, bytes).unwrap();
-        let store2 = NodeStore::create(&dir.join("store2"), 4 << 10).unwrap();
-        let e = page_in(&dir, name, walk, &store2).unwrap_err();
-        assert_eq!(e.file, part);
-        drop((store, store2));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn every_flipped_byte_of_a_part_or_the_top_is_caught_with_its_file() {
-        let dir = tmp("flip");
-        let name = "checkpoint.00000001";
-        write_tries(&tries()[1..], &dir, name, 1).unwrap();
-        for fname in [part_name(name, 3), part_name(name, TOP_PART)] {
-            let good = std::fs::read(dir.join(&fname)).unwrap();
-            // Every 11th byte, and every byte of the head and of the footer (counts, CRC).
-            let n = good.len();
-            let spots = (0..n).filter(|at| at % 11 == 0 || *at < 8 || *at + 16 >= n);
-            for at in spots {
-                let mut bad = good.clone();
-                bad[at] ^= 0x08;
-                std::fs::write(dir.join(&fname), &bad).unwrap();
-                let e = stream(&dir, name, &opts(&dir, Verify::Full)).unwrap_err();
-                assert!(e.file.ends_with(&fname), "{fname}@{at}: {e}");
-            }
-            std::fs::write(dir.join(&fname), &good).unwrap();
-            for cut in [0, 3, good.len() / 2, good.len() - 1] {
-                std::fs::write(dir.join(&fname), &good[..cut]).unwrap();
-                let e = stream(&dir, name, &opts(&dir, Verify::Full)).unwrap_err();
-                assert!(e.file.ends_with(&fname), "{fname} cut {cut}: {e}");
-            }
-            std::fs::write(dir.join(&fname), &good).unwrap();
-        }
-        stream(&dir, name, &opts(&dir, Verify::Full)).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// `file` of checkpoint `name` replaced by `bytes` with its CRC set right, and the
-    /// header's copy of it (part `index`), so only the change itself is damage.
-    fn rewrite_with_crcs(dir: &FsPath, name: &str, index: usize, mut bytes: Vec<u8>) {
-        let body = bytes.len() - 4;
-        let crc = crc32c::crc32c(&bytes[..body]).to_be_bytes();
-        bytes[body..].copy_from_slice(&crc);
-        std::fs::write(dir.join(part_name(name, index)), &bytes).unwrap();
-        let mut head = std::fs::read(dir.join(name)).unwrap();
-        head[6 + 4 * index..10 + 4 * index].copy_from_slice(&crc);
-        let body = head.len() - 4;
-        let crc = crc32c::crc32c(&head[..body]).to_be_bytes();
-        head[body..].copy_from_slice(&crc);
-        std::fs::write(dir.join(name), head).unwrap();
-    }
-
-    /// Found by fuzzing (`checkpoint_stream`): a read that trusts the hashes took a leaf
-    /// stored off its place in path order (its registers then broke the SST writer's order, an
-    /// I/O error); and a checkpoint without a trie record gave the paged read an empty trie.
-    #[test]
-    fn refuses_a_leaf_off_its_path_order_and_a_checkpoint_without_tries() {
-        let dir = tmp("order");
-        let name = "checkpoint.00000001";
-        write_tries(&tries()[1..], &dir, name, 1).unwrap();
-        let part = part_name(name, 3);
-        let good = std::fs::read(dir.join(&part)).unwrap();
-        // A part is stored children first: its first node (after magic and version) is a
-        // leaf, whose path follows its type, height and hash.
-        let path_at = 4 + 35;
-        // Under another subtrie position: refused at the leaf itself. Past the leaf after it
-        // (same position): the stream refuses the next leaf, out of order, before it reaches
-        // the output; the in-memory load refuses the node above both, whose subtrees' paths
-        // disagree. The first damage in file order wins: a full check finds the leaf's hash
-        // (over its path) wrong first.
-        for (label, byte) in [("other position", 0x70), ("after the next", 0x3f)] {
-            let mut bad = good.clone();
-            bad[path_at] = byte;
-            rewrite_with_crcs(&dir, name, 3, bad);
-            for verify in [Verify::None, Verify::Interior, Verify::Full] {
-                let e = stream(&dir, name, &opts(&dir, verify)).unwrap_err();
-                assert!(e.file.ends_with(&part), "{e}");
-                let l = load(&dir, name, 1, verify).unwrap_err();
-                assert_eq!(l.file, e.file);
-                let (got, loaded) = ((e.kind, e.offset), (l.kind, l.offset));
-                match (label, verify) {
-                    ("other position", _) => {
-                        assert_eq!(
-                            (got, loaded),
-                            (("bad_path_order", 4), ("bad_path_order", 4))
-                        )
-                    }
-                    (_, Verify::Full) => {
-                        assert_eq!((got, loaded), (("hash_mismatch", 7), ("hash_mismatch", 7)))
-                    }
-                    _ => {
-                        assert_eq!(got, ("bad_path_order", 106), "{e}");
-                        assert!(l.kind == "bad_path_order" && l.offset > 106, "{l}");
-                    }
-                }
-            }
-        }
-        // A node that drops its right child: the subtree it held is referenced by no node.
-        let mut bad = good.clone();
-        let mut at = 4;
-        let interior = loop {
-            if bad[at] == 1 {
-                break at;
-            }
-            let payload = u32::from_be_bytes(bad[at + 67..at + 71].try_into().unwrap());
-            at += 71 + payload as usize;
-        };
-        bad[interior + 43..interior + 51].fill(0);
-        rewrite_with_crcs(&dir, name, 3, bad);
-        let e = stream(&dir, name, &opts(&dir, Verify::None)).unwrap_err();
-        assert_eq!(e.kind, "bad_child_index", "{e}");
-        let e = load(&dir, name, 1, Verify::None).unwrap_err();
-        assert_eq!(e.kind, "unreferenced_node", "{e}");
-        assert!(e.file.ends_with(&part) && e.offset < interior as u64, "{e}");
-        rewrite_with_crcs(&dir, name, 3, good);
-        stream(&dir, name, &opts(&dir, Verify::None)).unwrap();
-
-        // No trie record: the top part's record cut out and its count set to 0.
-        let top = std::fs::read(dir.join(part_name(name, TOP_PART))).unwrap();
-        let record = 8 + 8 + 8 + 32;
-        let footer = top.len() - 4 - 10;
-        let mut cut = top[..footer - record].to_vec();
-        cut.extend_from_slice(&top[footer..footer + 8]);
-        cut.extend_from_slice(&0u16.to_be_bytes());
-        cut.extend_from_slice(&[0; 4]);
-        rewrite_with_crcs(&dir, name, TOP_PART, cut);
-        // The in-memory load finds the trie's nodes unreferenced (the root, last in the top).
-        let e = load(&dir, name, 1, Verify::None).unwrap_err();
-        assert_eq!(e.kind, "unreferenced_node");
-        assert!(e.file.ends_with(&part_name(name, TOP_PART)), "{e}");
-        let e = stream(&dir, name, &opts(&dir, Verify::Full)).unwrap_err();
-        assert_eq!((e.kind, e.offset), ("no_tries", 0));
-        assert_eq!(e.file, dir.join(name).display().to_string());
-        let walk = Walk {
-            threads: 2,
-            verify: Verify::None,
-            batch_bytes: 1 << 10,
-        };
-        let store = NodeStore::create(&dir.join("store"), 4 << 10).unwrap();
-        let e = page_in(&dir, name, walk, &store).unwrap_err();
-        assert_eq!(e.kind, "no_tries");
-        drop(store);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// A child index out of descendants-first order is named at its own field (§5.2: the
-    /// left index at node + 35, the right at node + 43), by the streamed and the in-memory
-    /// read, in a subtrie part and in the top part.
-    #[test]
-    fn a_child_index_out_of_order_is_named_at_its_field() {
-        let dir = tmp("child");
-        let name = "checkpoint.00000001";
-        write_tries(&tries()[1..], &dir, name, 1).unwrap();
-        for (index, first) in [(3, 4), (TOP_PART, 12)] {
-            let part = part_name(name, index);
-            let good = std::fs::read(dir.join(&part)).unwrap();
-            // The first interior node: leaves are `type | height | hash | path | P u32 | ...`.
-            let mut at = first;
-            while good[at] != 1 {
-                let payload = u32::from_be_bytes(good[at + 67..at + 71].try_into().unwrap());
-                at += 71 + payload as usize;
-            }
-            for field in [35, 43] {
-                let mut bad = good.clone();
-                bad[at + field..at + field + 8].copy_from_slice(&u64::MAX.to_be_bytes());
-                rewrite_with_crcs(&dir, name, index, bad);
-                let want = ("bad_child_index", (at + field) as u64);
-                let e = stream(&dir, name, &opts(&dir, Verify::None)).unwrap_err();
-                assert!(e.file.ends_with(&part), "{e}");
-                assert_eq!((e.kind, e.offset), want, "stream {part}: {e}");
-                let l = load(&dir, name, 1, Verify::None).unwrap_err();
-                assert_eq!(l.file, e.file);
-                assert_eq!((l.kind, l.offset), want, "load {part}: {l}");
-            }
-            rewrite_with_crcs(&dir, name, index, good);
-        }
-        stream(&dir, name, &opts(&dir, Verify::None)).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+#[path = "stream_tests.rs"]
+mod tests;

@@ -8,12 +8,13 @@
 //! depth 4 are then folded from their roots as a sequential fold would, so the file is the same.
 //! Memory: one row group per thread.
 
-use super::checkpoint::{
-    CachedLeaf, CheckpointError, PartFold, RegisterCheckpointBuilder, WriteInfo, SUBTRIE_COUNT,
-};
-use super::hash::{Hash, Path};
-use super::record::Payload;
+use super::build::{CachedLeaf, PartFold, RegisterCheckpointBuilder};
+use super::error::CheckpointError;
+use super::format::SUBTRIE_COUNT;
+use super::write::WriteInfo;
 use crate::bounded::map_bounded;
+use crate::flow::hash::{Hash, Path};
+use crate::flow::record::Payload;
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt16Type;
 use arrow_array::{Array, ArrayRef, BinaryArray, FixedSizeBinaryArray, LargeBinaryArray};
