@@ -1,0 +1,241 @@
+"""Bitcoin's commands: `gen bitcoin` (a generated blocks/ folder) and `btc reindex`,
+`btc export-core-index`, `btc status`, `btc block`, `btc tx`: their parsers and handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rechain.pipeline.cli.common import add_memory_budget, options, parse_size, print_json
+
+if TYPE_CHECKING:
+    from rechain.pipeline.cli.common import Subparsers
+
+
+def add_gen(gen: Subparsers) -> None:
+    """`gen bitcoin`."""
+    g = gen.add_parser("bitcoin", help="a blocks/ folder laid out like a node's, + expected.json")
+    g.add_argument("outdir", type=Path)
+    g.add_argument("--blocks", type=int, required=True, help="best-chain length incl. genesis")
+    g.add_argument("--network", default="regtest", choices=["regtest", "testnet", "signet", "main"])
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument(
+        "--file-size",
+        type=parse_size,
+        default=134_217_728,
+        help="maximum blk file size (default 128MiB, as Core)",
+    )
+    g.add_argument("--xor", dest="xor", action="store_true", default=True)
+    g.add_argument("--no-xor", dest="xor", action="store_false")
+    g.add_argument(
+        "--shuffle-window",
+        type=int,
+        default=16,
+        help="blocks arrive shuffled within windows of this many",
+    )
+    g.add_argument("--side-branches", type=int, default=0)
+    g.add_argument("--orphans", type=int, default=0)
+    g.add_argument(
+        "--reorg",
+        type=int,
+        default=0,
+        metavar="DEPTH",
+        help="append last a branch forking DEPTH blocks below the tip, one block longer "
+        "(a reorg; expected.json's reorg_records counts its records)",
+    )
+    g.add_argument(
+        "--reorg-back",
+        action="store_true",
+        help="then two more blocks on the old chain, which wins again",
+    )
+    g.add_argument("--tx-per-block", default="1:1", metavar="MIN:MAX")
+    g.add_argument(
+        "--bad-signature",
+        type=int,
+        default=0,
+        metavar="HEIGHT",
+        help="damage for oracle tests: the first spend of the best-chain block at HEIGHT "
+        "carries a wrong signature (a node checking scripts rejects the block; rechain does "
+        "not check scripts)",
+    )
+    g.set_defaults(handler=gen_bitcoin)
+
+
+def add_commands(sub: Subparsers) -> None:
+    """`btc ...`."""
+    btc = sub.add_parser("btc", help="Bitcoin block files").add_subparsers(
+        dest="action", required=True
+    )
+    r = btc.add_parser("reindex", help="rebuild the block index from blk*.dat files")
+    r.add_argument("--blocks", type=Path, required=True, help="the node's blocks/ folder")
+    r.add_argument("--data", type=Path, required=True, help="rechain's data folder")
+    r.add_argument(
+        "--network", default="main", choices=["main", "testnet", "testnet4", "signet", "regtest"]
+    )
+    r.add_argument("--workers", type=int, default=0, help="parallel scan tasks (default: cores)")
+    r.add_argument(
+        "--ray-address", default=None, help="join this Ray cluster instead of a local one"
+    )
+    add_memory_budget(r)
+    r.add_argument("--metrics-port", type=int, default=None)
+    r.add_argument(
+        "--metrics-linger",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep serving metrics this long after the run (for a last scrape)",
+    )
+    r.add_argument("--no-progress", action="store_true")
+    r.add_argument(
+        "--shard-size", type=parse_size, default=None, help="bytes per scan shard (default 32M)"
+    )
+    r.add_argument(
+        "--check-bodies",
+        action="store_true",
+        help="also frame and hash every block body (merkle root, witness commitment)",
+    )
+    r.add_argument(
+        "--mode",
+        choices=["headers", "full"],
+        default="headers",
+        help="headers: block index only (default); full: every transaction, input and output "
+        "to Parquet, consensus checks, UTXO set",
+    )
+    r.add_argument(
+        "--core-index",
+        type=Path,
+        default=None,
+        help="a Bitcoin Core blocks/index (LevelDB) whose block positions guide the scan",
+    )
+    r.add_argument(
+        "--from-stage",
+        default=None,
+        metavar="NAME",
+        help="rerun the pipeline from this stage on (scan, link, bodies, chain_state, "
+        "publish, indexes), whatever the checkpoints say",
+    )
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.set_defaults(handler=reindex)
+
+    x = btc.add_parser("export-core-index", help="write the block index in Bitcoin Core's format")
+    x.add_argument("--data", type=Path, required=True)
+    x.add_argument("--out", type=Path, required=True, help="a new LevelDB folder")
+    x.add_argument("--json", action="store_true")
+    x.set_defaults(handler=export_core_index)
+
+    s = btc.add_parser("status", help="summary of a data folder's block index")
+    s.add_argument("--data", type=Path, required=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(handler=status)
+
+    b = btc.add_parser("block", help="one block from the index")
+    b.add_argument("--data", type=Path, required=True)
+    grp = b.add_mutually_exclusive_group(required=True)
+    grp.add_argument("--height", type=int)
+    grp.add_argument("--hash")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(handler=block)
+
+    tx = btc.add_parser("tx", help="one transaction (needs a --mode full reindex)")
+    tx.add_argument("--data", type=Path, required=True)
+    tx.add_argument("txid")
+    tx.add_argument("--json", action="store_true")
+    tx.set_defaults(handler=transaction)
+
+
+def gen_bitcoin(args: argparse.Namespace) -> int:
+    from rechain.pipeline.bitcoin.gen import generate
+
+    facts = generate(
+        args.outdir,
+        blocks=args.blocks,
+        network=args.network,
+        seed=args.seed,
+        file_size=args.file_size,
+        xor=args.xor,
+        shuffle_window=args.shuffle_window,
+        side_branches=args.side_branches,
+        orphans=args.orphans,
+        tx_per_block=args.tx_per_block,
+        reorg_depth=args.reorg,
+        reorg_back=args.reorg_back,
+        bad_signature=args.bad_signature,
+    )
+    print(
+        f"wrote {facts['records']:,} blocks in {facts['files']} file(s) to "
+        f"{args.outdir / 'blocks'}; tip {facts['tip_hash']} at height {facts['tip_height']}"
+    )
+    return 0
+
+
+def reindex(args: argparse.Namespace) -> int:
+    from rechain.pipeline import metrics
+    from rechain.pipeline.bitcoin.reindex import ReindexOptions, run
+
+    metrics.serve(args.metrics_port)
+    # --shard-size unset (or 0) keeps ReindexOptions' default shard size.
+    shard = {"shard_bytes": args.shard_size} if args.shard_size else {}
+    result = run(options(ReindexOptions, args, **shard))
+    if args.metrics_port and args.metrics_linger > 0:
+        import time
+
+        time.sleep(args.metrics_linger)
+    if args.json:
+        print_json(result)
+    else:
+        run_ = result["run"]
+        print(
+            f"indexed {result['blocks_indexed']:,} blocks; tip {result['tip_hash']} "
+            f"at height {result['tip_height']}; {run_['records_scanned']:,} records "
+            f"scanned in {run_['total_s']:.2f}s"
+        )
+    return 0
+
+
+def export_core_index(args: argparse.Namespace) -> int:
+    from rechain.pipeline.bitcoin.core_index import export
+
+    res = export(args.data, args.out)
+    if args.json:
+        print_json(res)
+    else:
+        print(
+            f"wrote {res['block_records']:,} block records ({res['with_data']:,} with data) "
+            f"and {res['file_records']} file records to {res['out']} in {res['total_s']:.2f}s"
+        )
+    for warning in res["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    from rechain.pipeline.bitcoin import status as btc_status
+
+    st = btc_status.status(args.data)
+    print_json(st) if args.json else print(btc_status.format_status(st))
+    return 0
+
+
+def block(args: argparse.Namespace) -> int:
+    from rechain.pipeline.bitcoin import status as btc_status
+
+    blk = btc_status.block(args.data, height=args.height, hash_=args.hash)
+    print_json(blk) if args.json else print(btc_status.format_block(blk))
+    return 0
+
+
+def transaction(args: argparse.Namespace) -> int:
+    from rechain.pipeline.bitcoin import status as btc_status
+    from rechain.pipeline.bitcoin.tx import lookup_tx
+    from rechain.pipeline.store.datadir import DataDir
+
+    with DataDir(args.data, readonly=True) as data:
+        found = lookup_tx(data, args.txid.lower())
+    if args.json:
+        print_json(found)
+    else:
+        print(btc_status.format_block({k: v for k, v in found.items()}))
+    return 0
