@@ -45,7 +45,7 @@
 //! delete's deleted root), `root` utf8 (hex; null for a delete), `n_paths` uint32, `op` utf8.
 
 use super::hash::{hash_leaves, Hash, Path};
-use super::mtrie::{Node, Register};
+use super::node::{Node, Register};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
 use super::register_stats::{OwnerRow, Sizes, TrieStats};
 use crate::parquet_out::{Layout, TableWriter};

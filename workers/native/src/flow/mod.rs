@@ -8,6 +8,7 @@
 //! | `hash`     | SHA3-256, leaf/interior hashing, default hashes, compact leaf values | §4.1 |
 //! | `wal`      | segment framing: 32 KiB pages, fragments, CRC-32C, snappy flag       | §2   |
 //! | `record`   | record payloads: update (TrieUpdate) and delete, typed values        | §3   |
+//! | `node`     | trie nodes and registers (in memory or paged out to a node store)    | §4.1 |
 //! | `mtrie`    | persistent MTrie and a forest of tries keyed by root hash           | §4   |
 //! | `writer`   | segment writer producing onflow/wal's exact framing                  | §2.1 |
 //! | `gen`      | deterministic WAL generator (same workload as `tests/flow_go`)       | —    |
@@ -27,6 +28,7 @@ pub mod gen;
 pub mod hash;
 pub mod keccak;
 pub mod mtrie;
+pub mod node;
 pub mod node_store;
 pub mod py;
 pub mod record;

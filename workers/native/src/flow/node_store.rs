@@ -23,7 +23,7 @@
 //! dropped) and a killed run starts again from its checkpoint.
 
 use super::hash::{Hash, Path};
-use super::mtrie::{Node, Register};
+use super::node::{Node, Register};
 use super::record::PayloadRef;
 use std::collections::HashMap;
 use std::fs::File;

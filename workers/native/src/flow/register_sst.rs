@@ -2,7 +2,7 @@
 //! files straight from a walk of registers in path order: the replay's publication and the
 //! streamed checkpoint read both build them this way, so the database only ingests them.
 
-use super::mtrie::Register;
+use super::node::Register;
 use crate::sst::SstFiles;
 use crate::store::encode_register_value;
 use std::path::PathBuf;

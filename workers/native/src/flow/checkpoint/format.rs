@@ -5,7 +5,8 @@
 
 use super::error::{CheckpointError, CpResult};
 use crate::flow::hash::{compact_value, default_hash, hash_inter, Hash, Path, MAX_HEIGHT};
-use crate::flow::mtrie::{Node, Register, Trie};
+use crate::flow::mtrie::Trie;
+use crate::flow::node::{Node, Register};
 use crate::flow::record::PayloadRef;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};

@@ -29,7 +29,8 @@ use super::format::{
     RawNode, Verify, MAGIC_HEADER,
 };
 use crate::flow::hash::{empty_root, Hash, Path, MAX_HEIGHT};
-use crate::flow::mtrie::{Node, Register, Trie};
+use crate::flow::mtrie::Trie;
+use crate::flow::node::{Node, Register};
 use crate::flow::record::Payload;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};

@@ -8,7 +8,8 @@ use crate::flow::hash::{
     compact_value_permutations, compact_values, default_hash, empty_root, hash_inters, Hash,
     LeafJob, Path, MAX_HEIGHT,
 };
-use crate::flow::mtrie::{Node, Trie};
+use crate::flow::mtrie::Trie;
+use crate::flow::node::Node;
 use std::path::Path as FsPath;
 use std::sync::Arc;
 

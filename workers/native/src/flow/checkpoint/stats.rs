@@ -21,7 +21,7 @@ use super::error::{CheckpointError, CpResult};
 use super::format::SUBTRIE_COUNT;
 use super::stream::{stream_into, PartSink, StreamInfo, Walk};
 use crate::flow::hash::{Hash, MAX_HEIGHT};
-use crate::flow::mtrie::Node;
+use crate::flow::node::Node;
 use crate::flow::record::{KEY_PART_KEY, KEY_PART_OWNER};
 pub use crate::flow::register_stats::{OwnerRow, Sizes, TrieStats, DEPTHS};
 use std::cmp::Reverse;

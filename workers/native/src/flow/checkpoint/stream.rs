@@ -40,7 +40,7 @@ use crate::flow::batches::{
 use crate::flow::hash::{
     compact_values_from, default_hash, empty_root, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
 };
-use crate::flow::mtrie::{Node, Register};
+use crate::flow::node::{Node, Register};
 use crate::flow::register_sst::{RegisterSst, RegisterSstWriter};
 use crate::parquet_out::{AlignedTables, RowGroups};
 use std::collections::HashMap;

@@ -5,7 +5,8 @@
 use super::error::{CheckpointError, CpResult};
 use super::format::*;
 use crate::flow::hash::{Hash, MAX_HEIGHT};
-use crate::flow::mtrie::{Node, Trie};
+use crate::flow::mtrie::Trie;
+use crate::flow::node::Node;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
