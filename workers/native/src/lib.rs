@@ -14,6 +14,7 @@ mod eth_gen_py;
 mod eth_py;
 pub mod flow;
 pub mod parquet_out;
+mod py;
 pub mod sst;
 mod sst_py;
 pub mod store;
@@ -215,7 +216,7 @@ pub(crate) fn binary<'py>(
 /// Decodes one `btc_index` value (layout in `store.rs`).
 #[pyfunction]
 fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py, PyDict>> {
-    let v = store::IndexValue::decode(value).map_err(PyValueError::new_err)?;
+    let v = store::IndexValue::decode(value).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let d = PyDict::new(py);
     let state = [
         btc::link::EntryState::Active,
@@ -411,7 +412,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reversed_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
-    flow::py::register(m)?;
+    py::flow::register(m)?;
+    py::flow_checkpoint::register(m)?;
     core_index_py::register(m)?;
     btc_headers_py::register(m)?;
     chain_state_py::register(m)?;

@@ -1,7 +1,8 @@
 //! Flow execution-state ledger: the LedgerWAL of a Flow execution node, byte-compatible with
 //! flow-go v0.33.1 (`shared/specs/flow-ledger.md`).
 //!
-//! Layers, bottom up (each knows nothing of the ones above it):
+//! Layers, bottom up (each knows nothing of the ones above it; the Python bindings are in
+//! `crate::py::flow` and `crate::py::flow_checkpoint`):
 //!
 //! | module     | does                                                                 | spec |
 //! |------------|----------------------------------------------------------------------|------|
@@ -16,21 +17,18 @@
 //! | `batches`  | Arrow record batches for the `trie_updates` and `registers` tables   | —    |
 //! | `checkpoint` | checkpoint files: verified, streamed and legacy reads, flow-go-identical writes, the `registers` table → v6, stats | §5 |
 //! | `replay`   | the replay state: forest, current root, update log, its publication  | —    |
-//! | `py`       | PyO3 wrappers                                                        | —    |
 //!
 //! Every decoding error carries its segment number, the byte offset inside that segment and a
 //! kind ([`FlowError`]); nothing here panics on hostile input.
 
 pub mod batches;
 pub mod checkpoint;
-pub mod checkpoint_py;
 pub mod gen;
 pub mod hash;
 pub mod keccak;
 pub mod mtrie;
 pub mod node;
 pub mod node_store;
-pub mod py;
 pub mod record;
 pub mod register_sst;
 pub mod register_stats;

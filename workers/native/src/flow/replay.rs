@@ -1,6 +1,6 @@
 //! The replay state: a forest of MTries advanced by WAL records in order, the root of the
 //! last update, and the update log that becomes the `trie_updates` table. No Python here
-//! (`py.rs` wraps it as `FlowForest`).
+//! (`crate::py::flow` wraps it as `FlowForest`).
 
 use super::batches::{
     leaf_hashes_batch, register_tables, registers_batch, trie_updates_batch, trie_updates_schema,

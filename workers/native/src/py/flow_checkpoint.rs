@@ -1,5 +1,5 @@
 //! Python bindings for Flow checkpoints (added to `rechain.workers._native` through
-//! `flow::py::register`). File work runs with the GIL released.
+//! [`register`]). File work runs with the GIL released.
 //!
 //! * `flow_checkpoint_verify_part(dir, name, index) -> dict` (one subtrie part, fully verified)
 //! * `flow_checkpoint_version(dir, name) -> int`
@@ -20,24 +20,26 @@
 //! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> dict`: the keccak floor
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
 
-use super::batches::{
+use super::flow::FlowForest;
+use crate::flow::batches::{
     checkpoint_depths_batch, checkpoint_kinds_batch, checkpoint_owners_batch,
     checkpoint_tries_batch,
 };
-use super::checkpoint::from_registers::{register_rows, write_from_registers};
-use super::checkpoint::page_in::page_in;
-use super::checkpoint::stats::{collect, OwnerMerge};
-use super::checkpoint::stream::{stream, verify as verify_stream, StreamInfo, StreamOptions, Walk};
-use super::checkpoint::{
+use crate::flow::checkpoint::from_registers::{register_rows, write_from_registers};
+use crate::flow::checkpoint::page_in::page_in;
+use crate::flow::checkpoint::stats::{collect, OwnerMerge};
+use crate::flow::checkpoint::stream::{
+    stream, verify as verify_stream, StreamInfo, StreamOptions, Walk,
+};
+use crate::flow::checkpoint::{
     checkpoint_version, count_registers, load, verify_part, write_tries, CheckpointError, PartInfo,
     RegisterCheckpointBuilder, Verify, WriteInfo,
 };
-use super::hash::chain_throughput;
-use super::mtrie::{Forest, DEFAULT_CAPACITY};
-use super::node_store::NodeStore;
-use super::py::FlowForest;
-use super::register_sst::RegisterSst;
-use super::replay::ReplayState;
+use crate::flow::hash::chain_throughput;
+use crate::flow::mtrie::{Forest, DEFAULT_CAPACITY};
+use crate::flow::node_store::NodeStore;
+use crate::flow::register_sst::RegisterSst;
+use crate::flow::replay::ReplayState;
 use crate::parquet_out::RowGroups;
 use arrow_array::{Array, ArrayRef, BinaryArray};
 use pyo3::create_exception;

@@ -16,20 +16,20 @@
 //! * `flow_empty_root() -> str`
 //! * exception `FlowWalError` with `.segment`, `.offset`, `.kind`, `.retryable`
 
-use super::batches::{
+use crate::flow::batches::{
     leaf_hashes_schema, registers_batch, registers_schema, rows_from_batch, trie_updates_schema,
     RecordsBuilder,
 };
-use super::gen::{generate, GenConfig};
-use super::hash::{empty_root, Hash};
-use super::mtrie::Forest;
-use super::mtrie::{LeafCursor, DEFAULT_CAPACITY};
-use super::node_store::{NodeStore, StoreError};
-use super::record::WalRecord;
-use super::register_sst::RegisterSst;
-use super::replay::ReplayState;
-use super::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
-use super::{decode_segment, ErrorKind, FlowError};
+use crate::flow::gen::{generate, GenConfig};
+use crate::flow::hash::{empty_root, Hash};
+use crate::flow::mtrie::Forest;
+use crate::flow::mtrie::{LeafCursor, DEFAULT_CAPACITY};
+use crate::flow::node_store::{NodeStore, StoreError};
+use crate::flow::record::WalRecord;
+use crate::flow::register_sst::RegisterSst;
+use crate::flow::replay::ReplayState;
+use crate::flow::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
+use crate::flow::{decode_segment, ErrorKind, FlowError};
 use crate::parquet_out::RowGroups;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -470,7 +470,7 @@ impl FlowForest {
     }
 
     /// A forest holding `tries` (file order: the last one is the current state).
-    pub(crate) fn from_tries(tries: Vec<super::mtrie::Trie>, threads: Option<usize>) -> Self {
+    pub(crate) fn from_tries(tries: Vec<crate::flow::mtrie::Trie>, threads: Option<usize>) -> Self {
         FlowForest {
             state: ReplayState::from_tries(tries, resolve_threads(threads)),
         }
@@ -480,7 +480,7 @@ impl FlowForest {
     pub(crate) fn tries_for(
         &self,
         roots: Option<Vec<String>>,
-    ) -> PyResult<Vec<super::mtrie::Trie>> {
+    ) -> PyResult<Vec<crate::flow::mtrie::Trie>> {
         let roots = roots
             .map(|rs| {
                 rs.iter()
@@ -491,7 +491,7 @@ impl FlowForest {
         self.state.tries_for(roots).map_err(PyValueError::new_err)
     }
 
-    fn trie(&self, root: Option<&str>) -> PyResult<&super::mtrie::Trie> {
+    fn trie(&self, root: Option<&str>) -> PyResult<&crate::flow::mtrie::Trie> {
         let root = root.map(parse_root).transpose()?;
         self.state.trie(root).map_err(PyValueError::new_err)
     }
@@ -532,10 +532,10 @@ fn flow_table_schema<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, Py
         "trie_updates" => trie_updates_schema(),
         "registers" => registers_schema(),
         "register_hashes" => leaf_hashes_schema(),
-        "flow_checkpoint_tries" => super::batches::checkpoint_tries_schema(),
-        "flow_checkpoint_depths" => super::batches::checkpoint_depths_schema(),
-        "flow_checkpoint_register_kinds" => super::batches::checkpoint_kinds_schema(),
-        "flow_checkpoint_owners" => super::batches::checkpoint_owners_schema(),
+        "flow_checkpoint_tries" => crate::flow::batches::checkpoint_tries_schema(),
+        "flow_checkpoint_depths" => crate::flow::batches::checkpoint_depths_schema(),
+        "flow_checkpoint_register_kinds" => crate::flow::batches::checkpoint_kinds_schema(),
+        "flow_checkpoint_owners" => crate::flow::batches::checkpoint_owners_schema(),
         _ => return Err(PyValueError::new_err(format!("no Flow table named {name}"))),
     };
     PySchema::new(schema).into_pyarrow(py)
@@ -551,5 +551,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FlowPayloads>()?;
     m.add_function(wrap_pyfunction!(flow_table_schema, m)?)?;
     m.add("FlowWalError", m.py().get_type::<FlowWalError>())?;
-    super::checkpoint_py::register(m)
+    Ok(())
 }
