@@ -5,12 +5,13 @@
 use crate::bounded::map_bounded;
 use crate::btc::chain_state::{self, Chunk, SourceBlock};
 use crate::btc::coin::Key;
+use crate::btc::error::{ChainStateError, StoreError};
 use crate::btc::spend_resolve;
 use crate::btc::undo;
 use crate::btc::utxo::SetDigest;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
-use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups};
+use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups, WriteError};
 use crate::{key8, network};
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -55,6 +56,11 @@ fn bytes_list<'py, T: AsRef<[u8]>>(
     items: impl Iterator<Item = T>,
 ) -> PyResult<Bound<'py, PyList>> {
     PyList::new(py, items.map(|b| PyBytes::new(py, b.as_ref())))
+}
+
+/// A library error as the `ValueError` (its message) Python has always received.
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
 }
 
 fn hash32(b: &[u8]) -> PyResult<[u8; 32]> {
@@ -107,6 +113,7 @@ impl ChainStateChunk {
     ) -> PyResult<Bound<'py, PyDict>> {
         *self.resolved.lock().expect("not poisoned") =
             Some((a.blocks as usize, a.spends.value.clone()));
+        let failure = a.first_failure();
         let d = PyDict::new(py);
         d.set_item("blocks", a.blocks)?;
         d.set_item("tip", a.tip.map(|(h, hash)| (h, display_hex(&hash))))?;
@@ -131,11 +138,7 @@ impl ChainStateChunk {
         )?;
         d.set_item("count_delta", a.count_delta)?;
         d.set_item("amount_delta", a.amount_delta)?;
-        let failure = match (a.failure, a.body_failure) {
-            (Some((h, hash, r)), _) => Some((h, display_hex(&hash), r.to_string(), "block")),
-            (None, Some((h, hash, r))) => Some((h, display_hex(&hash), r, "body")),
-            (None, None) => None,
-        };
+        let failure = failure.map(|f| (f.height, display_hex(&f.hash), f.reason, f.kind.name()));
         d.set_item("failure", failure)?;
         *self.changes.lock().expect("not poisoned") = (a.puts, a.deletes);
         Ok(d)
@@ -181,7 +184,7 @@ impl ChainStateChunk {
         }
         let inner = py
             .detach(|| Chunk::load(net, key, blocks))
-            .map_err(PyOSError::new_err)?;
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
         Ok(ChainStateChunk {
             inner,
             places,
@@ -242,8 +245,8 @@ impl ChainStateChunk {
         values: Vec<Option<Vec<u8>>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let a = py
-            .detach(|| self.inner.apply(values))
-            .map_err(PyValueError::new_err)?;
+            .detach(|| self.inner.try_apply(values))
+            .map_err(value_error)?;
         self.applied(py, a)
     }
 
@@ -270,18 +273,17 @@ impl ChainStateChunk {
             ));
         }
         let a = py
-            .detach(|| {
+            .detach(|| -> Result<_, ChainStateError> {
                 let mut stored = rustc_hash::FxHashMap::default();
                 for (k, v) in stored_keys.iter().zip(stored_values) {
-                    let key = Key::from_slice(k)
-                        .ok_or_else(|| format!("a btc_utxo key of {} bytes", k.len()))?;
+                    let key = Key::from_slice(k).ok_or(StoreError::UtxoKey { len: k.len() })?;
                     stored.insert(key, v);
                 }
                 let bufs: Vec<&[u8]> = resolved.iter().map(Vec::as_slice).collect();
                 let values = self.inner.coins_from(&bufs, &stored)?;
-                self.inner.apply(values)
+                self.inner.try_apply(values)
             })
-            .map_err(PyValueError::new_err)?;
+            .map_err(value_error)?;
         self.applied(py, a)
     }
 
@@ -348,6 +350,7 @@ impl ChainStateChunk {
                     delta_length: &delta_length,
                     ..Layout::default()
                 };
+                let batches = batches.map(|b| b.map_err(WriteError::rows));
                 write_batches(path, schema, batches, &layout, groups)
             };
             // The spends are staged for the publish stage, which reads them back once.
@@ -368,9 +371,11 @@ impl ChainStateChunk {
                 None => write_spends(),
             });
             written.rotate_right(1);
-            written.into_iter().collect::<Result<Vec<u64>, String>>()
+            written
+                .into_iter()
+                .collect::<Result<Vec<u64>, WriteError>>()
         })
-        .map_err(PyValueError::new_err)
+        .map_err(value_error)
     }
 }
 
@@ -395,7 +400,7 @@ type TableSpec = Spec<SchemaRef>;
 fn spent_outputs(
     heights: &arrow_array::ArrayRef,
     rows: &arrow_array::ArrayRef,
-) -> Result<btc_chain_rows::SpentOutputs, String> {
+) -> PyResult<btc_chain_rows::SpentOutputs> {
     use arrow_array::cast::AsArray;
     use arrow_array::types::UInt32Type;
     use arrow_array::Array;
@@ -403,11 +408,17 @@ fn spent_outputs(
         a.as_primitive_opt::<UInt32Type>()
             .filter(|a| a.null_count() == 0)
             .map(|a| a.values().clone())
-            .ok_or_else(|| format!("spent outputs: {what} must be uint32 without nulls"))
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "spent outputs: {what} must be uint32 without nulls"
+                ))
+            })
     };
     let (heights, rows) = (u32s(heights, "heights")?, u32s(rows, "rows")?);
     if heights.len() != rows.len() {
-        return Err("spent outputs: arrays differ in length".into());
+        return Err(PyValueError::new_err(
+            "spent outputs: arrays differ in length",
+        ));
     }
     Ok(btc_chain_rows::SpentOutputs::new(
         heights.iter().copied().zip(rows.iter().copied()),
@@ -437,14 +448,14 @@ fn respend_outputs(
             &dest,
             "spent",
             &["height", "spent"],
-            |batch| flags.batch(batch),
-        )?;
+            |batch| flags.batch(batch).map_err(WriteError::rows),
+        )
+        .map_err(value_error)?;
         flags
             .finish()
-            .map_err(|e| format!("{}: {e}", src.display()))?;
-        Ok::<u64, String>(n)
+            .map_err(|e| PyValueError::new_err(format!("{}: {e}", src.display())))?;
+        Ok(n)
     })
-    .map_err(PyValueError::new_err)
 }
 
 /// The net change that unwinds blocks given their undo records, highest first: a dict with
@@ -455,10 +466,8 @@ fn unwind_chain_state<'py>(py: Python<'py>, undos: Vec<Vec<u8>>) -> PyResult<Bou
         .iter()
         .map(|u| undo::decode_undo(u).map(|x| display_hex(&x.hash)))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(PyValueError::new_err)?;
-    let (puts, deletes, count, amount) = py
-        .detach(|| undo::unwind(&undos))
-        .map_err(PyValueError::new_err)?;
+        .map_err(value_error)?;
+    let (puts, deletes, count, amount) = py.detach(|| undo::unwind(&undos)).map_err(value_error)?;
     let d = PyDict::new(py);
     d.set_item(
         "puts",
@@ -479,7 +488,7 @@ fn unwind_chain_state<'py>(py: Python<'py>, undos: Vec<Vec<u8>>) -> PyResult<Bou
 fn undo_block_hash(undo: &[u8]) -> PyResult<String> {
     undo::decode_undo(undo)
         .map(|u| display_hex(&u.hash))
-        .map_err(PyValueError::new_err)
+        .map_err(value_error)
 }
 
 /// Core's `hash_serialized_3` of the `btc_utxo` entries yielded in key order by `items`
@@ -489,7 +498,7 @@ fn hash_utxo_entries(items: &Bound<'_, PyAny>) -> PyResult<(String, u64, u64)> {
     let mut digest = SetDigest::default();
     for item in PyIterator::from_object(items)? {
         let (k, v): (Vec<u8>, Vec<u8>) = item?.extract()?;
-        digest.push(&k, &v).map_err(PyValueError::new_err)?;
+        digest.push(&k, &v).map_err(value_error)?;
     }
     let (count, total) = (digest.count, digest.total);
     Ok((crate::datasets::hex::to_hex(&digest.finish()), count, total))
@@ -505,7 +514,7 @@ fn resolve_spends<'py>(py: Python<'py>, events: Vec<Vec<u8>>) -> PyResult<Bound<
             let bufs: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
             spend_resolve::resolve(&bufs)
         })
-        .map_err(PyValueError::new_err)?;
+        .map_err(value_error)?;
     bytes_list(py, out.iter())
 }
 
@@ -513,7 +522,7 @@ fn resolve_spends<'py>(py: Python<'py>, events: Vec<Vec<u8>>) -> PyResult<Bound<
 /// it, as the range found it, for `ChainStateChunk.apply_resolved`.
 #[pyfunction]
 fn resolved_stored_keys<'py>(py: Python<'py>, resolved: &[u8]) -> PyResult<Bound<'py, PyList>> {
-    let keys = spend_resolve::stored_keys(resolved).map_err(PyValueError::new_err)?;
+    let keys = spend_resolve::stored_keys(resolved).map_err(value_error)?;
     bytes_list(py, keys.iter())
 }
 

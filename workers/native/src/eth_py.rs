@@ -75,8 +75,9 @@ fn eth_import_unit<'py>(
     let (unit, index) = py
         .detach(|| {
             let unit = import::run(&source, &opts)?;
-            let index = import::index_entries(&unit.batches[0])
-                .map_err(|e| crate::eth::Error::new(crate::eth::ErrorKind::Layout(e)))?;
+            let index = import::index_entries(&unit.batches[0]).map_err(|e| {
+                crate::eth::Error::new(crate::eth::ErrorKind::Layout(e.to_string()))
+            })?;
             Ok::<_, crate::eth::Error>((unit, index))
         })
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -135,8 +136,8 @@ fn eth_rebase_td<'py>(
     base: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let base = parse_td(Some(base))?.unwrap_or_default();
-    let batch =
-        import::rebase_total_difficulty(blocks.as_ref(), base).map_err(PyValueError::new_err)?;
+    let batch = import::rebase_total_difficulty(blocks.as_ref(), base)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     PyRecordBatch::new(batch).into_pyarrow(py)
 }
 
@@ -146,7 +147,7 @@ fn eth_rebase_td<'py>(
 fn eth_index_entries<'py>(py: Python<'py>, blocks: PyRecordBatch) -> PyResult<Bound<'py, PyDict>> {
     let e = py
         .detach(|| import::index_entries(blocks.as_ref()))
-        .map_err(PyValueError::new_err)?;
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     index_dict(py, e)
 }
 

@@ -23,10 +23,60 @@ use parquet::file::properties::{
 use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
+use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// A Parquet file that could not be written (or, for `replace_column`, read).
+#[derive(Debug)]
+pub enum WriteError {
+    /// A failure at the file `path` (creating, reading or finishing it, or a column its
+    /// layout names): shown as `path: source`.
+    At {
+        path: PathBuf,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Encoding a batch or closing a row group failed.
+    Parquet(parquet::errors::ParquetError),
+    /// The caller's rows (a batch to write, a replacement column) could not be made: their
+    /// error, shown as it is.
+    Rows(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl WriteError {
+    fn at(path: &Path, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        WriteError::At {
+            path: path.to_path_buf(),
+            source: source.into(),
+        }
+    }
+
+    /// The caller's own error in making the rows.
+    pub fn rows(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        WriteError::Rows(Box::new(e))
+    }
+}
+
+impl fmt::Display for WriteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteError::At { path, source } => write!(f, "{}: {source}", path.display()),
+            WriteError::Parquet(e) => write!(f, "{e}"),
+            WriteError::Rows(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+/// The message, for the callers that carry errors as text (Flow's table writers).
+impl From<WriteError> for String {
+    fn from(e: WriteError) -> String {
+        e.to_string()
+    }
+}
 
 /// Row-group limits: at most `rows` rows, and a group is closed early once its encoded
 /// columns (which a writer holds until the group is done) reach `bytes`.
@@ -62,27 +112,37 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
+    /// The error as its message: Flow's table writers take it so (see
+    /// [`TableWriter::try_create`]).
     pub fn create(path: &Path, schema: SchemaRef, layout: &Layout) -> Result<TableWriter, String> {
+        Ok(TableWriter::try_create(path, schema, layout)?)
+    }
+
+    pub fn try_create(
+        path: &Path,
+        schema: SchemaRef,
+        layout: &Layout,
+    ) -> Result<TableWriter, WriteError> {
         let props = properties(path, &schema, layout)?;
-        let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = File::create(path).map_err(|e| WriteError::at(path, e))?;
         let writer = ArrowWriter::try_new(file, schema, Some(props.build()))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| WriteError::at(path, e))?;
         Ok(TableWriter { writer, rows: 0 })
     }
 
-    fn write(&mut self, batch: &RecordBatch) -> Result<(), String> {
+    fn write(&mut self, batch: &RecordBatch) -> Result<(), WriteError> {
         self.rows += batch.num_rows() as u64;
-        self.writer.write(batch).map_err(|e| e.to_string())
+        self.writer.write(batch).map_err(WriteError::Parquet)
     }
 
-    fn close_group(&mut self) -> Result<(), String> {
-        self.writer.flush().map_err(|e| e.to_string())
+    fn close_group(&mut self) -> Result<(), WriteError> {
+        self.writer.flush().map_err(WriteError::Parquet)
     }
 
     /// Writes the footer and starts its writeback; returns the rows written. (`DataDir`
     /// syncs the file.)
-    fn finish(self) -> Result<u64, String> {
-        let file = self.writer.into_inner().map_err(|e| e.to_string())?;
+    fn finish(self) -> Result<u64, WriteError> {
+        let file = self.writer.into_inner().map_err(WriteError::Parquet)?;
         crate::writeback::start(&file);
         Ok(self.rows)
     }
@@ -93,7 +153,7 @@ fn properties(
     path: &Path,
     schema: &SchemaRef,
     layout: &Layout,
-) -> Result<WriterPropertiesBuilder, String> {
+) -> Result<WriterPropertiesBuilder, WriteError> {
     let mut props = WriterProperties::builder()
         .set_compression(
             layout
@@ -109,10 +169,10 @@ fn properties(
         .set_writer_version(WriterVersion::PARQUET_2_0)
         .set_encoding(Encoding::PLAIN)
         .set_max_row_group_row_count(None);
-    let leaf = |c: &str| -> Result<ColumnPath, String> {
+    let leaf = |c: &str| -> Result<ColumnPath, WriteError> {
         let field = schema
             .field_with_name(c)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| WriteError::at(path, e))?;
         // A list's values are the leaf `name.list.<item>` of the Parquet schema.
         Ok(ColumnPath::new(match field.data_type() {
             DataType::List(item) | DataType::LargeList(item) => {
@@ -147,9 +207,9 @@ pub fn replace_column(
     dest: &Path,
     column: &str,
     inputs: &[&str],
-    mut compute: impl FnMut(&RecordBatch) -> Result<ArrayRef, String>,
-) -> Result<u64, String> {
-    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", src.display());
+    mut compute: impl FnMut(&RecordBatch) -> Result<ArrayRef, WriteError>,
+) -> Result<u64, WriteError> {
+    let at = |e: &dyn fmt::Display| WriteError::at(src, e.to_string());
     let file = File::open(src).map_err(|e| at(&e))?;
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let meta = ArrowReaderMetadata::load(&file, options).map_err(|e| at(&e))?;
@@ -173,7 +233,7 @@ pub fn replace_column(
     let props = properties(dest, &arrow_schema, &Layout::default())?
         .set_key_value_metadata(parquet.file_metadata().key_value_metadata().cloned())
         .build();
-    let out = File::create(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
+    let out = File::create(dest).map_err(|e| WriteError::at(dest, e))?;
     let mut writer = SerializedFileWriter::new(out, descr.root_schema_ptr(), Arc::new(props))
         .map_err(|e| at(&e))?;
     let factory = ArrowRowGroupWriterFactory::new(&writer, arrow_schema.clone());
@@ -285,7 +345,7 @@ pub fn write_batch(
     batch: &RecordBatch,
     layout: &Layout,
     groups: RowGroups,
-) -> Result<u64, String> {
+) -> Result<u64, WriteError> {
     let batches = std::iter::once(Ok(batch.clone()));
     write_batches(path, batch.schema(), batches, layout, groups)
 }
@@ -295,21 +355,21 @@ pub fn write_batch(
 pub fn write_batches(
     path: &Path,
     schema: SchemaRef,
-    batches: impl Iterator<Item = Result<RecordBatch, String>>,
+    batches: impl Iterator<Item = Result<RecordBatch, WriteError>>,
     layout: &Layout,
     groups: RowGroups,
-) -> Result<u64, String> {
-    let mut t = AlignedTables::new(vec![TableWriter::create(path, schema, layout)?], groups);
+) -> Result<u64, WriteError> {
+    let mut t = AlignedTables::new(vec![TableWriter::try_create(path, schema, layout)?], groups);
     for batch in batches {
         let batch = batch?;
         let mut at = 0;
         while at < batch.num_rows() {
             let n = t.step_rows(STEP_ROWS).min(batch.num_rows() - at);
-            t.write(&[batch.slice(at, n)])?;
+            t.try_write(&[batch.slice(at, n)])?;
             at += n;
         }
     }
-    t.finish()
+    t.try_finish()
 }
 
 /// Tables written side by side with the same row groups (row `i` of each table describes the
@@ -338,7 +398,13 @@ impl AlignedTables {
         most.clamp(1, self.groups.rows - self.in_group)
     }
 
+    /// The error as its message: Flow's table writers take it so (see
+    /// [`AlignedTables::try_write`]).
     pub fn write(&mut self, batches: &[RecordBatch]) -> Result<(), String> {
+        Ok(self.try_write(batches)?)
+    }
+
+    pub fn try_write(&mut self, batches: &[RecordBatch]) -> Result<(), WriteError> {
         assert_eq!(batches.len(), self.tables.len(), "one batch per table");
         let rows = batches.first().map_or(0, RecordBatch::num_rows);
         for (t, b) in self.tables.iter_mut().zip(batches) {
@@ -359,8 +425,14 @@ impl AlignedTables {
         Ok(())
     }
 
-    /// Finishes every file; returns the rows written (the same for each table).
+    /// [`AlignedTables::try_finish`], the error as its message (as Flow's table writers
+    /// take it).
     pub fn finish(self) -> Result<u64, String> {
+        Ok(self.try_finish()?)
+    }
+
+    /// Finishes every file; returns the rows written (the same for each table).
+    pub fn try_finish(self) -> Result<u64, WriteError> {
         let mut rows = 0;
         for t in self.tables {
             rows = t.finish()?;

@@ -19,6 +19,8 @@
 //! The best chain is bucketed because one key per height made a million tiny SST entries (and a
 //! million Python calls) for what every reader wants as a contiguous run of hashes.
 
+use crate::btc::error::StoreError;
+
 /// Appends a `flow_registers` value to `out`.
 pub fn encode_register_value(version: u8, encoded_key: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.reserve(5 + encoded_key.len() + value.len());
@@ -61,15 +63,15 @@ impl IndexValue {
         out.extend_from_slice(&self.header);
     }
 
-    pub fn decode(b: &[u8]) -> Result<IndexValue, String> {
+    pub fn decode(b: &[u8]) -> Result<IndexValue, StoreError> {
         if b.first() != Some(&INDEX_VALUE_VERSION) {
-            return Err(format!("unknown block-index value version {:?}", b.first()));
+            return Err(StoreError::IndexVersion(b.first().copied()));
         }
         if b.len() != INDEX_VALUE_LEN {
-            return Err(format!(
-                "block-index value of {} bytes, expected {INDEX_VALUE_LEN}",
-                b.len()
-            ));
+            return Err(StoreError::IndexLen {
+                len: b.len(),
+                expected: INDEX_VALUE_LEN,
+            });
         }
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let opt = |v: u32| (v != NONE_U32).then_some(v);

@@ -11,6 +11,9 @@
 
 use super::coin::{key_order, output_row, spendable, utxo_key, Coin, CoinHead, Txid};
 use super::decode::{coinbase_height, frame_and_check, is_null_prevout, Spans};
+use super::error::{
+    BlockAt, ChainStateError, Failure, FailureKind, ReadError, RecordProblem, Reject, StoreError,
+};
 use super::header::HEADER_LEN;
 use super::network::Network;
 use super::scan::xor_in_place;
@@ -79,11 +82,33 @@ pub struct Applied {
     pub spends: SpendRows,
     pub count_delta: i64,
     pub amount_delta: i128,
-    /// (height, hash, Core's reject reason).
-    pub failure: Option<(u32, [u8; 32], &'static str)>,
+    /// (height, hash, the rule broken).
+    pub failure: Option<(u32, [u8; 32], Reject)>,
     /// With every block of the chunk applied: the block after them, which failed its body
     /// checks (`Chunk::body_failure`).
     pub body_failure: Option<(u32, [u8; 32], String)>,
+}
+
+impl Applied {
+    /// The first block of the chunk that failed, if any: one that broke a consensus rule, or
+    /// else the block after the applied ones, which failed its body checks.
+    pub fn first_failure(&self) -> Option<Failure> {
+        match (&self.failure, &self.body_failure) {
+            (Some((height, hash, reject)), _) => Some(Failure {
+                height: *height,
+                hash: *hash,
+                kind: FailureKind::Block,
+                reason: reject.reason().to_string(),
+            }),
+            (None, Some((height, hash, reason))) => Some(Failure {
+                height: *height,
+                hash: *hash,
+                kind: FailureKind::Body,
+                reason: reason.clone(),
+            }),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A run of consecutive best-chain blocks, read and framed, and the coins it needs from the
@@ -105,35 +130,31 @@ fn read_record(
     offset: u64,
     key: [u8; 8],
     magic: [u8; 4],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, RecordProblem> {
     let xor = |buf: &mut Vec<u8>, pos: u64| {
         if key != [0u8; 8] {
             xor_in_place(buf, key, pos);
         }
     };
     if offset + 8 > len {
-        return Err("record lies past the end of the file".into());
+        return Err(RecordProblem::PastEnd);
     }
     let mut head = vec![0u8; 8];
     file.read_exact_at(&mut head, offset)
-        .map_err(|e| e.to_string())?;
+        .map_err(RecordProblem::Io)?;
     xor(&mut head, offset);
     if head[..4] != magic {
-        return Err("no block magic at the indexed offset (file changed?)".into());
+        return Err(RecordProblem::NoMagic);
     }
     let size = u32::from_le_bytes(head[4..8].try_into().unwrap()) as u64;
     if offset + 8 + size > len {
-        return Err("block runs past the end of the file".into());
+        return Err(RecordProblem::RunsPastEnd);
     }
     let mut data = vec![0u8; size as usize];
     file.read_exact_at(&mut data, offset + 8)
-        .map_err(|e| e.to_string())?;
+        .map_err(RecordProblem::Io)?;
     xor(&mut data, offset + 8);
     Ok(data)
-}
-
-fn display(hash: &[u8; 32]) -> String {
-    crate::datasets::hex::display_hex(hash)
 }
 
 impl Chunk {
@@ -142,47 +163,54 @@ impl Chunk {
         network: Network,
         xor_key: [u8; 8],
         blocks: Vec<SourceBlock>,
-    ) -> Result<Chunk, String> {
+    ) -> Result<Chunk, ChainStateError> {
         let magic = network.magic();
         let mut open: HashMap<PathBuf, (File, u64)> = HashMap::default();
         let mut loaded = Vec::with_capacity(blocks.len());
         for b in blocks {
             if !open.contains_key(&b.path) {
-                let f = File::open(&b.path).map_err(|e| format!("{}: {e}", b.path.display()))?;
-                let len = f.metadata().map_err(|e| e.to_string())?.len();
+                let f = File::open(&b.path).map_err(|source| ReadError::Open {
+                    path: b.path.clone(),
+                    source,
+                })?;
+                let len = f.metadata().map_err(ReadError::Metadata)?.len();
                 open.insert(b.path.clone(), (f, len));
             }
             let (file, len) = &open[&b.path];
-            let where_ = || {
-                format!(
-                    "block {} (height {}) at {}:{}",
-                    display(&b.hash),
-                    b.height,
-                    b.path.display(),
-                    b.offset
-                )
+            let at = |problem| ReadError::Record {
+                block: BlockAt {
+                    hash: b.hash,
+                    height: b.height,
+                    path: b.path.clone(),
+                    offset: b.offset,
+                },
+                problem,
             };
-            let data = read_record(file, *len, b.offset, xor_key, magic)
-                .map_err(|e| format!("{}: {e}", where_()))?;
+            let data = read_record(file, *len, b.offset, xor_key, magic).map_err(at)?;
             if data.len() < HEADER_LEN || sha256d(&data[..HEADER_LEN]) != b.hash {
-                return Err(format!(
-                    "{}: the record there is another block (file changed?)",
-                    where_()
-                ));
+                return Err(at(RecordProblem::OtherBlock).into());
             }
             loaded.push((b.height, b.hash, data));
         }
-        Chunk::from_blocks(network, loaded)
+        Ok(Chunk::framed(network, loaded))
     }
 
     /// A chunk of blocks already in memory: (height, hash, block bytes), heights ascending.
     /// Each block is framed and makes the body pass's context-free checks (the body pass
     /// leaves the blocks the chain state reads to it): the chunk ends before the first that
     /// fails them (`body_failure`).
+    ///
+    /// Never an error: the `Result` (and its `String`) is the signature the fuzz targets
+    /// (`tests/fuzz_support`) call it with.
     pub fn from_blocks(
         network: Network,
         blocks: Vec<(u32, [u8; 32], Vec<u8>)>,
     ) -> Result<Chunk, String> {
+        Ok(Chunk::framed(network, blocks))
+    }
+
+    /// [`Chunk::from_blocks`], which cannot fail.
+    fn framed(network: Network, blocks: Vec<(u32, [u8; 32], Vec<u8>)>) -> Chunk {
         let mut loaded = Vec::with_capacity(blocks.len());
         let mut body_failure = None;
         for (height, hash, data) in blocks {
@@ -205,7 +233,7 @@ impl Chunk {
             body_failure,
         };
         chunk.needed = chunk.plan_reads();
-        Ok(chunk)
+        chunk
     }
 
     pub(crate) fn network(&self) -> Network {
@@ -266,13 +294,20 @@ impl Chunk {
     /// Applies the blocks in order to the coins read for `needed` (`values[i]` is the stored
     /// value of `needed[i]`, None if absent), stopping before the first block that breaks a
     /// rule.
+    ///
+    /// The error as its message: the signature the fuzz targets (`tests/fuzz_support`) call
+    /// it with; [`Chunk::try_apply`] gives the error itself.
     pub fn apply(&self, values: Vec<Option<Vec<u8>>>) -> Result<Applied, String> {
+        self.try_apply(values).map_err(String::from)
+    }
+
+    /// [`Chunk::apply`], its error typed.
+    pub fn try_apply(&self, values: Vec<Option<Vec<u8>>>) -> Result<Applied, ChainStateError> {
         if values.len() != self.needed.len() {
-            return Err(format!(
-                "{} values for {} needed coins",
-                values.len(),
-                self.needed.len()
-            ));
+            return Err(ChainStateError::ValueCount {
+                given: values.len(),
+                needed: self.needed.len(),
+            });
         }
         // Sized up front: growing the map rehashes every key again, a chunk's worth each. Only
         // the stored coins and the chunk's outputs add keys (an input finds its coin or fails
@@ -406,7 +441,7 @@ impl<'a> BlockChanges<'a> {
 
     /// The block's undo record (keys sorted, so equal blocks on equal sets give equal
     /// bytes), and the change it made to the set's count and amount.
-    fn undo_record(&self, hash: &[u8; 32]) -> Result<(Vec<u8>, i64, i128), String> {
+    fn undo_record(&self, hash: &[u8; 32]) -> Result<(Vec<u8>, i64, i128), StoreError> {
         let changes = &self.0;
         // By key, then in the block's order within a key.
         let order = key_order(changes.len(), |i| &changes[i].0);
@@ -452,24 +487,24 @@ fn apply_block<'a>(
     spends: &mut SpendRows,
     bip34: u64,
     halving: u64,
-) -> Result<Option<&'static str>, String> {
+) -> Result<Option<Reject>, ChainStateError> {
     let sp = &b.spans;
     let data = &b.data;
     let Some(coinbase) = sp.txs.first() else {
-        return Err(format!("block {} has no transactions", display(&b.hash)));
+        return Err(ChainStateError::NoTransactions { hash: b.hash });
     };
     // The body checks keep a block whose first transaction is not a coinbase (one input, the
     // null outpoint) off the best chain; one that reaches here anyway is refused as Core
     // refuses it, not read past the inputs it lacks.
     let first = &sp.ins[coinbase.ins.0..coinbase.ins.1];
     if first.len() != 1 || !is_null_prevout(&data[first[0].prev..]) {
-        return Ok(Some("bad-cb-missing"));
+        return Ok(Some(Reject::CbMissing));
     }
     if b.height as u64 >= bip34 {
         let first = &first[0];
         let sig = &data[first.script.0..first.script.1];
         if coinbase_height(sig) != Some(b.height as i64) {
-            return Ok(Some("bad-cb-height"));
+            return Ok(Some(Reject::CbHeight));
         }
     }
     let (mut premature, mut below_out) = (false, false);
@@ -487,10 +522,10 @@ fn apply_block<'a>(
                 let vout = u32::from_le_bytes(p[32..36].try_into().unwrap());
                 let k = utxo_key(&p[..32], vout);
                 let Some(slot) = view.get_mut(&k) else {
-                    return Ok(Some("bad-txns-inputs-missingorspent"));
+                    return Ok(Some(Reject::InputsMissingOrSpent));
                 };
                 let Some(prev) = slot.coin.as_ref() else {
-                    return Ok(Some("bad-txns-inputs-missingorspent"));
+                    return Ok(Some(Reject::InputsMissingOrSpent));
                 };
                 let prev = prev.head()?;
                 premature |= prev.coinbase && b.height - prev.height < COINBASE_MATURITY;
@@ -530,13 +565,13 @@ fn apply_block<'a>(
         }
     }
     if premature {
-        return Ok(Some("bad-txns-premature-spend-of-coinbase"));
+        return Ok(Some(Reject::PrematureSpendOfCoinbase));
     }
     if below_out {
-        return Ok(Some("bad-txns-in-belowout"));
+        return Ok(Some(Reject::InBelowOut));
     }
     if coinbase_out > fees + subsidy(b.height, halving) {
-        return Ok(Some("bad-cb-amount"));
+        return Ok(Some(Reject::CbAmount));
     }
     Ok(None)
 }
@@ -870,7 +905,7 @@ mod tests {
             apply(base.clone(), &mut set);
             let before = set.clone();
             let a = apply(vec![(height, bad)], &mut set);
-            assert_eq!(a.failure.map(|f| f.2), Some(reason));
+            assert_eq!(a.failure.map(|f| f.2.reason()), Some(reason));
             assert_eq!((a.blocks, a.undo.len(), a.spends.height.len()), (0, 0, 0));
             assert_eq!(
                 set, before,
@@ -947,7 +982,7 @@ mod tests {
         )
         .unwrap();
         let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
-        assert_eq!(a.failure.map(|f| f.2), Some("bad-cb-height"));
+        assert_eq!(a.failure.map(|f| f.2.reason()), Some("bad-cb-height"));
         let chunk = Chunk::from_blocks(
             Network::Regtest,
             vec![(5, [5u8; 32], block(&[&coinbase(b"\x55\x00", 50 * COIN)]))],

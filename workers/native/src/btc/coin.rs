@@ -10,6 +10,7 @@
 
 use super::decode::TxSpan;
 use super::encode::core_varint;
+use super::error::StoreError;
 
 /// First byte of every `btc_utxo` key (Core's chainstate `DB_COIN`).
 pub const UTXO_KEY_PREFIX: u8 = b'C';
@@ -197,9 +198,9 @@ pub struct CoinHead {
 }
 
 /// The head of a `btc_utxo` value (its script is `&v[COIN_HEAD..]`).
-pub fn coin_fields(v: &[u8]) -> Result<CoinHead, String> {
+pub fn coin_fields(v: &[u8]) -> Result<CoinHead, StoreError> {
     if v.len() < COIN_HEAD {
-        return Err(format!("UTXO value of {} bytes", v.len()));
+        return Err(StoreError::CoinValue { len: v.len() });
     }
     let word = |at: usize| u32::from_le_bytes(v[at..at + 4].try_into().unwrap());
     Ok(CoinHead {
@@ -227,7 +228,7 @@ pub(crate) enum Coin<'a> {
 }
 
 impl Coin<'_> {
-    pub(crate) fn head(&self) -> Result<CoinHead, String> {
+    pub(crate) fn head(&self) -> Result<CoinHead, StoreError> {
         match self {
             Coin::Stored(v) => coin_fields(v),
             Coin::Made { head, .. } => Ok(*head),

@@ -9,6 +9,7 @@ pub mod core_index;
 pub mod core_index_plan;
 pub mod decode;
 pub mod encode;
+pub mod error;
 pub mod gen;
 pub mod gen_keys;
 pub mod header;

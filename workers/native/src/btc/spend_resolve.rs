@@ -26,6 +26,7 @@
 
 use super::chain_state::Chunk;
 use super::coin::{coin_value, output_row, spendable, utxo_key, Key};
+use super::error::StoreError;
 use rustc_hash::FxHashMap as HashMap;
 
 const SPEND: u8 = 0;
@@ -59,24 +60,24 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end = end.ok_or_else(|| format!("spend records cut short at byte {}", self.at))?;
+        let end = end.ok_or(StoreError::SpendRecordsShort { at: self.at })?;
         let b = &self.buf[self.at..end];
         self.at = end;
         Ok(b)
     }
-    fn u8(&mut self) -> Result<u8, String> {
+    fn u8(&mut self) -> Result<u8, StoreError> {
         Ok(self.take(1)?[0])
     }
-    fn u32(&mut self) -> Result<u32, String> {
+    fn u32(&mut self) -> Result<u32, StoreError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
     }
-    fn key(&mut self) -> Result<Key, String> {
+    fn key(&mut self) -> Result<Key, StoreError> {
         let n = self.u8()? as usize;
-        Key::from_slice(self.take(n)?).ok_or_else(|| format!("a key of {n} bytes"))
+        Key::from_slice(self.take(n)?).ok_or(StoreError::SpendKey { len: n })
     }
-    fn value(&mut self) -> Result<&'a [u8], String> {
+    fn value(&mut self) -> Result<&'a [u8], StoreError> {
         let n = self.u32()? as usize;
         self.take(n)
     }
@@ -134,7 +135,7 @@ impl Chunk {
         &self,
         resolved: &[&[u8]],
         stored: &HashMap<Key, Option<Vec<u8>>>,
-    ) -> Result<Vec<Option<Vec<u8>>>, String> {
+    ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         let mut known: HashMap<Key, Option<&[u8]>> = HashMap::default();
         let mut from_set: Vec<Key> = Vec::new();
         for buf in resolved {
@@ -149,14 +150,12 @@ impl Chunk {
                         known.insert(key, Some(r.value()?));
                     }
                     STORED => from_set.push(key),
-                    s => return Err(format!("resolved state {s}")),
+                    s => return Err(StoreError::ResolvedState(s)),
                 }
             }
         }
         for key in from_set {
-            let v = stored
-                .get(&key)
-                .ok_or_else(|| format!("no stored value given for {key:?}"))?;
+            let v = stored.get(&key).ok_or(StoreError::NoStoredValue(key))?;
             known.insert(key, v.as_deref());
         }
         self.needed
@@ -165,14 +164,14 @@ impl Chunk {
                 known
                     .get(k)
                     .map(|v| v.map(<[u8]>::to_vec))
-                    .ok_or_else(|| format!("spend resolution gave no coin for {k:?}"))
+                    .ok_or(StoreError::NoResolvedCoin(*k))
             })
             .collect()
     }
 }
 
 /// The keys a chunk's resolve records leave to the stored set (`STORED`), ascending.
-pub fn stored_keys(resolved: &[u8]) -> Result<Vec<Key>, String> {
+pub fn stored_keys(resolved: &[u8]) -> Result<Vec<Key>, StoreError> {
     let mut r = Reader {
         buf: resolved,
         at: 0,
@@ -186,7 +185,7 @@ pub fn stored_keys(resolved: &[u8]) -> Result<Vec<Key>, String> {
                 r.value()?;
             }
             STORED => keys.push(key),
-            s => return Err(format!("resolved state {s}")),
+            s => return Err(StoreError::ResolvedState(s)),
         }
     }
     Ok(keys)
@@ -206,7 +205,7 @@ struct Event<'a> {
 /// the coins it needs from before it: every key whose first event in the chunk is a spend or
 /// a coinbase output (`Chunk::needed`'s keys in this partition), with what the earlier chunks
 /// left there.
-pub fn resolve(events: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
+pub fn resolve(events: &[&[u8]]) -> Result<Vec<Vec<u8>>, StoreError> {
     let mut all: Vec<Event<'_>> = Vec::new();
     for (c, buf) in events.iter().enumerate() {
         let mut r = Reader { buf, at: 0 };
@@ -218,7 +217,7 @@ pub fn resolve(events: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
             let value = match kind {
                 SPEND => &[][..],
                 CREATE | COINBASE => r.value()?,
-                k => return Err(format!("event kind {k}")),
+                k => return Err(StoreError::EventKind(k)),
             };
             all.push(Event {
                 key,
@@ -341,7 +340,9 @@ mod tests {
         let applied = sequential.iter().map(|a| a.blocks).sum();
         (
             applied,
-            sequential.last().and_then(|a| a.failure.map(|f| f.2)),
+            sequential
+                .last()
+                .and_then(|a| a.failure.map(|f| f.2.reason())),
         )
     }
 

@@ -11,6 +11,7 @@
 //! the coins it spent or overwrote (as they were before it): the exact inverse of applying it.
 
 use super::coin::{coin_fields, Coin, Key};
+use super::error::StoreError;
 use rustc_hash::FxHashMap as HashMap;
 
 pub const UNDO_VERSION: u8 = 1;
@@ -51,16 +52,16 @@ pub struct Undo {
     pub restored: Vec<(Key, Vec<u8>)>,
 }
 
-pub fn decode_undo(b: &[u8]) -> Result<Undo, String> {
-    let bad = || format!("undo record of {} bytes is malformed", b.len());
+pub fn decode_undo(b: &[u8]) -> Result<Undo, StoreError> {
+    let bad = || StoreError::Undo { len: b.len() };
     let mut at = 0usize;
-    let mut take = |n: usize| -> Result<&[u8], String> {
+    let mut take = |n: usize| -> Result<&[u8], StoreError> {
         let s = b.get(at..at + n).ok_or_else(bad)?;
         at += n;
         Ok(s)
     };
     if take(1)? != [UNDO_VERSION] {
-        return Err(format!("unknown undo record version {:?}", b.first()));
+        return Err(StoreError::UndoVersion(b.first().copied()));
     }
     let hash: [u8; 32] = take(32)?.try_into().unwrap();
     let n = u32::from_le_bytes(take(4)?.try_into().unwrap()) as usize;
@@ -93,7 +94,7 @@ pub fn decode_undo(b: &[u8]) -> Result<Undo, String> {
 /// (puts, deletes, count delta, amount delta).
 pub type Unwound = (Vec<(Key, Vec<u8>)>, Vec<Key>, i64, i128);
 
-pub fn unwind(undos_descending: &[Vec<u8>]) -> Result<Unwound, String> {
+pub fn unwind(undos_descending: &[Vec<u8>]) -> Result<Unwound, StoreError> {
     let mut net: HashMap<Key, Option<Vec<u8>>> = HashMap::default();
     let (mut count, mut amount) = (0i64, 0i128);
     for raw in undos_descending {

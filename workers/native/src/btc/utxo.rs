@@ -9,6 +9,7 @@
 
 use super::coin::{coin_fields, COIN_HEAD, UTXO_KEY_PREFIX};
 use super::encode::{read_core_varint, write_compact_size};
+use super::error::StoreError;
 use sha2::{Digest, Sha256};
 
 /// `hash_serialized_3` over `btc_utxo` entries pushed in key order.
@@ -22,8 +23,8 @@ pub struct SetDigest {
 
 impl SetDigest {
     /// Adds one entry (key, stored value; see `coin::coin_value`).
-    pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        let bad = || format!("malformed btc_utxo entry {key:02x?}");
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        let bad = || StoreError::UtxoEntry { key: key.to_vec() };
         if key.len() < 34 || key[0] != UTXO_KEY_PREFIX {
             return Err(bad());
         }

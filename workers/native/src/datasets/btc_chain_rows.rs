@@ -9,6 +9,7 @@
 
 use crate::btc::columns::StrCol;
 use crate::btc::decode::{coinbase_height, Spans, TxSpan};
+use crate::btc::error::RowsError;
 use crate::btc::header::HEADER_LEN;
 use crate::btc::link::EntryState;
 use crate::btc::network::Network;
@@ -150,12 +151,19 @@ impl RowPlaces {
     }
 }
 
-fn unknown(table: &str, column: &str) -> String {
-    format!("{table}: the chain state builds no column {column:?}")
+fn unknown(table: &'static str, column: &str) -> RowsError {
+    RowsError::UnknownColumn {
+        table,
+        column: column.to_string(),
+    }
 }
 
-fn batch(schema: SchemaRef, cols: Vec<ArrayRef>, table: &str) -> Result<RecordBatch, String> {
-    RecordBatch::try_new(schema, cols).map_err(|e| format!("{table}: {e}"))
+fn batch(
+    schema: SchemaRef,
+    cols: Vec<ArrayRef>,
+    table: &'static str,
+) -> Result<RecordBatch, RowsError> {
+    RecordBatch::try_new(schema, cols).map_err(|source| RowsError::Arrow { table, source })
 }
 
 /// Rows a table's batch is built for at a time (whole blocks, so a batch may hold more): its
@@ -171,7 +179,7 @@ pub(crate) fn batches<'a>(
     values: &'a [u64],
     network: Network,
     schema: SchemaRef,
-) -> impl Iterator<Item = Result<RecordBatch, String>> + 'a {
+) -> impl Iterator<Item = Result<RecordBatch, RowsError>> + 'a {
     let rows_of = move |b: &ChainBlock| match table {
         "blocks" => 1,
         "transactions" => b.spans.txs.len(),
@@ -193,10 +201,11 @@ pub(crate) fn batches<'a>(
         }
     }
     let mismatch = (value_at != values.len()).then(|| {
-        Err(format!(
-            "{table}: {} resolved spends for {value_at} inputs",
-            values.len()
-        ))
+        Err(RowsError::SpendCount {
+            table: table.to_string(),
+            values: values.len(),
+            inputs: value_at,
+        })
     });
     mismatch
         .into_iter()
@@ -208,7 +217,7 @@ pub(crate) fn batches<'a>(
                 "transactions" => transactions(blocks, values, schema),
                 "inputs" => inputs(blocks, values, schema),
                 "outputs" => outputs(blocks, network, schema),
-                other => Err(format!("the chain state writes no table {other:?}")),
+                other => Err(RowsError::UnknownTable(other.to_string())),
             }
         }))
 }
@@ -219,7 +228,7 @@ pub(crate) fn blocks(
     blocks: &[ChainBlock],
     values: &[u64],
     schema: SchemaRef,
-) -> Result<RecordBatch, String> {
+) -> Result<RecordBatch, RowsError> {
     let n = blocks.len();
     let (mut hash, mut prev_hash, mut merkle_root) = (
         HexCol::with_capacity(n, 32 * n),
@@ -247,10 +256,7 @@ pub(crate) fn blocks(
     let mut spent = values.iter();
     for b in blocks {
         let sp = b.spans;
-        let header = b
-            .data
-            .get(..HEADER_LEN)
-            .ok_or("blocks: a block shorter than its header")?;
+        let header = b.data.get(..HEADER_LEN).ok_or(RowsError::ShortBlock)?;
         let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap());
         hash.push_display(b.hash);
         status.push_str(EntryState::Active.name());
@@ -289,7 +295,7 @@ pub(crate) fn blocks(
             for _ in ins {
                 total += *spent
                     .next()
-                    .ok_or("blocks: fewer resolved spends than inputs")?;
+                    .ok_or(RowsError::TooFewSpends { table: "blocks" })?;
             }
             *block_fees.get_or_insert(0) += total as i64 - outs as i64;
         }
@@ -304,7 +310,7 @@ pub(crate) fn blocks(
         cb_heights.push(cb_height);
     }
     if spent.next().is_some() {
-        return Err("blocks: more resolved spends than inputs".into());
+        return Err(RowsError::TooManySpends { table: "blocks" });
     }
     let mut hex = [Some(hash), Some(prev_hash), Some(merkle_root), Some(status)];
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
@@ -348,7 +354,7 @@ pub(crate) fn transactions(
     blocks: &[ChainBlock],
     values: &[u64],
     schema: SchemaRef,
-) -> Result<RecordBatch, String> {
+) -> Result<RecordBatch, RowsError> {
     let n: usize = blocks.iter().map(|b| b.spans.txs.len()).sum();
     let (mut txid, mut wtxid, mut block_hash) = (
         HexCol::with_capacity(n, 32 * n),
@@ -414,16 +420,18 @@ pub(crate) fn transactions(
             }
             let mut total = 0u64;
             for _ in t.ins.0..t.ins.1 {
-                total += *spent
-                    .next()
-                    .ok_or("transactions: fewer resolved spends than inputs")?;
+                total += *spent.next().ok_or(RowsError::TooFewSpends {
+                    table: "transactions",
+                })?;
             }
             input_value.push(Some(total));
             fee.push(Some(total as i64 - output_value[values_from + pos] as i64));
         }
     }
     if spent.next().is_some() {
-        return Err("transactions: more resolved spends than inputs".into());
+        return Err(RowsError::TooManySpends {
+            table: "transactions",
+        });
     }
     let rows = txid.len();
     let (mut txid, mut wtxid, mut block_hash) = (Some(txid), Some(wtxid), Some(block_hash));
@@ -460,7 +468,7 @@ pub(crate) fn inputs(
     blocks: &[ChainBlock],
     values: &[u64],
     schema: SchemaRef,
-) -> Result<RecordBatch, String> {
+) -> Result<RecordBatch, RowsError> {
     let n: usize = blocks.iter().map(|b| b.spans.ins.len()).sum();
     let sig_bytes: usize = blocks
         .iter()
@@ -500,7 +508,7 @@ pub(crate) fn inputs(
             for _ in 0..n {
                 let v = spent
                     .next()
-                    .ok_or("inputs: fewer resolved spends than inputs")?;
+                    .ok_or(RowsError::TooFewSpends { table: "inputs" })?;
                 value.push(Some(*v));
             }
         }
@@ -518,7 +526,7 @@ pub(crate) fn inputs(
         }
     }
     if spent.next().is_some() {
-        return Err("inputs: more resolved spends than inputs".into());
+        return Err(RowsError::TooManySpends { table: "inputs" });
     }
     let RowPlaces {
         txid,
@@ -543,14 +551,18 @@ pub(crate) fn inputs(
             "witness_items" => Arc::new(UInt32Array::from(std::mem::take(&mut witness_items))),
             "witness" => {
                 let DataType::List(item) = f.data_type() else {
-                    return Err(format!("inputs: witness is declared {}", f.data_type()));
+                    return Err(RowsError::WitnessType(f.data_type().clone()));
                 };
                 let items = witness.take().expect("one witness column").finish();
                 let offsets =
                     OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut witness_offsets)));
                 Arc::new(
-                    ListArray::try_new(item.clone(), offsets, Arc::new(items), None)
-                        .map_err(|e| format!("inputs: witness: {e}"))?,
+                    ListArray::try_new(item.clone(), offsets, Arc::new(items), None).map_err(
+                        |source| RowsError::Arrow {
+                            table: "inputs: witness",
+                            source,
+                        },
+                    )?,
                 )
             }
             "value" => Arc::new(UInt64Array::from(std::mem::take(&mut value))),
@@ -608,36 +620,44 @@ impl<'a> Respent<'a> {
         }
     }
 
-    fn missing(&self) -> String {
+    fn missing(&self) -> RowsError {
         let k = self.spent.0[self.next];
-        format!(
-            "a spend of output row {} of height {} names no row of the outputs file",
-            k as u32,
-            k >> 32
-        )
+        RowsError::UnmatchedSpend {
+            row: k as u32,
+            height: (k >> 32) as u32,
+        }
     }
 
-    pub(crate) fn batch(&mut self, rows: &RecordBatch) -> Result<ArrayRef, String> {
+    pub(crate) fn batch(&mut self, rows: &RecordBatch) -> Result<ArrayRef, RowsError> {
         use arrow_array::cast::AsArray;
         use arrow_array::types::UInt32Type;
         use arrow_array::Array;
         let column = |name: &str| {
             rows.column_by_name(name)
-                .ok_or_else(|| format!("outputs rows without {name}"))
+                .ok_or_else(|| RowsError::OutputsColumn(name.to_string()))
         };
-        let height = column("height")?
-            .as_primitive_opt::<UInt32Type>()
-            .ok_or("outputs.height is not uint32")?;
+        let height = column("height")?.as_primitive_opt::<UInt32Type>().ok_or(
+            RowsError::OutputsColumnType {
+                column: "height",
+                expected: "uint32",
+            },
+        )?;
         let old = column("spent")?
             .as_boolean_opt()
-            .ok_or("outputs.spent is not boolean")?;
+            .ok_or(RowsError::OutputsColumnType {
+                column: "spent",
+                expected: "boolean",
+            })?;
         let keys = &self.spent.0;
         let mut out = arrow_array::builder::BooleanBuilder::with_capacity(rows.num_rows());
         for (i, &h) in height.values().iter().enumerate() {
             let row = match self.at {
                 Some((at, row)) if at == h => row + 1,
                 Some((at, _)) if at > h => {
-                    return Err(format!("outputs rows out of height order: {h} after {at}"))
+                    return Err(RowsError::OutputsOrder {
+                        height: h,
+                        after: at,
+                    })
                 }
                 _ => 0,
             };
@@ -658,7 +678,7 @@ impl<'a> Respent<'a> {
     }
 
     /// Ends the file: an error names the first spend that matched none of its rows.
-    pub(crate) fn finish(self) -> Result<(), String> {
+    pub(crate) fn finish(self) -> Result<(), RowsError> {
         if self.next < self.spent.0.len() {
             return Err(self.missing());
         }
@@ -672,7 +692,7 @@ pub(crate) fn outputs(
     blocks: &[ChainBlock],
     network: Network,
     schema: SchemaRef,
-) -> Result<RecordBatch, String> {
+) -> Result<RecordBatch, RowsError> {
     let n: usize = blocks.iter().map(|b| b.spans.outs.len()).sum();
     let spk_bytes: usize = blocks
         .iter()
@@ -765,7 +785,7 @@ mod tests {
         spends: &[(u32, u32)],
         keep_old: bool,
         step: usize,
-    ) -> Result<Vec<Option<bool>>, String> {
+    ) -> Result<Vec<Option<bool>>, RowsError> {
         let lookup = SpentOutputs::new(spends.iter().copied());
         let mut flags = Respent::new(&lookup, keep_old);
         let mut got = Vec::new();
@@ -825,10 +845,10 @@ mod tests {
         let outs = [(4, None), (4, None), (6, None), (9, None)];
         for bad in [(4, 2), (5, 0), (6, 1), (9, 1), (10, 0), (1, 0)] {
             let err = respend(&outs, &[(4, 1), bad], false, 2).unwrap_err();
-            assert!(err.contains("names no row"), "{bad:?}: {err}");
+            assert!(err.to_string().contains("names no row"), "{bad:?}: {err}");
         }
         let err = respend(&[(6, None), (4, None)], &[], false, 2).unwrap_err();
-        assert!(err.contains("out of height order"), "{err}");
+        assert!(err.to_string().contains("out of height order"), "{err}");
         assert_eq!(
             respend(&outs, &[(4, 1), (9, 0)], false, 3).unwrap(),
             [Some(false), Some(true), Some(false), Some(true)]

@@ -58,6 +58,9 @@ pub enum ErrorKind {
     },
     /// No freezer found at the path given.
     NotAFreezer(String),
+    /// Rows that do not fit their table (a column missing or of another type, a value out of
+    /// range): the message is shown as it is.
+    Rows(String),
 }
 
 impl Error {
@@ -141,6 +144,7 @@ impl fmt::Display for ErrorKind {
                 write!(f, "table {table} holds {items} items, {need} needed")
             }
             ErrorKind::NotAFreezer(s) => write!(f, "not a freezer: {s}"),
+            ErrorKind::Rows(s) => f.write_str(s),
         }
     }
 }

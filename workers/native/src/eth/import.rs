@@ -283,18 +283,21 @@ pub fn link_violations(
     v
 }
 
+/// An error in rows handed in (their message as it is).
+fn rows_error(e: impl std::fmt::Display) -> Error {
+    Error::new(super::ErrorKind::Rows(e.to_string()))
+}
+
 /// `eth_blocks` with `total_difficulty` rebased: each relative value plus `base` (the TD of the
 /// unit's parent).
-pub fn rebase_total_difficulty(blocks: &RecordBatch, base: U256) -> Result<RecordBatch, String> {
+pub fn rebase_total_difficulty(blocks: &RecordBatch, base: U256) -> super::Result<RecordBatch> {
     let schema = blocks.schema();
-    let i = schema
-        .index_of("total_difficulty")
-        .map_err(|e| e.to_string())?;
+    let i = schema.index_of("total_difficulty").map_err(rows_error)?;
     let col = blocks
         .column(i)
         .as_any()
         .downcast_ref::<Decimal128Array>()
-        .ok_or("total_difficulty is not a decimal column")?;
+        .ok_or_else(|| rows_error("total_difficulty is not a decimal column"))?;
     let rebased: Decimal128Array = col
         .iter()
         .map(|v| {
@@ -306,7 +309,7 @@ pub fn rebase_total_difficulty(blocks: &RecordBatch, base: U256) -> Result<Recor
         .with_data_type(col.data_type().clone());
     let mut cols: Vec<ArrayRef> = blocks.columns().to_vec();
     cols[i] = Arc::new(rebased);
-    RecordBatch::try_new(schema, cols).map_err(|e| e.to_string())
+    RecordBatch::try_new(schema, cols).map_err(rows_error)
 }
 
 /// Key of `eth_canonical` and `eth_td`: the block number, big-endian (keys sort by number).
@@ -336,33 +339,33 @@ fn binary<'a>(items: impl Iterator<Item = &'a [u8]>) -> BinaryArray {
 /// One block's (number key, hash, TD) while the index is built.
 type Entry = ([u8; 8], [u8; 32], Option<[u8; 32]>);
 
-pub fn index_entries(blocks: &RecordBatch) -> Result<IndexEntries, String> {
+pub fn index_entries(blocks: &RecordBatch) -> super::Result<IndexEntries> {
     let col = |name: &str| {
         blocks
             .column_by_name(name)
-            .ok_or_else(|| format!("eth_blocks has no {name}"))
+            .ok_or_else(|| rows_error(format!("eth_blocks has no {name}")))
     };
     let numbers = col("number")?
         .as_any()
         .downcast_ref::<UInt64Array>()
-        .ok_or("number is not u64")?;
+        .ok_or_else(|| rows_error("number is not u64"))?;
     let hashes = col("hash")?
         .as_any()
         .downcast_ref::<StringArray>()
-        .ok_or("hash is not a string")?;
+        .ok_or_else(|| rows_error("hash is not a string"))?;
     let tds = col("total_difficulty")?
         .as_any()
         .downcast_ref::<Decimal128Array>()
-        .ok_or("total_difficulty is not a decimal")?;
+        .ok_or_else(|| rows_error("total_difficulty is not a decimal"))?;
     let mut by_number: Vec<Entry> = (0..blocks.num_rows())
         .map(|i| {
-            let hash = parse_hash(hashes.value(i)).ok_or("bad hash hex")?;
+            let hash = parse_hash(hashes.value(i)).ok_or_else(|| rows_error("bad hash hex"))?;
             let td = tds
                 .is_valid(i)
                 .then(|| U256::from(tds.value(i) as u128).to_be_bytes::<32>());
             Ok((number_key(numbers.value(i)), hash, td))
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<super::Result<_>>()?;
     by_number.sort_by_key(|e| e.0);
     let mut by_hash: Vec<(&[u8], &[u8])> =
         by_number.iter().map(|(n, h, _)| (&h[..], &n[..])).collect();

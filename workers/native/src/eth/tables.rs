@@ -608,7 +608,7 @@ impl Rows {
 
     /// The five batches (in [`TABLES`] order); `valid` / `invalid_reason` of each block from
     /// the violations found in the unit (the first rule a block broke).
-    pub fn finish(mut self, violations: &[Violation]) -> Result<Vec<RecordBatch>, String> {
+    pub fn finish(mut self, violations: &[Violation]) -> super::Result<Vec<RecordBatch>> {
         let mut first_rule: HashMap<u64, String> = HashMap::new();
         for v in violations {
             first_rule
@@ -732,7 +732,7 @@ impl Rows {
             .zip(TABLES)
             .map(|(cols, name)| {
                 RecordBatch::try_new(schema(name).expect("declared"), cols)
-                    .map_err(|e| format!("{name}: {e}"))
+                    .map_err(|e| super::Error::new(super::ErrorKind::Rows(format!("{name}: {e}"))))
             })
             .collect()
     }

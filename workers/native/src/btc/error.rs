@@ -1,0 +1,365 @@
+//! Bitcoin errors: the consensus rules a block breaks ([`Reject`], Core's reject reasons), a
+//! block's failure with the pass that found it ([`Failure`]), stored bytes that do not decode
+//! ([`StoreError`]), block records that cannot be read where the index puts them
+//! ([`ReadError`]), the chain state's own errors ([`ChainStateError`]) and the errors of
+//! building the chain state's tables ([`RowsError`]; writing them is `parquet_out`'s).
+//!
+//! Every message is the text Python has always received (bindings turn these into `OSError`
+//! or `ValueError` with `to_string()`), so none may change.
+
+use super::coin::Key;
+use std::fmt;
+use std::path::PathBuf;
+
+/// A consensus rule a block breaks in the chain state, by Core's reject reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reject {
+    /// The first transaction is not a coinbase (one input, the null outpoint).
+    CbMissing,
+    /// BIP34: the coinbase does not start with the block's height.
+    CbHeight,
+    /// An input spends a coin that is not in the set.
+    InputsMissingOrSpent,
+    /// An input spends a coinbase output younger than `COINBASE_MATURITY`.
+    PrematureSpendOfCoinbase,
+    /// A transaction's inputs are worth less than its outputs.
+    InBelowOut,
+    /// The coinbase pays more than the subsidy and the fees.
+    CbAmount,
+}
+
+impl Reject {
+    /// Core's reject reason (`bad-cb-height`, ...), as Python and the tables carry it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Reject::CbMissing => "bad-cb-missing",
+            Reject::CbHeight => "bad-cb-height",
+            Reject::InputsMissingOrSpent => "bad-txns-inputs-missingorspent",
+            Reject::PrematureSpendOfCoinbase => "bad-txns-premature-spend-of-coinbase",
+            Reject::InBelowOut => "bad-txns-in-belowout",
+            Reject::CbAmount => "bad-cb-amount",
+        }
+    }
+}
+
+impl fmt::Display for Reject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+/// The pass that found a block bad.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// Its header (proof of work, linking).
+    Header,
+    /// Its context-free body checks (framing, merkle root, transaction sanity, ...).
+    Body,
+    /// A consensus rule that needs the UTXO set ([`Reject`]).
+    Block,
+}
+
+impl FailureKind {
+    /// The name Python receives (`"header"`, `"body"`, `"block"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Header => "header",
+            FailureKind::Body => "body",
+            FailureKind::Block => "block",
+        }
+    }
+}
+
+/// The first block of a run that failed: where, which pass found it, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub height: u32,
+    /// Internal order.
+    pub hash: [u8; 32],
+    pub kind: FailureKind,
+    /// Core's reject reason or the body check's message.
+    pub reason: String,
+}
+
+/// Bytes rechain stored (or handed between its stages) that do not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// A `btc_utxo` value shorter than its head.
+    CoinValue { len: usize },
+    /// A `btc_utxo` (key, value) pair that is not a coin.
+    UtxoEntry { key: Vec<u8> },
+    /// A `btc_utxo` key longer than any.
+    UtxoKey { len: usize },
+    /// A `btc_undo` value that does not parse.
+    Undo { len: usize },
+    /// A `btc_undo` value of a version this build does not know (its first byte).
+    UndoVersion(Option<u8>),
+    /// A `btc_index` value of a version this build does not know (its first byte).
+    IndexVersion(Option<u8>),
+    /// A `btc_index` value of the wrong length.
+    IndexLen { len: usize, expected: usize },
+    /// Spend-resolution records (events or resolved coins) that end inside a record.
+    SpendRecordsShort { at: usize },
+    /// A spend-resolution key longer than any `btc_utxo` key.
+    SpendKey { len: usize },
+    /// A spend-resolution event of an unknown kind.
+    EventKind(u8),
+    /// A resolved coin of an unknown state.
+    ResolvedState(u8),
+    /// A key the resolution left to the stored set, with no stored value given.
+    NoStoredValue(Key),
+    /// A needed key the resolution gave nothing for.
+    NoResolvedCoin(Key),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::CoinValue { len } => write!(f, "UTXO value of {len} bytes"),
+            StoreError::UtxoEntry { key } => write!(f, "malformed btc_utxo entry {key:02x?}"),
+            StoreError::UtxoKey { len } => write!(f, "a btc_utxo key of {len} bytes"),
+            StoreError::Undo { len } => write!(f, "undo record of {len} bytes is malformed"),
+            StoreError::UndoVersion(v) => write!(f, "unknown undo record version {v:?}"),
+            StoreError::IndexVersion(v) => write!(f, "unknown block-index value version {v:?}"),
+            StoreError::IndexLen { len, expected } => {
+                write!(f, "block-index value of {len} bytes, expected {expected}")
+            }
+            StoreError::SpendRecordsShort { at } => {
+                write!(f, "spend records cut short at byte {at}")
+            }
+            StoreError::SpendKey { len } => write!(f, "a key of {len} bytes"),
+            StoreError::EventKind(k) => write!(f, "event kind {k}"),
+            StoreError::ResolvedState(s) => write!(f, "resolved state {s}"),
+            StoreError::NoStoredValue(k) => write!(f, "no stored value given for {k:?}"),
+            StoreError::NoResolvedCoin(k) => write!(f, "spend resolution gave no coin for {k:?}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// A best-chain block as the index places it: for naming it in an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockAt {
+    pub hash: [u8; 32],
+    pub height: u32,
+    pub path: PathBuf,
+    /// Offset of the record's magic.
+    pub offset: u64,
+}
+
+impl fmt::Display for BlockAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "block {} (height {}) at {}:{}",
+            crate::datasets::hex::display_hex(&self.hash),
+            self.height,
+            self.path.display(),
+            self.offset
+        )
+    }
+}
+
+/// What is wrong with the record at a block's indexed place.
+#[derive(Debug)]
+pub enum RecordProblem {
+    /// The record's head lies past the end of the file.
+    PastEnd,
+    /// No block magic where the index says the record starts.
+    NoMagic,
+    /// The record's declared size runs past the end of the file.
+    RunsPastEnd,
+    /// The record is another block (its header hashes to another hash).
+    OtherBlock,
+    /// Reading the file failed.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for RecordProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordProblem::PastEnd => f.write_str("record lies past the end of the file"),
+            RecordProblem::NoMagic => {
+                f.write_str("no block magic at the indexed offset (file changed?)")
+            }
+            RecordProblem::RunsPastEnd => f.write_str("block runs past the end of the file"),
+            RecordProblem::OtherBlock => {
+                f.write_str("the record there is another block (file changed?)")
+            }
+            RecordProblem::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A best-chain block that cannot be read from its blk file.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The blk file does not open.
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The blk file's length cannot be read.
+    Metadata(std::io::Error),
+    /// The record at the block's indexed place is not the block.
+    Record {
+        block: BlockAt,
+        problem: RecordProblem,
+    },
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Open { path, source } => write!(f, "{}: {source}", path.display()),
+            ReadError::Metadata(e) => write!(f, "{e}"),
+            ReadError::Record { block, problem } => write!(f, "{block}: {problem}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Why the chain state could not load or apply a chunk at all (a block that breaks a rule is
+/// not an error: it is the chunk's [`Failure`]).
+#[derive(Debug)]
+pub enum ChainStateError {
+    Read(ReadError),
+    Store(StoreError),
+    /// `apply` was given another number of values than the chunk needs.
+    ValueCount {
+        given: usize,
+        needed: usize,
+    },
+    /// A block without transactions reached the apply (the body checks refuse it).
+    NoTransactions {
+        hash: [u8; 32],
+    },
+}
+
+impl fmt::Display for ChainStateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChainStateError::Read(e) => write!(f, "{e}"),
+            ChainStateError::Store(e) => write!(f, "{e}"),
+            ChainStateError::ValueCount { given, needed } => {
+                write!(f, "{given} values for {needed} needed coins")
+            }
+            ChainStateError::NoTransactions { hash } => write!(
+                f,
+                "block {} has no transactions",
+                crate::datasets::hex::display_hex(hash)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ChainStateError {}
+
+impl From<ReadError> for ChainStateError {
+    fn from(e: ReadError) -> Self {
+        ChainStateError::Read(e)
+    }
+}
+
+impl From<StoreError> for ChainStateError {
+    fn from(e: StoreError) -> Self {
+        ChainStateError::Store(e)
+    }
+}
+
+/// The chain state's tables (`btc_chain_rows`) could not be built, or the spent
+/// flags of a published `outputs` file could not be set.
+#[derive(Debug)]
+pub enum RowsError {
+    /// The chain state writes no such table.
+    UnknownTable(String),
+    /// A declared column the table builder does not make.
+    UnknownColumn { table: &'static str, column: String },
+    /// The `inputs` table's `witness` column declared as something other than a list.
+    WitnessType(arrow_schema::DataType),
+    /// Another number of resolved spend values than the blocks have inputs.
+    SpendCount {
+        table: String,
+        values: usize,
+        inputs: usize,
+    },
+    /// More resolved spend values than the blocks have inputs.
+    TooManySpends { table: &'static str },
+    /// Fewer resolved spend values than the blocks have inputs.
+    TooFewSpends { table: &'static str },
+    /// A block shorter than its header.
+    ShortBlock,
+    /// Arrow refused the columns built (`table` names the table, or the table and column).
+    Arrow {
+        table: &'static str,
+        source: arrow_schema::ArrowError,
+    },
+    /// The rows of an `outputs` file lack a column.
+    OutputsColumn(String),
+    /// A column of the rows of an `outputs` file is not of the type expected.
+    OutputsColumnType {
+        column: &'static str,
+        expected: &'static str,
+    },
+    /// The rows of an `outputs` file are not in height order.
+    OutputsOrder { height: u32, after: u32 },
+    /// A spend that names no row of the `outputs` file.
+    UnmatchedSpend { row: u32, height: u32 },
+}
+
+impl fmt::Display for RowsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RowsError::UnknownTable(t) => write!(f, "the chain state writes no table {t:?}"),
+            RowsError::UnknownColumn { table, column } => {
+                write!(f, "{table}: the chain state builds no column {column:?}")
+            }
+            RowsError::WitnessType(t) => write!(f, "inputs: witness is declared {t}"),
+            RowsError::SpendCount {
+                table,
+                values,
+                inputs,
+            } => write!(f, "{table}: {values} resolved spends for {inputs} inputs"),
+            RowsError::TooManySpends { table } => {
+                write!(f, "{table}: more resolved spends than inputs")
+            }
+            RowsError::TooFewSpends { table } => {
+                write!(f, "{table}: fewer resolved spends than inputs")
+            }
+            RowsError::ShortBlock => f.write_str("blocks: a block shorter than its header"),
+            RowsError::Arrow { table, source } => write!(f, "{table}: {source}"),
+            RowsError::OutputsColumn(name) => write!(f, "outputs rows without {name}"),
+            RowsError::OutputsColumnType { column, expected } => {
+                write!(f, "outputs.{column} is not {expected}")
+            }
+            RowsError::OutputsOrder { height, after } => {
+                write!(
+                    f,
+                    "outputs rows out of height order: {height} after {after}"
+                )
+            }
+            RowsError::UnmatchedSpend { row, height } => write!(
+                f,
+                "a spend of output row {row} of height {height} names no row of the outputs file"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RowsError {}
+
+/// The message, for callers that carry errors as text: `Chunk::apply`'s signature and the
+/// fuzz targets (`tests/fuzz_support`) that call it.
+impl From<StoreError> for String {
+    fn from(e: StoreError) -> String {
+        e.to_string()
+    }
+}
+
+impl From<ChainStateError> for String {
+    fn from(e: ChainStateError) -> String {
+        e.to_string()
+    }
+}
