@@ -54,7 +54,7 @@ from common import (  # noqa: E402
     warm_page_cache,
     write_result,
 )
-from rechain.pipeline.bitcoin.stages.bodies import unit_bytes  # noqa: E402
+from rechain.pipeline.bitcoin.body_units import unit_bytes  # noqa: E402
 from rechain.pipeline.cli import parse_size  # noqa: E402
 from rechain.pipeline.runtime import local_runner  # noqa: E402
 from rechain.workers import _native  # noqa: E402
@@ -97,7 +97,7 @@ def rechain_heap(budget: int) -> None:
 
 def body_units(blocks: Path, unit: int) -> list[BodyUnit]:
     """Every record of every file, in units of about ``unit`` block bytes as the body pass cuts
-    them (``bodies.unit_bytes``): a unit's columns are a few times its bytes, so whole-file
+    them (``body_units.unit_bytes``): a unit's columns are a few times its bytes, so whole-file
     units would measure the allocator mapping and faulting in hundreds of MiB per unit, which
     no run does."""
     units: list[BodyUnit] = []

@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import BIN, btc_reindex_cmd, machine, run_measured, write_result  # noqa: E402
-from rechain.pipeline.bitcoin.stages import spend_resolution  # noqa: E402
+from rechain.pipeline.bitcoin import spend_resolution  # noqa: E402
 from rechain.pipeline.runtime import local_runner  # noqa: E402
 
 GB = 1e9

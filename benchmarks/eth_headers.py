@@ -107,7 +107,7 @@ def table_encode_floor(data: Path, workers: int) -> float:
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow.parquet as pq
-    from rechain.pipeline.ethereum.stages.blocks import table_dir
+    from rechain.pipeline.ethereum.units import table_dir
     from rechain.pipeline.store.datadir import DataDir
     from rechain.schemas import tables
     from rechain.workers.eth_import import write_part

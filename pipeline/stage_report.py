@@ -14,14 +14,14 @@ PIPELINES = ("bitcoin", "flow", "eth")
 
 def _order(pipeline: str) -> list[str]:
     if pipeline == "bitcoin":
-        from rechain.pipeline.bitcoin.run import stages
+        from rechain.pipeline.bitcoin.stages import stages
 
         return [s.name for s in stages("full")]
     if pipeline == "eth":
-        from rechain.pipeline.ethereum.run import stages as eth_stages
+        from rechain.pipeline.ethereum.stages import stages as eth_stages
 
         return [s.name for s in eth_stages()]
-    from rechain.pipeline.flow.run import stages as flow_stages
+    from rechain.pipeline.flow.stages import stages as flow_stages
 
     return [s.name for s in flow_stages()]
 

@@ -133,7 +133,7 @@ def digest(data: DataDir) -> dict[str, str]:
     if flow_gen is not None:
         parts["parquet/flow"] = tables_digest(data, (fs.TRIE_UPDATES, fs.REGISTERS), int(flow_gen))
     if data.meta_get(layout.META_ETH_IMPORT) is not None:
-        from rechain.pipeline.ethereum.stages.blocks import GENERATION
+        from rechain.pipeline.ethereum.units import GENERATION
         from rechain.schemas.tables import ETH_TABLES
 
         parts["parquet/eth"] = tables_digest(data, tuple(t.name for t in ETH_TABLES), GENERATION)
@@ -403,7 +403,7 @@ def _check_eth(data: DataDir, problems: list[str]) -> int:
     """The Ethereum header index against ``eth_blocks``, the links and TDs along the table, and
     each table's rows against the committed units; returns the blocks indexed."""
     import duckdb
-    from rechain.pipeline.ethereum.stages.blocks import committed_units, part_path
+    from rechain.pipeline.ethereum.units import committed_units, part_path
     from rechain.schemas.tables import ETH_TABLES
 
     units = committed_units(data)

@@ -233,17 +233,17 @@ def test_workers_without_the_data_folder_return_the_same_staged_tables(
 ) -> None:
     """Workers on other machines (a cluster given by address) cannot write into the data
     folder and hand back their staged files' bytes instead: same result, same digest."""
-    from rechain.pipeline.bitcoin.stages import bodies
+    from rechain.pipeline.bitcoin import body_units
 
     root, _, result = chain
-    decode = bodies.decode_units
+    decode = body_units.decode_units
     calls: list[bool] = []
 
     def remote_workers(*args: Any, **kwargs: Any) -> dict[str, float]:
         calls.append(True)
         return decode(*args[:5], False, *args[6:])
 
-    monkeypatch.setattr(bodies, "decode_units", remote_workers)
+    monkeypatch.setattr(body_units, "decode_units", remote_workers)
     again = full(root / "node" / "blocks", tmp_path / "d")
     assert calls and again["full"] == result["full"]
     digests = [
@@ -259,6 +259,7 @@ def test_workers_bound_the_chain_states_row_writers(
     """``--workers`` bounds the threads writing the chain state's rows: one worker writes each
     chunk's rows on the thread that applies it (one core, as a one-CPU Ray task), more share
     ``workers`` threads off that thread. Same tables, same set, same digest."""
+    from rechain.pipeline.bitcoin import chain_parts
     from rechain.pipeline.bitcoin.stages import chain_state
 
     root, _, result = chain
@@ -282,7 +283,7 @@ def test_workers_bound_the_chain_states_row_writers(
         assert writers == {threading.main_thread()} and {n for _, n in seen} == {1}
     else:
         assert threading.main_thread() not in writers
-        assert len(writers) <= chain_state.ROWS_IN_FLIGHT
+        assert len(writers) <= chain_parts.ROWS_IN_FLIGHT
         assert all(len(writers) * n <= workers for _, n in seen)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rechain.pipeline.bitcoin import body_units, chain_parts
 from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 
@@ -154,7 +155,6 @@ def _stage_best_chain(data: Path, blocks: Path) -> int:
     the best chain itself did (their body pass decoded every chosen copy); returns how many
     parts."""
     import pyarrow.parquet as pq
-    from rechain.pipeline.bitcoin.stages import bodies
     from rechain.pipeline.query import current_generation
     from rechain.schemas import bitcoin as ds
 
@@ -165,8 +165,8 @@ def _stage_best_chain(data: Path, blocks: Path) -> int:
         headers = pq.read_table(gen, columns=["file", "offset", "size", "in_best_chain"])
         best = headers.filter(headers.column("in_best_chain")).select(["file", "offset", "size"])
         paths = {f: str(blocks / f"blk{f:05d}.dat") for f in set(best.column("file").to_pylist())}
-        units = bodies.cut_units(best, paths, "regtest", key, unit_size=64 << 10)
-        bodies.decode_units(units, d, 1, 1 << 30, False, on_ray=False)
+        units = body_units.cut_units(best, paths, "regtest", key, unit_size=64 << 10)
+        body_units.decode_units(units, d, 1, 1 << 30, False, on_ray=False)
     return len(units)
 
 
@@ -228,10 +228,9 @@ def test_parts_staged_before_slim_staging_are_still_read(chains: Any, tmp_path: 
 
 
 def _checkpoint(data: Path) -> dict[str, Any]:
-    from rechain.pipeline.bitcoin.stages import chain_state
 
     with DataDir(data, readonly=True) as d:
-        cp = chain_state.checkpoint(d)
+        cp = chain_parts.checkpoint(d)
     assert cp is not None
     return cp
 
@@ -239,13 +238,12 @@ def _checkpoint(data: Path) -> dict[str, Any]:
 def _mark_older_layout(data: Path) -> None:
     """Rewrites the data folder's chain-state checkpoint as the layout before this one's.
     (A function: the folder's column-family handles live as long as its ``DataDir``.)"""
-    from rechain.pipeline.bitcoin.stages import chain_state
     from rechain.schemas import rocksdb as layout
 
     with DataDir(data) as d:
-        cp = chain_state.checkpoint(d)
-        assert cp is not None and cp["layout"] == chain_state.LAYOUT
-        old = {**cp, "layout": chain_state.LAYOUT - 1}
+        cp = chain_parts.checkpoint(d)
+        assert cp is not None and cp["layout"] == chain_parts.LAYOUT
+        old = {**cp, "layout": chain_parts.LAYOUT - 1}
         d.write({layout.CF_META: [(layout.META_BTC_CHAIN_STATE, old)]})
 
 
@@ -255,7 +253,6 @@ def test_a_checkpoint_of_an_older_layout_is_rebuilt_from_genesis(
     """A data folder whose chain state an older layout wrote (its coins lack their rows) is
     rebuilt from the genesis block on its next run, not unwound and extended, and ends as a
     fresh run does, published tables included."""
-    from rechain.pipeline.bitcoin.stages import chain_state
 
     root, _, cuts = chains["6-deep"]
     blocks, data = tmp_path / "blocks", tmp_path / "data"
@@ -265,7 +262,7 @@ def test_a_checkpoint_of_an_older_layout_is_rebuilt_from_genesis(
     node_folder(root, blocks, None)
     run = reindex(blocks, data, "--mode", "full")
     cp = _checkpoint(data)
-    assert cp["layout"] == chain_state.LAYOUT
+    assert cp["layout"] == chain_parts.LAYOUT
     tip = cp["height"]
     assert (run["run"]["chain_state_unwound"], run["run"]["chain_state_applied"]) == (0, tip + 1)
     assert content(data) == fresh_content(blocks, tmp_path)

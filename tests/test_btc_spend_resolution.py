@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rechain.pipeline.bitcoin.stages import chain_state, spend_resolution
+from rechain.pipeline.bitcoin import chain_parts, spend_resolution
+from rechain.pipeline.bitcoin.stages import chain_state
 from rechain.pipeline.store.datadir import DataDir
 
 from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd, run_killed_at
@@ -69,7 +70,7 @@ def test_partitioned_equals_in_order_and_runs_on_ray(
     assert content(tmp_path / "got") == content(tmp_path / "ref")
     # Many chunks, their work in Ray tasks: events and apply per chunk, resolve per partition.
     with DataDir(tmp_path / "got", readonly=True) as d:
-        parts = len(chain_state.parts(d))
+        parts = len(chain_parts.parts(d))
     assert parts > 10
     tasks = sum(got["run"]["placement"]["chain_state"]["ray_tasks"].values())
     assert tasks >= 2 * parts + 2

@@ -456,7 +456,7 @@ def test_rechain_import_agrees_with_geth_on_era1(
         assert mine == theirs, (mine, theirs)
     assert r["checks"]["accumulators"] == len(names)
     # The accumulators rechain recomputed are go-ethereum's, file by file.
-    from rechain.pipeline.ethereum.stages.blocks import committed_units
+    from rechain.pipeline.ethereum.units import committed_units
     from rechain.pipeline.store.datadir import DataDir
 
     with DataDir(tmp_path / "data", readonly=True) as d:

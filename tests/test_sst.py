@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.store import datadir as store
+from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 from rocksdict import BlockBasedOptions, IngestExternalFileOptions, Options, Rdict, SstFileWriter

@@ -7,7 +7,7 @@ Each body unit's staged tables (``ds.BODY_SLIM``: ``blocks``, the copies' verdic
 unregistered file that the next run deletes. No other row is staged: the chain state reads,
 checks and writes the best chain's rows from the blocks (parts hold the best chain's copies
 only where it stopped, or where a reorg moved them), and the publish stage decodes the few
-blocks off the best chain again from their files (``stages/bitcoin/publish.py``).
+blocks off the best chain again from their files (``stages/publish.py``).
 
 Parts staged before that (registry entries without ``tables``) hold the four tables of
 ``ds.BODY_STAGED_V1``; they are still read as they are: their ``blocks`` are the same verdict
@@ -137,7 +137,7 @@ def forget_file_parts(data: DataDir, file_no: int) -> list[bytes]:
 
 def forget_failed_parts(data: DataDir, file_no: int, start: int) -> list[bytes]:
     """Keys of the parts staged from ``file_no`` holding a failed copy at or past ``start``
-    (a provisional tail a node may since have completed; see ``btc_committer``). Their files
+    (a provisional tail a node may since have completed; see ``scan_log``). Their files
     go at once; their other blocks are decoded again, as any block without a verdict."""
     keys = []
     for part, entry in registered(data).items():

@@ -22,8 +22,9 @@ from rechain.pipeline.bitcoin.plan import (
     find_blk_files,
     read_xor_key,
 )
-from rechain.pipeline.bitcoin.run import PIPELINE, BtcRun, stages
+from rechain.pipeline.bitcoin.run import PIPELINE, BtcRun
 from rechain.pipeline.bitcoin.scan_log import BtcCommitter, remove_unreferenced_segments
+from rechain.pipeline.bitcoin.stages import stages
 from rechain.pipeline.bitcoin.stages.link import check_found_records
 from rechain.pipeline.engine.driver import Driver
 from rechain.pipeline.errors import RechainError

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rechain.pipeline.engine.driver import Stage
-
 if TYPE_CHECKING:
     import duckdb
     from rechain.pipeline.bitcoin.core_index import CoreIndexGuide
@@ -57,18 +55,3 @@ class BtcRun:
         if self.con is not None:
             self.con.close()
             self.con = None
-
-
-def stages(mode: str) -> list[Stage[BtcRun]]:
-    """The stages of a reindex in ``mode`` ("headers" or "full"), in order."""
-    from rechain.pipeline.bitcoin.stages.bodies import BodiesStage
-    from rechain.pipeline.bitcoin.stages.chain_state import ChainStateStage
-    from rechain.pipeline.bitcoin.stages.indexes import IndexesStage
-    from rechain.pipeline.bitcoin.stages.link import LinkStage
-    from rechain.pipeline.bitcoin.stages.publish import PublishStage
-    from rechain.pipeline.bitcoin.stages.scan import ScanStage
-
-    header_stages: list[Stage[BtcRun]] = [ScanStage(), LinkStage()]
-    if mode == "headers":
-        return header_stages
-    return [*header_stages, BodiesStage(), ChainStateStage(), PublishStage(), IndexesStage()]

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from rechain.pipeline.bitcoin.stages import chain_state
+from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.query import current_generation
 from rechain.pipeline.store.datadir import DataDir
@@ -137,6 +137,6 @@ def spends_view(con: duckdb.DuckDBPyConnection, name: str, files: list[str]) -> 
     if files:
         source = f"read_parquet({sql_list(files)})"
     else:
-        con.register(f"{name}_empty", pa.Table.from_batches([chain_state.empty_spends()]))
+        con.register(f"{name}_empty", pa.Table.from_batches([chain_parts.empty_spends()]))
         source = f"{name}_empty"
     con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {source}")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.bitcoin.scan_log import skipped_from
-from rechain.pipeline.bitcoin.stages import chain_state
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import rocksdb as layout
@@ -54,7 +54,7 @@ def utxo_set_info(data: DataDir) -> dict[str, Any]:
     running count and amount, so its work grows with the new blocks, not with the set). The
     set must agree with the chain state's running figures."""
     digest, count, total = _native.hash_utxo_entries(data.cf(layout.CF_BTC_UTXO).items())
-    cp = chain_state.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
+    cp = chain_parts.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
     if (count, total) != (cp["utxo_count"], cp["total_amount"]):
         raise RechainError(
             f"the UTXO set holds {count} outputs / {total} sat but the chain state applied "

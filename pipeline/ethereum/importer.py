@@ -14,8 +14,9 @@ from typing import Any
 
 from rechain.pipeline.engine.driver import Driver
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.ethereum.run import PIPELINE, EthRun, stages
-from rechain.pipeline.ethereum.stages.blocks import committed_units
+from rechain.pipeline.ethereum.run import PIPELINE, EthRun
+from rechain.pipeline.ethereum.stages import stages
+from rechain.pipeline.ethereum.units import committed_units
 from rechain.pipeline.runtime import placement
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import rocksdb as layout

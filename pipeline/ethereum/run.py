@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rechain.pipeline.engine.driver import Stage
-
 if TYPE_CHECKING:
     from rechain.pipeline.ethereum.importer import ImportOptions
     from rechain.pipeline.store.datadir import DataDir
@@ -28,10 +26,3 @@ class EthRun:
     workers: int
     #: The run's figures (units run, seconds, Ray start-up), for the run report.
     report: dict[str, Any] = field(default_factory=dict)
-
-
-def stages() -> list[Stage[EthRun]]:
-    from rechain.pipeline.ethereum.stages.blocks import BlocksStage
-    from rechain.pipeline.ethereum.stages.links import LinksStage
-
-    return [BlocksStage(), LinksStage()]

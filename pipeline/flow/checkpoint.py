@@ -266,7 +266,7 @@ def _read_streaming(
     trie's registers are staged as Parquet and as RocksDB SST files (each part writes its own:
     the parts are disjoint path ranges); published only if every root checks out. None when
     the checkpoint holds several tries sharing nodes (read in memory instead)."""
-    from rechain.pipeline.flow.stages.publish import SST_SHARE, publish_staged_registers
+    from rechain.pipeline.flow.publication import SST_SHARE, publish_staged_registers
     from rechain.pipeline.store.datadir import part_file_name
     from rechain.schemas import tables
 
@@ -373,7 +373,7 @@ def read(
     `ray_address` or `in_memory`); other checkpoints are loaded whole first.
     `trust_hashes` takes every stored hash as flow-go does (structure, CRCs and each root
     against its record still checked); `verify_leaves=False` trusts only the leaf hashes."""
-    from rechain.pipeline.flow.stages.publish import publish_forest
+    from rechain.pipeline.flow.publication import publish_forest
 
     t0 = time.perf_counter()
     m = _NAME.match(name)

@@ -13,7 +13,8 @@ from typing import Any
 
 from rechain.pipeline.engine.driver import Driver
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.flow.run import PIPELINE, FlowRun, source_token, stages
+from rechain.pipeline.flow.run import PIPELINE, FlowRun, source_token
+from rechain.pipeline.flow.stages import stages
 from rechain.pipeline.flow.stages.replay import NODE_STORE
 from rechain.pipeline.runtime import placement
 from rechain.pipeline.store.datadir import DataDir

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rechain.pipeline.engine.driver import Stage
-
 if TYPE_CHECKING:
     from rechain.pipeline.flow.replay import ReplayOptions
     from rechain.pipeline.store.datadir import DataDir
@@ -50,10 +48,3 @@ def source_token(opts: ReplayOptions, segments: list[tuple[int, str]]) -> str:
         items.append(("resume", str(opts.checkpoint), resume, opts.trust_hashes))
     items.append(("every", opts.checkpoint_every, str(opts.checkpoint_dir or opts.wal)))
     return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:32]
-
-
-def stages() -> list[Stage[FlowRun]]:
-    from rechain.pipeline.flow.stages.publish import PublishStage
-    from rechain.pipeline.flow.stages.replay import ReplayStage
-
-    return [ReplayStage(), PublishStage()]

@@ -5,7 +5,7 @@ cluster on the same machine adds its start-up (seconds), daemons that compete wi
 the cores, and hand-overs between processes, and saves nothing (measured on a full reindex of
 1.1 GB: see benchmarks/README.md). Ray is for clusters: ``--ray-address``. Results come back in
 submission order with bounded look-ahead, through the same executor as
-``ray_runtime.ordered_results`` (``pipeline/runtime/ordered.py``). ``use_ray`` is the one rule every
+``ray_cluster.ordered_results`` (``pipeline/runtime/ordered.py``). ``use_ray`` is the one rule every
 stage follows to choose.
 """
 

@@ -1,6 +1,6 @@
 """The one ordered, windowed executor: every unit submitted with at most ``window`` in flight
 (back-pressure), results yielded in submission order so that one committer applies them in
-order. Ray tasks (``ray_runtime.ordered_results``) and threads of the coordinator
+order. Ray tasks (``ray_cluster.ordered_results``) and threads of the coordinator
 (``local_runner.ordered_local``) are two ways of submitting to it.
 """
 

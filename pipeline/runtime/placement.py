@@ -1,6 +1,6 @@
-"""Where a run's work ran: per stage, the Ray nodes its tasks ran on (``ray_runtime`` records
+"""Where a run's work ran: per stage, the Ray nodes its tasks ran on (``ray_cluster`` records
 each task's node under the stage the driver is running), or the coordinator for a stage that
-ran no tasks. Kept apart from ``ray_runtime`` so that a run which never used Ray reports
+ran no tasks. Kept apart from ``ray_cluster`` so that a run which never used Ray reports
 without importing it."""
 
 from __future__ import annotations

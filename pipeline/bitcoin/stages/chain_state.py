@@ -16,7 +16,7 @@ the best chain above the applied tip to this stage, so that it is decoded once. 
 checks the consensus rules that need the set (BIP34 coinbase height, missing or spent
 inputs, premature coinbase spends, inputs below outputs, coinbase amount). At the first
 block that fails either, the blocks below it stay applied, the body pass stages the
-verdicts of the best-chain copies from it up (``bodies.stage_unreached``: the failed copy's
+verdicts of the best-chain copies from it up (``body_units.stage_unreached``: the failed copy's
 verdict among them, and those the body pass would have staged had it decoded them), a block
 that breaks a rule is recorded invalid, and the link stage is invalidated: it picks another
 copy of a failed one, or switches to the best valid chain, as Core does.
@@ -40,7 +40,6 @@ order with the same checkpoints.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import shutil
 import sys
@@ -57,17 +56,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from rechain.pipeline.bitcoin import body_parts
+from rechain.pipeline.bitcoin import body_parts, body_units, chain_parts, spend_resolution
 from rechain.pipeline.bitcoin.run import BtcRun
-from rechain.pipeline.bitcoin.stages import bodies, spend_resolution
 from rechain.pipeline.engine.driver import Done, Invalidate, Stage
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.pipeline.store.datadir import DataDir, write_file_atomic, write_files_atomic
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
+from rechain.schemas import tables
 from rechain.workers import _native
-from rechain.workers.btc_chain_state import ROW_TABLES, ChunkSpec, load_chunk, write_part
+from rechain.workers.btc_chain_state import ROW_TABLES, load_chunk, write_part
 from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import release_unused_memory
 
@@ -79,8 +78,6 @@ log = logging.getLogger(__name__)
 #: still held while their rows are written).
 MAX_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 4 << 20
-#: Applied chunks whose rows may be written at once (``rows_threads``).
-ROWS_IN_FLIGHT = 2
 #: Blocks unwound per atomic write.
 UNWIND_BLOCKS = 1_000
 #: Block-index entries read per multi-get while cutting chunks.
@@ -88,70 +85,6 @@ INDEX_READ_BLOCKS = 1_024
 #: Chunks (and so the published tables' segments) never cross a multiple of this many heights:
 #: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
 SEGMENT_BLOCKS = 1_000
-#: The checkpoint's layout: a checkpoint of another layout is rebuilt from the genesis block
-#: (layout 6 added each coin's row to its ``btc_utxo`` value).
-LAYOUT = 6
-
-
-def spends_dir(data: DataDir) -> Path:
-    return part_dirs(data)[0]
-
-
-def rows_dir(data: DataDir, table: str) -> Path:
-    return part_dirs(data)[1 + ROW_TABLES.index(table)]
-
-
-def part_dirs(data: DataDir) -> list[Path]:
-    """The folders holding a file per part, under the part's name: spends, then the rows of
-    each of ``ROW_TABLES``."""
-    return [f.parent for f in _part_paths(data.path, "-")]
-
-
-def checkpoint(data: DataDir) -> dict[str, Any] | None:
-    """The applied chain's tip and the set's figures, or None when nothing is applied."""
-    cp: dict[str, Any] | None = data.meta_get(layout.META_BTC_CHAIN_STATE)
-    return cp
-
-
-Part = tuple[int, int, str]
-
-
-def parts(data: DataDir) -> list[Part]:
-    """The parts of the applied chain, in height order: (first, last, name)."""
-    cp = checkpoint(data)
-    if cp is None:
-        # Keys a killed reset left behind are not parts of anything.
-        return []
-    entries = (
-        json.loads(v) for _, v in data.items(layout.CF_META, layout.META_BTC_CHAIN_PART_PREFIX)
-    )
-    return [(int(lo), int(hi), str(name)) for lo, hi, name in entries]
-
-
-def spend_files(data: DataDir, first: int = 0, last: int | None = None) -> list[str]:
-    """The staged spends parts of the applied chain (those holding heights ``first`` to
-    ``last``), in height order."""
-    return [
-        str(spends_dir(data) / name)
-        for lo, hi, name in parts(data)
-        if hi >= first and (last is None or lo <= last)
-    ]
-
-
-def _part_entry(part: Part) -> tuple[bytes, bytes]:
-    """A part's key and value (``layout.chain_part_key``)."""
-    first, last, name = part
-    return layout.chain_part_key(first), _json([first, last, name])
-
-
-def empty_spends() -> pa.RecordBatch:
-    batch: pa.RecordBatch = _native.empty_batch("btc_spends")
-    return batch
-
-
-def best_chain(data: DataDir) -> bytes:
-    """The best chain's hashes (internal order, 32 bytes per height from 0)."""
-    return b"".join(v for _, v in data.items(layout.CF_BTC_BEST))
 
 
 def _release_ray() -> None:
@@ -165,7 +98,7 @@ class ChainStateStage(Stage[BtcRun]):
     name = "chain_state"
 
     def output(self, ctx: BtcRun) -> Any:
-        cp = checkpoint(ctx.data)
+        cp = chain_parts.checkpoint(ctx.data)
         if cp is None:
             return None
         return [cp["height"], cp["hash"], cp["utxo_count"], cp["total_amount"]]
@@ -199,15 +132,21 @@ class ChainStateStage(Stage[BtcRun]):
         release_unused_memory()
         data = ctx.data
         t0 = time.perf_counter()
-        cp = checkpoint(data)
-        if cp is not None and cp.get("layout") != LAYOUT:
+        cp = chain_parts.checkpoint(data)
+        if cp is not None and cp.get("layout") != chain_parts.LAYOUT:
             log.info("chain state: a checkpoint of another layout, rebuilt from the genesis block")
             cp = None
         if cp is None:
             reset(data)
-            cp = {"height": -1, "hash": None, "utxo_count": 0, "total_amount": 0, "layout": LAYOUT}
-        _remove_unlisted_parts(data, parts(data))
-        best = best_chain(data)
+            cp = {
+                "height": -1,
+                "hash": None,
+                "utxo_count": 0,
+                "total_amount": 0,
+                "layout": chain_parts.LAYOUT,
+            }
+        _remove_unlisted_parts(data, chain_parts.parts(data))
+        best = chain_parts.best_chain(data)
         tip = len(best) // 32 - 1
         fork = _fork_point(data, cp, best, tip)
         unwound = 0
@@ -216,7 +155,7 @@ class ChainStateStage(Stage[BtcRun]):
             log.info("chain state: unwinding %d block(s) to height %d", unwound, fork)
             cp = _unwind_to(data, cp, fork)
         # The chunks whose rows are being written share the chain state's part of the budget.
-        share = ctx.opts.memory_budget // (32 * ROWS_IN_FLIGHT)
+        share = ctx.opts.memory_budget // (32 * chain_parts.ROWS_IN_FLIGHT)
         chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, share))
         chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
         if on_ray:
@@ -238,7 +177,7 @@ def _stop_at(ctx: BtcRun, height: int, block_hash: str, reason: str, kind: str) 
     checks (``kind`` "body") or a block that breaks a consensus rule ("block"). The verdicts
     of the best-chain copies from it up are staged, then the link stage invalidated."""
     data = ctx.data
-    decoded = bodies.stage_unreached(ctx, height)
+    decoded = body_units.stage_unreached(ctx, height)
     log.info(
         "chain state: staged the verdicts of %d best-chain copies from height %d", decoded, height
     )
@@ -260,21 +199,6 @@ def _stop_at(ctx: BtcRun, height: int, block_hash: str, reason: str, kind: str) 
     invalid[block_hash] = reason
     data.write({layout.CF_META: [(layout.META_BTC_INVALID_BLOCKS, invalid)]})
     return Invalidate("link", f"block {block_hash} at height {height}: {reason}")
-
-
-def applied_copies(data: DataDir) -> pa.Table:
-    """The file and offset of each block copy the applied chain read (its parts' ``blocks``
-    rows): the chain state checked their bodies as the body pass would have."""
-    files = [str(rows_dir(data, ds.BLOCKS) / name) for _, _, name in parts(data)]
-    if not files:
-        return pa.table({"file": pa.array([], pa.uint32()), "offset": pa.array([], pa.uint64())})
-    return pq.read_table(files, columns=["file", "offset"])
-
-
-def transaction_files(data: DataDir) -> list[str]:
-    """The applied chain's staged ``transactions`` rows (txid, block hash and position, as
-    the tx index reads them), in height order."""
-    return [str(rows_dir(data, ds.TRANSACTIONS) / name) for _, _, name in parts(data)]
 
 
 def _apply_in_order(
@@ -319,7 +243,7 @@ def rows_threads(workers: int) -> tuple[int, int]:
     that it keeps to one core as a Ray task of one CPU does."""
     if workers <= 1:
         return 0, 1
-    return ROWS_IN_FLIGHT, max(1, workers // ROWS_IN_FLIGHT)
+    return chain_parts.ROWS_IN_FLIGHT, max(1, workers // chain_parts.ROWS_IN_FLIGHT)
 
 
 def reset(data: DataDir) -> None:
@@ -331,15 +255,15 @@ def reset(data: DataDir) -> None:
         data.write({}, {layout.CF_META: stale})
     data.reset_column_family(layout.CF_BTC_UTXO)
     data.reset_column_family(layout.CF_BTC_UNDO)
-    for folder in part_dirs(data):
+    for folder in chain_parts.part_dirs(data):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _remove_unlisted_parts(data: DataDir, listed: list[Part]) -> None:
+def _remove_unlisted_parts(data: DataDir, listed: list[chain_parts.Part]) -> None:
     """Deletes part files no part key lists (written by a run killed before its commit, or
     dropped by an unwind)."""
     keep = {name for _, _, name in listed}
-    for folder in part_dirs(data):
+    for folder in chain_parts.part_dirs(data):
         if not folder.exists():
             continue
         for f in folder.iterdir():
@@ -385,16 +309,20 @@ def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
             "utxo_count": cp["utxo_count"] + change["count_delta"],
             "total_amount": cp["total_amount"] + change["amount_delta"],
         }
-        current = parts(data)
+        current = chain_parts.parts(data)
         unchanged = set(current)
-        trimmed = [_part_entry(p) for p in _trim_parts(data, current, below) if p not in unchanged]
+        trimmed = [
+            chain_parts.part_entry(p)
+            for p in _trim_parts(data, current, below)
+            if p not in unchanged
+        ]
         dropped = [layout.chain_part_key(first) for first, _, _ in current if first > below]
         data.write_columns(
             {
                 layout.CF_BTC_UTXO: change["puts"],
                 layout.CF_META: (
                     [layout.META_BTC_CHAIN_STATE, *(k for k, _ in trimmed)],
-                    [_json(cp), *(v for _, v in trimmed)],
+                    [chain_parts.encode_json(cp), *(v for _, v in trimmed)],
                 ),
             },
             {
@@ -405,54 +333,33 @@ def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
         )
         kill_point("chain_state.unwound")
         height = below
-    _remove_unlisted_parts(data, parts(data))
+    _remove_unlisted_parts(data, chain_parts.parts(data))
     return cp
 
 
-def _trim_parts(data: DataDir, listed: list[Part], below: int) -> list[Part]:
+def _trim_parts(
+    data: DataDir, listed: list[chain_parts.Part], below: int
+) -> list[chain_parts.Part]:
     """The parts of heights up to ``below``: those above it dropped, the one reaching across
     it rewritten without its rows above (under a new name; the old files go once no part key
     lists them)."""
-    kept: list[Part] = []
+    kept: list[chain_parts.Part] = []
     for first, last, name in listed:
         if last <= below:
             kept.append((first, last, name))
         elif first <= below:
-            trimmed = part_name(first, below)
-            for folder in part_dirs(data):
+            trimmed = chain_parts.part_name(first, below)
+            # Each file in its dataset's declared layout, as ``write_part`` wrote it: the
+            # publish stage links the rows' files into the tables' segments as they are, and
+            # copies the ``outputs`` file's pages (by its page indexes).
+            declared = [tables.BTC_SPENDS, *(tables.TABLES[t] for t in ROW_TABLES)]
+            for folder, table in zip(chain_parts.part_dirs(data), declared, strict=True):
                 whole = pq.read_table(folder / name)
                 rows = whole.filter(pc.less_equal(whole["height"], below))
-                # With page indexes, as the Rust writer's files: the publish stage copies the
-                # ``outputs`` file's pages into a segment.
-                write = partial(pq.write_table, rows, write_page_index=True)
+                write = partial(pq.write_table, rows, **table.pyarrow_options())
                 write_file_atomic(folder / trimmed, write)
             kept.append((first, below, trimmed))
     return kept
-
-
-def part_name(first: int, last: int) -> str:
-    return f"{first:010d}-{last:010d}.parquet"
-
-
-def part_files(data_path: Path, first: int, blocks: int) -> list[Path]:
-    """The files of the part of ``blocks`` heights from ``first`` in the data folder at
-    ``data_path``, as ``write_part`` fills them; their folders made."""
-    finals = _part_paths(data_path, part_name(first, first + blocks - 1))
-    for f in finals:
-        f.parent.mkdir(parents=True, exist_ok=True)
-    return finals
-
-
-def _part_paths(data_path: Path, name: str) -> list[Path]:
-    """A part's files: its spends, then its rows of each of ``ROW_TABLES``."""
-    stage = data_path / "stage"
-    return [stage / "spends" / name, *(stage / "rows" / t / name for t in ROW_TABLES)]
-
-
-def row_group_bytes(ctx: BtcRun) -> int:
-    """Encoded bytes at which a part's row group closes early: the chunks whose rows are
-    written at once share the budget."""
-    return max(ctx.opts.memory_budget // (16 * ROWS_IN_FLIGHT), 1 << 20)
 
 
 def _chunks(
@@ -483,26 +390,10 @@ def _chunks(
         yield first, hashes, entries
 
 
-def chunk_spec(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> ChunkSpec:
-    """A chunk (first height, hashes, index entries) as the workers read it."""
-    first, hashes, entries = chunk
-    paths = ctx.paths
-    return ChunkSpec(
-        first=first,
-        hashes=tuple(hashes),
-        paths=tuple(paths[int(e["file"])] for e in entries),
-        files=tuple(int(e["file"]) for e in entries),
-        offsets=tuple(int(e["offset"]) for e in entries),
-        network=ctx.opts.network,
-        xor_key=ctx.key,
-        block_bytes=sum(int(e["size"]) for e in entries),
-    )
-
-
 def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> Any:
     """A chunk's blocks read from their files and framed."""
     try:
-        return load_chunk(chunk_spec(ctx, chunk))
+        return load_chunk(chain_parts.chunk_spec(ctx, chunk))
     except (OSError, KeyError) as e:
         raise RechainError(f"chain state: {e}") from e
 
@@ -541,8 +432,8 @@ def _stage_chunk(
 ) -> Pending:
     """Starts writing an applied chunk's part (its spends and rows, on ``threads`` threads) on
     ``pool``, off the thread that applies the next chunk; without a pool, writes it here."""
-    finals = part_files(ctx.data.path, first, int(result["blocks"]))
-    group_bytes = row_group_bytes(ctx)
+    finals = chain_parts.part_files(ctx.data.path, first, int(result["blocks"]))
+    group_bytes = chain_parts.row_group_bytes(ctx)
 
     def write(tmps: list[Path]) -> None:
         write_part(chunk, result["spends"], tmps, group_bytes, threads)
@@ -562,36 +453,4 @@ def _commit_chunk(ctx: BtcRun, cp: dict[str, Any], pending: Pending) -> dict[str
     kill_point("chain_state.spends_written")
     # The rows' time is what the commit waited for them, not the time they took alongside.
     ctx.add({"chain_state_rows_s": time.perf_counter() - t0})
-    return commit_applied(ctx, cp, pending.first, pending.result)
-
-
-def commit_applied(
-    ctx: BtcRun, cp: dict[str, Any], first: int, result: dict[str, Any]
-) -> dict[str, Any]:
-    """Commits an applied chunk whose part is written: its set changes and undo records with
-    the checkpoint and its part's key, in one write; returns the new checkpoint."""
-    t1 = time.perf_counter()
-    last = first + int(result["blocks"]) - 1
-    cp = {
-        "layout": LAYOUT,
-        "height": last,
-        "hash": result["tip"][1],
-        "utxo_count": cp["utxo_count"] + result["count_delta"],
-        "total_amount": cp["total_amount"] + result["amount_delta"],
-    }
-    part_key, part_value = _part_entry((first, last, part_name(first, last)))
-    ctx.data.write_columns(
-        {
-            layout.CF_BTC_UTXO: result["puts"],
-            layout.CF_BTC_UNDO: result["undo"],
-            layout.CF_META: ([layout.META_BTC_CHAIN_STATE, part_key], [_json(cp), part_value]),
-        },
-        {layout.CF_BTC_UTXO: result["deletes"]},
-    )
-    kill_point("chain_state.applied")
-    ctx.add({"chain_state_commit_s": time.perf_counter() - t1})
-    return cp
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True).encode()
+    return chain_parts.commit_applied(ctx, cp, pending.first, pending.result)

@@ -28,11 +28,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from rechain.pipeline.bitcoin import body_parts
+from rechain.pipeline.bitcoin import body_parts, chain_parts, spend_resolution
+from rechain.pipeline.bitcoin.published import FULL_TABLES, OFFCHAIN, published_rows
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.bitcoin.session import duckdb_memory_errors, sql_list
-from rechain.pipeline.bitcoin.stages import chain_state, spend_resolution
-from rechain.pipeline.bitcoin.stages.publish import FULL_TABLES, OFFCHAIN, published_rows
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.query import current_generation
@@ -78,7 +77,7 @@ class IndexesStage(Stage[BtcRun]):
     def run(self, ctx: BtcRun) -> Done:
         data = ctx.data
         t = time.perf_counter()
-        cp = chain_state.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
+        cp = chain_parts.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
         utxo = {"utxo_count": int(cp["utxo_count"]), "total_amount": int(cp["total_amount"])}
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             log.info("indexes: tx index")
@@ -325,7 +324,7 @@ def staged_txid_files(data: DataDir) -> list[str]:
     """Every staged transaction copy's txid, block hash and position: the body pass's parts
     (the copies it decoded) and the applied chain's ``transactions`` rows (the best chain,
     which the chain state decoded). A copy in both is the same entry twice."""
-    return body_parts.txid_files(data) + chain_state.transaction_files(data)
+    return body_parts.txid_files(data) + chain_parts.transaction_files(data)
 
 
 def _build_args(

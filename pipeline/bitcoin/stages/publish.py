@@ -43,7 +43,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rechain.pipeline.bitcoin import body_parts
+from rechain.pipeline.bitcoin import body_parts, chain_parts, spend_resolution
+from rechain.pipeline.bitcoin.body_units import cut_units, unit_bytes
+from rechain.pipeline.bitcoin.outputs_spent import Segment, copy_segments
+from rechain.pipeline.bitcoin.published import FULL_TABLES, OFFCHAIN, count_rows
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.bitcoin.session import (
     duckdb_memory_errors,
@@ -52,9 +55,6 @@ from rechain.pipeline.bitcoin.session import (
     sql_list,
     staged_views,
 )
-from rechain.pipeline.bitcoin.stages import chain_state, spend_resolution
-from rechain.pipeline.bitcoin.stages.bodies import cut_units, unit_bytes
-from rechain.pipeline.bitcoin.stages.outputs_spent import Segment, copy_segments
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime.local_runner import ordered_local
@@ -71,9 +71,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The tables this stage publishes, in publication order.
-FULL_TABLES = (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS)
-OFFCHAIN = "offchain"
 #: More staged parts than this with off-chain rows to write go in one group (one query).
 OFFCHAIN_GROUP_PARTS = 8
 
@@ -316,7 +313,7 @@ def _share_staged_outputs(data: DataDir, generation: int, new: list[tuple[int, i
     """Each new part's staged ``outputs`` file replaced by a link to its published segment:
     the same rows, with flags a later copy sets again from all the spends into it."""
     published = data.parquet_dir(ds.OUTPUTS) / f"{generation:06d}"
-    staged = chain_state.rows_dir(data, ds.OUTPUTS)
+    staged = chain_parts.rows_dir(data, ds.OUTPUTS)
     for first, last, part in new:
         link = staged / f"{part}.link"
         link.unlink(missing_ok=True)
@@ -349,7 +346,7 @@ def publish_tables(
         (data.parquet_dir(t) / f"{old_gen:06d}").is_dir() for t in FULL_TABLES
     ):
         old = []
-    best = chain_state.best_chain(data)
+    best = chain_parts.best_chain(data)
 
     def best_hash(h: int) -> str:
         return str(_native.display_hash(best[32 * h : 32 * h + 32]))
@@ -359,7 +356,7 @@ def publish_tables(
     by_range = {(seg["first"], seg["last"], seg["hash"]): seg for seg in old}
     kept: list[dict[str, Any]] = []
     new: list[tuple[int, int, str]] = []
-    for first, last, part in chain_state.parts(data):
+    for first, last, part in chain_parts.parts(data):
         seg = by_range.get((first, last, best_hash(last)))
         if seg is None:
             new.append((first, last, part))
@@ -384,8 +381,8 @@ def publish_tables(
     appended = len(kept) == len(old) and (
         not new or not kept or min(a for a, _, _ in new) > max(seg["last"] for seg in kept)
     )
-    all_files = chain_state.spend_files(data)
-    new_files = [str(chain_state.spends_dir(data) / name) for _, _, name in new]
+    all_files = chain_parts.spend_files(data)
+    new_files = [str(chain_parts.spends_dir(data) / name) for _, _, name in new]
     spends_view(con, "res_all", all_files)
     spends_view(con, "res_new", new_files)
     changes, change_files = ("res_new", new_files) if appended else ("res_all", all_files)
@@ -451,7 +448,7 @@ def publish_tables(
                 Segment(
                     first,
                     last,
-                    str(chain_state.rows_dir(data, name) / part),
+                    str(chain_parts.rows_dir(data, name) / part),
                     str(tmp / segment_path(first, last)),
                     False,
                 )
@@ -464,7 +461,7 @@ def publish_tables(
             for first, last, part in new:
                 dest = tmp / segment_path(first, last)
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                os.link(chain_state.rows_dir(data, name) / part, dest)
+                os.link(chain_parts.rows_dir(data, name) / part, dest)
         lap("new_s")
         for group in sorted(off_kept):
             assert old_dir is not None
@@ -485,7 +482,7 @@ def publish_tables(
         lap("offchain_s")
         rewritten = {seg["path"] for seg in rewrite}
         linked = {seg["path"]: seg for seg in kept if seg["path"] not in rewritten}
-        rows[name] = _count_rows(tmp, linked, name, seg_rows)
+        rows[name] = count_rows(tmp, linked, name, seg_rows)
         data.publish_generation(name, generation, tmp)
         if name == ds.OUTPUTS:
             _share_staged_outputs(data, generation, new)
@@ -553,26 +550,6 @@ def _offchain_groups(
     return kept, {p: {p: prints[p]} for p in rest}
 
 
-def _count_rows(
-    folder: Path,
-    linked: dict[str, dict[str, Any]] | None = None,
-    table: str = "",
-    seg_rows: dict[str, dict[str, int]] | None = None,
-) -> int:
-    """Rows under a table generation's folder, from the Parquet footers, except for the
-    ``linked`` segments (unchanged since the manifest counted them). Each file's count goes
-    in ``seg_rows`` (file -> table -> rows)."""
-    total = 0
-    for f in folder.rglob("*.parquet"):
-        path = str(f.relative_to(folder))
-        known = (linked or {}).get(path, {}).get("rows", {}).get(table)
-        n = int(known) if known is not None else pq.read_metadata(f).num_rows
-        if seg_rows is not None:
-            seg_rows.setdefault(path, {})[table] = n
-        total += n
-    return total
-
-
 def _add_prints(a: str, b: str) -> str:
     """The print of two disjoint sets of spends (count and hash sum add up)."""
     (na, ha), (nb, hb) = (map(int, p.split(":")) for p in (a, b))
@@ -614,14 +591,3 @@ def _spent_prints(
     ).fetchall()
     con.unregister("segs")
     return {(int(a), int(b)): f"{n}:{h}" for a, b, n, h in got}
-
-
-def published_rows(data: DataDir) -> dict[str, int]:
-    """Row counts of the current generation's tables, as the publication that wrote it
-    counted them from its Parquet footers (its manifest, ``META_BTC_PUBLISHED``)."""
-    manifest = data.meta_get(layout.META_BTC_PUBLISHED) or {}
-    gen = int(data.meta_get(layout.META_BTC_FULL_GENERATION) or 0)
-    if manifest.get("generation") == gen and "rows" in manifest:
-        return {table: int(manifest["rows"][table]) for table in FULL_TABLES}
-    # A generation published before manifests held their row counts.
-    return {t: _count_rows(data.parquet_dir(t) / f"{gen:06d}") for t in FULL_TABLES}

@@ -132,7 +132,7 @@ def _execute(
     try:
         for unit, result in ordered_results(scan_unit, units, window, STAGE):
             if isinstance(result, ray.exceptions.RayError):
-                # Ray has retried lost workers already; see btc_faults for what is skipped.
+                # Ray has retried lost workers already; see bitcoin/faults.py for what is skipped.
                 result = failed_shard(unit, committer, failure_reason(unit, result))
             committer.apply(result)
             if on_result is not None:

@@ -1,1 +1,13 @@
-"""The Ethereum import stages, one file each (order in ``ethereum.run``)."""
+"""The Ethereum import stages, one file each and their order (``stages``)."""
+
+from __future__ import annotations
+
+from rechain.pipeline.engine.driver import Stage
+from rechain.pipeline.ethereum.run import EthRun
+
+
+def stages() -> list[Stage[EthRun]]:
+    from rechain.pipeline.ethereum.stages.blocks import BlocksStage
+    from rechain.pipeline.ethereum.stages.links import LinksStage
+
+    return [BlocksStage(), LinksStage()]

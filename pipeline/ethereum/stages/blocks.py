@@ -32,6 +32,13 @@ from rechain.pipeline import metrics
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.ethereum.run import EthRun
+from rechain.pipeline.ethereum.units import (
+    STAGE,
+    committed_units,
+    part_path,
+    table_dir,
+    unit_key,
+)
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.runtime import local_runner
 from rechain.pipeline.store.datadir import DataDir, fsync_dir
@@ -44,10 +51,6 @@ from rechain.workers.memory import release_unused_memory
 
 log = logging.getLogger(__name__)
 
-#: The metrics label of the import.
-STAGE = "eth_import"
-#: The tables' parts live in one generation that grows unit by unit.
-GENERATION = 1
 #: Verdicts kept per unit in its record (all are counted).
 VERDICTS_KEPT = 100
 #: Units committed together (one SST file per index column family, one write of their records).
@@ -61,23 +64,6 @@ COMMIT_UNITS = 16
 UNIT_BYTES_PER_FILE_BYTE = 5
 #: The index column families a unit's entries go to.
 INDEX_CFS = (layout.CF_ETH_NUMBERS, layout.CF_ETH_CANONICAL, layout.CF_ETH_TD)
-
-
-def unit_key(key: str) -> bytes:
-    return layout.META_ETH_UNIT_PREFIX + key.encode()
-
-
-def committed_units(data: DataDir) -> dict[str, dict[str, Any]]:
-    prefix = layout.META_ETH_UNIT_PREFIX
-    return {k[len(prefix) :].decode(): json.loads(v) for k, v in data.items(layout.CF_META, prefix)}
-
-
-def table_dir(data: DataDir, table: str) -> Path:
-    return data.parquet_dir(table) / f"{GENERATION:06d}"
-
-
-def part_path(data: DataDir, table: str, part: str) -> Path:
-    return table_dir(data, table) / f"{part}.parquet"
 
 
 class BlocksStage(Stage[EthRun]):

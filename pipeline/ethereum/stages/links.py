@@ -14,7 +14,7 @@ from typing import Any
 from rechain.pipeline import metrics
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.ethereum.run import EthRun
-from rechain.pipeline.ethereum.stages.blocks import STAGE, committed_units
+from rechain.pipeline.ethereum.units import STAGE, committed_units
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 

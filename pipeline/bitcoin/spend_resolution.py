@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.bitcoin.run import BtcRun
-from rechain.pipeline.bitcoin.stages import chain_state
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.store.datadir import DataDir, land_tmp_files, tmp_path
 from rechain.schemas import rocksdb as layout
@@ -148,14 +148,14 @@ def apply_range(
     if not chunks:
         return cp, 0, None
     ensure_ray(ctx.opts.ray_address, ctx.workers)
-    specs = [chain_state.chunk_spec(ctx, c) for c in chunks]
+    specs = [chain_parts.chunk_spec(ctx, c) for c in chunks]
     cpus = int(ray.cluster_resources().get("CPU", 1))
     budget = ctx.opts.memory_budget
     plan = rounds(specs, round_bytes(budget))
     log.info("chain state: %d chunk(s) in %d round(s) on Ray", len(specs), len(plan))
     shared = workers_share_data_folder(ctx)
     window = max(2, 2 * ctx.workers)
-    group_bytes = chain_state.row_group_bytes(ctx)
+    group_bytes = chain_parts.row_group_bytes(ctx)
     folder = str(ctx.data.path) if shared else None
     store = ctx.data.cf(layout.CF_BTC_UTXO)
     applied = 0
@@ -185,7 +185,7 @@ def apply_range(
                 _land(ctx.data, unit[0].first, result)
                 fault_injection.kill_point("chain_state.spends_written")
                 ctx.add({"chain_state_rows_s": time.perf_counter() - t1})
-                cp = chain_state.commit_applied(ctx, cp, unit[0].first, result)
+                cp = chain_parts.commit_applied(ctx, cp, unit[0].first, result)
             applied += int(result["blocks"])
             if result["failure"] is not None:
                 failure = result["failure"]
@@ -219,11 +219,11 @@ def _apply_task(
     spends = result.pop("spends")
     blocks = int(result["blocks"])
     result["files"] = []
-    # The part's files are written on one thread: the task holds one CPU (``ray_runtime``).
+    # The part's files are written on one thread: the task holds one CPU (``ray_cluster``).
     if not blocks:
         pass
     elif data_path is not None:
-        finals = chain_state.part_files(Path(data_path), spec.first, blocks)
+        finals = chain_parts.part_files(Path(data_path), spec.first, blocks)
         tmps = [tmp_path(f) for f in finals]
         write_part(chunk, spends, tmps, group_bytes, 1)
         result["files"] = [str(t) for t in tmps]
@@ -244,7 +244,7 @@ def _apply_task(
 
 def _land(data: DataDir, first: int, result: dict[str, Any]) -> None:
     """Makes an applied chunk's part durable under its final names."""
-    finals = chain_state.part_files(data.path, first, int(result["blocks"]))
+    finals = chain_parts.part_files(data.path, first, int(result["blocks"]))
     files = result.pop("files")
     if len(files) != len(finals):
         raise RechainError(f"chain state: a part of {len(files)} files, not {len(finals)}")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rechain.pipeline.bitcoin.stages import chain_state
+from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.workers import _native
@@ -128,7 +128,7 @@ def respend(seg: Segment, spends: pa.Table | None) -> int:
     """Copies one segment with its flags from ``spends`` (``COLUMNS``; None: none). Returns
     the rows."""
     if spends is None:
-        spends = pa.Table.from_batches([chain_state.empty_spends()]).select(COLUMNS)
+        spends = pa.Table.from_batches([chain_parts.empty_spends()]).select(COLUMNS)
     Path(seg.dest).parent.mkdir(parents=True, exist_ok=True)
     rows: int = _native.respend_outputs(
         seg.src,
