@@ -48,6 +48,7 @@ use super::hash::{hash_leaves, Hash, Path};
 use super::node::{Node, Register};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
 use super::register_stats::{OwnerRow, Sizes, TrieStats};
+use super::{ErrorKind, OutputError};
 use crate::parquet_out::{Layout, TableWriter};
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt16Builder,
@@ -280,15 +281,20 @@ pub struct RecordRow {
     pub record: WalRecord,
 }
 
+/// A batch that is not the `wal_records` table it is given as: the caller's argument.
+fn bad_batch(reason: String) -> ErrorKind {
+    ErrorKind::Config { reason }
+}
+
 /// Reads a `wal_records` batch (only `segment`, `offset`, `op`, `parent_root`, `paths`,
 /// `encoded_keys` and `values` are needed) back into typed records.
-pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, String> {
+pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, ErrorKind> {
     let col = |name: &str| {
         batch
             .column_by_name(name)
-            .ok_or_else(|| format!("wal_records batch lacks column {name}"))
+            .ok_or_else(|| bad_batch(format!("wal_records batch lacks column {name}")))
     };
-    let wrong = |name: &str| format!("wal_records column {name} has an unexpected type");
+    let wrong = |name: &str| bad_batch(format!("wal_records column {name} has an unexpected type"));
     let segment = col("segment")?
         .as_primitive_opt::<UInt64Type>()
         .ok_or_else(|| wrong("segment"))?;
@@ -328,7 +334,7 @@ pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, String> {
     let mut rows = Vec::with_capacity(batch.num_rows());
     for i in 0..batch.num_rows() {
         let root = Hash::from_hex(parent.value(i))
-            .ok_or_else(|| format!("row {i}: parent_root is not 64 hex digits"))?;
+            .ok_or_else(|| bad_batch(format!("row {i}: parent_root is not 64 hex digits")))?;
         let record = match op.value(i) {
             "update" => {
                 let (ps, pe) = (
@@ -345,9 +351,9 @@ pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, String> {
                 );
                 let n = pe - ps;
                 if ke - ks != n || ve - vs != n {
-                    return Err(format!(
+                    return Err(bad_batch(format!(
                         "row {i}: paths, encoded_keys and values differ in length"
-                    ));
+                    )));
                 }
                 let mut u = TrieUpdate {
                     root,
@@ -368,7 +374,7 @@ pub fn rows_from_batch(batch: &RecordBatch) -> Result<Vec<RecordRow>, String> {
                 WalRecord::Update(u)
             }
             "delete" => WalRecord::Delete(root),
-            other => return Err(format!("row {i}: unknown op {other:?}")),
+            other => return Err(bad_batch(format!("row {i}: unknown op {other:?}"))),
         };
         rows.push(RecordRow {
             segment: segment.value(i),
@@ -452,10 +458,13 @@ const REGISTER_HASHES_LAYOUT: Layout = Layout {
 
 /// The writers of a trie's `registers` file and of its `register_hashes` file beside it
 /// (written side by side, as [`AlignedTables`](crate::parquet_out::AlignedTables)).
-pub fn register_tables(registers: &FsPath, hashes: &FsPath) -> Result<Vec<TableWriter>, String> {
+pub fn register_tables(
+    registers: &FsPath,
+    hashes: &FsPath,
+) -> Result<Vec<TableWriter>, OutputError> {
     Ok(vec![
-        TableWriter::create(registers, registers_schema(), &REGISTERS_LAYOUT)?,
-        TableWriter::create(hashes, leaf_hashes_schema(), &REGISTER_HASHES_LAYOUT)?,
+        TableWriter::try_create(registers, registers_schema(), &REGISTERS_LAYOUT)?,
+        TableWriter::try_create(hashes, leaf_hashes_schema(), &REGISTER_HASHES_LAYOUT)?,
     ])
 }
 

@@ -14,6 +14,7 @@
 //! | `writer`   | segment writer producing onflow/wal's exact framing                  | §2.1 |
 //! | `gen`      | deterministic WAL generator (same workload as `tests/flow_go`)       | —    |
 //! | `register_stats` | register counts and sizes, a trie's node counts (stats values)   | —    |
+//! | `output`   | [`OutputError`]: writing a table, SST files, a spill run or a node store | —    |
 //! | `batches`  | Arrow record batches for the `trie_updates` and `registers` tables   | —    |
 //! | `checkpoint` | checkpoint files: verified, streamed and legacy reads, flow-go-identical writes, the `registers` table → v6, stats | §5 |
 //! | `replay`   | the replay state: forest, current root, update log, its publication  | —    |
@@ -29,6 +30,7 @@ pub mod keccak;
 pub mod mtrie;
 pub mod node;
 pub mod node_store;
+pub mod output;
 pub mod record;
 pub mod register_sst;
 pub mod register_stats;
@@ -44,6 +46,7 @@ pub mod checkpoint_stream {
 }
 
 use hash::Hash;
+pub use output::OutputError;
 use std::fmt;
 
 /// What went wrong, without the location (see [`FlowError`]).
@@ -84,6 +87,8 @@ pub enum ErrorKind {
     BadPathLength { len: usize },
     /// The update's parent root is not in the forest.
     UnknownParentRoot { root: Hash },
+    /// A root asked for (not an update's parent) is not in the forest.
+    UnknownRoot { root: Hash },
     /// Segment numbers in a directory are not consecutive.
     SegmentGap { before: u64, after: u64 },
     /// Invalid argument or configuration (segment size, counts, ...).
@@ -111,6 +116,7 @@ impl ErrorKind {
             ErrorKind::BadHashLength { .. } => "bad_hash_length",
             ErrorKind::BadPathLength { .. } => "bad_path_length",
             ErrorKind::UnknownParentRoot { .. } => "unknown_parent_root",
+            ErrorKind::UnknownRoot { .. } => "unknown_root",
             ErrorKind::SegmentGap { .. } => "segment_gap",
             ErrorKind::Config { .. } => "config",
         }
@@ -164,6 +170,9 @@ impl fmt::Display for ErrorKind {
                     "trie with the given rootHash {} not found",
                     root.to_hex()
                 )
+            }
+            ErrorKind::UnknownRoot { root } => {
+                write!(f, "root {} is not in the forest", root.to_hex())
             }
             ErrorKind::SegmentGap { before, after } => {
                 write!(f, "segments are not sequential: {before} + 1 != {after}")

@@ -3,6 +3,7 @@
 //! streamed checkpoint read both build them this way, so the database only ingests them.
 
 use super::node::Register;
+use super::OutputError;
 use crate::sst::SstFiles;
 use crate::store::encode_register_value;
 use std::path::PathBuf;
@@ -33,11 +34,11 @@ pub struct RegisterSstWriter {
 impl RegisterSst {
     /// A writer of files `<prefix>NNNNNN.sst` in `dir`: writers running at once take prefixes
     /// of their own, ordered as their path ranges are so the file names sort in key order.
-    pub fn writer(&self, prefix: &str) -> Result<RegisterSstWriter, String> {
+    pub fn writer(&self, prefix: &str) -> Result<RegisterSstWriter, OutputError> {
         let (dir, prefix) = (self.dir.clone(), prefix.to_string());
         let name: FileName = Box::new(move |i| dir.join(format!("{prefix}{i:06}.sst")));
         let files = SstFiles::create(name, self.max_held, self.compress)
-            .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+            .map_err(|e| OutputError::file(&self.dir, e))?;
         Ok(RegisterSstWriter {
             dir: self.dir.clone(),
             version: self.version,
@@ -48,25 +49,26 @@ impl RegisterSst {
 }
 
 impl RegisterSstWriter {
-    pub fn add(&mut self, registers: &[&Arc<Register>]) -> Result<(), String> {
+    pub fn add(&mut self, registers: &[&Arc<Register>]) -> Result<(), OutputError> {
         for reg in registers {
             self.value.clear();
             let payload = reg.payload();
             encode_register_value(self.version, payload.key, payload.value, &mut self.value);
             self.files
                 .add(&reg.path().0, &self.value)
-                .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+                // `SstError` is a message, not an `std::error::Error`.
+                .map_err(|e| OutputError::file(&self.dir, e.to_string()))?;
         }
         Ok(())
     }
 
     /// The files written, in key order (none when no register was added).
-    pub fn finish(self) -> Result<Vec<PathBuf>, String> {
+    pub fn finish(self) -> Result<Vec<PathBuf>, OutputError> {
         let dir = self.dir;
         Ok(self
             .files
             .finish()
-            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .map_err(|e| OutputError::file(&dir, e))?
             .0)
     }
 }

@@ -11,9 +11,39 @@ use super::mtrie::{Forest, Trie, DEFAULT_CAPACITY};
 use super::record::WalRecord;
 use super::register_sst::RegisterSst;
 use super::wal::Segment;
-use super::{visit_segment, ErrorKind, FlowError};
+use super::{visit_segment, ErrorKind, FlowError, OutputError};
 use crate::parquet_out::{AlignedTables, Layout, RowGroups, TableWriter};
 use std::path::{Path, PathBuf};
+
+/// Why writing a trie's registers failed: its root is not held, or an output failed.
+#[derive(Debug)]
+pub enum PublishError {
+    Root(ErrorKind),
+    Output(OutputError),
+}
+
+impl std::fmt::Display for PublishError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PublishError::Root(e) => write!(f, "{e}"),
+            PublishError::Output(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PublishError {}
+
+impl From<ErrorKind> for PublishError {
+    fn from(e: ErrorKind) -> Self {
+        PublishError::Root(e)
+    }
+}
+
+impl From<OutputError> for PublishError {
+    fn from(e: OutputError) -> Self {
+        PublishError::Output(e)
+    }
+}
 
 /// Rows built at a time by the Parquet writers and entry iterators (bounded memory).
 pub const PUBLISH_CHUNK: usize = 1024;
@@ -150,15 +180,15 @@ impl ReplayState {
     }
 
     /// The trie with this root (default: the current one).
-    pub fn trie(&self, root: Option<Hash>) -> Result<&Trie, String> {
+    pub fn trie(&self, root: Option<Hash>) -> Result<&Trie, ErrorKind> {
         let h = root.unwrap_or(self.current);
         self.forest
             .get(&h)
-            .ok_or_else(|| format!("root {} is not in the forest", h.to_hex()))
+            .ok_or(ErrorKind::UnknownRoot { root: h })
     }
 
     /// The tries with these roots (default: the current one), for a checkpoint.
-    pub fn tries_for(&self, roots: Option<Vec<Hash>>) -> Result<Vec<Trie>, String> {
+    pub fn tries_for(&self, roots: Option<Vec<Hash>>) -> Result<Vec<Trie>, ErrorKind> {
         match roots {
             None => Ok(vec![self.trie(None)?.clone()]),
             Some(rs) => rs
@@ -174,21 +204,21 @@ impl ReplayState {
         path: &Path,
         groups: RowGroups,
         dictionary_columns: &[&str],
-    ) -> Result<u64, String> {
+    ) -> Result<u64, OutputError> {
         let layout = Layout {
             dictionary: dictionary_columns,
             ..Layout::default()
         };
-        let table = TableWriter::create(path, trie_updates_schema(), &layout)?;
+        let table = TableWriter::try_create(path, trie_updates_schema(), &layout)?;
         let mut out = AlignedTables::new(vec![table], groups);
         let log = &self.log;
         let mut done = 0;
         while done < log.len() {
             let n = out.step_rows(PUBLISH_CHUNK).min(log.len() - done);
-            out.write(&[trie_updates_batch(&log[done..done + n], done as u64)])?;
+            out.try_write(&[trie_updates_batch(&log[done..done + n], done as u64)])?;
             done += n;
         }
-        out.finish()
+        Ok(out.try_finish()?)
     }
 
     /// Writes a trie's registers as a `registers` Parquet file and their `register_hashes`
@@ -204,7 +234,7 @@ impl ReplayState {
         hashes_path: &Path,
         groups: RowGroups,
         sst: Option<RegisterSst>,
-    ) -> Result<(u64, Vec<PathBuf>), String> {
+    ) -> Result<(u64, Vec<PathBuf>), PublishError> {
         if let Some(store) = self.forest.store() {
             store.clear_cache();
         }
@@ -214,9 +244,9 @@ impl ReplayState {
         loop {
             let leaves = cursor
                 .next_leaf_nodes(out.step_rows(PUBLISH_CHUNK))
-                .map_err(|e| e.to_string())?;
+                .map_err(OutputError::from)?;
             if leaves.is_empty() {
-                let rows = out.finish()?;
+                let rows = out.try_finish().map_err(OutputError::from)?;
                 let files = match writer {
                     Some(w) => w.finish()?,
                     None => Vec::new(),
@@ -227,7 +257,8 @@ impl ReplayState {
             if let Some(w) = writer.as_mut() {
                 w.add(&regs)?;
             }
-            out.write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])?;
+            out.try_write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])
+                .map_err(OutputError::from)?;
         }
     }
 

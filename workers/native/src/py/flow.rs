@@ -260,8 +260,8 @@ impl FlowForest {
         let batch = batch.into_inner();
         let state = &mut self.state;
         let (roots, failure) = py
-            .detach(|| -> Result<_, String> { Ok(state.apply_rows(rows_from_batch(&batch)?)) })
-            .map_err(PyValueError::new_err)?;
+            .detach(|| -> Result<_, ErrorKind> { Ok(state.apply_rows(rows_from_batch(&batch)?)) })
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let hex: Vec<Option<String>> = roots.iter().map(|r| r.map(|h| h.to_hex())).collect();
         let list = PyList::new(py, &hex)?;
         if let Some(e) = failure {
@@ -320,7 +320,7 @@ impl FlowForest {
             let dict: Vec<&str> = dictionary_columns.iter().map(String::as_str).collect();
             state.write_trie_updates(&path, groups, &dict)
         })
-        .map_err(PyValueError::new_err)
+        .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// Writes a trie's registers (default: the current trie) as a `registers` Parquet file and
@@ -359,7 +359,7 @@ impl FlowForest {
         });
         let state = &self.state;
         py.detach(|| state.write_registers(root, &registers_path, &hashes_path, groups, sst))
-            .map_err(PyValueError::new_err)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// `flow_roots` entries for log rows `lo..hi`: `(keys, values)` lists of bytes, one per
@@ -488,12 +488,16 @@ impl FlowForest {
                     .collect::<PyResult<Vec<_>>>()
             })
             .transpose()?;
-        self.state.tries_for(roots).map_err(PyValueError::new_err)
+        self.state
+            .tries_for(roots)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     fn trie(&self, root: Option<&str>) -> PyResult<&crate::flow::mtrie::Trie> {
         let root = root.map(parse_root).transpose()?;
-        self.state.trie(root).map_err(PyValueError::new_err)
+        self.state
+            .trie(root)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 }
 

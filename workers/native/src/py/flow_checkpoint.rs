@@ -414,7 +414,7 @@ impl FlowCheckpointOwners {
         let rows = self.batch_rows;
         let rows = py
             .detach(|| merge.next_rows(rows))
-            .map_err(PyValueError::new_err)?;
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         if rows.is_empty() {
             self.merge = None; // removes the runs
             return Ok(None);
@@ -523,7 +523,7 @@ impl FlowCheckpointBuilder {
         let batch = batch.into_inner();
         let hashes = hashes.map(PyRecordBatch::into_inner);
         let r = py.detach(|| -> Result<Result<(), CheckpointError>, String> {
-            let rows = register_rows(&batch, hashes.as_ref(), None)?;
+            let rows = register_rows(&batch, hashes.as_ref(), None).map_err(|e| e.to_string())?;
             Ok(b.push_cached(rows))
         });
         match r {

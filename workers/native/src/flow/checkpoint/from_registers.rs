@@ -15,6 +15,7 @@ use super::write::WriteInfo;
 use crate::bounded::map_bounded;
 use crate::flow::hash::{Hash, Path};
 use crate::flow::record::Payload;
+use crate::flow::ErrorKind;
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt16Type;
 use arrow_array::{Array, ArrayRef, BinaryArray, FixedSizeBinaryArray, LargeBinaryArray};
@@ -43,15 +44,19 @@ enum Binary<'a> {
 }
 
 impl<'a> Binary<'a> {
-    fn of(batch: &'a RecordBatch, name: &str) -> Result<Self, String> {
+    fn of(batch: &'a RecordBatch, name: &str) -> Result<Self, ErrorKind> {
         let col: &ArrayRef = batch
             .column_by_name(name)
-            .ok_or_else(|| format!("no column {name}"))?;
+            .ok_or_else(|| bad_rows(format!("no column {name}")))?;
         Ok(match col.data_type() {
             DataType::Binary => Binary::Small(col.as_binary::<i32>()),
             DataType::LargeBinary => Binary::Large(col.as_binary::<i64>()),
             DataType::FixedSizeBinary(_) => Binary::Fixed(col.as_fixed_size_binary()),
-            other => return Err(format!("column {name}: expected binary, got {other}")),
+            other => {
+                return Err(bad_rows(format!(
+                    "column {name}: expected binary, got {other}"
+                )))
+            }
         })
     }
 
@@ -65,11 +70,16 @@ impl<'a> Binary<'a> {
     }
 }
 
-fn path_of(bytes: Option<&[u8]>, row: usize) -> Result<Path, String> {
-    let p = bytes.ok_or_else(|| format!("row {row}: null path"))?;
+fn path_of(bytes: Option<&[u8]>, row: usize) -> Result<Path, ErrorKind> {
+    let p = bytes.ok_or_else(|| bad_rows(format!("row {row}: null path")))?;
     Ok(Path(p.try_into().map_err(|_| {
-        format!("row {row}: path of {} bytes, expected 32", p.len())
+        bad_rows(format!("row {row}: path of {} bytes, expected 32", p.len()))
     })?))
+}
+
+/// A batch that is not a `registers` (or `register_hashes`) table: the caller's argument.
+fn bad_rows(reason: String) -> ErrorKind {
+    ErrorKind::Config { reason }
 }
 
 /// The registers of a `registers` batch (columns `path`, `encoded_key`, `value`), with the
@@ -79,7 +89,7 @@ pub fn register_rows(
     batch: &RecordBatch,
     hashes: Option<&RecordBatch>,
     part: Option<usize>,
-) -> Result<Vec<Row>, String> {
+) -> Result<Vec<Row>, ErrorKind> {
     let paths = Binary::of(batch, "path")?;
     let keys = Binary::of(batch, "encoded_key")?;
     let values = Binary::of(batch, "value")?;
@@ -90,13 +100,15 @@ pub fn register_rows(
                     .and_then(|c| c.as_fixed_size_binary_opt())
                     .filter(|a| a.value_length() == 32)
                     .ok_or_else(|| {
-                        format!("register_hashes column {name}: expected 32-byte binary")
+                        bad_rows(format!(
+                            "register_hashes column {name}: expected 32-byte binary"
+                        ))
                     })
             };
             let height: &PrimitiveArray<UInt16Type> = h
                 .column_by_name("height")
                 .and_then(|c| c.as_primitive_opt::<UInt16Type>())
-                .ok_or("register_hashes column height: expected uint16")?;
+                .ok_or_else(|| bad_rows("register_hashes column height: expected uint16".into()))?;
             Some((
                 fixed("path")?,
                 fixed("leaf_hash")?,
@@ -219,9 +231,11 @@ fn plan(inputs: &[Input]) -> Result<Vec<Group>, CheckpointError> {
                 Some(b) => b,
                 None => {
                     let b = read_group(&input.file, &input.meta, index, &["path"])?;
-                    let paths = Binary::of(&b, "path").map_err(|e| bad(&input.file, e))?;
+                    let paths =
+                        Binary::of(&b, "path").map_err(|e| bad(&input.file, e.to_string()))?;
                     let end = b.num_rows() - 1;
-                    let p = |i| path_of(paths.get(i), i).map_err(|e| bad(&input.file, e));
+                    let p =
+                        |i| path_of(paths.get(i), i).map_err(|e| bad(&input.file, e.to_string()));
                     (p(0)?, p(end)?)
                 }
             };
@@ -256,7 +270,7 @@ fn plan(inputs: &[Input]) -> Result<Vec<Group>, CheckpointError> {
 fn group_rows(inputs: &[Input], g: &Group, part: usize) -> Result<Vec<Row>, CheckpointError> {
     let input = &inputs[g.input];
     let regs = read_group(&input.file, &input.meta, g.index, &REGISTER_COLUMNS)?;
-    let paths = Binary::of(&regs, "path").map_err(|e| bad(&input.file, e))?;
+    let paths = Binary::of(&regs, "path").map_err(|e| bad(&input.file, e.to_string()))?;
     let mut prev: Option<&[u8]> = None;
     for i in 0..regs.num_rows() {
         let p = paths.get(i);

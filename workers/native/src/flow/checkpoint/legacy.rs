@@ -60,11 +60,17 @@ struct Stored {
 }
 
 /// Decodes a payload without its prefix in encoding `version` (0: value length u64, 1: u32).
-/// Bytes after the value are ignored, as flow-go's `decodePayload` ignores them.
-fn decode_payload(data: &[u8], version: u16) -> Result<Payload, String> {
+/// Bytes after the value are ignored, as flow-go's `decodePayload` ignores them. Errors are
+/// `bad_payload` at `payload_at` of `r`'s file (where the payload starts).
+fn decode_payload(data: &[u8], version: u16, r: &PartReader, payload_at: u64) -> CpResult<Payload> {
     let take = |at: usize, n: usize, what: &str| {
-        data.get(at..at + n)
-            .ok_or_else(|| format!("payload ends inside its {what} ({n} bytes at {at})"))
+        data.get(at..at + n).ok_or_else(|| {
+            payload_error(
+                r,
+                payload_at,
+                format!("payload ends inside its {what} ({n} bytes at {at})"),
+            )
+        })
     };
     let klen = u32::from_be_bytes(take(0, 4, "key length")?.try_into().expect("4")) as usize;
     let key = take(4, klen, "key")?.to_vec();
@@ -77,9 +83,13 @@ fn decode_payload(data: &[u8], version: u16) -> Result<Payload, String> {
         (v as usize, at + 4)
     };
     if vlen > data.len() - at {
-        return Err(format!(
-            "payload value of {vlen} bytes at {at} runs past its {} bytes",
-            data.len()
+        return Err(payload_error(
+            r,
+            payload_at,
+            format!(
+                "payload value of {vlen} bytes at {at} runs past its {} bytes",
+                data.len()
+            ),
         ));
     }
     Ok(Payload::new(key, data[at..at + vlen].to_vec()))
@@ -173,7 +183,7 @@ fn read_node_v3(r: &mut PartReader) -> CpResult<(NodeFields, RawNode)> {
                 ),
             ));
         }
-        decode_payload(&encoded[3..], version).map_err(|m| payload_error(r, payload_at + 4, m))?
+        decode_payload(&encoded[3..], version, r, payload_at + 4)?
     };
     Ok((
         fields,
@@ -209,7 +219,7 @@ fn read_node_v4(r: &mut PartReader) -> CpResult<(NodeFields, RawNode)> {
             let payload = if encoded.is_empty() {
                 Payload::default()
             } else {
-                decode_payload(&encoded, 0).map_err(|m| payload_error(r, payload_at + 4, m))?
+                decode_payload(&encoded, 0, r, payload_at + 4)?
             };
             Ok((
                 fields,

@@ -8,6 +8,7 @@ use crate::flow::hash::Hash;
 use crate::flow::mtrie::Trie;
 use crate::flow::node::Node;
 use crate::flow::node_store::{NodeStore, NodeWriter};
+use crate::flow::OutputError;
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
@@ -109,44 +110,49 @@ impl PagingSink {
 impl PartSink for PagingSink {
     type Done = Option<Arc<Node>>;
 
-    fn leaves(&mut self, _leaves: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), String> {
+    fn leaves(&mut self, _leaves: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), OutputError> {
         Ok(())
     }
 
-    fn leaf_read(&mut self, leaf: &Arc<Node>) -> Result<(), String> {
+    fn leaf_read(&mut self, leaf: &Arc<Node>) -> Result<(), OutputError> {
         let Node::Leaf { height, reg, hash } = &**leaf else {
-            return Err("a leaf expected".into());
+            return Err(OutputError::Unexpected("a leaf expected"));
         };
-        let p = self
-            .writer
-            .leaf(*height, *hash, reg)
-            .map_err(|e| e.to_string())?;
+        let p = self.writer.leaf(*height, *hash, reg)?;
         self.stack.push(p);
         Ok(())
     }
 
-    fn interior(&mut self, height: u16, hash: &Hash, children: [bool; 2]) -> Result<(), String> {
+    fn interior(
+        &mut self,
+        height: u16,
+        hash: &Hash,
+        children: [bool; 2],
+    ) -> Result<(), OutputError> {
         // The walk checked that the children are the subtrees just completed, right on top.
-        let mut pop = |present: bool| -> Result<Option<Arc<Node>>, String> {
+        let mut pop = |present: bool| -> Result<Option<Arc<Node>>, OutputError> {
             if !present {
                 return Ok(None);
             }
-            self.stack.pop().map(Some).ok_or_else(|| {
-                format!("{}: interior node without its subtree", self.file.display())
-            })
+            self.stack
+                .pop()
+                .map(Some)
+                .ok_or_else(|| OutputError::Corrupt {
+                    path: self.file.clone(),
+                    what: "interior node without its subtree",
+                })
         };
         let r = pop(children[1])?;
         let l = pop(children[0])?;
         let p = self
             .writer
-            .interior(height, *hash, l.as_ref(), r.as_ref())
-            .map_err(|e| e.to_string())?;
+            .interior(height, *hash, l.as_ref(), r.as_ref())?;
         self.stack.push(p);
         Ok(())
     }
 
-    fn finish(mut self) -> Result<Self::Done, String> {
-        self.writer.flush().map_err(|e| e.to_string())?;
+    fn finish(mut self) -> Result<Self::Done, OutputError> {
+        self.writer.flush()?;
         Ok(self.stack.pop())
     }
 }

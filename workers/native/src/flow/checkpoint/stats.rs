@@ -24,6 +24,7 @@ use crate::flow::hash::{Hash, MAX_HEIGHT};
 use crate::flow::node::Node;
 use crate::flow::record::{KEY_PART_KEY, KEY_PART_OWNER};
 pub use crate::flow::register_stats::{OwnerRow, Sizes, TrieStats, DEPTHS};
+use crate::flow::OutputError;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
@@ -168,7 +169,7 @@ impl StatsSink {
     }
 
     /// Writes the owner map, sorted, as a run file and empties it.
-    fn spill_owners(&mut self) -> Result<(), String> {
+    fn spill_owners(&mut self) -> Result<(), OutputError> {
         if self.owners.is_empty() {
             return Ok(());
         }
@@ -177,7 +178,7 @@ impl StatsSink {
         entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let n = self.spill.next.fetch_add(1, Ordering::Relaxed);
         let path = self.spill.dir.join(format!("owners-{n:06}.run"));
-        let at = |e: std::io::Error| format!("{}: {e}", path.display());
+        let at = |e: std::io::Error| OutputError::file(&path, e);
         let mut w = BufWriter::new(File::create(&path).map_err(at)?);
         w.write_all(RUN_MAGIC).map_err(at)?;
         w.write_all(&[RUN_VERSION]).map_err(at)?;
@@ -197,7 +198,7 @@ impl StatsSink {
 impl PartSink for StatsSink {
     type Done = PartStats;
 
-    fn leaves(&mut self, leaves: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), String> {
+    fn leaves(&mut self, leaves: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), OutputError> {
         for leaf in leaves {
             let Node::Leaf { height, reg, .. } = &**leaf else {
                 continue;
@@ -233,12 +234,17 @@ impl PartSink for StatsSink {
         Ok(())
     }
 
-    fn interior(&mut self, height: u16, _hash: &Hash, _children: [bool; 2]) -> Result<(), String> {
+    fn interior(
+        &mut self,
+        height: u16,
+        _hash: &Hash,
+        _children: [bool; 2],
+    ) -> Result<(), OutputError> {
         self.interim_depths[(MAX_HEIGHT - height) as usize] += 1;
         Ok(())
     }
 
-    fn finish(mut self) -> Result<PartStats, String> {
+    fn finish(mut self) -> Result<PartStats, OutputError> {
         self.spill_owners()?;
         Ok(PartStats {
             kinds: self.kinds,
@@ -323,7 +329,7 @@ pub fn collect(
     kinds.sort_by(|a, b| b.1.registers.cmp(&a.1.registers).then(a.0.cmp(b.0)));
     let buffer = (owner_bytes / (2 * runs.len().max(1))).clamp(4 << 10, 256 << 10);
     let owners = OwnerMerge::open(runs, no_owner, buffer)
-        .map_err(|m| CheckpointError::new(spill_dir, 0, "io", m))?;
+        .map_err(|m| CheckpointError::new(spill_dir, 0, "io", m.to_string()))?;
     Ok(CheckpointStats {
         info,
         trie,
@@ -340,8 +346,9 @@ struct Run {
 }
 
 impl Run {
-    fn next(&mut self) -> Result<Option<RunEntry>, String> {
-        let at = |e: std::io::Error| format!("{}: {e}", self.path.display());
+    fn next(&mut self) -> Result<Option<RunEntry>, OutputError> {
+        let path = &self.path;
+        let at = |e: std::io::Error| OutputError::file(path, e);
         let mut len = [0u8; 4];
         match self.r.read_exact(&mut len) {
             Ok(()) => {}
@@ -350,7 +357,10 @@ impl Run {
         }
         let len = u32::from_le_bytes(len);
         if len == NO_OWNER {
-            return Err(format!("{}: unexpected record", self.path.display()));
+            return Err(OutputError::Corrupt {
+                path: self.path.clone(),
+                what: "unexpected record",
+            });
         }
         let mut owner = vec![0u8; len as usize];
         self.r.read_exact(&mut owner).map_err(at)?;
@@ -370,7 +380,11 @@ pub struct OwnerMerge {
 }
 
 impl OwnerMerge {
-    fn open(paths: Vec<PathBuf>, no_owner: Sizes, buffer: usize) -> Result<OwnerMerge, String> {
+    fn open(
+        paths: Vec<PathBuf>,
+        no_owner: Sizes,
+        buffer: usize,
+    ) -> Result<OwnerMerge, OutputError> {
         let mut m = OwnerMerge {
             runs: Vec::with_capacity(paths.len()),
             heads: vec![None; paths.len()],
@@ -379,12 +393,15 @@ impl OwnerMerge {
             paths: paths.clone(),
         };
         for (i, path) in paths.into_iter().enumerate() {
-            let at = |e: std::io::Error| format!("{}: {e}", path.display());
+            let at = |e: std::io::Error| OutputError::file(&path, e);
             let mut r = BufReader::with_capacity(buffer, File::open(&path).map_err(at)?);
             let mut head = [0u8; 9];
             r.read_exact(&mut head).map_err(at)?;
             if &head[..8] != RUN_MAGIC || head[8] != RUN_VERSION {
-                return Err(format!("{}: not an owner run file", path.display()));
+                return Err(OutputError::Corrupt {
+                    path,
+                    what: "not an owner run file",
+                });
             }
             m.runs.push(Run { path, r });
             m.refill(i)?;
@@ -392,7 +409,7 @@ impl OwnerMerge {
         Ok(m)
     }
 
-    fn refill(&mut self, i: usize) -> Result<(), String> {
+    fn refill(&mut self, i: usize) -> Result<(), OutputError> {
         if let Some((owner, sizes)) = self.runs[i].next()? {
             self.heads[i] = Some(sizes);
             self.heap.push(Reverse((owner, i)));
@@ -401,7 +418,7 @@ impl OwnerMerge {
     }
 
     /// The next owner and its counts.
-    pub fn next_owner(&mut self) -> Result<Option<OwnerRow>, String> {
+    pub fn next_owner(&mut self) -> Result<Option<OwnerRow>, OutputError> {
         if let Some(s) = self.no_owner.take() {
             return Ok(Some((None, s)));
         }
@@ -424,7 +441,7 @@ impl OwnerMerge {
     }
 
     /// Up to `rows` owners.
-    pub fn next_rows(&mut self, rows: usize) -> Result<Vec<OwnerRow>, String> {
+    pub fn next_rows(&mut self, rows: usize) -> Result<Vec<OwnerRow>, OutputError> {
         let mut out = Vec::with_capacity(rows.min(1 << 16));
         while out.len() < rows {
             match self.next_owner()? {

@@ -42,6 +42,7 @@ use crate::flow::hash::{
 };
 use crate::flow::node::{Node, Register};
 use crate::flow::register_sst::{RegisterSst, RegisterSstWriter};
+use crate::flow::OutputError;
 use crate::parquet_out::{AlignedTables, RowGroups};
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
@@ -250,18 +251,27 @@ pub trait PartSink {
     const LEAF_HASHES: bool = false;
     /// Leaves (every one a `Node::Leaf`) whose hashes checked out, in path order, with their
     /// `HashLeaf` values if the sink asks for them (computed once for the check and the sink).
-    fn leaves(&mut self, leaves: &[Arc<Node>], leaf_hashes: Option<&[Hash]>) -> Result<(), String>;
+    fn leaves(
+        &mut self,
+        leaves: &[Arc<Node>],
+        leaf_hashes: Option<&[Hash]>,
+    ) -> Result<(), OutputError>;
     /// An interior node of the trie as read (children first, as stored): its height, stored
     /// hash, and which children it has (the subtrees completed just before it, right last).
-    fn interior(&mut self, _height: u16, _hash: &Hash, _children: [bool; 2]) -> Result<(), String> {
+    fn interior(
+        &mut self,
+        _height: u16,
+        _hash: &Hash,
+        _children: [bool; 2],
+    ) -> Result<(), OutputError> {
         Ok(())
     }
     /// A leaf of the part's subtrie as read, before its hash is checked (in the order of
     /// [`Self::interior`]; the checked leaves come later through [`Self::leaves`]).
-    fn leaf_read(&mut self, _leaf: &Arc<Node>) -> Result<(), String> {
+    fn leaf_read(&mut self, _leaf: &Arc<Node>) -> Result<(), OutputError> {
         Ok(())
     }
-    fn finish(self) -> Result<Self::Done, String>;
+    fn finish(self) -> Result<Self::Done, OutputError>;
 }
 
 /// The `registers` and `register_hashes` files of one part, and its register SST files
@@ -275,7 +285,11 @@ impl PartSink for RegisterFiles {
     type Done = (u64, Vec<PathBuf>);
     const LEAF_HASHES: bool = true;
 
-    fn leaves(&mut self, leaves: &[Arc<Node>], leaf_hashes: Option<&[Hash]>) -> Result<(), String> {
+    fn leaves(
+        &mut self,
+        leaves: &[Arc<Node>],
+        leaf_hashes: Option<&[Hash]>,
+    ) -> Result<(), OutputError> {
         let regs: Vec<&Arc<Register>> = leaves.iter().filter_map(|l| l.register()).collect();
         if let Some(w) = self.sst.as_mut() {
             w.add(&regs)?;
@@ -284,11 +298,11 @@ impl PartSink for RegisterFiles {
             Some(h) => leaf_hashes_batch_with(leaves, h),
             None => leaf_hashes_batch(leaves),
         };
-        self.tables.write(&[registers_batch(&regs), hashes])
+        Ok(self.tables.try_write(&[registers_batch(&regs), hashes])?)
     }
 
-    fn finish(self) -> Result<Self::Done, String> {
-        let rows = self.tables.finish()?;
+    fn finish(self) -> Result<Self::Done, OutputError> {
+        let rows = self.tables.try_finish()?;
         let files = match self.sst {
             Some(w) => w.finish()?,
             None => Vec::new(),
@@ -396,7 +410,7 @@ impl<S: PartSink> PartOut<S> {
         self.rows += leaves.len() as u64;
         self.sink
             .leaves(&leaves, leaf_hashes.as_deref())
-            .map_err(|m| CheckpointError::new(&self.file, 0, "io", m))?;
+            .map_err(|m| CheckpointError::new(&self.file, 0, "io", m.to_string()))?;
         self.bytes = 0;
         Ok(())
     }
@@ -533,7 +547,7 @@ fn stream_part<S: PartSink>(
                 }
                 out.sink
                     .interior(height, &stored, [lc.is_some(), rc.is_some()])
-                    .map_err(|m| CheckpointError::new(&file, at, "io", m))?;
+                    .map_err(|m| CheckpointError::new(&file, at, "io", m.to_string()))?;
                 if check_interior {
                     interior_perms += 1;
                     let d = default_hash(height - 1);
@@ -574,7 +588,7 @@ fn stream_part<S: PartSink>(
                 last_path = Some(path);
                 out.sink
                     .leaf_read(&leaf)
-                    .map_err(|m| CheckpointError::new(&file, at, "io", m))?;
+                    .map_err(|m| CheckpointError::new(&file, at, "io", m.to_string()))?;
                 out.push(at, leaf, limit)?;
                 path
             };
@@ -622,7 +636,7 @@ fn stream_part<S: PartSink>(
     let sink = out
         .sink
         .finish()
-        .map_err(|m| CheckpointError::new(&file, 0, "io", m))?;
+        .map_err(|m| CheckpointError::new(&file, 0, "io", m.to_string()))?;
     Ok(PartDone {
         info: PartInfo {
             index,
@@ -785,7 +799,7 @@ pub fn stream(
         batch_bytes: opts.batch_bytes,
     };
     let (info, done) = stream_into(dir, name, walk, |index, file| {
-        let io = |m: String| CheckpointError::new(file, 0, "io", m);
+        let io = |m: OutputError| CheckpointError::new(file, 0, "io", m.to_string());
         let tables = register_tables(&opts.registers[index], &opts.hashes[index]).map_err(io)?;
         let sst = opts
             .sst
@@ -834,11 +848,11 @@ struct Discard;
 impl PartSink for Discard {
     type Done = ();
 
-    fn leaves(&mut self, _: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), String> {
+    fn leaves(&mut self, _: &[Arc<Node>], _: Option<&[Hash]>) -> Result<(), OutputError> {
         Ok(())
     }
 
-    fn finish(self) -> Result<(), String> {
+    fn finish(self) -> Result<(), OutputError> {
         Ok(())
     }
 }
