@@ -3,9 +3,11 @@
 //! streamed checkpoint read both build them this way, so the database only ingests them.
 
 use super::node::Register;
-use super::OutputError;
+use super::{ErrorKind, OutputError};
 use crate::sst::SstFiles;
 use crate::store::encode_register_value;
+use arrow_array::builder::BinaryBuilder;
+use arrow_array::{Array, BinaryArray};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -71,4 +73,30 @@ impl RegisterSstWriter {
             .map_err(|e| OutputError::file(&dir, e))?
             .0)
     }
+}
+
+/// Splits `flow_registers` values (`version u8 | key length u32 BE | encoded key | value`, as
+/// [`RegisterSstWriter`] writes them) into their encoded keys and values; a value that is not
+/// that layout (or of another version) is an error naming its row.
+pub fn split_register_values(
+    values: &BinaryArray,
+    version: u8,
+) -> Result<(BinaryArray, BinaryArray), ErrorKind> {
+    let mut keys = BinaryBuilder::with_capacity(values.len(), 0);
+    let mut vals = BinaryBuilder::with_capacity(values.len(), 0);
+    for (row, v) in values.iter().enumerate() {
+        let v = v.unwrap_or_default();
+        let split = v
+            .get(1..5)
+            .map(|l| 5 + u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize)
+            .filter(|end| *end <= v.len() && v[0] == version);
+        let Some(end) = split else {
+            return Err(ErrorKind::Config {
+                reason: format!("flow_registers value at row {row} is malformed"),
+            });
+        };
+        keys.append_value(&v[5..end]);
+        vals.append_value(&v[end..]);
+    }
+    Ok((keys.finish(), vals.finish()))
 }

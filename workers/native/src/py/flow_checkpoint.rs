@@ -38,8 +38,9 @@ use crate::flow::checkpoint::{
 use crate::flow::hash::chain_throughput;
 use crate::flow::mtrie::{Forest, DEFAULT_CAPACITY};
 use crate::flow::node_store::NodeStore;
-use crate::flow::register_sst::RegisterSst;
+use crate::flow::register_sst::{split_register_values, RegisterSst};
 use crate::flow::replay::ReplayState;
+use crate::flow::ErrorKind;
 use crate::parquet_out::RowGroups;
 use arrow_array::{Array, ArrayRef, BinaryArray};
 use pyo3::create_exception;
@@ -522,12 +523,12 @@ impl FlowCheckpointBuilder {
             .ok_or_else(|| PyValueError::new_err("builder already finished"))?;
         let batch = batch.into_inner();
         let hashes = hashes.map(PyRecordBatch::into_inner);
-        let r = py.detach(|| -> Result<Result<(), CheckpointError>, String> {
-            let rows = register_rows(&batch, hashes.as_ref(), None).map_err(|e| e.to_string())?;
+        let r = py.detach(|| -> Result<Result<(), CheckpointError>, ErrorKind> {
+            let rows = register_rows(&batch, hashes.as_ref(), None)?;
             Ok(b.push_cached(rows))
         });
         match r {
-            Err(msg) => Err(PyValueError::new_err(msg)),
+            Err(e) => Err(PyValueError::new_err(e.to_string())),
             Ok(Err(e)) => {
                 self.inner = None; // dropping the builder removes its temporary files
                 Err(cp_err(py, &e))
@@ -570,28 +571,16 @@ fn flow_register_split(
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
     let (arr, _) = values.into_inner();
     let (keys, vals) = py
-        .detach(|| -> Result<(BinaryArray, BinaryArray), String> {
-            let values = arr
-                .as_any()
-                .downcast_ref::<BinaryArray>()
-                .ok_or("flow_registers values must be a binary array")?;
-            let mut keys = arrow_array::builder::BinaryBuilder::with_capacity(values.len(), 0);
-            let mut vals = arrow_array::builder::BinaryBuilder::with_capacity(values.len(), 0);
-            for (row, v) in values.iter().enumerate() {
-                let v = v.unwrap_or_default();
-                let split = v
-                    .get(1..5)
-                    .map(|l| 5 + u32::from_be_bytes(l.try_into().expect("4 bytes")) as usize)
-                    .filter(|end| *end <= v.len() && v[0] == version);
-                let Some(end) = split else {
-                    return Err(format!("flow_registers value at row {row} is malformed"));
-                };
-                keys.append_value(&v[5..end]);
-                vals.append_value(&v[end..]);
-            }
-            Ok((keys.finish(), vals.finish()))
+        .detach(|| -> Result<(BinaryArray, BinaryArray), ErrorKind> {
+            let values =
+                arr.as_any()
+                    .downcast_ref::<BinaryArray>()
+                    .ok_or_else(|| ErrorKind::Config {
+                        reason: "flow_registers values must be a binary array".into(),
+                    })?;
+            split_register_values(values, version)
         })
-        .map_err(PyValueError::new_err)?;
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let out = |a: BinaryArray| -> PyResult<Py<PyAny>> {
         let a: ArrayRef = Arc::new(a);
         Ok(PyArray::from_array_ref(a).to_pyarrow(py)?.unbind())
