@@ -3,7 +3,10 @@
 //! the trie size), its parts foldable on separate threads ([`PartFold`]).
 
 use super::error::{CheckpointError, CpResult};
-use super::format::*;
+use super::format::{
+    encode_interior, encode_leaf, encode_trie_record, version_bytes, MAGIC_SUBTRIE, MAGIC_TOPTRIE,
+    SUBTRIE_COUNT, SUBTRIE_LEVEL, TOP_PART, TRIE_RECORD_LEN,
+};
 use super::write::{write_header, CrcWriter, Staged, WriteInfo};
 use crate::flow::hash::{
     compact_values, default_hash, empty_root, hash_inters, hash_leaves, Hash, LeafJob, Path,

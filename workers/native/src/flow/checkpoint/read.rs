@@ -3,7 +3,11 @@
 //! recomputed in SIMD batches as [`Verify`] asks, the top part resolved against the parts.
 
 use super::error::{CheckpointError, CpResult};
-use super::format::*;
+use super::format::{
+    build_node, check_count, finish_part, open_part, open_top, part_name, path_under, read_header,
+    read_node, read_top_node, read_trie_record, subtrie_position, Loaded, NodeFields, PartInfo,
+    RawNode, TopPart, TrieRecord, Verify, MAGIC_SUBTRIE, SUBTRIE_COUNT, TOP_PART,
+};
 use crate::flow::hash::{
     compact_value_permutations, compact_values, default_hash, empty_root, hash_inters, Hash,
     LeafJob, Path, MAX_HEIGHT,

@@ -3,7 +3,11 @@
 //! through: `writing-<name>-<pid>` temporaries renamed into place, header last.
 
 use super::error::{CheckpointError, CpResult};
-use super::format::*;
+use super::format::{
+    encode_interior, encode_leaf, encode_trie_record, part_name, version_bytes, HEADER_LEN, IO_BUF,
+    MAGIC_HEADER, MAGIC_SUBTRIE, MAGIC_TOPTRIE, SUBTRIE_COUNT, SUBTRIE_LEVEL, TOP_PART,
+    TRIE_RECORD_LEN,
+};
 use crate::flow::hash::{Hash, MAX_HEIGHT};
 use crate::flow::mtrie::Trie;
 use crate::flow::node::Node;
