@@ -17,7 +17,7 @@ pub const MAGIC_HEADER: u16 = 0x2137;
 pub const MAGIC_SUBTRIE: u16 = 0x2136;
 pub const MAGIC_TOPTRIE: u16 = 0x2135;
 pub const VERSION_V6: u16 = 6;
-/// Single-file versions flow-go v0.33.1 still reads (`checkpoint_legacy`).
+/// Single-file versions flow-go v0.33.1 still reads (`legacy`).
 pub(super) const OLDER_VERSIONS: [u16; 4] = [1, 3, 4, 5];
 /// Depth at which v6 splits tries into part files.
 pub const SUBTRIE_LEVEL: usize = 4;
@@ -321,7 +321,7 @@ impl PartReader {
 
 /// Where the fields of one node record that `build_node` and the child checks name lie in its
 /// file: fixed places after the node's start in a v5/v6 record (§5.2, [`NodeFields::v6`]),
-/// elsewhere in the older records (`checkpoint_legacy`).
+/// elsewhere in the older records (`legacy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct NodeFields {
     pub start: u64,
