@@ -58,11 +58,13 @@ bench: setup
 	$(BIN)/python benchmarks/btc_full_scaling.py
 	$(BIN)/python benchmarks/btc_publish_prints.py
 	$(BIN)/python benchmarks/charts.py
+	$(BIN)/python benchmarks/results_table.py --write benchmarks/README.md
 
 lint: setup
 	$(BIN)/ruff check pipeline workers schemas tests benchmarks
 	$(BIN)/ruff format --check pipeline workers schemas tests benchmarks
-	$(BIN)/mypy pipeline workers/btc_scan.py schemas
+	$(BIN)/mypy pipeline workers schemas
+	$(BIN)/python benchmarks/results_table.py --check benchmarks/README.md
 	cd workers/native && cargo fmt --check && cargo clippy --profile ci --all-targets -- -D warnings
 	cd benchmarks/peers && cargo fmt --check && CARGO_TARGET_DIR=$(PEERS_TARGET) cargo clippy --locked -- -D warnings
 

@@ -34,8 +34,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import BIN, btc_reindex_cmd, machine, run_measured, write_result  # noqa: E402
-from rechain.pipeline.bitcoin import spend_resolution  # noqa: E402
-from rechain.pipeline.runtime import local_runner  # noqa: E402
+from rechain.pipeline.runtime import (
+    executor,  # noqa: E402
+    local_runner,  # noqa: E402
+)
 
 GB = 1e9
 
@@ -71,7 +73,7 @@ def measure(blocks: Path, data: Path, workers: int, budget: str) -> dict[str, An
     # On Ray even below the size rule, as on a cluster: the placement says which stages
     # would spread over its nodes; the chain state as a cluster runs it.
     os.environ[local_runner.EXECUTION_ENV] = "ray"
-    os.environ[spend_resolution.MODE_ENV] = "partitioned"
+    os.environ[executor.PARTITIONED_ENV] = "partitioned"
     proc, rss, wall = run_measured(cmd)
     run = json.loads(proc.stdout)["run"]
     where = {

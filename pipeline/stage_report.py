@@ -1,4 +1,5 @@
-"""``rechain stages``: every pipeline's stage checkpoints in a data folder, in stage order."""
+"""``rechain stages``: every pipeline's stage checkpoints in a data folder, in stage order, and
+the shares of the memory budget its stages take (``runtime/budget.py``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rechain.pipeline.engine.driver import read_checkpoints
+from rechain.pipeline.runtime import budget
 from rechain.pipeline.store.datadir import DataDir
 
 #: Pipelines and the order of their stages (a stage never run is listed as such).
@@ -50,7 +52,7 @@ def stage_report(data_path: Path) -> dict[str, Any]:
                     }
                 )
             out[pipeline] = rows
-        return {"pipelines": out}
+        return {"pipelines": out, "budget_shares": budget.table()}
 
 
 def format_stages(report: dict[str, Any]) -> str:
@@ -63,5 +65,10 @@ def format_stages(report: dict[str, Any]) -> str:
             took = "" if r["seconds"] is None else f"{r['seconds']:.2f} s  "
             lines.append(
                 f"  {r['stage']:<12} {r['state']:<12} {height}{rows_}{took}{r['last_run'] or ''}"
+            )
+        shares = report.get("budget_shares", {}).get(pipeline, {})
+        if shares:
+            lines.append(
+                "  memory budget shares: " + ", ".join(f"{n} {f}" for n, f in shares.items())
             )
     return "\n".join(lines) if lines else "no stage has run in this data folder"

@@ -21,13 +21,15 @@ from typing import Any
 import pytest
 from rechain.pipeline.bitcoin import chain_parts, spend_resolution
 from rechain.pipeline.bitcoin.stages import chain_state
+from rechain.pipeline.runtime import executor
+from rechain.pipeline.runtime.executor import Executor
 from rechain.pipeline.store.datadir import DataDir
 
 from tests.conftest import cli_json, gen_chain, reindex, reindex_cmd, run_killed_at
 from tests.test_btc_full import REGTEST_MAGIC, _mine_on
 from tests.test_btc_reorg import content, node_folder
 
-SEQUENTIAL = {spend_resolution.MODE_ENV: "sequential"}
+SEQUENTIAL = {executor.PARTITIONED_ENV: "sequential"}
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +43,7 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def full(blocks: Path, data: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     with monkeypatch.context() as m:
-        m.setenv(spend_resolution.MODE_ENV, mode)
+        m.setenv(executor.PARTITIONED_ENV, mode)
         return reindex(blocks, data, "--mode", "full")
 
 
@@ -120,7 +122,7 @@ def test_workers_without_the_data_folder_return_their_parts(
     """Workers on other machines hand back their part's files as bytes: same result."""
     root, _ = node
     ref = full(root / "blocks", tmp_path / "ref", "sequential", monkeypatch)
-    monkeypatch.setattr(spend_resolution, "workers_share_data_folder", lambda ctx: False)
+    monkeypatch.setattr(Executor, "workers_share_data_folder", property(lambda self: False))
     got = full(root / "blocks", tmp_path / "got", "partitioned", monkeypatch)
     assert got["full"] == ref["full"]
     assert content(tmp_path / "got") == content(tmp_path / "ref")
@@ -160,7 +162,7 @@ def test_killed_partitioned_runs_resume_to_the_in_order_result(
 ) -> None:
     root, _ = node
     data = tmp_path / "data"
-    monkeypatch.setenv(spend_resolution.MODE_ENV, "partitioned")
+    monkeypatch.setenv(executor.PARTITIONED_ENV, "partitioned")
     # A subprocess: the default chunks; the 400 blocks are one segment's chunks.
     run_killed_at(reindex_cmd(root / "blocks", data, "--mode", "full"), point)
     killed = content(data)
@@ -192,7 +194,7 @@ def test_killed_workers_of_every_heavy_stage_are_retried_to_the_in_order_result(
     data = tmp_path / "data"
     markers = {task: tmp_path / f"killed-{i}" for i, task in enumerate(RAY_TASKS)}
     fault = ";".join(f"kill:{task}:{m}" for task, m in markers.items())
-    env = {**os.environ, spend_resolution.MODE_ENV: "partitioned", "RECHAIN_FAULT": fault}
+    env = {**os.environ, executor.PARTITIONED_ENV: "partitioned", "RECHAIN_FAULT": fault}
     cmd = reindex_cmd(root / "blocks", data, "--mode", "full", "--workers", "2")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

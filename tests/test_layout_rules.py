@@ -147,3 +147,20 @@ def test_a_stage_imports_no_sibling_stage_no_command_no_other_chain(chain: str) 
         if bad:
             wrong[stage] = bad
     assert wrong == {}
+
+
+def test_ray_or_threads_is_decided_in_the_runtime_only() -> None:
+    """The rules that send work to Ray or threads (``use_ray``, the partitioned chain state)
+    and starting Ray are called from ``pipeline/runtime/`` only: stages ask the run's
+    executor."""
+    rules = ("use_ray(", "ensure_ray(", "_partitioned(", "PARTITIONED_ENV")
+    found = [
+        (m, rule)
+        for m, path in MODULES.items()
+        if not m.startswith("rechain.pipeline.runtime.")
+        for rule in rules
+        if rule in path.read_text()
+    ]
+    assert found == []
+    runtime = (ROOT / "pipeline" / "runtime" / "executor.py").read_text()
+    assert all(rule in runtime for rule in rules[:3])

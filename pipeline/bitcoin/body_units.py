@@ -19,7 +19,8 @@ from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.query import current_generation
-from rechain.pipeline.runtime.local_runner import ordered_local, use_ray
+from rechain.pipeline.runtime.budget import budget_share
+from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.workers.btc_decode import BodyUnit, decode_and_stage_unit
@@ -44,7 +45,7 @@ def unit_bytes(budget: int) -> int:
     over in its worker (decoded columns, then Parquet pages being written to its staged files;
     results do not go through Ray's object store, see ``StagedBody``), and two units are in
     flight per worker."""
-    return int(min(UNIT_BYTES, max(MIN_UNIT_BYTES, budget // 64)))
+    return int(min(UNIT_BYTES, max(MIN_UNIT_BYTES, budget_share(budget, "bitcoin", "bodies.unit"))))
 
 
 def plan_units(
@@ -119,13 +120,11 @@ def stage_unreached(ctx: BtcRun, first: int) -> int:
     units = _cut_todo(unreached, [staged], ctx.paths, ctx.opts.network, ctx.key, unit_bytes(budget))
     if not units:
         return 0
-    on_ray = use_ray(ctx.opts.ray_address)
-    if on_ray:
-        from rechain.pipeline.runtime.ray_cluster import ensure_ray
-
-        ensure_ray(ctx.opts.ray_address, ctx.workers)
-    shared = ctx.opts.ray_address is None
-    got = decode_units(units, data, ctx.workers, budget, False, shared, on_ray)
+    run_on = ctx.executor
+    run_on.start()
+    got = decode_units(
+        units, data, ctx.workers, budget, False, run_on.workers_share_data_folder, run_on.on_ray
+    )
     ctx.add({"unreached_" + k: v for k, v in got.items()})
     return sum(len(u.offsets) for u in units)
 
@@ -183,7 +182,8 @@ def decode_units(
     folder (threads, or a Ray this process started); otherwise they return their staged
     files' bytes."""
 
-    window = max(1, min(2 * workers, budget // 2 // (4 * unit_bytes(budget))))
+    in_flight = budget_share(budget, "bitcoin", "bodies.units")
+    window = max(1, min(2 * workers, in_flight // (4 * unit_bytes(budget))))
     # Workers write each unit's staged files here under temporary names (see StagedBody).
     folder = body_parts.stage_dir(data)
     folder.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
@@ -134,7 +135,8 @@ def _part_paths(data_path: Path, name: str) -> list[Path]:
 def row_group_bytes(ctx: BtcRun) -> int:
     """Encoded bytes at which a part's row group closes early: the chunks whose rows are
     written at once share the budget."""
-    return max(ctx.opts.memory_budget // (16 * ROWS_IN_FLIGHT), 1 << 20)
+    groups = budget_share(ctx.opts.memory_budget, "bitcoin", "chain_state.row_groups")
+    return max(groups // ROWS_IN_FLIGHT, 1 << 20)
 
 
 def chunk_spec(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> ChunkSpec:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rechain.pipeline.runtime.executor import Executor
+
 if TYPE_CHECKING:
     import duckdb
     from rechain.pipeline.bitcoin.core_index import CoreIndexGuide
@@ -27,6 +29,8 @@ class BtcRun:
     files: list[BlkFile]
     key: bytes
     workers: int
+    #: Threads or Ray for this run's units, chosen once as the run starts.
+    executor: Executor = field(init=False)
     guide: CoreIndexGuide | None = None
     #: The scan's figures (shards, bytes, Ray start-up), for the run report.
     scan: dict[str, Any] = field(default_factory=dict)
@@ -34,6 +38,9 @@ class BtcRun:
     full: dict[str, float] = field(default_factory=dict)
     #: The DuckDB session publish and indexes read (``session``), opened once per run.
     con: duckdb.DuckDBPyConnection | None = None
+
+    def __post_init__(self) -> None:
+        self.executor = Executor.choose(self.opts.ray_address, self.workers)
 
     @property
     def paths(self) -> dict[int, str]:

@@ -3,9 +3,9 @@ generation as a view, and the helpers they use to add views over body rows
 (``staged_views``: staged verdicts with the rows of blocks decoded again) and the chain
 state's resolved spends (``spends_view``), each over the parts the stage reads.
 
-Memory: DuckDB's buffer pool gets ``DUCKDB_BUDGET_SHARE`` of the budget (it spills to
-DATADIR/tmp/duckdb beyond that); the other half is for what the coordinator holds beside the
-pool.
+Memory: DuckDB's buffer pool gets its share of the budget (``duckdb`` in ``runtime/budget.py``;
+it spills to DATADIR/tmp/duckdb beyond that); the rest is for what the coordinator holds beside
+the pool.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pyarrow as pa
 from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.query import current_generation
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import bitcoin as ds
 
@@ -30,11 +31,10 @@ log = logging.getLogger(__name__)
 #: DuckDB's memory limit never goes below this, whatever the budget (its fixed working set:
 #: a query's operators, Parquet readers and writers, the small per-slice hash tables).
 MIN_DUCKDB_BYTES = 48 << 20
-#: How the budget is split in the stages after the body pass. DuckDB's buffer pool takes this
-#: share; the rest is what the coordinator holds beside it: DuckDB's allocations outside its
-#: pool (measured ~90 MiB at 8,000 blocks, whatever the limit), Arrow batches streamed into
-#: the SST writer, RocksDB's and the interpreter's growth over the heap left by the body pass.
-DUCKDB_BUDGET_SHARE = 0.5
+#: Beside DuckDB's buffer pool (its share of the budget) the coordinator holds DuckDB's
+#: allocations outside its pool (measured ~90 MiB at 8,000 blocks, whatever the limit), Arrow
+#: batches streamed into the SST writer, RocksDB's and the interpreter's growth over the heap
+#: left by the body pass.
 PARTITION_FLUSH_ROWS = 16_384
 #: DuckDB's allocator gives freed memory back past this fraction of its memory limit.
 ALLOCATOR_FLUSH_SHARE = 8
@@ -58,8 +58,8 @@ def duckdb_memory_errors(data: DataDir, budget: int) -> Iterator[None]:
 
 
 def duckdb_bytes(budget: int) -> int:
-    """DuckDB's memory_limit: its share of the budget (``DUCKDB_BUDGET_SHARE``)."""
-    return int(max(budget * DUCKDB_BUDGET_SHARE, MIN_DUCKDB_BYTES))
+    """DuckDB's memory_limit: its share of the budget."""
+    return max(budget_share(budget, "bitcoin", "duckdb"), MIN_DUCKDB_BYTES)
 
 
 def sql_list(paths: list[str]) -> str:

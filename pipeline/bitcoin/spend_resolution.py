@@ -27,7 +27,6 @@ failing block is too, and the chunks after it are dropped.
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from typing import Any
 from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir, land_tmp_files, tmp_path
 from rechain.schemas import rocksdb as layout
 from rechain.workers import fault_injection
@@ -52,39 +52,21 @@ from rechain.workers.btc_chain_state import (
 log = logging.getLogger(__name__)
 #: The metrics label of the chain state's tasks.
 STAGE = "btc_chain_state"
-#: ``sequential`` or ``partitioned`` overrides the rule (tests and benchmarks of either
-#: path); otherwise the chain state is partitioned when the run joined a Ray cluster.
-MODE_ENV = "RECHAIN_CHAIN_STATE"
 #: A partition's events are about its share of the range's block bytes; a resolve task
 #: holds them about twice over. Partitions are sized to a quarter of the budget each.
 MAX_PARTITIONS = 4096
 
 
-def partitioned(ray_address: str | None) -> bool:
-    """Whether the chain state runs on Ray workers (else on the coordinator, in order)."""
-    forced = os.environ.get(MODE_ENV, "")
-    if forced not in ("", "sequential", "partitioned"):
-        raise ValueError(f"{MODE_ENV}={forced!r}: expected sequential or partitioned")
-    if forced:
-        return forced == "partitioned"
-    return ray_address is not None
-
-
 def partitions(block_bytes: int, memory_budget: int, cpus: int) -> int:
     """Txid partitions for a range: at least two per CPU, each a quarter of the budget."""
-    by_memory = -(-2 * block_bytes // max(memory_budget // 4, 1))
+    quarter = budget_share(memory_budget, "bitcoin", "chain_state.rounds")
+    by_memory = -(-2 * block_bytes // max(quarter, 1))
     return int(min(MAX_PARTITIONS, max(2 * cpus, by_memory, 1)))
-
-
-def workers_share_data_folder(ctx: BtcRun) -> bool:
-    """Whether the workers can write into the data folder: those of a cluster given by
-    address may run on other machines."""
-    return ctx.opts.ray_address is None
 
 
 def round_bytes(memory_budget: int) -> int:
     """Block bytes per round: two rounds' partitions are in the object store at once."""
-    return memory_budget // 4
+    return budget_share(memory_budget, "bitcoin", "chain_state.rounds")
 
 
 def rounds(specs: list[ChunkSpec], max_bytes: int) -> list[list[ChunkSpec]]:
@@ -143,17 +125,18 @@ def apply_range(
     stored coins read once this one is committed); returns the last checkpoint, the blocks
     applied and the first failure (height, hash, reason, kind: see ``_stop_at``) or None."""
     import ray
-    from rechain.pipeline.runtime.ray_cluster import ensure_ray, ordered_results
+    from rechain.pipeline.runtime.ray_cluster import ordered_results
 
     if not chunks:
         return cp, 0, None
-    ensure_ray(ctx.opts.ray_address, ctx.workers)
+    # Partitioned means Ray workers, whichever way the run's units go.
+    ctx.executor.start(ray=True)
     specs = [chain_parts.chunk_spec(ctx, c) for c in chunks]
     cpus = int(ray.cluster_resources().get("CPU", 1))
     budget = ctx.opts.memory_budget
     plan = rounds(specs, round_bytes(budget))
     log.info("chain state: %d chunk(s) in %d round(s) on Ray", len(specs), len(plan))
-    shared = workers_share_data_folder(ctx)
+    shared = ctx.executor.workers_share_data_folder
     window = max(2, 2 * ctx.workers)
     group_bytes = chain_parts.row_group_bytes(ctx)
     folder = str(ctx.data.path) if shared else None

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rechain.pipeline.runtime.executor import Executor
+
 if TYPE_CHECKING:
     from rechain.pipeline.ethereum.importer import ImportOptions
     from rechain.pipeline.store.datadir import DataDir
@@ -24,5 +26,10 @@ class EthRun:
     #: Fingerprint of each unit's input (size and modification time, options).
     fingerprints: dict[str, str]
     workers: int
+    #: Threads or Ray for this run's units, chosen once as the run starts.
+    executor: Executor = field(init=False)
     #: The run's figures (units run, seconds, Ray start-up), for the run report.
     report: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.executor = Executor.choose(self.opts.ray_address, self.workers)

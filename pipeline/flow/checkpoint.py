@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
@@ -89,14 +90,11 @@ def _verify_mode(verify_leaves: bool, trust_hashes: bool) -> str:
     return "none" if trust_hashes else ("full" if verify_leaves else "interior")
 
 
-#: Output files one streamed part may buffer for (registers + hashes row groups, the batch
-#: of leaves being checked, the reader's buffer), in shares of the memory budget per thread.
-_STREAM_SHARES = 32
-
-
 def _stream_share(memory_budget: int, threads: int) -> int:
-    """Bytes of leaves one streamed part buffers (see `_STREAM_SHARES`)."""
-    return max(64 << 10, memory_budget // (_STREAM_SHARES * threads))
+    """Bytes of leaves one streamed part buffers: the output files it may buffer for
+    (registers + hashes row groups, the batch of leaves being checked, the reader's buffer),
+    its thread's part of the stream's share."""
+    return max(64 << 10, budget_share(memory_budget, "flow", "checkpoint.stream") // threads)
 
 
 def load_forest(
@@ -168,8 +166,11 @@ def paging_split(memory_budget: int) -> dict[str, int]:
     top of the newest trie as last written, and nodes loaded again), a quarter holds new nodes
     before they are written out; the rest is the update at hand, the page-out pass and the
     allocator's slack over the nodes' heap bytes. Publication empties the cache first and its
-    writers take that share (see ``publish.SST_SHARE``)."""
-    return {"cache_bytes": memory_budget * 3 // 8, "hold_bytes": memory_budget // 4}
+    writers take a share within it (``publish.sst`` in ``runtime/budget.py``)."""
+    return {
+        "cache_bytes": budget_share(memory_budget, "flow", "forest.node_cache"),
+        "hold_bytes": budget_share(memory_budget, "flow", "forest.node_hold"),
+    }
 
 
 def page_forest(
@@ -218,10 +219,10 @@ def _load_forest_on_ray(
     t0: float,
 ) -> tuple[Any, dict[str, Any]]:
     import ray
-    from rechain.pipeline.runtime.ray_cluster import ensure_ray
+    from rechain.pipeline.runtime.executor import Executor
     from rechain.workers.flow_checkpoint import verify_part
 
-    ray_start = ensure_ray(ray_address, workers)
+    ray_start = Executor.choose(ray_address, workers).start(ray=True)
     t_verify = time.perf_counter()
     task = ray.remote(num_cpus=1, max_retries=3)(verify_part)
     parts = ray.get([task.remote(str(directory), name, i, verify_leaves) for i in range(16)])
@@ -266,7 +267,7 @@ def _read_streaming(
     trie's registers are staged as Parquet and as RocksDB SST files (each part writes its own:
     the parts are disjoint path ranges); published only if every root checks out. None when
     the checkpoint holds several tries sharing nodes (read in memory instead)."""
-    from rechain.pipeline.flow.publication import SST_SHARE, publish_staged_registers
+    from rechain.pipeline.flow.publication import publish_staged_registers
     from rechain.pipeline.store.datadir import part_file_name
     from rechain.schemas import tables
 
@@ -296,7 +297,9 @@ def _read_streaming(
                 row_group_bytes=min(tables.REGISTERS.row_group_bytes, share),
                 batch_bytes=share,
                 sst_dir=str(sst_dir),
-                sst_memory=max(64 << 10, memory_budget // (SST_SHARE * threads)),
+                sst_memory=max(
+                    64 << 10, budget_share(memory_budget, "flow", "checkpoint.sst") // threads
+                ),
                 sst_version=fs.REGISTER_VALUE_VERSION,
             )
         except _native.FlowCheckpointError as e:
@@ -490,11 +493,6 @@ def verify(
     }
 
 
-#: Shares of the stats' memory budget: leaf batches (per thread, as the streamed read), and the
-#: owner maps of all threads together (an eighth of the budget), spilled past it.
-_STATS_OWNER_SHARE = 8
-
-
 def stats(
     cpdir: Path,
     name: str,
@@ -533,7 +531,7 @@ def stats(
                     threads=threads,
                     verify="none" if trust_hashes else "full",
                     batch_bytes=share,
-                    owner_bytes=memory_budget // _STATS_OWNER_SHARE,
+                    owner_bytes=budget_share(memory_budget, "flow", "checkpoint.owners"),
                 )
             except _native.FlowCheckpointError as e:
                 if getattr(e, "kind", "") == "shared_node":

@@ -9,17 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import DEFAULT_MEMORY_BUDGET, release_unused_memory
-
-#: Each registers SST file holds its filter's key hashes and its index until it closes: it
-#: closes once they take this share of the budget (publication runs after the replay, in the
-#: node cache's share).
-SST_SHARE = 16
 
 
 def publish_forest(
@@ -52,7 +48,8 @@ def publish_forest(
             tables.REGISTERS.row_group_rows,
             tables.REGISTERS.row_group_bytes,
             sst_dir=str(sst_dir),
-            sst_memory=memory_budget // SST_SHARE,
+            # An SST file closes once its filter's key hashes and index take this share.
+            sst_memory=budget_share(memory_budget, "flow", "publish.sst"),
             sst_version=fs.REGISTER_VALUE_VERSION,
         )
         sst_files = [Path(f) for f in files]

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rechain.pipeline.runtime.executor import Executor
+
 if TYPE_CHECKING:
     from rechain.pipeline.flow.replay import ReplayOptions
     from rechain.pipeline.store.datadir import DataDir
@@ -27,6 +29,8 @@ class FlowRun:
     #: WAL segments (number, path), all of them; ``replay`` keeps those after a checkpoint.
     segments: list[tuple[int, str]]
     workers: int
+    #: Threads or Ray for this run's units, chosen once as the run starts.
+    executor: Executor = field(init=False)
     forest: Any = None
     #: The checkpoint the replay started from, if any (``--checkpoint``).
     resumed: dict[str, Any] | None = None
@@ -34,6 +38,9 @@ class FlowRun:
     written: list[str] = field(default_factory=list)
     #: The replay's figures (Ray start-up, decode mode) for the run report.
     report: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.executor = Executor.choose(self.opts.ray_address, self.workers)
 
 
 def source_token(opts: ReplayOptions, segments: list[tuple[int, str]]) -> str:

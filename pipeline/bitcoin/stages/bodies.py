@@ -28,7 +28,6 @@ from rechain.pipeline.bitcoin import body_parts, body_units, chain_parts
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.engine.driver import Done, Invalidate, Stage
 from rechain.pipeline.query import current_generation
-from rechain.pipeline.runtime.local_runner import use_ray
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 
@@ -75,16 +74,17 @@ class BodiesStage(Stage[BtcRun]):
         if not units:
             return Done(rows=staged.num_rows)
         t_decode = time.perf_counter()
-        on_ray = use_ray(ctx.opts.ray_address)
-        log.info("decode: %d unit(s) on %s", len(units), "Ray" if on_ray else "threads")
-        if on_ray:
-            from rechain.pipeline.runtime.ray_cluster import ensure_ray
-
-            ensure_ray(ctx.opts.ray_address, ctx.workers)
-        # Workers of a cluster given by address may run on other machines.
-        shared = ctx.opts.ray_address is None
+        run_on = ctx.executor
+        log.info("decode: %d unit(s) on %s", len(units), "Ray" if run_on.on_ray else "threads")
+        run_on.start()
         got = body_units.decode_units(
-            units, data, ctx.workers, budget, ctx.opts.progress, shared, on_ray
+            units,
+            data,
+            ctx.workers,
+            budget,
+            ctx.opts.progress,
+            run_on.workers_share_data_folder,
+            run_on.on_ray,
         )
         got["decode_s"] = time.perf_counter() - t_decode
         ctx.add(got)

@@ -60,6 +60,7 @@ from rechain.pipeline.bitcoin import body_parts, body_units, chain_parts, spend_
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.engine.driver import Done, Invalidate, Stage
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.pipeline.store.datadir import DataDir, write_file_atomic, write_files_atomic
 from rechain.schemas import bitcoin as ds
@@ -117,7 +118,7 @@ class ChainStateStage(Stage[BtcRun]):
         # before this stage returns (a consensus failure that needs another decode restarts
         # Ray). A run that decoded on threads never imported Ray (a second of start-up).
         # Partitioned, the chain state's own tasks run on Ray (``spend_resolution``).
-        on_ray = spend_resolution.partitioned(ctx.opts.ray_address)
+        on_ray = ctx.executor.partitioned
         release = None
         if "rechain.pipeline.runtime.ray_cluster" in sys.modules and not on_ray:
             release = threading.Thread(target=_release_ray, name="rechain-ray-release")
@@ -155,7 +156,8 @@ class ChainStateStage(Stage[BtcRun]):
             log.info("chain state: unwinding %d block(s) to height %d", unwound, fork)
             cp = _unwind_to(data, cp, fork)
         # The chunks whose rows are being written share the chain state's part of the budget.
-        share = ctx.opts.memory_budget // (32 * chain_parts.ROWS_IN_FLIGHT)
+        chunks = budget_share(ctx.opts.memory_budget, "bitcoin", "chain_state.chunks")
+        share = chunks // chain_parts.ROWS_IN_FLIGHT
         chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, share))
         chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
         if on_ray:

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from rechain.pipeline.bitcoin import body_parts, chain_parts, spend_resolution
+from rechain.pipeline.bitcoin import body_parts, chain_parts
 from rechain.pipeline.bitcoin.published import FULL_TABLES, OFFCHAIN, published_rows
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.bitcoin.session import duckdb_memory_errors, sql_list
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.query import current_generation
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
@@ -45,12 +46,6 @@ if TYPE_CHECKING:
     import duckdb
 
 log = logging.getLogger(__name__)
-#: A whole build's sorted runs of index entries hold at most this share of the budget (40
-#: bytes an entry); more entries are spilled to sorted files and merged.
-TXINDEX_BUDGET_SHARE = 8
-#: An SST file holds its filter's key hashes and its index until it closes: a first build
-#: closes each file once they take this share of the budget.
-TXINDEX_SST_SHARE = 16
 #: At most this many split tasks and txid ranges when the index is built on Ray.
 MAX_RAY_TASKS = 64
 #: The metrics label of the index's Ray tasks.
@@ -82,8 +77,8 @@ class IndexesStage(Stage[BtcRun]):
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             log.info("indexes: tx index")
             # On a cluster a whole build runs where the chain state's tasks ran.
-            on_ray = spend_resolution.partitioned(ctx.opts.ray_address)
-            shared = spend_resolution.workers_share_data_folder(ctx)
+            on_ray = ctx.executor.partitioned
+            shared = ctx.executor.workers_share_data_folder
             stats: dict[str, float] = {}
             txs, how = update_txindex(
                 ctx.session(), data, ctx.opts.memory_budget, on_ray, shared, stats, ctx.workers
@@ -337,10 +332,14 @@ def _build_args(
         headers.column("height").combine_chunks(),
         headers.column("in_best_chain").combine_chunks(),
         ds.HEIGHT_RANGE_BLOCKS,
-        budget // TXINDEX_BUDGET_SHARE,
+        # A whole build's sorted runs of index entries (40 bytes an entry) stay within this
+        # share; more entries are spilled to sorted files and merged.
+        budget_share(budget, "bitcoin", "indexes.txindex"),
         spill,
         sst,
-        budget // TXINDEX_SST_SHARE,
+        # An SST file holds its filter's key hashes and its index until it closes: a first
+        # build closes each file once they take this share.
+        budget_share(budget, "bitcoin", "indexes.sst"),
         # Keys are random txids and values carry a block hash: Snappy shrank no block of a
         # 3.35M-entry index by the eighth RocksDB requires, and took a fifth of the build.
         False,

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rechain.pipeline.bitcoin import body_parts, chain_parts, spend_resolution
+from rechain.pipeline.bitcoin import body_parts, chain_parts
 from rechain.pipeline.bitcoin.body_units import cut_units, unit_bytes
 from rechain.pipeline.bitcoin.outputs_spent import Segment, copy_segments
 from rechain.pipeline.bitcoin.published import FULL_TABLES, OFFCHAIN, count_rows
@@ -57,6 +57,7 @@ from rechain.pipeline.bitcoin.session import (
 )
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import bitcoin as ds
@@ -93,7 +94,7 @@ class PublishStage(Stage[BtcRun]):
             ctx.paths, ctx.opts.network, ctx.key, unit_bytes(ctx.opts.memory_budget), ctx.workers
         )
         # On a cluster the outputs copies run where the chain state's tasks ran.
-        on_ray = spend_resolution.partitioned(ctx.opts.ray_address)
+        on_ray = ctx.executor.partitioned
         with duckdb_memory_errors(data, ctx.opts.memory_budget):
             rows, work = publish_tables(
                 ctx.session(),
@@ -103,7 +104,7 @@ class PublishStage(Stage[BtcRun]):
                 ctx.workers,
                 redecode,
                 on_ray,
-                spend_resolution.workers_share_data_folder(ctx),
+                ctx.executor.workers_share_data_folder,
             )
         # The older generations stay until the indexes stage has read what changed.
         ctx.full["publish_s"] = ctx.full.get("publish_s", 0.0) + time.perf_counter() - t
@@ -338,7 +339,7 @@ def publish_tables(
     workers that share it (``shared``), else handed back as bytes."""
     # A row group is buffered whole before it is written: bound it in bytes as well as rows
     # (inputs and outputs rows carry scripts and witnesses).
-    group_bytes = max(budget // 16, 1 << 20)
+    group_bytes = max(budget_share(budget, "bitcoin", "publish.row_groups"), 1 << 20)
     manifest = data.meta_get(layout.META_BTC_PUBLISHED) or {}
     old_gen = manifest.get("generation")
     old = [] if old_gen is None else list(manifest["segments"])

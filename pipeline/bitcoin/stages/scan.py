@@ -2,7 +2,7 @@
 
 Plans shards from each file's committed position (a resumed or grown file is scanned only from
 where its last run stopped, a file's provisional tail again), runs them on threads or, on a
-cluster (``local_runner.use_ray``) and unless a Core block index guides them, on Ray, and
+cluster (the run's ``executor``) and unless a Core block index guides them, on Ray, and
 commits each result in file order through the committer. The scan log is incremental by itself,
 so this stage runs every time: finding nothing new is its cheap case.
 """
@@ -23,7 +23,7 @@ from rechain.pipeline.bitcoin.scan_log import STAGE
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
-from rechain.pipeline.runtime.local_runner import use_ray
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.workers.btc_scan import ShardResult, WorkUnit, scan_unit
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class ScanStage(Stage[BtcRun]):
         collect = guide.collect if guide is not None else None
         # Guided by an index, the scan reads a few bytes per block: threads beat Ray anywhere.
         guided = guide is not None and bool(guide.hints) and not ctx.opts.ray_address
-        local = guided or not use_ray(ctx.opts.ray_address)
+        local = guided or not ctx.executor.on_ray
         if units and local:
             _execute_local(units, ctx, total_bytes, collect)
         elif units:
@@ -112,7 +112,7 @@ def max_inflight(shard_bytes: int, memory_budget: int, workers: int) -> int:
     """Back-pressure: enough shards to keep every worker busy, within the memory budget."""
     # A shard's Arrow result is at most ~1/4 of its bytes for the densest (tiny) blocks.
     per_shard = max(shard_bytes // 4, 1 << 20)
-    by_budget = max(memory_budget // 2 // per_shard, 1)
+    by_budget = max(budget_share(memory_budget, "bitcoin", "scan.results") // per_shard, 1)
     return max(1, min(2 * workers, by_budget))
 
 
@@ -123,14 +123,13 @@ def _execute(
     on_result: Callable[[ShardResult], None] | None = None,
 ) -> float:
     import ray
-    from rechain.pipeline.runtime.ray_cluster import ensure_ray, ordered_results
 
     opts, committer = ctx.opts, ctx.committer
-    ray_start = ensure_ray(opts.ray_address, ctx.workers)
+    ray_start = ctx.executor.start()
     progress = Progress(total_bytes, enabled=opts.progress)
     window = max_inflight(opts.shard_bytes, opts.memory_budget, ctx.workers)
     try:
-        for unit, result in ordered_results(scan_unit, units, window, STAGE):
+        for unit, result in ctx.executor.ordered(scan_unit, units, window, STAGE):
             if isinstance(result, ray.exceptions.RayError):
                 # Ray has retried lost workers already; see bitcoin/faults.py for what is skipped.
                 result = failed_shard(unit, committer, failure_reason(unit, result))
@@ -149,7 +148,8 @@ def _execute_local(
     total_bytes: int,
     on_result: Callable[[ShardResult], None] | None,
 ) -> None:
-    """As :func:`_execute`, on threads of this process (the Rust scan releases the GIL)."""
+    """As :func:`_execute`, on threads of this process (the Rust scan releases the GIL), as a
+    guided scan runs whatever the run's executor."""
     from rechain.pipeline.runtime.local_runner import ordered_local
 
     opts, committer = ctx.opts, ctx.committer

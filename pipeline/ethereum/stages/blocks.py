@@ -40,7 +40,7 @@ from rechain.pipeline.ethereum.units import (
     unit_key,
 )
 from rechain.pipeline.progress import Progress
-from rechain.pipeline.runtime import local_runner
+from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir, fsync_dir
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
@@ -104,7 +104,7 @@ class BlocksStage(Stage[EthRun]):
             table_dir(data, t.name).mkdir(parents=True, exist_ok=True)
         _remove_temp_parts(data)
         total = sum(_unit_bytes(u) for u in todo)
-        use_ray = local_runner.use_ray(opts.ray_address)
+        use_ray = ctx.executor.on_ray
         if not use_ray and 0 < len(todo) < ctx.workers:
             # Fewer units than cores: each unit's proof-of-work checks share the spare ones.
             todo = [dataclasses.replace(u, pow_threads=ctx.workers // len(todo)) for u in todo]
@@ -180,16 +180,16 @@ def _results(
     # the budget.
     biggest = max(_unit_bytes(u) if u.kind == "era1" else 64 << 20 for u in units)
     cost = UNIT_BYTES_PER_FILE_BYTE * biggest
-    window = max(1, min(2 * workers, opts.memory_budget // max(1, cost)))
+    in_flight = budget_share(opts.memory_budget, "eth", "blocks.units")
+    window = max(1, min(2 * workers, in_flight // max(1, cost)))
     dirs = {t.name: str(table_dir(data, t.name)) for t in tables.ETH_TABLES}
     if use_ray:
         import ray
-        from rechain.pipeline.runtime.ray_cluster import ensure_ray, ordered_results
 
-        stats["ray_start_s"] = ensure_ray(opts.ray_address, workers)
+        stats["ray_start_s"] = ctx.executor.start()
         # Workers of a cluster this process did not start may not see the data folder.
-        target = dirs if opts.ray_address is None else None
-        for unit, result in ordered_results(import_unit, units, window, STAGE, target):
+        target = dirs if ctx.executor.workers_share_data_folder else None
+        for unit, result in ctx.executor.ordered(import_unit, units, window, STAGE, target):
             if isinstance(result, ray.exceptions.RayError):
                 raise RechainError(f"{unit.key}: {result}")
             yield result

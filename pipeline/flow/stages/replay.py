@@ -1,6 +1,6 @@
 """Stage ``replay``: WAL segments decoded and applied to the MTrie forest in WAL order.
 
-Without --ray-address (``local_runner.use_ray``), each segment is decoded and applied record by
+Without --ray-address (the run's ``executor``), each segment is decoded and applied record by
 record in this process (Rust, GIL released), holding only the segment's bytes and the forest; on
 a cluster, Ray workers decode segments ahead of the apply. With ``--checkpoint-every N`` a
 checkpoint is written every N segments as the forest reaches it. Bad input stops the replay
@@ -28,7 +28,8 @@ from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.flow.run import FlowRun
 from rechain.pipeline.progress import Progress
-from rechain.pipeline.runtime import local_runner
+from rechain.pipeline.runtime.budget import budget_share
+from rechain.pipeline.runtime.executor import Executor
 from rechain.workers import _native
 from rechain.workers.fault_injection import kill_point
 from rechain.workers.flow_decode import SegmentResult, SegmentUnit, decode_unit
@@ -73,9 +74,9 @@ class ReplayStage(Stage[FlowRun]):
         stopped = False
         # Applying updates, not decoding, bounds a replay (decoding is ~1% of it): on one
         # machine Ray's start-up, processes and hand-over cost more than parallel decoding.
-        decode_on_ray = local_runner.use_ray(opts.ray_address)
+        decode_on_ray = ctx.executor.on_ray
         steps = (
-            _apply_ray_decoded(forest, segments, opts, workers)
+            _apply_ray_decoded(forest, segments, opts, ctx.executor)
             if decode_on_ray
             else _apply_streamed(forest, segments)
         )
@@ -229,11 +230,11 @@ def _apply_streamed(forest: Any, segments: list[tuple[int, str]]) -> Generator[S
 
 
 def _apply_ray_decoded(
-    forest: Any, segments: list[tuple[int, str]], opts: Any, workers: int
+    forest: Any, segments: list[tuple[int, str]], opts: Any, executor: Executor
 ) -> Generator[Step, None, None]:
     """Segments decoded on Ray ahead of the apply, then applied here in order; same steps as
     `_apply_streamed`."""
-    for result in _decode_in_order(segments, opts, workers):
+    for result in _decode_in_order(segments, opts, executor):
         metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(result.seconds)
         info = result.info
         try:
@@ -250,18 +251,18 @@ def _apply_ray_decoded(
 
 
 def _decode_in_order(
-    segments: list[tuple[int, str]], opts: Any, workers: int
+    segments: list[tuple[int, str]], opts: Any, executor: Executor
 ) -> Iterator[SegmentResult]:
-    from rechain.pipeline.runtime.ray_cluster import ensure_ray, ordered_results
-
     if not segments:
         return
-    ray_start = ensure_ray(opts.ray_address, workers)
+    ray_start = executor.start()
+    workers = executor.workers
     # A decoded segment holds at most about its own size in Arrow buffers.
-    window = max(1, min(2 * workers, opts.memory_budget // (2 * 32 * 2**20)))
+    in_flight = budget_share(opts.memory_budget, "flow", "replay.decoded")
+    window = max(1, min(2 * workers, in_flight // (32 * 2**20)))
     units = (SegmentUnit(i, n, p) for i, (n, p) in enumerate(segments))
     first = True
-    for _, result in ordered_results(decode_unit, units, window, STAGE):
+    for _, result in executor.ordered(decode_unit, units, window, STAGE):
         if isinstance(result, Exception):
             raise result
         if first:
