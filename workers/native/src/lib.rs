@@ -5,20 +5,13 @@
 
 pub mod bounded;
 pub mod btc;
-mod btc_headers_py;
-mod chain_state_py;
-mod core_index_py;
 pub mod datasets;
 pub mod eth;
-mod eth_gen_py;
-mod eth_py;
 pub mod flow;
 pub mod parquet_out;
 mod py;
 pub mod sst;
-mod sst_py;
 pub mod store;
-mod txindex_py;
 pub mod writeback;
 
 use btc::network::Network;
@@ -175,7 +168,9 @@ fn empty_batch<'py>(py: Python<'py>, dataset: &str) -> PyResult<Bound<'py, PyAny
         "btc_records" => datasets::btc_records::build(0, Default::default()),
         "btc_events" => datasets::btc_events::build(0, &[]),
         "headers" => arrow_array::RecordBatch::new_empty(datasets::btc_headers::schema()),
-        "btc_spends" => arrow_array::RecordBatch::new_empty(chain_state_py::spends_schema()),
+        "btc_spends" => {
+            arrow_array::RecordBatch::new_empty(datasets::btc_chain_rows::spends_schema())
+        }
         other if datasets::btc_bodies::schema(other).is_some() => {
             arrow_array::RecordBatch::new_empty(datasets::btc_bodies::schema(other).unwrap())
         }
@@ -398,12 +393,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(empty_batch, m)?)?;
     m.add_function(wrap_pyfunction!(decode_blk_bodies, m)?)?;
     m.add_function(wrap_pyfunction!(decode_blk_verdicts, m)?)?;
-    m.add_class::<sst_py::SstWriter>()?;
-    m.add_function(wrap_pyfunction!(sst_py::merge_sorted_runs, m)?)?;
-    m.add_function(wrap_pyfunction!(txindex_py::write_txindex, m)?)?;
-    m.add_function(wrap_pyfunction!(txindex_py::hashes_from_hex, m)?)?;
-    m.add_function(wrap_pyfunction!(txindex_py::encode_txindex_places, m)?)?;
-    m.add_function(wrap_pyfunction!(txindex_py::decode_txindex_places, m)?)?;
+    m.add_class::<py::sst::SstWriter>()?;
+    m.add_function(wrap_pyfunction!(py::sst::merge_sorted_runs, m)?)?;
+    m.add_function(wrap_pyfunction!(py::btc_txindex::write_txindex, m)?)?;
+    m.add_function(wrap_pyfunction!(py::btc_txindex::hashes_from_hex, m)?)?;
+    m.add_function(wrap_pyfunction!(py::btc_txindex::encode_txindex_places, m)?)?;
+    m.add_function(wrap_pyfunction!(py::btc_txindex::decode_txindex_places, m)?)?;
     m.add_function(wrap_pyfunction!(decode_index_value, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_key, m)?)?;
     m.add_function(wrap_pyfunction!(best_chain_slot, m)?)?;
@@ -414,10 +409,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
     py::flow::register(m)?;
     py::flow_checkpoint::register(m)?;
-    core_index_py::register(m)?;
-    btc_headers_py::register(m)?;
-    chain_state_py::register(m)?;
-    eth_py::register(m)?;
-    eth_gen_py::register(m)?;
+    py::btc_core_index::register(m)?;
+    py::btc_headers::register(m)?;
+    py::btc_chain_state::register(m)?;
+    py::eth::register(m)?;
+    py::eth_gen::register(m)?;
     Ok(())
 }

@@ -1,11 +1,14 @@
-//! Bitcoin block files: network constants, codecs, the scanner, the block-tree linker and the
-//! test-chain generator. Nothing here knows about Arrow or Python (see `datasets`).
+//! Bitcoin block files: network constants, codecs, the scanner, the block-tree linker, the chain
+//! state (its coins, undo records and spend resolution), Core's block index, the transaction
+//! index and the test-chain generator, with their errors in `error`. Nothing here knows about
+//! Arrow or Python (see `datasets` and `py`).
 
 pub mod block;
 pub mod chain_state;
 pub mod coin;
 pub mod columns;
 pub mod core_index;
+pub mod core_index_encode;
 pub mod core_index_plan;
 pub mod decode;
 pub mod encode;

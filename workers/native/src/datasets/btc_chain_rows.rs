@@ -7,6 +7,7 @@
 //! chain has spent. Columns are built by name for the schema `schemas/tables.py` declares and
 //! Python hands in, so the declaration stays the one source of the tables' shape.
 
+use crate::btc::chain_state::SpendRows;
 use crate::btc::columns::StrCol;
 use crate::btc::decode::{coinbase_height, Spans, TxSpan};
 use crate::btc::error::RowsError;
@@ -21,7 +22,7 @@ use arrow_array::{
     UInt32Array, UInt64Array,
 };
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
 /// One applied best-chain block: its height, hash (internal order), bytes and parse.
@@ -149,6 +150,32 @@ impl RowPlaces {
             self.tx_position.extend(std::iter::repeat_n(pos as u32, n));
         }
     }
+}
+
+/// Schema of the resolved best-chain spends the chain state stages for publishing.
+pub fn spends_schema() -> Arc<Schema> {
+    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
+    Arc::new(Schema::new(vec![
+        u32f("height"),
+        u32f("pos"),
+        u32f("vin"),
+        Field::new("value", DataType::UInt64, false),
+        u32f("prev_height"),
+        u32f("prev_row"),
+    ]))
+}
+
+/// The `btc_spends` rows of an applied chunk's resolved spends.
+pub fn spends_batch(s: SpendRows) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from(s.height)),
+        Arc::new(UInt32Array::from(s.pos)),
+        Arc::new(UInt32Array::from(s.vin)),
+        Arc::new(UInt64Array::from(s.value)),
+        Arc::new(UInt32Array::from(s.prev_height)),
+        Arc::new(UInt32Array::from(s.prev_row)),
+    ];
+    RecordBatch::try_new(spends_schema(), cols)
 }
 
 fn unknown(table: &'static str, column: &str) -> RowsError {

@@ -6,4 +6,5 @@ pub mod btc_chain_rows;
 pub mod btc_events;
 pub mod btc_headers;
 pub mod btc_records;
+pub mod btc_txids;
 pub mod hex;

@@ -13,7 +13,9 @@
 //! * [`body`]: block bodies — legacy and typed (1–4) transactions, uncles, withdrawals (§1.9).
 //! * [`receipt`]: receipts in consensus (era1, portal) and storage (freezer) form (§1.9, §2.2).
 //! * [`ethash`]: proof of work (hashimoto-light with one shared cache per epoch, §3.3.3).
-//! * [`validate`]: the header and block rules that need no state (§3.3–3.5).
+//! * [`chain_config`]: the fork schedules (mainnet, Sepolia, `dev`) and blob schedules.
+//! * [`rules`]: the header and block rules that need no state (§3.3–3.5).
+//! * [`validate`]: those rules walked over a whole era1 file or freezer range, in chain order.
 //! * [`accumulator`]: era1 epoch accumulator roots and the EIP-7643 list of 1,897 roots (§2.6).
 //! * [`tables`]: the Parquet tables (`eth_blocks`, `eth_transactions`, ...) and their rows.
 //! * [`import`]: one unit of `rechain eth import` (a file or freezer range checked into rows).

@@ -1,4 +1,11 @@
 //! The Python binding layer: one module per domain, each using only domain modules.
 
+pub(crate) mod btc_chain_state;
+pub(crate) mod btc_core_index;
+pub(crate) mod btc_headers;
+pub(crate) mod btc_txindex;
+pub(crate) mod eth;
+pub(crate) mod eth_gen;
 pub(crate) mod flow;
 pub(crate) mod flow_checkpoint;
+pub(crate) mod sst;

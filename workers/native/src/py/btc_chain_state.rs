@@ -13,8 +13,7 @@ use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
 use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups, WriteError};
 use crate::{key8, network};
-use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 use parquet::basic::Compression;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -23,33 +22,8 @@ use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-/// Schema of the resolved best-chain spends the chain state stages for publishing.
-pub fn spends_schema() -> Arc<Schema> {
-    let u32f = |n: &str| Field::new(n, DataType::UInt32, false);
-    Arc::new(Schema::new(vec![
-        u32f("height"),
-        u32f("pos"),
-        u32f("vin"),
-        Field::new("value", DataType::UInt64, false),
-        u32f("prev_height"),
-        u32f("prev_row"),
-    ]))
-}
-
 /// Rows per row group of a staged spends file (a chunk's spends are usually one group).
 const SPENDS_GROUP_ROWS: usize = 1 << 20;
-
-fn spends_batch(s: chain_state::SpendRows) -> PyResult<RecordBatch> {
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(UInt32Array::from(s.height)),
-        Arc::new(UInt32Array::from(s.pos)),
-        Arc::new(UInt32Array::from(s.vin)),
-        Arc::new(UInt64Array::from(s.value)),
-        Arc::new(UInt32Array::from(s.prev_height)),
-        Arc::new(UInt32Array::from(s.prev_row)),
-    ];
-    RecordBatch::try_new(spends_schema(), cols).map_err(|e| PyValueError::new_err(e.to_string()))
-}
 
 fn bytes_list<'py, T: AsRef<[u8]>>(
     py: Python<'py>,
@@ -134,7 +108,8 @@ impl ChainStateChunk {
         )?;
         d.set_item(
             "spends",
-            PyRecordBatch::new(spends_batch(a.spends)?).into_pyarrow(py)?,
+            PyRecordBatch::new(btc_chain_rows::spends_batch(a.spends).map_err(value_error)?)
+                .into_pyarrow(py)?,
         )?;
         d.set_item("count_delta", a.count_delta)?;
         d.set_item("amount_delta", a.amount_delta)?;

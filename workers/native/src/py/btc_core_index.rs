@@ -2,25 +2,20 @@
 //! tree into sorted LevelDB puts, decode a node's `'b'` records into columns, and the
 //! index-guided blk scan. LevelDB itself is opened from Python (plyvel).
 
-use crate::btc::core_index::{
-    self as ci, block_key, file_info_key, status_for, BlockFileInfo, DiskBlockIndex, HAVE_DATA,
-    KEY_LAST_FILE, VALID_MASK, VALID_TRANSACTIONS,
-};
+use crate::btc::core_index_encode::{encode_index, HeaderRow, Packed};
 use crate::btc::core_index_plan as plan;
 use crate::btc::scan::{RecordHint, ScanConfig, Scanner};
-use crate::datasets::hex::{display_hex, parse_display_hex};
+use crate::datasets::hex::display_hex;
 use crate::{binary, key8, network, shard_result};
-use arrow_array::builder::BinaryBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, ArrayRef, FixedSizeBinaryArray, RecordBatch};
-use arrow_buffer::Buffer;
+use arrow_array::{Array, ArrayRef, BinaryArray, FixedSizeBinaryArray, RecordBatch};
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -75,100 +70,39 @@ fn core_index_encode<'py>(
         .as_boolean_opt()
         .ok_or_else(|| prim_err("body_checked"))?;
 
-    let encoded = py.detach(|| -> Result<_, String> {
-        let parse = |s: &str| parse_display_hex(s).ok_or_else(|| format!("bad hash {s}"));
-        // Values are encoded in table order (sequential column reads), then written in key
-        // order: reading the columns in hash order would miss the cache on every row.
-        let n = batch.num_rows();
-        let mut encoded: Vec<u8> = Vec::with_capacity(n * 92);
-        let mut ends: Vec<usize> = Vec::with_capacity(n);
-        let mut rows: Vec<([u8; 32], u32)> = Vec::with_capacity(n);
-        let mut files: BTreeMap<u32, BlockFileInfo> = BTreeMap::new();
-        let (mut with_data, mut with_txs) = (0u64, 0u64);
-        for i in 0..n {
-            if !height.is_valid(i) {
-                continue;
-            }
-            let hgt = height.value(i);
-            let has_data = copy_status.value(i) == "ok";
-            let status = status_for(has_data, checked.value(i), hgt, net);
-            let txs_valid = status & VALID_MASK >= VALID_TRANSACTIONS;
-            let pos = data_pos.value(i);
-            if has_data && pos > u32::MAX as u64 {
-                return Err(format!(
-                    "block {} at offset {pos} beyond Core's u32",
-                    hash.value(i)
-                ));
-            }
-            let mut header = [0u8; 80];
-            header[0..4].copy_from_slice(&version.value(i).to_le_bytes());
-            header[4..36].copy_from_slice(&parse(prev.value(i))?);
-            header[36..68].copy_from_slice(&parse(merkle.value(i))?);
-            header[68..72].copy_from_slice(&time.value(i).to_le_bytes());
-            header[72..76].copy_from_slice(&bits.value(i).to_le_bytes());
-            header[76..80].copy_from_slice(&nonce.value(i).to_le_bytes());
-            DiskBlockIndex {
-                version: ci::DISK_INDEX_VERSION,
-                height: hgt,
-                status,
-                // Core sets nTx only once the block's transactions were accepted.
-                n_tx: if txs_valid {
-                    n_tx.value(i).min(u32::MAX as u64) as u32
-                } else {
-                    0
-                },
-                file: has_data.then(|| file.value(i)),
-                data_pos: has_data.then_some(pos as u32),
-                undo_pos: None,
-                header,
-            }
-            .encode_into(&mut encoded);
-            rows.push((parse(hash.value(i))?, ends.len() as u32));
-            ends.push(encoded.len());
-            if status & HAVE_DATA != 0 {
-                with_data += 1;
-                with_txs += txs_valid as u64;
-                let info = files.entry(file.value(i)).or_default();
-                info.add_block(hgt, time.value(i) as u64);
-                let end = (pos + size.value(i) as u64).min(u32::MAX as u64) as u32;
-                info.n_size = info.n_size.max(end);
-            }
-        }
-        rows.sort_unstable();
-        let mut keys = BinaryBuilder::with_capacity(rows.len() + 8, rows.len() * 33);
-        let mut values = BinaryBuilder::with_capacity(rows.len() + 8, encoded.len() + 64);
-        for (h, k) in &rows {
-            let k = *k as usize;
-            let start = if k == 0 { 0 } else { ends[k - 1] };
-            keys.append_value(block_key(h));
-            values.append_value(&encoded[start..ends[k]]);
-        }
-        let mut buf = Vec::with_capacity(64);
-        // 'f' keys hold the file number little-endian: sort them bytewise as LevelDB does.
-        let mut file_keys: Vec<([u8; 5], &BlockFileInfo)> =
-            files.iter().map(|(f, i)| (file_info_key(*f), i)).collect();
-        file_keys.sort_unstable_by_key(|(k, _)| *k);
-        for (k, info) in &file_keys {
-            buf.clear();
-            info.encode_into(&mut buf);
-            keys.append_value(k);
-            values.append_value(&buf);
-        }
-        let last_file = files.keys().next_back().copied().unwrap_or(0);
-        keys.append_value([KEY_LAST_FILE]);
-        values.append_value((last_file as i32).to_le_bytes());
-        Ok((
-            keys.finish(),
-            values.finish(),
-            rows.len(),
-            with_data,
-            with_txs,
-            files.len(),
-            last_file,
-        ))
-    });
-    let (keys, values, blocks, with_data, with_txs, n_files, last_file) =
-        encoded.map_err(PyValueError::new_err)?;
+    let row = |i: usize| {
+        height.is_valid(i).then(|| HeaderRow {
+            hash: hash.value(i),
+            prev_hash: prev.value(i),
+            merkle_root: merkle.value(i),
+            copy_ok: copy_status.value(i) == "ok",
+            body_checked: checked.value(i),
+            height: height.value(i),
+            version: version.value(i),
+            time: time.value(i),
+            bits: bits.value(i),
+            nonce: nonce.value(i),
+            file: file.value(i),
+            size: size.value(i),
+            data_pos: data_pos.value(i),
+            n_tx: n_tx.value(i),
+        })
+    };
+    let e = py
+        .detach(|| encode_index(batch.num_rows(), row, net))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let packed = |p: Packed| {
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(p.offsets));
+        BinaryArray::new(offsets, Buffer::from_vec(p.data), None)
+    };
+    let (keys, values) = (packed(e.keys), packed(e.values));
+    let (blocks, with_data, with_txs, n_files, last_file) = (
+        e.block_records,
+        e.with_data,
+        e.valid_transactions,
+        e.file_records,
+        e.last_file,
+    );
     let summary = PyDict::new(py);
     summary.set_item("block_records", blocks)?;
     summary.set_item("with_data", with_data)?;

@@ -3,77 +3,26 @@
 //! ([`TxPlace`]) written and read for the incremental update and lookups.
 
 use crate::btc::txindex::{IndexBlock, TxIndexBuilder, TxPlace};
-use crate::datasets::hex::{extend_hex, parse_display_hex, parse_hex32};
+use crate::datasets::btc_txids::{add_files, hashes_of, in_our_order, Copies};
+use crate::datasets::hex::{extend_hex, parse_display_hex};
 use arrow_array::builder::{BinaryBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, UInt32Type};
 use arrow_array::{
-    Array, ArrayRef, BooleanArray, FixedSizeBinaryArray, Int32Array, RecordBatch, UInt32Array,
+    Array, BooleanArray, FixedSizeBinaryArray, Int32Array, RecordBatch, UInt32Array,
 };
 use arrow_schema::{DataType, Field, Schema};
-use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
-use parquet::arrow::ProjectionMask;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3_arrow::{PyArray, PyRecordBatch};
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-
-/// The columns of a staged part that the index reads (a `txids` file or an older part's
-/// `transactions`).
-const COLUMNS: [&str; 3] = ["txid", "block_hash", "position"];
-
-/// The 32-byte hashes (display order) of a column: raw bytes, as the body pass stages them, or
-/// display hex, as the chain state's `transactions` rows hold them.
-fn hashes_of(column: &ArrayRef) -> Result<Vec<[u8; 32]>, String> {
-    let not_32 = || "a hash that is not 32 bytes".to_string();
-    let raw = |values: Vec<&[u8]>| -> Result<Vec<[u8; 32]>, String> {
-        values
-            .into_iter()
-            .map(|v| v.try_into().map_err(|_| not_32()))
-            .collect()
-    };
-    let hex = |values: Vec<&str>| -> Result<Vec<[u8; 32]>, String> {
-        values
-            .into_iter()
-            .map(|v| parse_hex32(v.as_bytes()).ok_or_else(|| format!("hash {v:?}")))
-            .collect()
-    };
-    if let Some(d) = column.as_any_dictionary_opt() {
-        // A block's hash repeats on each of its rows: each distinct one is read once.
-        let values = hashes_of(d.values())?;
-        return d
-            .normalized_keys()
-            .into_iter()
-            .map(|k| {
-                values
-                    .get(k)
-                    .copied()
-                    .ok_or_else(|| "a dictionary key past its values".to_string())
-            })
-            .collect();
-    }
-    if let Some(a) = column.as_fixed_size_binary_opt() {
-        raw(a.iter().map(Option::unwrap_or_default).collect())
-    } else if let Some(a) = column.as_binary_opt::<i32>() {
-        raw(a.iter().map(Option::unwrap_or_default).collect())
-    } else if let Some(a) = column.as_binary_opt::<i64>() {
-        raw(a.iter().map(Option::unwrap_or_default).collect())
-    } else if let Some(a) = column.as_string_opt::<i32>() {
-        hex(a.iter().map(Option::unwrap_or_default).collect())
-    } else if let Some(a) = column.as_string_opt::<i64>() {
-        hex(a.iter().map(Option::unwrap_or_default).collect())
-    } else {
-        Err(format!("hashes of type {}", column.data_type()))
-    }
-}
 
 /// A column of hashes (see `hashes_of`) as fixed_size_binary(32) in display order.
 #[pyfunction]
 pub fn hashes_from_hex<'py>(py: Python<'py>, hashes: PyArray) -> PyResult<Bound<'py, PyAny>> {
     let (array, _) = hashes.into_inner();
-    let values = hashes_of(&array).map_err(PyValueError::new_err)?;
+    let values = hashes_of(&array).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let flat: Vec<u8> = values.concat();
     let out = FixedSizeBinaryArray::try_new(32, flat.into(), None)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -81,112 +30,6 @@ pub fn hashes_from_hex<'py>(py: Python<'py>, hashes: PyArray) -> PyResult<Bound<
         .to_pyarrow(py)?
         .unbind();
     Ok(array.into_bound(py))
-}
-
-/// Transaction copies: txids and block hashes (display order), positions.
-#[derive(Default)]
-struct Copies {
-    txids: Vec<[u8; 32]>,
-    blocks: Vec<[u8; 32]>,
-    positions: Vec<u32>,
-}
-
-impl Copies {
-    /// Appends `batch`'s copies (its three `COLUMNS`, in that order).
-    fn extend(&mut self, batch: &RecordBatch) -> Result<(), String> {
-        let positions = batch
-            .column(2)
-            .as_primitive_opt::<UInt32Type>()
-            .ok_or("positions are not uint32")?;
-        self.txids.extend(hashes_of(batch.column(0))?);
-        self.blocks.extend(hashes_of(batch.column(1))?);
-        self.positions.extend_from_slice(positions.values());
-        if self.txids.len() != self.positions.len() || self.blocks.len() != self.positions.len() {
-            return Err("columns of different lengths".into());
-        }
-        Ok(())
-    }
-
-    fn add_to(&self, b: &mut TxIndexBuilder) -> Result<(), String> {
-        for ((t, h), p) in self.txids.iter().zip(&self.blocks).zip(&self.positions) {
-            b.add(t, h, *p).map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
-}
-
-/// `batch`'s three `COLUMNS`, in that order.
-fn in_our_order(batch: &RecordBatch) -> Result<RecordBatch, String> {
-    let schema = batch.schema();
-    let cols = COLUMNS
-        .iter()
-        .map(|c| schema.index_of(c).map(|i| batch.column(i).clone()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    RecordBatch::try_from_iter(COLUMNS.iter().zip(cols).map(|(n, c)| (*n, c)))
-        .map_err(|e| e.to_string())
-}
-
-/// The copies one staged file holds (a body part's `txids`, or a chain part's
-/// `transactions` rows, whose block hashes are read as the dictionary they are written as).
-fn read_copies(path: &Path) -> Result<Copies, String> {
-    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let open = || File::open(path).map_err(|e| at(&e));
-    let file_schema = ParquetRecordBatchReaderBuilder::try_new(open()?)
-        .map_err(|e| at(&e))?
-        .schema()
-        .clone();
-    let fields: Vec<Field> = file_schema
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
-            DataType::Utf8 if f.name() == "block_hash" => Field::new(
-                f.name(),
-                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
-                f.is_nullable(),
-            ),
-            _ => f.as_ref().clone(),
-        })
-        .collect();
-    let options = ArrowReaderOptions::new().with_schema(Arc::new(Schema::new(fields)));
-    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(open()?, options)
-        .map_err(|e| at(&e))?;
-    let mask = ProjectionMask::columns(builder.parquet_schema(), COLUMNS);
-    let reader = builder
-        .with_projection(mask)
-        .with_batch_size(65_536)
-        .build()
-        .map_err(|e| at(&e))?;
-    let mut copies = Copies::default();
-    for batch in reader {
-        let batch = batch.map_err(|e| at(&e))?;
-        // The projection keeps the file's column order: put the three in ours.
-        copies
-            .extend(&in_our_order(&batch).map_err(|e| at(&e))?)
-            .map_err(|e| at(&e))?;
-    }
-    Ok(copies)
-}
-
-/// Adds the copies of `files` to `b`, reading `threads` files side by side (in order: at most
-/// that many files' copies are held at once).
-fn add_files(b: &mut TxIndexBuilder, files: &[PathBuf], threads: usize) -> Result<(), String> {
-    for window in files.chunks(threads.max(1)) {
-        let read: Vec<Result<Copies, String>> = std::thread::scope(|scope| {
-            let running: Vec<_> = window
-                .iter()
-                .map(|f| scope.spawn(move || read_copies(f)))
-                .collect();
-            running
-                .into_iter()
-                .map(|h| h.join().expect("a staged file's reader panicked"))
-                .collect()
-        });
-        for copies in read {
-            copies?.add_to(b)?;
-        }
-    }
-    Ok(())
 }
 
 /// The headers table's `hash` (display hex), `height` (uint32, null when unconnected) and
@@ -254,25 +97,29 @@ pub fn write_txindex(
 ) -> PyResult<(Vec<PathBuf>, u64, u64)> {
     let blocks = index_blocks(hashes, heights, best)?;
     let batches: Vec<RecordBatch> = batches.into_iter().map(PyRecordBatch::into_inner).collect();
+    // Every error here is the OSError (its message) Python has always received.
+    let os = |e: &dyn std::fmt::Display| PyOSError::new_err(e.to_string());
     py.detach(|| {
         let mut builder =
             TxIndexBuilder::with_ranges(blocks, range_blocks, memory, &spill_dir, threads);
-        add_files(&mut builder, &txid_files, threads)?;
+        add_files(&mut builder, &txid_files, threads).map_err(|e| os(&e))?;
         for b in &batches {
             let mut copies = Copies::default();
-            copies.extend(&in_our_order(b)?)?;
-            copies.add_to(&mut builder)?;
+            copies
+                .extend(&in_our_order(b).map_err(|e| os(&e))?)
+                .map_err(|e| os(&e))?;
+            copies.add_to(&mut builder).map_err(|e| os(&e))?;
         }
         let unknown = builder.unknown_blocks;
-        std::fs::create_dir_all(&sst_dir).map_err(|e| format!("{}: {e}", sst_dir.display()))?;
+        std::fs::create_dir_all(&sst_dir)
+            .map_err(|e| os(&format!("{}: {e}", sst_dir.display())))?;
         // Names sort in key order: by range, then by file within it.
         let name = |k: usize, i: usize| sst_dir.join(format!("txindex-{k:03}-{i:06}.sst"));
         let (files, entries) = builder
             .finish(name, sst_memory, compress)
-            .map_err(|e| format!("{}: {e}", sst_dir.display()))?;
+            .map_err(|e| os(&format!("{}: {e}", sst_dir.display())))?;
         Ok((files, entries, unknown))
     })
-    .map_err(|e: String| PyOSError::new_err(e))
 }
 
 /// The `btc_txindex` values of transaction copies (`TxPlace`), one per row of the arrays:
