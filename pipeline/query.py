@@ -11,14 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.store.datadir import current_generation
 
 if TYPE_CHECKING:
     import duckdb
-
-
-def current_generation(table_dir: Path) -> Path | None:
-    gens = sorted(p for p in table_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return gens[-1] if gens else None
 
 
 def connect(data: Path) -> duckdb.DuckDBPyConnection:

@@ -19,8 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rechain.pipeline.query import current_generation
-from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.datadir import DataDir, current_generation
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout

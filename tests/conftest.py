@@ -12,11 +12,16 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from rechain.pipeline.bitcoin.scan_log import Pending, gap_event, stitch, with_gap
 from rechain.pipeline.cli import main
+from rechain.schemas import bitcoin as ds
+from rechain.workers.btc_scan import WorkUnit, scan_unit
 
 REPO = Path(__file__).resolve().parents[1]
 # The benchmarks' modules import each other by bare name (``from common import ...``); tests of
@@ -212,3 +217,31 @@ def wal_fragments(seg: bytes) -> list[tuple[int, int, int]]:
         fragments.append((at, end, seg[at] & 7))
         at = end
     return fragments
+
+
+def scan_file(
+    unit: WorkUnit, bounds: list[int] | None = None, size: int | None = None
+) -> tuple[pa.Table, pa.Table]:
+    """Scans a whole file sequentially in shards cut at ``bounds`` and stitches them: the
+    reference the parallel path must equal."""
+    size = size if size is not None else os.path.getsize(unit.path)
+    cuts = sorted({0, size, *(b for b in (bounds or []) if 0 < b < size)})
+    pending = Pending(0, 0, True)
+    records, events = [], []
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        part = replace(unit, start=lo, bound=hi)
+        result = scan_unit(part)
+        joined = stitch(pending, result.info, unit.file_no)
+        if joined is None:
+            result = scan_unit(part, start=pending.through)
+            joined = stitch(pending, result.info, unit.file_no)
+            assert joined is not None
+        gap, pending = joined
+        records.append(result.records)
+        events.append(with_gap(result.events, gap))
+    if pending.start < size:
+        tail = gap_event(unit.file_no, pending.start, size, pending.all_zero, True)
+        events.append(pa.RecordBatch.from_pylist([tail], schema=ds.schema(ds.EVENTS)))
+    rec = pa.Table.from_batches(records, schema=ds.schema(ds.RECORDS))
+    ev = pa.Table.from_batches(events, schema=ds.schema(ds.EVENTS))
+    return rec, ev

@@ -168,8 +168,7 @@ def test_tree_positions_are_the_published_table_columns(forked: dict[str, Path])
     """The guided check takes file, offset and height from the linked tree instead of reading
     the headers table back: both must be the same columns, row for row."""
     from rechain.pipeline.bitcoin.scan_log import BtcCommitter
-    from rechain.pipeline.query import current_generation
-    from rechain.pipeline.store.datadir import DataDir
+    from rechain.pipeline.store.datadir import DataDir, current_generation
     from rechain.schemas import bitcoin as ds
     from rechain.schemas import rocksdb as layout
 

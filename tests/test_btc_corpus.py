@@ -8,11 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from rechain.pipeline.bitcoin.scan_log import scan_file
 from rechain.workers import _native
 from rechain.workers.btc_scan import WorkUnit
 
-from tests.conftest import CORPUS, blocks_dir_with, cli, cli_json, reindex
+from tests.conftest import CORPUS, blocks_dir_with, cli, cli_json, reindex, scan_file
 
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
 CASES = {c["file"]: c for c in MANIFEST["cases"]}

@@ -8,11 +8,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from rechain.pipeline.bitcoin.scan_log import scan_file
 from rechain.workers import _native
 from rechain.workers.btc_scan import WorkUnit
 
-from tests.conftest import BTC_DATA
+from tests.conftest import BTC_DATA, scan_file
 
 FACTS = json.loads((BTC_DATA / "facts.json").read_text())
 NETWORK = {"main": "main", "testnet3": "testnet"}

@@ -155,7 +155,7 @@ def _stage_best_chain(data: Path, blocks: Path) -> int:
     the best chain itself did (their body pass decoded every chosen copy); returns how many
     parts."""
     import pyarrow.parquet as pq
-    from rechain.pipeline.query import current_generation
+    from rechain.pipeline.store.datadir import current_generation
     from rechain.schemas import bitcoin as ds
 
     key = (blocks / "xor.dat").read_bytes()

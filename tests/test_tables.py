@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from rechain.pipeline.query import current_generation
+from rechain.pipeline.store.datadir import current_generation
 from rechain.schemas import tables
 from rechain.workers.fault_injection import KILL_TRACE_ENV
 

@@ -22,14 +22,13 @@ consensus rule later (BIP34 height, spends) are linked as ``invalid_block``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.datadir import DataDir, land_worker_files
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers.btc_decode import StagedBody, tmp_name
@@ -92,27 +91,15 @@ def commit_part(data: DataDir, staged: StagedBody) -> None:
     part = staged.unit.part
     if sorted(staged.tables) != sorted(ds.BODY_SLIM):
         raise ValueError(f"unit {part} staged {sorted(staged.tables)}, not {list(ds.BODY_SLIM)}")
-    for table, content in staged.tables.items():
-        tmp = folder / tmp_name(part, table)
-        if isinstance(content, bytes):
-            with open(tmp, "wb") as f:
-                f.write(content)
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            if Path(content) != tmp:
-                raise ValueError(f"unit {part} staged {table} at {content}, not at {tmp}")
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.rename(tmp, part_path(data, part, table))
-    fd = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        land_worker_files(
+            [
+                (content, folder / tmp_name(part, table), part_path(data, part, table))
+                for table, content in staged.tables.items()
+            ]
+        )
+    except ValueError as e:
+        raise ValueError(f"unit {part}: {e}") from e
     entry = {
         "file": staged.unit.file_no,
         "records": len(staged.unit.offsets),

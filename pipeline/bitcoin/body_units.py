@@ -18,10 +18,9 @@ from rechain.pipeline.bitcoin import body_parts
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
-from rechain.pipeline.query import current_generation
 from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.runtime.local_runner import ordered_local
-from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.datadir import DataDir, current_generation
 from rechain.schemas import bitcoin as ds
 from rechain.workers.btc_decode import BodyUnit, decode_and_stage_unit
 

@@ -25,8 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rechain.pipeline.bitcoin.plan import BlkFile
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.query import current_generation
-from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.datadir import DataDir, current_generation
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native

@@ -10,11 +10,10 @@ best chain, and publishes the ``headers`` Parquet table as a new generation.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
-from rechain.workers.btc_scan import ShardResult, WorkUnit, scan_unit
+from rechain.workers.btc_scan import ShardResult, scan_unit
 from rechain.workers.fault_injection import kill_point
 
 log = logging.getLogger(__name__)
@@ -194,34 +193,6 @@ def with_gap(events: pa.RecordBatch, gap: dict[str, Any] | None) -> pa.RecordBat
     if not events.num_rows:
         return batch
     return pa.Table.from_batches([batch, events]).combine_chunks().to_batches()[0]
-
-
-def scan_file(
-    unit: WorkUnit, bounds: list[int] | None = None, size: int | None = None
-) -> tuple[pa.Table, pa.Table]:
-    """Scans a whole file sequentially in shards cut at ``bounds`` and stitches them: the
-    reference the parallel path must equal (used by tests and tools)."""
-    size = size if size is not None else os.path.getsize(unit.path)
-    cuts = sorted({0, size, *(b for b in (bounds or []) if 0 < b < size)})
-    pending = Pending(0, 0, True)
-    records, events = [], []
-    for lo, hi in zip(cuts, cuts[1:], strict=False):
-        part = replace(unit, start=lo, bound=hi)
-        result = scan_unit(part)
-        joined = stitch(pending, result.info, unit.file_no)
-        if joined is None:
-            result = scan_unit(part, start=pending.through)
-            joined = stitch(pending, result.info, unit.file_no)
-            assert joined is not None
-        gap, pending = joined
-        records.append(result.records)
-        events.append(with_gap(result.events, gap))
-    if pending.start < size:
-        tail = gap_event(unit.file_no, pending.start, size, pending.all_zero, True)
-        events.append(pa.RecordBatch.from_pylist([tail], schema=ds.schema(ds.EVENTS)))
-    rec = pa.Table.from_batches(records, schema=ds.schema(ds.RECORDS))
-    ev = pa.Table.from_batches(events, schema=ds.schema(ds.EVENTS))
-    return rec, ev
 
 
 class BtcCommitter:

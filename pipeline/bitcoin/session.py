@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.query import current_generation
 from rechain.pipeline.runtime.budget import budget_share
-from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.datadir import DataDir, current_generation
 from rechain.schemas import bitcoin as ds
 
 # DuckDB is imported when a session opens: a rerun that finds nothing new never loads it.

@@ -32,6 +32,8 @@ class FlowRun:
     #: Threads or Ray for this run's units, chosen once as the run starts.
     executor: Executor = field(init=False)
     forest: Any = None
+    #: The segments the replay applied (after the checkpoint it resumed from), for publish.
+    replayed: list[tuple[int, str]] = field(default_factory=list)
     #: The checkpoint the replay started from, if any (``--checkpoint``).
     resumed: dict[str, Any] | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)

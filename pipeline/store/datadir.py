@@ -473,17 +473,40 @@ def tmp_path(final: Path) -> Path:
 def land_tmp_files(finals: list[Path]) -> None:
     """Renames the written temp files of ``finals`` (``tmp_path``; by this process or by a
     worker sharing its file system) into place, each fsynced first, then their folders."""
-    for final in finals:
-        tmp = tmp_path(final)
+    land_files([(tmp_path(final), final) for final in finals])
+
+
+def land_files(moves: list[tuple[Path, Path]]) -> None:
+    """The one landing of written files: each (temp, final) fsynced and renamed into place,
+    then the folders of the finals fsynced. A kill leaves temp files, never a torn final."""
+    for tmp, final in moves:
         _fsync_file(tmp)
         os.rename(tmp, final)
-    for folder in {final.parent for final in finals}:
+    for folder in dict.fromkeys(final.parent for _, final in moves):
         fsync_dir(folder)
+
+
+def land_worker_files(moves: list[tuple[bytes | str | Path, Path, Path]]) -> None:
+    """Lands what workers staged: (content, temp, final) where content is the file's bytes
+    (a worker on another machine returned them; written here to ``temp``) or the path the
+    worker wrote, which must be ``temp``."""
+    for content, tmp, _ in moves:
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        elif Path(content) != tmp:
+            raise ValueError(f"a worker staged {content}, not {tmp}")
+    land_files([(tmp, final) for _, tmp, final in moves])
 
 
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def current_generation(table_dir: Path) -> Path | None:
+    """A table's newest published generation folder (``NNNNNN``), or None."""
+    gens = sorted(p for p in table_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return gens[-1] if gens else None
 
 
 def part_file_name(index: int) -> str:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from rechain.pipeline.bitcoin import body_parts, body_units, chain_parts
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.engine.driver import Done, Invalidate, Stage
-from rechain.pipeline.query import current_generation
+from rechain.pipeline.store.datadir import current_generation
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 

@@ -34,9 +34,8 @@ from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.bitcoin.session import duckdb_memory_errors, sql_list
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.query import current_generation
 from rechain.pipeline.runtime.budget import budget_share
-from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.datadir import DataDir, current_generation
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native

@@ -23,7 +23,6 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -41,7 +40,7 @@ from rechain.pipeline.ethereum.units import (
 )
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.runtime.budget import budget_share
-from rechain.pipeline.store.datadir import DataDir, fsync_dir
+from rechain.pipeline.store.datadir import DataDir, land_worker_files
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
@@ -369,25 +368,19 @@ def _rebase_blocks_part(
 
 def _make_durable(data: DataDir, staged: EthStaged) -> list[str]:
     """Each table's part of the unit durable under its final name; returns the paths."""
-    out = []
-    for name, content in staged.tables.items():
-        folder = table_dir(data, name)
-        tmp = folder / tmp_name(staged.unit.part)
-        if isinstance(content, bytes):
-            tmp.write_bytes(content)
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        elif Path(content) != tmp:
-            raise ValueError(f"unit {staged.unit.key} staged {name} at {content}, not at {tmp}")
-        final = part_path(data, name, staged.unit.part)
-        os.rename(tmp, final)
-        out.append(str(final.relative_to(data.path)))
-    for name in staged.tables:
-        fsync_dir(table_dir(data, name))
-    return out
+    moves = [
+        (
+            content,
+            table_dir(data, name) / tmp_name(staged.unit.part),
+            part_path(data, name, staged.unit.part),
+        )
+        for name, content in staged.tables.items()
+    ]
+    try:
+        land_worker_files(moves)
+    except ValueError as e:
+        raise ValueError(f"unit {staged.unit.key}: {e}") from e
+    return [str(final.relative_to(data.path)) for _, _, final in moves]
 
 
 def _index_deletes(data: DataDir, unit: dict[str, Any]) -> dict[str, list[bytes]]:

@@ -24,7 +24,7 @@ class PublishStage(Stage[FlowRun]):
 
     def run(self, ctx: FlowRun) -> Done:
         resumed = ctx.resumed
-        segments = ctx.report["replayed_segments"]
+        segments = ctx.replayed
         summary = publish_forest(
             ctx.data,
             ctx.forest,

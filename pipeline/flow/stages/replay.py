@@ -61,7 +61,7 @@ class ReplayStage(Stage[FlowRun]):
         else:
             forest = _new_forest(opts, segments, workers)
         ctx.forest = forest
-        ctx.report["replayed_segments"] = segments
+        ctx.replayed = segments
         resumed = ctx.resumed
         cp_dir = opts.checkpoint_dir or opts.wal
         written = ctx.written
