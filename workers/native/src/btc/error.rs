@@ -1,8 +1,9 @@
 //! Bitcoin errors: the consensus rules a block breaks ([`Reject`], Core's reject reasons), a
 //! block's failure with the pass that found it ([`Failure`]), stored bytes that do not decode
 //! ([`StoreError`]), block records that cannot be read where the index puts them
-//! ([`ReadError`]), the chain state's own errors ([`ChainStateError`]) and the errors of
-//! building the chain state's tables ([`RowsError`]; writing them is `parquet_out`'s).
+//! ([`ReadError`]) and the chain state's own errors ([`ChainStateError`]). (Building the
+//! chain state's tables is `datasets::btc_chain_rows`'s, with its `RowsError`; writing them
+//! is `parquet_out`'s.)
 //!
 //! Every message is the text Python has always received (bindings turn these into `OSError`
 //! or `ValueError` with `to_string()`), so none may change.
@@ -268,87 +269,6 @@ impl From<StoreError> for ChainStateError {
         ChainStateError::Store(e)
     }
 }
-
-/// The chain state's tables (`btc_chain_rows`) could not be built, or the spent
-/// flags of a published `outputs` file could not be set.
-#[derive(Debug)]
-pub enum RowsError {
-    /// The chain state writes no such table.
-    UnknownTable(String),
-    /// A declared column the table builder does not make.
-    UnknownColumn { table: &'static str, column: String },
-    /// The `inputs` table's `witness` column declared as something other than a list.
-    WitnessType(arrow_schema::DataType),
-    /// Another number of resolved spend values than the blocks have inputs.
-    SpendCount {
-        table: String,
-        values: usize,
-        inputs: usize,
-    },
-    /// More resolved spend values than the blocks have inputs.
-    TooManySpends { table: &'static str },
-    /// Fewer resolved spend values than the blocks have inputs.
-    TooFewSpends { table: &'static str },
-    /// A block shorter than its header.
-    ShortBlock,
-    /// Arrow refused the columns built (`table` names the table, or the table and column).
-    Arrow {
-        table: &'static str,
-        source: arrow_schema::ArrowError,
-    },
-    /// The rows of an `outputs` file lack a column.
-    OutputsColumn(String),
-    /// A column of the rows of an `outputs` file is not of the type expected.
-    OutputsColumnType {
-        column: &'static str,
-        expected: &'static str,
-    },
-    /// The rows of an `outputs` file are not in height order.
-    OutputsOrder { height: u32, after: u32 },
-    /// A spend that names no row of the `outputs` file.
-    UnmatchedSpend { row: u32, height: u32 },
-}
-
-impl fmt::Display for RowsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RowsError::UnknownTable(t) => write!(f, "the chain state writes no table {t:?}"),
-            RowsError::UnknownColumn { table, column } => {
-                write!(f, "{table}: the chain state builds no column {column:?}")
-            }
-            RowsError::WitnessType(t) => write!(f, "inputs: witness is declared {t}"),
-            RowsError::SpendCount {
-                table,
-                values,
-                inputs,
-            } => write!(f, "{table}: {values} resolved spends for {inputs} inputs"),
-            RowsError::TooManySpends { table } => {
-                write!(f, "{table}: more resolved spends than inputs")
-            }
-            RowsError::TooFewSpends { table } => {
-                write!(f, "{table}: fewer resolved spends than inputs")
-            }
-            RowsError::ShortBlock => f.write_str("blocks: a block shorter than its header"),
-            RowsError::Arrow { table, source } => write!(f, "{table}: {source}"),
-            RowsError::OutputsColumn(name) => write!(f, "outputs rows without {name}"),
-            RowsError::OutputsColumnType { column, expected } => {
-                write!(f, "outputs.{column} is not {expected}")
-            }
-            RowsError::OutputsOrder { height, after } => {
-                write!(
-                    f,
-                    "outputs rows out of height order: {height} after {after}"
-                )
-            }
-            RowsError::UnmatchedSpend { row, height } => write!(
-                f,
-                "a spend of output row {row} of height {height} names no row of the outputs file"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RowsError {}
 
 /// The message, for callers that carry errors as text: `Chunk::apply`'s signature and the
 /// fuzz targets (`tests/fuzz_support`) that call it.
