@@ -44,7 +44,7 @@ test-rust:
 	cd workers/native && cargo test --profile ci --quiet
 
 test-py:
-	RAY_AUTH_MODE=disabled $(BIN)/pytest -q -rs -m "not slow" tests
+	RAY_AUTH_MODE=disabled $(BIN)/pytest -q -rs -m "not slow" tests benchmarks/tests
 
 bench: setup
 	$(BIN)/python benchmarks/btc_headers.py

@@ -9,7 +9,7 @@ value; it never emits the last ``max_reorg`` blocks, so its counts are checked a
 up to the height it reached, and that height against the tip).
 
 UtxoParser is exact only with a generous ``--estimated-utxos``: on the 240-block chain of
-tests/test_bench_peers.py its scalable cuckoo filter, sized for 272 or 6,223 outputs (the final
+benchmarks/tests/test_peers.py its scalable cuckoo filter, sized for 272 or 6,223 outputs (the final
 UTXO count, every output) and shrunk before the parse, no longer holds some unspent outputs
 (219 or 258 of the 272 UTXOs come out unspent); with 700, or its own mainnet-sized default of
 250,000,000, all 272 do. The test runs it with the default; the benchmark with both (the
@@ -18,7 +18,7 @@ mismatches it reports are real).
 Bitcoin Core's own reindex runs through the oracle harness of ``tests/bitcoin_core``
 (``core_reindex``), checked on tip, best chain and UTXO count and amount.
 
-Used by ``btc_full.py``, ``tests/test_bench_peers.py`` and ``tests/test_btc_core_oracle.py``.
+Used by ``btc_full.py``, ``benchmarks/tests/test_peers.py`` and ``tests/test_btc_core_oracle.py``.
 """
 
 from __future__ import annotations

@@ -24,11 +24,6 @@ from rechain.schemas import bitcoin as ds
 from rechain.workers.btc_scan import WorkUnit, scan_unit
 
 REPO = Path(__file__).resolve().parents[1]
-# The benchmarks' modules import each other by bare name (``from common import ...``); tests of
-# them import them the same way, as the project's own modules, never skipped.
-BENCHMARKS = REPO / "benchmarks"
-if str(BENCHMARKS) not in sys.path:
-    sys.path.insert(0, str(BENCHMARKS))
 SHARED = Path(os.environ.get("RECHAIN_SHARED", REPO.parent / "shared"))
 BTC_DATA = SHARED / "data" / "bitcoin"
 CORPUS = BTC_DATA / "corpus"

@@ -1,7 +1,7 @@
 """benchmarks/charts.py, scaling.py and btc_full_scaling.py: PNGs from results JSON, missing
-inputs skipped, ratios read right, projections and growth fits. The benchmarks are the
-project's own modules (benchmarks/ is on sys.path by tests/conftest.py): imported plainly, so a
-broken one fails here rather than skipping."""
+inputs skipped, ratios read right, projections and growth fits. The benchmarks are imported
+plainly (their folder is on sys.path by benchmarks/tests/conftest.py), so a broken one fails
+here rather than skipping."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import charts
 import pytest
 import scaling
 
-from tests.conftest import BENCHMARKS as BENCH
+BENCH = Path(__file__).resolve().parents[1]
 
 
 def test_charts_written_and_missing_json_skipped(
