@@ -3,6 +3,7 @@
 //! Byte work lives here (scanning, decoding, hashing, linking, generating); Python receives
 //! Arrow record batches through the C data interface and never loops over records.
 
+pub mod atomic;
 pub mod bounded;
 pub mod btc;
 pub mod datasets;

@@ -25,6 +25,7 @@ use super::e2store;
 use super::error::{Error, ErrorKind, Result};
 use super::header::decode_header;
 use super::snappy;
+use crate::atomic;
 use alloy_primitives::{keccak256, B256, U256};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -257,7 +258,7 @@ impl Era1DirWriter {
                 self.network,
                 number / EPOCH_SIZE as u64
             ));
-            let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+            let f = atomic::create(&tmp).map_err(atomic_err)?;
             self.current = Some(OpenFile {
                 tmp,
                 writer: Era1Writer::new(BufWriter::with_capacity(1 << 20, f)),
@@ -281,12 +282,12 @@ impl Era1DirWriter {
             let f = out
                 .into_inner()
                 .map_err(|e| Error::io(&tmp, e.into_error()))?;
-            f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+            atomic::sync(&f, &tmp).map_err(atomic_err)?;
             f.metadata().map_err(|e| Error::io(&tmp, e))?.len()
         };
         let epoch = first / EPOCH_SIZE as u64;
         let path = self.dir.join(era1_file_name(&self.network, epoch, &root));
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+        atomic::rename(&tmp, &path).map_err(atomic_err)?;
         self.written.push(WrittenEra1 {
             path,
             epoch,
@@ -301,11 +302,14 @@ impl Era1DirWriter {
     /// Close the last file; returns every file written, in order.
     pub fn finish(mut self) -> Result<Vec<WrittenEra1>> {
         self.close_current()?;
-        if let Ok(d) = File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
+        atomic::sync_dir(&self.dir);
         Ok(std::mem::take(&mut self.written))
     }
+}
+
+/// A failed step of landing an era1 file, as the error of the file it names.
+fn atomic_err(e: atomic::AtomicError) -> Error {
+    Error::io(e.path, e.source)
 }
 
 impl Drop for Era1DirWriter {

@@ -167,9 +167,9 @@ impl RegisterCheckpointBuilder {
     fn with_output(staged: Option<Staged>, threads: usize) -> Self {
         RegisterCheckpointBuilder {
             write: staged.is_some(),
-            part_files: staged
-                .as_ref()
-                .map_or_else(Vec::new, |s| s.temps.iter().map(|t| t.0.clone()).collect()),
+            part_files: staged.as_ref().map_or_else(Vec::new, |s| {
+                s.temps().iter().map(|t| t.0.clone()).collect()
+            }),
             staged,
             threads: threads.max(1),
             floor: 0,
@@ -200,7 +200,7 @@ impl RegisterCheckpointBuilder {
                     .cloned()
                     .unwrap_or_default()
             },
-            |s| s.temps[SUBTRIE_COUNT + 1].1.clone(),
+            |s| s.temps()[SUBTRIE_COUNT + 1].1.clone(),
         )
     }
 
@@ -567,7 +567,7 @@ impl RegisterCheckpointBuilder {
         }
         write_header(&staged, &crcs)?;
         let bytes = staged
-            .temps
+            .temps()
             .iter()
             .map(|(t, _)| std::fs::metadata(t).map_or(0, |m| m.len()))
             .sum();

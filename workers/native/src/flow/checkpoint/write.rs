@@ -8,6 +8,7 @@ use super::format::{
     MAGIC_HEADER, MAGIC_SUBTRIE, MAGIC_TOPTRIE, SUBTRIE_COUNT, SUBTRIE_LEVEL, TOP_PART,
     TRIE_RECORD_LEN,
 };
+use crate::atomic::Landing;
 use crate::flow::hash::{Hash, MAX_HEIGHT};
 use crate::flow::mtrie::Trie;
 use crate::flow::node::Node;
@@ -27,7 +28,8 @@ pub(super) struct CrcWriter {
 
 impl CrcWriter {
     pub(super) fn create(file: PathBuf) -> CpResult<CrcWriter> {
-        let f = File::create(&file).map_err(|e| CheckpointError::io(&file, 0, &e))?;
+        let f =
+            crate::atomic::create(&file).map_err(|e| CheckpointError::io(&e.path, 0, &e.source))?;
         Ok(CrcWriter {
             file,
             inner: BufWriter::with_capacity(IO_BUF, f),
@@ -63,11 +65,9 @@ impl CrcWriter {
     }
 }
 
-/// The files of a checkpoint being written: temporary names, renamed by [`Staged::commit`].
+/// The files of a checkpoint being written: temporary names, landed by [`Staged::commit`].
 pub(super) struct Staged {
-    dir: PathBuf,
-    pub(super) temps: Vec<(PathBuf, PathBuf)>,
-    done: bool,
+    landing: Landing,
 }
 
 /// Removes the temporary files a killed writer of checkpoint `name` left behind (its `Drop`
@@ -99,59 +99,34 @@ impl Staged {
     pub(super) fn new(dir: &FsPath, name: &str) -> CpResult<Staged> {
         std::fs::create_dir_all(dir).map_err(|e| CheckpointError::io(dir, 0, &e))?;
         remove_stale_temps(dir, name);
-        let mut temps = Vec::with_capacity(SUBTRIE_COUNT + 2);
+        let mut landing = Landing::new(dir);
         for i in 0..=SUBTRIE_COUNT + 1 {
             let target = if i <= SUBTRIE_COUNT {
                 part_name(name, i)
             } else {
                 name.to_string()
             };
-            let temp = format!("writing-{target}-{}", std::process::id());
-            temps.push((dir.join(temp), dir.join(target)));
+            landing.stage(format!("writing-{target}-{}", std::process::id()), target);
         }
-        Ok(Staged {
-            dir: dir.to_path_buf(),
-            temps,
-            done: false,
-        })
+        Ok(Staged { landing })
+    }
+
+    /// (temporary path, final path) of the parts 0..=16, then the header.
+    pub(super) fn temps(&self) -> &[(PathBuf, PathBuf)] {
+        self.landing.files()
     }
 
     pub(super) fn temp(&self, i: usize) -> PathBuf {
-        self.temps[i].0.clone()
+        self.temps()[i].0.clone()
     }
 
     /// Syncs every file, then renames the parts and the header last (a reader looks for the
     /// header first). If a rename fails, the files already renamed are removed again
-    /// (flow-go's `deleteCheckpointFiles`).
-    pub(super) fn commit(mut self) -> CpResult<()> {
-        for (temp, _) in &self.temps {
-            File::open(temp)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| CheckpointError::io(temp, 0, &e))?;
-        }
-        for (k, (temp, target)) in self.temps.iter().enumerate() {
-            if let Err(e) = std::fs::rename(temp, target) {
-                for (_, done) in &self.temps[..k] {
-                    let _ = std::fs::remove_file(done);
-                }
-                return Err(CheckpointError::io(target, 0, &e));
-            }
-        }
-        if let Ok(d) = File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        if !self.done {
-            for (temp, _) in &self.temps {
-                let _ = std::fs::remove_file(temp);
-            }
-        }
+    /// (flow-go's `deleteCheckpointFiles`). Dropped before, it removes the temporaries.
+    pub(super) fn commit(self) -> CpResult<()> {
+        self.landing
+            .land()
+            .map_err(|e| CheckpointError::io(&e.path, 0, &e.source))
     }
 }
 
@@ -412,7 +387,7 @@ pub fn write_tries(
     crcs[TOP_PART] = w.finish()?;
     write_header(&staged, &crcs)?;
     let bytes = staged
-        .temps
+        .temps()
         .iter()
         .map(|(t, _)| std::fs::metadata(t).map_or(0, |m| m.len()))
         .sum();
