@@ -8,7 +8,6 @@
 //! Every message is the text Python has always received (bindings turn these into `OSError`
 //! or `ValueError` with `to_string()`), so none may change.
 
-use super::coin::Key;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -107,10 +106,11 @@ pub enum StoreError {
     EventKind(u8),
     /// A resolved coin of an unknown state.
     ResolvedState(u8),
-    /// A key the resolution left to the stored set, with no stored value given.
-    NoStoredValue(Key),
-    /// A needed key the resolution gave nothing for.
-    NoResolvedCoin(Key),
+    /// A key the resolution left to the stored set, with no stored value given (its bytes:
+    /// this module names no `coin` type, which depends on it).
+    NoStoredValue(Vec<u8>),
+    /// A needed key the resolution gave nothing for (its bytes).
+    NoResolvedCoin(Vec<u8>),
 }
 
 impl fmt::Display for StoreError {
@@ -131,8 +131,11 @@ impl fmt::Display for StoreError {
             StoreError::SpendKey { len } => write!(f, "a key of {len} bytes"),
             StoreError::EventKind(k) => write!(f, "event kind {k}"),
             StoreError::ResolvedState(s) => write!(f, "resolved state {s}"),
-            StoreError::NoStoredValue(k) => write!(f, "no stored value given for {k:?}"),
-            StoreError::NoResolvedCoin(k) => write!(f, "spend resolution gave no coin for {k:?}"),
+            // As `coin::Key`'s Debug shows a key.
+            StoreError::NoStoredValue(k) => write!(f, "no stored value given for Key({k:02x?})"),
+            StoreError::NoResolvedCoin(k) => {
+                write!(f, "spend resolution gave no coin for Key({k:02x?})")
+            }
         }
     }
 }
@@ -281,5 +284,24 @@ impl From<StoreError> for String {
 impl From<ChainStateError> for String {
     fn from(e: ChainStateError) -> String {
         e.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btc::coin::utxo_key;
+
+    #[test]
+    fn key_messages_show_the_key_as_its_debug_does() {
+        let k = utxo_key(&[7u8; 32], 300);
+        assert_eq!(
+            StoreError::NoStoredValue(k.to_vec()).to_string(),
+            format!("no stored value given for {k:?}")
+        );
+        assert_eq!(
+            StoreError::NoResolvedCoin(k.to_vec()).to_string(),
+            format!("spend resolution gave no coin for {k:?}")
+        );
     }
 }

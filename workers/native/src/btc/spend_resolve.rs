@@ -155,7 +155,9 @@ impl Chunk {
             }
         }
         for key in from_set {
-            let v = stored.get(&key).ok_or(StoreError::NoStoredValue(key))?;
+            let v = stored
+                .get(&key)
+                .ok_or_else(|| StoreError::NoStoredValue(key.to_vec()))?;
             known.insert(key, v.as_deref());
         }
         self.needed
@@ -164,7 +166,7 @@ impl Chunk {
                 known
                     .get(k)
                     .map(|v| v.map(<[u8]>::to_vec))
-                    .ok_or(StoreError::NoResolvedCoin(*k))
+                    .ok_or_else(|| StoreError::NoResolvedCoin(k.to_vec()))
             })
             .collect()
     }
