@@ -47,7 +47,19 @@ def main() -> None:
         gen_t = time.perf_counter()
         # The chain of benchmarks/btc_headers.py: shuffled arrival, side branches, orphans.
         _native.generate_bitcoin(
-            str(work / "node"), args.blocks, "regtest", 42, 134_217_728, True, 1024, 20, 10, 1, 1
+            str(work / "node"),
+            _native.BtcGenConfig(
+                blocks=args.blocks,
+                network="regtest",
+                seed=42,
+                file_size=134_217_728,
+                xor=True,
+                shuffle_window=1024,
+                side_branches=20,
+                orphans=10,
+                tx_min=1,
+                tx_max=1,
+            ),
         )
         gen_s = time.perf_counter() - gen_t
         blocks = work / "node" / "blocks"

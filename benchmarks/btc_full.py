@@ -321,7 +321,19 @@ def main() -> None:
         if not made.exists():
             shutil.rmtree(node, ignore_errors=True)
             _native.generate_bitcoin(
-                str(node), args.blocks, "regtest", 7, 134_217_728, False, 16, 5, 3, lo, hi
+                str(node),
+                _native.BtcGenConfig(
+                    blocks=args.blocks,
+                    network="regtest",
+                    seed=7,
+                    file_size=134_217_728,
+                    xor=False,
+                    shuffle_window=16,
+                    side_branches=5,
+                    orphans=3,
+                    tx_min=lo,
+                    tx_max=hi,
+                ),
             )
             made.touch()
         gen_s = time.perf_counter() - t

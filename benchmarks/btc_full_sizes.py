@@ -62,7 +62,19 @@ def chain(cache: Path, blocks: int, lo: int, hi: int) -> Path:
         cache.mkdir(parents=True, exist_ok=True)
         lock.write_text(str(os.getpid()))
         _native.generate_bitcoin(
-            str(node), blocks, "regtest", 7, 134_217_728, False, 16, 5, 3, lo, hi
+            str(node),
+            _native.BtcGenConfig(
+                blocks=blocks,
+                network="regtest",
+                seed=7,
+                file_size=134_217_728,
+                xor=False,
+                shuffle_window=16,
+                side_branches=5,
+                orphans=3,
+                tx_min=lo,
+                tx_max=hi,
+            ),
         )
         made.touch()
     return node / "blocks"

@@ -128,7 +128,19 @@ def main() -> None:
     try:
         gen_t = time.perf_counter()
         _native.generate_bitcoin(
-            str(work / "dense"), args.blocks, "regtest", 42, 134_217_728, True, 1024, 20, 10, 1, 1
+            str(work / "dense"),
+            _native.BtcGenConfig(
+                blocks=args.blocks,
+                network="regtest",
+                seed=42,
+                file_size=134_217_728,
+                xor=True,
+                shuffle_window=1024,
+                side_branches=20,
+                orphans=10,
+                tx_min=1,
+                tx_max=1,
+            ),
         )
         gen_s = time.perf_counter() - gen_t
         hash_rate, hash_cpu_rate = hash_limit()
@@ -157,16 +169,18 @@ def main() -> None:
         # ~8 KiB blocks: a header index should read a small fraction of the bytes.
         _native.generate_bitcoin(
             str(work / "sparse"),
-            args.sparse_blocks,
-            "regtest",
-            43,
-            134_217_728,
-            True,
-            1024,
-            0,
-            0,
-            25,
-            45,
+            _native.BtcGenConfig(
+                blocks=args.sparse_blocks,
+                network="regtest",
+                seed=43,
+                file_size=134_217_728,
+                xor=True,
+                shuffle_window=1024,
+                side_branches=0,
+                orphans=0,
+                tx_min=25,
+                tx_max=45,
+            ),
         )
         sparse, _, _, _ = reindex(work / "sparse" / "blocks", work / "sparse-data", args.workers)
         srun = sparse["run"]

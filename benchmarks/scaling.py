@@ -96,16 +96,18 @@ def main() -> None:
             t = time.perf_counter()
             _native.generate_bitcoin(
                 str(node),
-                args.base * mult,
-                "regtest",
-                42,
-                CORE_FILE_BYTES,
-                True,
-                1024,
-                20,
-                10,
-                1,
-                1,
+                _native.BtcGenConfig(
+                    blocks=args.base * mult,
+                    network="regtest",
+                    seed=42,
+                    file_size=CORE_FILE_BYTES,
+                    xor=True,
+                    shuffle_window=1024,
+                    side_branches=20,
+                    orphans=10,
+                    tx_min=1,
+                    tx_max=1,
+                ),
             )
             gen_s = time.perf_counter() - t
             blocks = node / "blocks"

@@ -43,19 +43,21 @@ def generate(
         facts = dict(
             _native.generate_bitcoin(
                 str(outdir),
-                blocks,
-                network,
-                seed,
-                file_size,
-                xor,
-                shuffle_window,
-                side_branches,
-                orphans,
-                tx_min,
-                tx_max,
-                reorg_depth,
-                reorg_back,
-                bad_signature,
+                _native.BtcGenConfig(
+                    blocks=blocks,
+                    network=network,
+                    seed=seed,
+                    file_size=file_size,
+                    xor=xor,
+                    shuffle_window=shuffle_window,
+                    side_branches=side_branches,
+                    orphans=orphans,
+                    tx_min=tx_min,
+                    tx_max=tx_max,
+                    reorg_depth=reorg_depth,
+                    reorg_back=reorg_back,
+                    bad_signature_height=bad_signature,
+                ),
             )
         )
     except (OSError, ValueError) as e:

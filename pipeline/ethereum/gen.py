@@ -64,14 +64,16 @@ def generate(
         facts = dict(
             _native.eth_generate(
                 str(target),
-                blocks,
-                fmt,
-                network,
-                seed,
-                tx_min,
-                tx_max,
-                freezer_version,
-                max_file_size,
+                _native.EthGenConfig(
+                    blocks=blocks,
+                    format=fmt,
+                    network=network,
+                    seed=seed,
+                    tx_min=tx_min,
+                    tx_max=tx_max,
+                    freezer_version=freezer_version,
+                    max_file_size=max_file_size,
+                ),
             )
         )
     except (OSError, ValueError) as e:

@@ -299,17 +299,13 @@ fn reversed_hashes<'py>(py: Python<'py>, hashes: PyArray) -> PyResult<Bound<'py,
     Ok(array.into_bound(py))
 }
 
-/// Generates a test chain under `outdir/blocks`; returns the facts for expected.json.
-#[pyfunction]
-#[pyo3(signature = (outdir, blocks, network_name="regtest", seed=1, file_size=134_217_728, xor=true,
-                    shuffle_window=16, side_branches=0, orphans=0, tx_min=1, tx_max=1,
-                    reorg_depth=0, reorg_back=false, bad_signature_height=0))]
-#[allow(clippy::too_many_arguments)]
-fn generate_bitcoin<'py>(
-    py: Python<'py>,
-    outdir: PathBuf,
+/// The test chain generator's settings (`btc::gen::GenConfig`), built in Python by keyword:
+/// `BtcGenConfig(blocks=300, seed=7)`; every other field has the default of `rechain gen
+/// bitcoin`.
+#[pyclass(module = "rechain.workers._native", frozen, get_all)]
+struct BtcGenConfig {
     blocks: u64,
-    network_name: &str,
+    network: String,
     seed: u64,
     file_size: u64,
     xor: bool,
@@ -321,21 +317,70 @@ fn generate_bitcoin<'py>(
     reorg_depth: u64,
     reorg_back: bool,
     bad_signature_height: u64,
+}
+
+#[pymethods]
+impl BtcGenConfig {
+    #[new]
+    #[pyo3(signature = (*, blocks, network="regtest".to_string(), seed=1, file_size=134_217_728, xor=true,
+                        shuffle_window=16, side_branches=0, orphans=0, tx_min=1, tx_max=1,
+                        reorg_depth=0, reorg_back=false, bad_signature_height=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        blocks: u64,
+        network: String,
+        seed: u64,
+        file_size: u64,
+        xor: bool,
+        shuffle_window: usize,
+        side_branches: usize,
+        orphans: usize,
+        tx_min: usize,
+        tx_max: usize,
+        reorg_depth: u64,
+        reorg_back: bool,
+        bad_signature_height: u64,
+    ) -> Self {
+        BtcGenConfig {
+            blocks,
+            network,
+            seed,
+            file_size,
+            xor,
+            shuffle_window,
+            side_branches,
+            orphans,
+            tx_min,
+            tx_max,
+            reorg_depth,
+            reorg_back,
+            bad_signature_height,
+        }
+    }
+}
+
+/// Generates a test chain under `outdir/blocks`; returns the facts for expected.json.
+#[pyfunction]
+fn generate_bitcoin<'py>(
+    py: Python<'py>,
+    outdir: PathBuf,
+    config: Bound<'py, BtcGenConfig>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let c = config.get();
     let cfg = btc::gen::GenConfig {
-        network: network(network_name)?,
-        blocks,
-        seed,
-        file_size,
-        xor,
-        shuffle_window,
-        side_branches,
-        orphans,
-        tx_min,
-        tx_max,
-        reorg_depth,
-        reorg_back,
-        bad_signature_height,
+        network: network(&c.network)?,
+        blocks: c.blocks,
+        seed: c.seed,
+        file_size: c.file_size,
+        xor: c.xor,
+        shuffle_window: c.shuffle_window,
+        side_branches: c.side_branches,
+        orphans: c.orphans,
+        tx_min: c.tx_min,
+        tx_max: c.tx_max,
+        reorg_depth: c.reorg_depth,
+        reorg_back: c.reorg_back,
+        bad_signature_height: c.bad_signature_height,
     };
     let dir = outdir.join("blocks");
     let s = py
@@ -406,6 +451,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_hash, m)?)?;
     m.add_function(wrap_pyfunction!(display_hash, m)?)?;
     m.add_function(wrap_pyfunction!(reversed_hashes, m)?)?;
+    m.add_class::<BtcGenConfig>()?;
     m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
     py::flow::register(m)?;

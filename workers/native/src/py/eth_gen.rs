@@ -32,28 +32,70 @@ fn era1_file_dict<'py>(py: Python<'py>, f: &WrittenEra1) -> PyResult<Bound<'py, 
     Ok(d)
 }
 
-/// Generate `blocks` blocks (genesis included) of `network` (mainnet, sepolia, dev) into
-/// `out_dir`: era1 files (`format="era1"`) or the tables of a geth chain freezer
-/// (`format="freezer"`, layout `freezer_version`: current, v1.15 or v1.10 with diffs; data files
-/// cut at `max_file_size`). Returns the summary as a dict (hashes and TD as hex / decimal
-/// strings).
-#[pyfunction]
-#[pyo3(signature = (out_dir, blocks, format, network, seed, tx_min, tx_max,
-                    freezer_version="current", max_file_size=crate::eth::freezer_writer::MAX_FILE_SIZE))]
-#[allow(clippy::too_many_arguments)]
-fn eth_generate<'py>(
-    py: Python<'py>,
-    out_dir: PathBuf,
+/// The settings of [`eth_generate`], built in Python by keyword:
+/// `EthGenConfig(blocks=300, format="freezer")`; every other field has the default of
+/// `rechain gen eth`. `format`: era1 or freezer; `network`: mainnet, sepolia or dev;
+/// `freezer_version`: current, v1.15 or v1.10 (with diffs); freezer data files are cut at
+/// `max_file_size`.
+#[pyclass(
+    module = "rechain.workers._native",
+    name = "EthGenConfig",
+    frozen,
+    get_all
+)]
+struct PyEthGenConfig {
     blocks: u64,
-    format: &str,
-    network: &str,
+    format: String,
+    network: String,
     seed: u64,
     tx_min: usize,
     tx_max: usize,
-    freezer_version: &str,
+    freezer_version: String,
     max_file_size: u64,
+}
+
+#[pymethods]
+impl PyEthGenConfig {
+    #[new]
+    #[pyo3(signature = (*, blocks, format="era1".to_string(), network="mainnet".to_string(),
+                        seed=1, tx_min=0, tx_max=4, freezer_version="current".to_string(),
+                        max_file_size=crate::eth::freezer_writer::MAX_FILE_SIZE))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        blocks: u64,
+        format: String,
+        network: String,
+        seed: u64,
+        tx_min: usize,
+        tx_max: usize,
+        freezer_version: String,
+        max_file_size: u64,
+    ) -> Self {
+        PyEthGenConfig {
+            blocks,
+            format,
+            network,
+            seed,
+            tx_min,
+            tx_max,
+            freezer_version,
+            max_file_size,
+        }
+    }
+}
+
+/// Generate `config.blocks` blocks (genesis included) of `config.network` into `out_dir`: era1
+/// files or the tables of a geth chain freezer ([`PyEthGenConfig`]). Returns the summary as a
+/// dict (hashes and TD as hex / decimal strings).
+#[pyfunction]
+fn eth_generate<'py>(
+    py: Python<'py>,
+    out_dir: PathBuf,
+    config: Bound<'py, PyEthGenConfig>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let format = match format {
+    let c = config.get();
+    let freezer_version = c.freezer_version.as_str();
+    let format = match c.format.as_str() {
         "era1" => OutputFormat::Era1,
         "freezer" => OutputFormat::Freezer(FreezerOptions {
             version: FreezerVersion::by_name(freezer_version).ok_or_else(|| {
@@ -61,7 +103,7 @@ fn eth_generate<'py>(
                     "unknown freezer version {freezer_version:?} (current, v1.15, v1.10)"
                 ))
             })?,
-            max_file_size,
+            max_file_size: c.max_file_size,
         }),
         f => {
             return Err(PyValueError::new_err(format!(
@@ -69,8 +111,8 @@ fn eth_generate<'py>(
             )))
         }
     };
-    let cfg =
-        EthGenConfig::for_network(network, blocks, seed, tx_min, tx_max, format).map_err(py_err)?;
+    let cfg = EthGenConfig::for_network(&c.network, c.blocks, c.seed, c.tx_min, c.tx_max, format)
+        .map_err(py_err)?;
     let s = py.detach(|| generate(&cfg, &out_dir)).map_err(py_err)?;
     let d = PyDict::new(py);
     d.set_item("network", &s.network)?;
@@ -171,6 +213,7 @@ impl Era1Writer {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyEthGenConfig>()?;
     m.add_function(wrap_pyfunction!(eth_generate, m)?)?;
     m.add_class::<Era1Writer>()?;
     Ok(())
