@@ -71,13 +71,6 @@ impl fmt::Display for WriteError {
 
 impl std::error::Error for WriteError {}
 
-/// The message, for the callers that carry errors as text (Flow's table writers).
-impl From<WriteError> for String {
-    fn from(e: WriteError) -> String {
-        e.to_string()
-    }
-}
-
 /// Row-group limits: at most `rows` rows, and a group is closed early once its encoded
 /// columns (which a writer holds until the group is done) reach `bytes`.
 #[derive(Debug, Clone, Copy)]
@@ -112,13 +105,8 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
-    /// The error as its message: Flow's table writers take it so (see
-    /// [`TableWriter::try_create`]).
-    pub fn create(path: &Path, schema: SchemaRef, layout: &Layout) -> Result<TableWriter, String> {
-        Ok(TableWriter::try_create(path, schema, layout)?)
-    }
-
-    pub fn try_create(
+    /// Creates the file at `path` for `schema`'s batches, its columns laid out by `layout`.
+    pub fn create(
         path: &Path,
         schema: SchemaRef,
         layout: &Layout,
@@ -359,17 +347,17 @@ pub fn write_batches(
     layout: &Layout,
     groups: RowGroups,
 ) -> Result<u64, WriteError> {
-    let mut t = AlignedTables::new(vec![TableWriter::try_create(path, schema, layout)?], groups);
+    let mut t = AlignedTables::new(vec![TableWriter::create(path, schema, layout)?], groups);
     for batch in batches {
         let batch = batch?;
         let mut at = 0;
         while at < batch.num_rows() {
             let n = t.step_rows(STEP_ROWS).min(batch.num_rows() - at);
-            t.try_write(&[batch.slice(at, n)])?;
+            t.write(&[batch.slice(at, n)])?;
             at += n;
         }
     }
-    t.try_finish()
+    t.finish()
 }
 
 /// Tables written side by side with the same row groups (row `i` of each table describes the
@@ -398,13 +386,7 @@ impl AlignedTables {
         most.clamp(1, self.groups.rows - self.in_group)
     }
 
-    /// The error as its message: Flow's table writers take it so (see
-    /// [`AlignedTables::try_write`]).
-    pub fn write(&mut self, batches: &[RecordBatch]) -> Result<(), String> {
-        Ok(self.try_write(batches)?)
-    }
-
-    pub fn try_write(&mut self, batches: &[RecordBatch]) -> Result<(), WriteError> {
+    pub fn write(&mut self, batches: &[RecordBatch]) -> Result<(), WriteError> {
         assert_eq!(batches.len(), self.tables.len(), "one batch per table");
         let rows = batches.first().map_or(0, RecordBatch::num_rows);
         for (t, b) in self.tables.iter_mut().zip(batches) {
@@ -425,14 +407,8 @@ impl AlignedTables {
         Ok(())
     }
 
-    /// [`AlignedTables::try_finish`], the error as its message (as Flow's table writers
-    /// take it).
-    pub fn finish(self) -> Result<u64, String> {
-        Ok(self.try_finish()?)
-    }
-
     /// Finishes every file; returns the rows written (the same for each table).
-    pub fn try_finish(self) -> Result<u64, WriteError> {
+    pub fn finish(self) -> Result<u64, WriteError> {
         let mut rows = 0;
         for t in self.tables {
             rows = t.finish()?;

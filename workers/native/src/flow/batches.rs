@@ -463,8 +463,8 @@ pub fn register_tables(
     hashes: &FsPath,
 ) -> Result<Vec<TableWriter>, OutputError> {
     Ok(vec![
-        TableWriter::try_create(registers, registers_schema(), &REGISTERS_LAYOUT)?,
-        TableWriter::try_create(hashes, leaf_hashes_schema(), &REGISTER_HASHES_LAYOUT)?,
+        TableWriter::create(registers, registers_schema(), &REGISTERS_LAYOUT)?,
+        TableWriter::create(hashes, leaf_hashes_schema(), &REGISTER_HASHES_LAYOUT)?,
     ])
 }
 

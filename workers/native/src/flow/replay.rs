@@ -209,16 +209,16 @@ impl ReplayState {
             dictionary: dictionary_columns,
             ..Layout::default()
         };
-        let table = TableWriter::try_create(path, trie_updates_schema(), &layout)?;
+        let table = TableWriter::create(path, trie_updates_schema(), &layout)?;
         let mut out = AlignedTables::new(vec![table], groups);
         let log = &self.log;
         let mut done = 0;
         while done < log.len() {
             let n = out.step_rows(PUBLISH_CHUNK).min(log.len() - done);
-            out.try_write(&[trie_updates_batch(&log[done..done + n], done as u64)])?;
+            out.write(&[trie_updates_batch(&log[done..done + n], done as u64)])?;
             done += n;
         }
-        Ok(out.try_finish()?)
+        Ok(out.finish()?)
     }
 
     /// Writes a trie's registers as a `registers` Parquet file and their `register_hashes`
@@ -246,7 +246,7 @@ impl ReplayState {
                 .next_leaf_nodes(out.step_rows(PUBLISH_CHUNK))
                 .map_err(OutputError::from)?;
             if leaves.is_empty() {
-                let rows = out.try_finish().map_err(OutputError::from)?;
+                let rows = out.finish().map_err(OutputError::from)?;
                 let files = match writer {
                     Some(w) => w.finish()?,
                     None => Vec::new(),
@@ -257,7 +257,7 @@ impl ReplayState {
             if let Some(w) = writer.as_mut() {
                 w.add(&regs)?;
             }
-            out.try_write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])
+            out.write(&[registers_batch(&regs), leaf_hashes_batch(&leaves)])
                 .map_err(OutputError::from)?;
         }
     }

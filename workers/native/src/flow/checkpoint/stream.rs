@@ -298,11 +298,11 @@ impl PartSink for RegisterFiles {
             Some(h) => leaf_hashes_batch_with(leaves, h),
             None => leaf_hashes_batch(leaves),
         };
-        Ok(self.tables.try_write(&[registers_batch(&regs), hashes])?)
+        Ok(self.tables.write(&[registers_batch(&regs), hashes])?)
     }
 
     fn finish(self) -> Result<Self::Done, OutputError> {
-        let rows = self.tables.try_finish()?;
+        let rows = self.tables.finish()?;
         let files = match self.sst {
             Some(w) => w.finish()?,
             None => Vec::new(),
