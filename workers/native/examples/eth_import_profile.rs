@@ -2,10 +2,11 @@
 //! only, read and check, the whole unit, its index entries).
 //! `cargo run --profile ci --example eth_import_profile -- ERA1_DIR [NETWORK] [FILES]`
 
+use rechain_native::eth::chain_config::ChainConfig;
 use rechain_native::eth::era1::Era1;
 use rechain_native::eth::import::{self, Options, Source};
 use rechain_native::eth::tables::Rows;
-use rechain_native::eth::validate::{verify_era1, verify_era1_into, ChainConfig};
+use rechain_native::eth::validate::{verify_era1, verify_era1_into};
 use std::time::Instant;
 
 fn main() {

@@ -1,11 +1,13 @@
 //! Damaged copies of the real era1 files and the spec's snappy vectors: every damage gives its
 //! specific typed error (or verdict) with its location, never a panic.
 
+use rechain_native::eth::chain_config::MAINNET;
 use rechain_native::eth::e2store;
 use rechain_native::eth::era1::Era1;
 use rechain_native::eth::header::decode_header;
+use rechain_native::eth::rules::Rule;
 use rechain_native::eth::snappy::{decode_framed, decode_raw, masked_crc32c};
-use rechain_native::eth::validate::{verify_era1, Rule, MAINNET};
+use rechain_native::eth::validate::verify_era1;
 use rechain_native::eth::{keccak256, ErrorKind, B256};
 use std::path::PathBuf;
 

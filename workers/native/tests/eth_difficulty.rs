@@ -4,8 +4,9 @@
 //! file runs its fork from block 0; the parent is block `currentBlockNumber − 1`.
 //! (Frontier is checked on the 8,192 real headers of mainnet epoch 3 in `eth_era1.rs`.)
 
+use rechain_native::eth::chain_config::{ChainConfig, MAINNET};
 use rechain_native::eth::header::{Header, EMPTY_OMMERS_HASH};
-use rechain_native::eth::validate::{calc_difficulty, ChainConfig, MAINNET};
+use rechain_native::eth::rules::calc_difficulty;
 use rechain_native::eth::{B256, U256};
 
 const NONE: ChainConfig = ChainConfig {

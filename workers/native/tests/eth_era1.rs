@@ -3,10 +3,12 @@
 
 use rechain_native::eth::accumulator;
 use rechain_native::eth::body::decode_body;
+use rechain_native::eth::chain_config::{ChainConfig, MAINNET, SEPOLIA};
 use rechain_native::eth::era1::{parse_name, Era1};
 use rechain_native::eth::header::decode_header;
 use rechain_native::eth::receipt::{decode_consensus_receipts, receipts_root};
-use rechain_native::eth::validate::{verify_era1, ChainConfig, Rule, MAINNET, SEPOLIA};
+use rechain_native::eth::rules::Rule;
+use rechain_native::eth::validate::verify_era1;
 use rechain_native::eth::{B256, U256};
 use std::path::PathBuf;
 
@@ -178,7 +180,7 @@ fn eth_sepolia_genesis_td_is_its_difficulty() {
 #[test]
 fn eth_wrong_rules_are_reported() {
     // Real headers of mainnet epoch 3, altered after decoding: each rule fires by itself.
-    use rechain_native::eth::validate::check_header;
+    use rechain_native::eth::rules::check_header;
     let era = Era1::open(era1_dir().join("mainnet-00003-d8b8a40b.era1")).unwrap();
     let p = decode_header(&era.block(30_000).unwrap().header).unwrap();
     let c = decode_header(&era.block(30_001).unwrap().header).unwrap();
@@ -323,7 +325,7 @@ fn eth_random_damage_never_panics() {
 fn eth_uncle_rules() {
     // verify_era1 above checks every uncle of mainnet epoch 3 (none reused, parents within 7
     // generations, headers valid). Here the rules fire one by one on a real uncle.
-    use rechain_native::eth::validate::{check_uncles, Ancestor, UNCLE_GENERATIONS};
+    use rechain_native::eth::rules::{check_uncles, Ancestor, UNCLE_GENERATIONS};
     let era = Era1::open(era1_dir().join("mainnet-00003-d8b8a40b.era1")).unwrap();
     let mut ancestors: Vec<Ancestor> = Vec::new();
     let mut found = None;

@@ -4,10 +4,11 @@
 //! and 1).
 
 use rechain_native::eth::body::decode_body;
+use rechain_native::eth::chain_config::MAINNET;
 use rechain_native::eth::era1::Era1;
 use rechain_native::eth::ethash::{epoch_of, seal_hash, verify_pow, Cache};
 use rechain_native::eth::header::decode_header;
-use rechain_native::eth::validate::{check_header, check_pow, Rule, Violation, MAINNET};
+use rechain_native::eth::rules::{check_header, check_pow, Rule, Violation};
 use rechain_native::eth::{B256, U256};
 use std::sync::atomic::{AtomicU64, Ordering};
 

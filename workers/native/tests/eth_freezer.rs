@@ -3,12 +3,12 @@
 //! the files geth wrote (its `hashes` table, index sizes, `.meta`) and the spec's §1 vectors.
 
 use rechain_native::eth::body::decode_body;
+use rechain_native::eth::chain_config::ChainConfig;
 use rechain_native::eth::freezer::{Freezer, Layout, Table};
 use rechain_native::eth::header::decode_header;
 use rechain_native::eth::receipt::decode_storage_receipts;
-use rechain_native::eth::validate::{
-    check_hash, check_total_difficulty, verify_freezer, ChainConfig, Rule,
-};
+use rechain_native::eth::rules::{check_hash, check_total_difficulty, Rule};
+use rechain_native::eth::validate::verify_freezer;
 use rechain_native::eth::{keccak256, ErrorKind, U256};
 use std::path::{Path, PathBuf};
 

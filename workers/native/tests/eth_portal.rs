@@ -3,11 +3,12 @@
 //! and the spec's §4.4 table.
 
 use rechain_native::eth::body::decode_body;
+use rechain_native::eth::chain_config::MAINNET;
 use rechain_native::eth::header::{
     decode_header, DecodedHeader, EMPTY_REQUESTS_HASH, EMPTY_ROOT_HASH,
 };
 use rechain_native::eth::receipt::{decode_slim_receipts, Receipt};
-use rechain_native::eth::validate::{calc_base_fee, check_block, check_header, MAINNET};
+use rechain_native::eth::rules::{calc_base_fee, check_block, check_header};
 use rechain_native::eth::{B256, U256};
 use std::path::PathBuf;
 

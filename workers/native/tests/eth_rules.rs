@@ -2,9 +2,10 @@
 //! `shared/data/ethereum/portal/`, which passes unaltered) changed in one field at a time, and the
 //! spec's formulas on hand-computed inputs.
 
+use rechain_native::eth::chain_config::MAINNET;
 use rechain_native::eth::header::{decode_header, DecodedHeader};
-use rechain_native::eth::validate::{
-    calc_excess_blob_gas, check_header, fake_exponential, Rule, Violation, MAINNET,
+use rechain_native::eth::rules::{
+    calc_excess_blob_gas, check_header, fake_exponential, Rule, Violation,
 };
 use rechain_native::eth::{B256, U256};
 

@@ -8,15 +8,14 @@
 //! Also the RocksDB index entries of a unit ([`index_entries`]): keys and values declared here.
 
 use super::accumulator::{self, HistoricalRoots};
+use super::chain_config::ChainConfig;
 use super::era1::Era1;
 use super::ethash::{self, Cache};
 use super::freezer::Freezer;
 use super::header::{decode_header, DecodedHeader, KeccakBatch};
+use super::rules::{check_header, check_pow, check_total_difficulty, Rule, Violation};
 use super::tables::Rows;
-use super::validate::{
-    check_header, check_pow, check_total_difficulty, verify_era1_into, verify_freezer_into,
-    ChainConfig, Checked, Rule, Violation,
-};
+use super::validate::{verify_era1_into, verify_freezer_into, Checked};
 use super::{Error, B256, U256};
 use alloy_primitives::hex;
 use arrow_array::{
@@ -422,7 +421,7 @@ pub fn historical_roots(network: &str) -> Option<&'static HistoricalRoots> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eth::validate::MAINNET;
+    use crate::eth::chain_config::MAINNET;
 
     fn data(rel: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))

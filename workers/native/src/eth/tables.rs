@@ -10,7 +10,7 @@
 use super::body::Body;
 use super::header::DecodedHeader;
 use super::receipt::Receipt;
-use super::validate::Violation;
+use super::rules::Violation;
 use alloy_consensus::transaction::SignerRecoverable;
 use alloy_consensus::{Eip658Value, Transaction as _};
 use alloy_primitives::{hex, U256};

@@ -13,10 +13,10 @@ use super::receipt::Receipt;
 use super::receipt::{decode_storage_receipts, set_types};
 use alloy_primitives::{B256, U256};
 
-// The chain configurations and rules at their old paths (`validate::MAINNET`, ...), which the
-// integration tests and the importer name.
-pub use super::chain_config::*;
-pub use super::rules::*;
+// The chain configurations and rules, for this file's walkers; `gen.rs` still names them
+// through this module too (crate-only: callers outside use `chain_config` and `rules`).
+pub(crate) use super::chain_config::*;
+pub(crate) use super::rules::*;
 
 /// Blocks a check reads ahead so that their headers are hashed together.
 const HASH_WINDOW: usize = 64;

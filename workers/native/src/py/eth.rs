@@ -1,9 +1,10 @@
 //! Python bindings of the Ethereum history import (`eth::import`, `eth::tables`).
 
+use crate::eth::chain_config::ChainConfig;
 use crate::eth::freezer::Freezer;
 use crate::eth::import::{self, Options, Source};
+use crate::eth::rules::Violation;
 use crate::eth::tables;
-use crate::eth::validate::{ChainConfig, Violation};
 use crate::eth::U256;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
