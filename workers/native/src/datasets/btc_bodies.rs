@@ -4,7 +4,7 @@
 //! (`build_verdicts`): `body_blocks` and `body_txids` (each transaction's txid, block, position).
 //! Hashes are given as 32 raw bytes in display order (`fixed_size_binary(32)`), scripts and
 //! witness items as raw bytes (`large_binary`): half the size of hex and no hex pass in the
-//! workers. The publish stage's SQL (`pipeline/stages/bitcoin/publish.py`) reads the hashes as
+//! workers. The publish stage's SQL (`pipeline/bitcoin/stages/publish.py`) reads the hashes as
 //! display hex, as Core's RPC shows them, and publishes scripts and witness items as hex.
 
 use crate::btc::columns::{BinCol, StrCol};
