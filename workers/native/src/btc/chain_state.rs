@@ -9,7 +9,7 @@
 //!
 //! Coins and their encoding are `coin.rs`; undo records are `undo.rs`.
 
-use super::coin::{key_order, output_row, spendable, utxo_key, Coin, CoinHead, Txid};
+use super::coin::{key_order, output_row, spendable, utxo_key, Coin, CoinHead, Key, Txid};
 use super::decode::{coinbase_height, frame_and_check, is_null_prevout, Spans};
 use super::error::{
     BlockAt, ChainStateError, Failure, FailureKind, ReadError, RecordProblem, Reject, StoreError,
@@ -23,10 +23,6 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-
-// The coin and undo items at their old paths, which the fuzz targets (`tests/fuzz_support`) name.
-pub use super::coin::{coin_fields, Key};
-pub use super::undo::unwind;
 
 /// Blocks a coinbase output waits before it may be spent.
 pub const COINBASE_MATURITY: u32 = 100;
@@ -192,25 +188,14 @@ impl Chunk {
             }
             loaded.push((b.height, b.hash, data));
         }
-        Ok(Chunk::framed(network, loaded))
+        Ok(Chunk::from_blocks(network, loaded))
     }
 
     /// A chunk of blocks already in memory: (height, hash, block bytes), heights ascending.
     /// Each block is framed and makes the body pass's context-free checks (the body pass
     /// leaves the blocks the chain state reads to it): the chunk ends before the first that
     /// fails them (`body_failure`).
-    ///
-    /// Never an error: the `Result` (and its `String`) is the signature the fuzz targets
-    /// (`tests/fuzz_support`) call it with.
-    pub fn from_blocks(
-        network: Network,
-        blocks: Vec<(u32, [u8; 32], Vec<u8>)>,
-    ) -> Result<Chunk, String> {
-        Ok(Chunk::framed(network, blocks))
-    }
-
-    /// [`Chunk::from_blocks`], which cannot fail.
-    fn framed(network: Network, blocks: Vec<(u32, [u8; 32], Vec<u8>)>) -> Chunk {
+    pub fn from_blocks(network: Network, blocks: Vec<(u32, [u8; 32], Vec<u8>)>) -> Chunk {
         let mut loaded = Vec::with_capacity(blocks.len());
         let mut body_failure = None;
         for (height, hash, data) in blocks {
@@ -294,15 +279,7 @@ impl Chunk {
     /// Applies the blocks in order to the coins read for `needed` (`values[i]` is the stored
     /// value of `needed[i]`, None if absent), stopping before the first block that breaks a
     /// rule.
-    ///
-    /// The error as its message: the signature the fuzz targets (`tests/fuzz_support`) call
-    /// it with; [`Chunk::try_apply`] gives the error itself.
-    pub fn apply(&self, values: Vec<Option<Vec<u8>>>) -> Result<Applied, String> {
-        self.try_apply(values).map_err(String::from)
-    }
-
-    /// [`Chunk::apply`], its error typed.
-    pub fn try_apply(&self, values: Vec<Option<Vec<u8>>>) -> Result<Applied, ChainStateError> {
+    pub fn apply(&self, values: Vec<Option<Vec<u8>>>) -> Result<Applied, ChainStateError> {
         if values.len() != self.needed.len() {
             return Err(ChainStateError::ValueCount {
                 given: values.len(),
@@ -630,8 +607,8 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::btc::coin::{coin_value, MAX_KEY};
-    use crate::btc::undo::{decode_undo, UNDO_VERSION};
+    use crate::btc::coin::{coin_fields, coin_value, MAX_KEY};
+    use crate::btc::undo::{decode_undo, unwind, UNDO_VERSION};
 
     #[test]
     fn keys_order_as_their_bytes() {
@@ -783,8 +760,7 @@ mod tests {
                 .into_iter()
                 .map(|(h, b)| (h, [h as u8; 32], b))
                 .collect(),
-        )
-        .unwrap();
+        );
         let values = chunk.needed.iter().map(|k| set.get(k).cloned()).collect();
         let a = chunk.apply(values).unwrap();
         for k in &a.deletes {
@@ -960,7 +936,7 @@ mod tests {
                 (2, [2u8; 32], bad),
                 (3, [3u8; 32], block(&[&coinbase(b"\x01\x03", 50 * COIN)])),
             ];
-            let chunk = Chunk::from_blocks(Network::Main, blocks).unwrap();
+            let chunk = Chunk::from_blocks(Network::Main, blocks);
             let (height, hash, why) = chunk.body_failure.clone().unwrap();
             assert_eq!((height, hash), (2, [2u8; 32]));
             assert!(why.contains(reason), "{why} is not {reason}");
@@ -979,15 +955,13 @@ mod tests {
         let chunk = Chunk::from_blocks(
             Network::Regtest,
             vec![(5, [5u8; 32], block(&[&coinbase(b"\x01\x06", 50 * COIN)]))],
-        )
-        .unwrap();
+        );
         let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
         assert_eq!(a.failure.map(|f| f.2.reason()), Some("bad-cb-height"));
         let chunk = Chunk::from_blocks(
             Network::Regtest,
             vec![(5, [5u8; 32], block(&[&coinbase(b"\x55\x00", 50 * COIN)]))],
-        )
-        .unwrap();
+        );
         let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
         assert_eq!((a.failure, a.blocks, a.count_delta), (None, 1, 1));
     }

@@ -273,20 +273,6 @@ impl From<StoreError> for ChainStateError {
     }
 }
 
-/// The message, for callers that carry errors as text: `Chunk::apply`'s signature and the
-/// fuzz targets (`tests/fuzz_support`) that call it.
-impl From<StoreError> for String {
-    fn from(e: StoreError) -> String {
-        e.to_string()
-    }
-}
-
-impl From<ChainStateError> for String {
-    fn from(e: ChainStateError) -> String {
-        e.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

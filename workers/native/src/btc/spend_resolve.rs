@@ -288,7 +288,7 @@ mod tests {
                 .iter()
                 .map(|(h, b)| (*h, [*h as u8; 32], b.clone()))
                 .collect();
-            chunks.push(Chunk::from_blocks(Network::Main, part).unwrap());
+            chunks.push(Chunk::from_blocks(Network::Main, part));
             at += n;
         }
         // In order.
@@ -389,7 +389,7 @@ mod tests {
         let mut blocks = chain(130);
         // Height 125 spends the change output height 110 created, already spent at 111.
         let (_, b110) = &blocks[109];
-        let chunk = Chunk::from_blocks(Network::Main, vec![(110, [0; 32], b110.clone())]).unwrap();
+        let chunk = Chunk::from_blocks(Network::Main, vec![(110, [0; 32], b110.clone())]);
         let spend110 = chunk.blocks().next().unwrap().3.txs[1].txid;
         let cb = coinbase(&[0x02, 125, 0], 50 * COIN);
         let double = tx(&[(spend110, 1, b"")], &[(COIN, &[0x51])]);

@@ -220,7 +220,7 @@ impl ChainStateChunk {
         values: Vec<Option<Vec<u8>>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let a = py
-            .detach(|| self.inner.try_apply(values))
+            .detach(|| self.inner.apply(values))
             .map_err(value_error)?;
         self.applied(py, a)
     }
@@ -256,7 +256,7 @@ impl ChainStateChunk {
                 }
                 let bufs: Vec<&[u8]> = resolved.iter().map(Vec::as_slice).collect();
                 let values = self.inner.coins_from(&bufs, &stored)?;
-                self.inner.try_apply(values)
+                self.inner.apply(values)
             })
             .map_err(value_error)?;
         self.applied(py, a)

@@ -6,8 +6,11 @@
 //! the cargo-fuzz crate (`fuzz/`), which includes this file by path.
 
 use rechain_native::btc::block::{parse_block, parse_tx, BodyMode};
+use rechain_native::btc::chain_state::{Applied, Chunk, SpendRows};
+use rechain_native::btc::coin::Key;
 use rechain_native::btc::decode::{BodyDecoder, Rows};
 use rechain_native::btc::encode::Cursor;
+use rechain_native::btc::error::ChainStateError;
 use rechain_native::btc::network::Network;
 use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
 use rechain_native::flow::checkpoint::{
@@ -768,14 +771,11 @@ pub fn chain_state_input(split: u16, blocks: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-type CoinSet = std::collections::HashMap<rechain_native::btc::chain_state::Key, Vec<u8>>;
+type CoinSet = std::collections::HashMap<Key, Vec<u8>>;
 
 /// `blocks` framed as a chunk of the chain state from height `first` (each block's hash from
 /// its first 80 bytes).
-fn frame_chunk(
-    first: usize,
-    blocks: &[Vec<u8>],
-) -> Result<rechain_native::btc::chain_state::Chunk, String> {
+fn frame_chunk(first: usize, blocks: &[Vec<u8>]) -> Chunk {
     use rechain_native::btc::sha256::sha256d;
     let framed = blocks
         .iter()
@@ -788,30 +788,26 @@ fn frame_chunk(
             )
         })
         .collect();
-    rechain_native::btc::chain_state::Chunk::from_blocks(Network::Regtest, framed)
+    Chunk::from_blocks(Network::Regtest, framed)
 }
 
 /// A chunk of `blocks` (from `first`) applied to `set` as the stage applies one to RocksDB:
-/// its needed coins read, its net change written. None: the blocks do not frame as a chunk.
+/// its needed coins read, its net change written.
 fn apply_chunk(
     set: &mut CoinSet,
     first: usize,
     blocks: &[Vec<u8>],
-) -> Option<Result<rechain_native::btc::chain_state::Applied, String>> {
-    let chunk = frame_chunk(first, blocks).ok()?;
+) -> Result<Applied, ChainStateError> {
+    let chunk = frame_chunk(first, blocks);
     let values = chunk.needed.iter().map(|k| set.get(k).cloned()).collect();
     let applied = chunk.apply(values);
     if let Ok(a) = &applied {
         write_change(set, &a.puts, &a.deletes);
     }
-    Some(applied)
+    applied
 }
 
-fn write_change(
-    set: &mut CoinSet,
-    puts: &[(rechain_native::btc::chain_state::Key, Vec<u8>)],
-    deletes: &[rechain_native::btc::chain_state::Key],
-) {
+fn write_change(set: &mut CoinSet, puts: &[(Key, Vec<u8>)], deletes: &[Key]) {
     for k in deletes {
         set.remove(k);
     }
@@ -822,7 +818,7 @@ fn write_change(
 
 /// (coins, amount) of a set.
 fn set_totals(set: &CoinSet) -> (i64, i128) {
-    use rechain_native::btc::chain_state::coin_fields;
+    use rechain_native::btc::coin::coin_fields;
     let amount = set
         .values()
         .map(|v| coin_fields(v).expect("a stored coin decodes").value as i128)
@@ -833,7 +829,7 @@ fn set_totals(set: &CoinSet) -> (i64, i128) {
 fn unwind_into(set: &mut CoinSet, undo: &[(u32, Vec<u8>)]) {
     let records: Vec<Vec<u8>> = undo.iter().rev().map(|u| u.1.clone()).collect();
     let (puts, deletes, _, _) =
-        rechain_native::btc::chain_state::unwind(&records).expect("its own undo records unwind");
+        rechain_native::btc::undo::unwind(&records).expect("its own undo records unwind");
     write_change(set, &puts, &deletes);
 }
 
@@ -865,20 +861,13 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
     }
     let cut = 1 + split % (blocks.len() - 1);
     let mut whole_set = CoinSet::default();
-    let Some(whole) = apply_chunk(&mut whole_set, 0, &blocks) else {
-        // Some block does not frame: neither do the chunks holding it (no panic either way).
-        let mut set = CoinSet::default();
-        let _ = apply_chunk(&mut set, 0, &blocks[..cut]);
-        let _ = apply_chunk(&mut set, cut, &blocks[cut..]);
-        return None;
-    };
+    let whole = apply_chunk(&mut whole_set, 0, &blocks);
     // A block the chunk cannot apply at all (no coinbase, say: the body checks keep such a
     // block off the best chain) is an error for the whole chunk, unless a block before it
     // broke a rule, where applying stops. So the chain errs if and only if the chunk holding
     // the first such block errs and no rule broke before it.
     let mut set = CoinSet::default();
-    let a = apply_chunk(&mut set, 0, &blocks[..cut]).expect("a part of a framed chain frames");
-    let a = match a {
+    let a = match apply_chunk(&mut set, 0, &blocks[..cut]) {
         Err(e) => {
             assert!(
                 whole.is_err(),
@@ -897,9 +886,7 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
     let mut parts = vec![&a];
     let b;
     if a.failure.is_none() && a.body_failure.is_none() {
-        let applied =
-            apply_chunk(&mut set, cut, &blocks[cut..]).expect("a part of a framed chain frames");
-        b = match applied {
+        b = match apply_chunk(&mut set, cut, &blocks[cut..]) {
             Err(e) => {
                 assert!(
                     whole.is_err(),
@@ -923,15 +910,10 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
         Err(e) => panic!("the whole chain errs ({e}), its chunks do not"),
     };
     // The verdict: the first block that breaks a rule or fails its body checks.
-    let verdict = |a: &rechain_native::btc::chain_state::Applied| {
-        a.failure
-            .map(|(h, hash, r)| (h, hash, r.to_string()))
-            .or(a.body_failure.clone())
-    };
-    let failure = parts.iter().find_map(|p| verdict(p));
+    let failure = parts.iter().find_map(|p| p.first_failure());
     assert_eq!(
         failure,
-        verdict(&whole),
+        whole.first_failure(),
         "verdicts differ with the cut at {cut}"
     );
     assert_eq!(
@@ -945,13 +927,13 @@ pub fn chain_state_compared(data: &[u8]) -> Option<u32> {
         undo, whole.undo,
         "undo records differ with the cut at {cut}"
     );
-    let spends = |f: &dyn Fn(&rechain_native::btc::chain_state::SpendRows) -> Vec<u64>| {
+    let spends = |f: &dyn Fn(&SpendRows) -> Vec<u64>| {
         parts
             .iter()
             .flat_map(|p| f(&p.spends))
             .collect::<Vec<u64>>()
     };
-    type Column = fn(&rechain_native::btc::chain_state::SpendRows) -> Vec<u64>;
+    type Column = fn(&SpendRows) -> Vec<u64>;
     let columns: [(&str, Column); 5] = [
         ("height", |s| s.height.iter().map(|&v| v.into()).collect()),
         ("vin", |s| s.vin.iter().map(|&v| v.into()).collect()),
@@ -998,12 +980,12 @@ fn partitioned(
     blocks: &[Vec<u8>],
     cut: usize,
     partitions: usize,
-) -> Vec<Result<rechain_native::btc::chain_state::Applied, String>> {
+) -> Vec<Result<Applied, ChainStateError>> {
     use rechain_native::btc::spend_resolve::{resolve, stored_keys};
-    let chunk = |first: usize, part: &[Vec<u8>]| {
-        frame_chunk(first, part).expect("a part of a framed chain frames")
-    };
-    let chunks = [chunk(0, &blocks[..cut]), chunk(cut, &blocks[cut..])];
+    let chunks = [
+        frame_chunk(0, &blocks[..cut]),
+        frame_chunk(cut, &blocks[cut..]),
+    ];
     let events: Vec<Vec<Vec<u8>>> = chunks.iter().map(|c| c.events(partitions)).collect();
     let folded: Vec<Vec<Vec<u8>>> = (0..partitions)
         .map(|p| {
@@ -1027,10 +1009,7 @@ fn partitioned(
         .collect()
 }
 
-fn same_applied(
-    a: &rechain_native::btc::chain_state::Applied,
-    b: &rechain_native::btc::chain_state::Applied,
-) -> bool {
+fn same_applied(a: &Applied, b: &Applied) -> bool {
     let (x, y) = (&a.spends, &b.spends);
     (a.blocks, a.tip, a.failure, a.count_delta, a.amount_delta)
         == (b.blocks, b.tip, b.failure, b.count_delta, b.amount_delta)
