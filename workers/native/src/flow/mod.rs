@@ -38,13 +38,6 @@ pub mod replay;
 pub mod wal;
 pub mod writer;
 
-/// The streamed read's old path, which `tests/fuzz_support` still names.
-#[doc(hidden)]
-pub mod checkpoint_stream {
-    pub use super::checkpoint::page_in::page_in;
-    pub use super::checkpoint::stream::*;
-}
-
 use hash::Hash;
 pub use output::OutputError;
 use std::fmt;

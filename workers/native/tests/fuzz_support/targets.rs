@@ -13,12 +13,13 @@ use rechain_native::btc::encode::Cursor;
 use rechain_native::btc::error::ChainStateError;
 use rechain_native::btc::network::Network;
 use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
+use rechain_native::flow::checkpoint::page_in::page_in;
+use rechain_native::flow::checkpoint::stream::{
+    stream, verify as verify_only, StreamOptions, Walk,
+};
 use rechain_native::flow::checkpoint::{
     checkpoint_name, count_registers, load, part_name, verify_part, write_tries, CheckpointError,
     Loaded, Verify, HEADER_LEN, SUBTRIE_COUNT, VERSION_V6,
-};
-use rechain_native::flow::checkpoint_stream::{
-    page_in, stream, verify as verify_only, StreamOptions, Walk,
 };
 use rechain_native::flow::node_store::NodeStore;
 use rechain_native::flow::record::{decode, encode_delete, encode_update, WalRecord};
