@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import time
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -188,3 +189,33 @@ def commit_applied(
 
 def encode_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
+
+
+class FailureKind(Enum):
+    """Which check stopped the applied chain at a block (the Rust core's ``FailureKind``)."""
+
+    #: The block's header (its proof of work or its link).
+    HEADER = "header"
+    #: The copy's body: merkle root, transaction rules, sigops, witness commitment, weight.
+    BODY = "body"
+    #: A consensus rule that needs the UTXO set: BIP34 height, spends, amounts.
+    BLOCK = "block"
+
+
+class BlockFailure(NamedTuple):
+    """The first block a chunk could not apply, as the chain state reports it."""
+
+    height: int
+    block_hash: str
+    reason: str
+    kind: FailureKind
+
+    @classmethod
+    def of(cls, result: dict[str, Any]) -> BlockFailure | None:
+        """An applied chunk's failure (``result["failure"]``: height, hash, reason, kind), or
+        None; a kind the Rust core does not name is an error, not a silent other branch."""
+        raw = result["failure"]
+        if raw is None:
+            return None
+        height, block_hash, reason, kind = raw
+        return cls(int(height), str(block_hash), str(reason), FailureKind(kind))

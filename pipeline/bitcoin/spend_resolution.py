@@ -118,12 +118,12 @@ class _Round:
 
 def apply_range(
     ctx: BtcRun, cp: dict[str, Any], chunks: list[tuple[int, list[bytes], list[dict[str, Any]]]]
-) -> tuple[dict[str, Any], int, Any]:
+) -> tuple[dict[str, Any], int, chain_parts.BlockFailure | None]:
     """Applies ``chunks`` (consecutive, from the checkpoint's height + 1) on Ray, in rounds of
     at most a quarter of the memory budget of blocks (a round's partitions are what Ray's
     object store holds; the next round's are resolved while this one applies, and its
     stored coins read once this one is committed); returns the last checkpoint, the blocks
-    applied and the first failure (height, hash, reason, kind: see ``_stop_at``) or None."""
+    applied and the first failure (``chain_parts.BlockFailure``) or None."""
     import ray
     from rechain.pipeline.runtime.ray_cluster import ordered_results
 
@@ -142,7 +142,7 @@ def apply_range(
     folder = str(ctx.data.path) if shared else None
     store = ctx.data.cf(layout.CF_BTC_UTXO)
     applied = 0
-    failure = None
+    failure: chain_parts.BlockFailure | None = None
     t0 = time.perf_counter()
     upcoming = _Round(plan[0], budget, cpus)
     for r in range(len(plan)):
@@ -170,8 +170,8 @@ def apply_range(
                 ctx.add({"chain_state_rows_s": time.perf_counter() - t1})
                 cp = chain_parts.commit_applied(ctx, cp, unit[0].first, result)
             applied += int(result["blocks"])
-            if result["failure"] is not None:
-                failure = result["failure"]
+            failure = chain_parts.BlockFailure.of(result)
+            if failure is not None:
                 break
         current.record_nodes()
         if failure is not None:

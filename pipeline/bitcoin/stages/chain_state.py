@@ -170,20 +170,21 @@ class ChainStateStage(Stage[BtcRun]):
         ctx.full["chain_state_applied"] = ctx.full.get("chain_state_applied", 0) + applied
         ctx.full["chain_state_unwound"] = ctx.full.get("chain_state_unwound", 0) + unwound
         if failure is not None:
-            return _stop_at(ctx, *failure)
+            return _stop_at(ctx, failure)
         return Done(rows=int(cp["utxo_count"]), height=int(cp["height"]), detail=detail)
 
 
-def _stop_at(ctx: BtcRun, height: int, block_hash: str, reason: str, kind: str) -> Invalidate:
-    """The applied chain stopped below the block at ``height``: a copy that failed its body
-    checks (``kind`` "body") or a block that breaks a consensus rule ("block"). The verdicts
-    of the best-chain copies from it up are staged, then the link stage invalidated."""
+def _stop_at(ctx: BtcRun, failure: chain_parts.BlockFailure) -> Invalidate:
+    """The applied chain stopped below the failed block: a copy that failed its body checks
+    (``FailureKind.BODY``) or a block that breaks a consensus rule. The verdicts of the
+    best-chain copies from it up are staged, then the link stage invalidated."""
+    height, block_hash, reason, kind = failure
     data = ctx.data
     decoded = body_units.stage_unreached(ctx, height)
     log.info(
         "chain state: staged the verdicts of %d best-chain copies from height %d", decoded, height
     )
-    if kind == "body":
+    if kind is chain_parts.FailureKind.BODY:
         log.warning(
             "block %s at height %d: its copy failed its body checks: %s", block_hash, height, reason
         )
@@ -205,11 +206,11 @@ def _stop_at(ctx: BtcRun, height: int, block_hash: str, reason: str, kind: str) 
 
 def _apply_in_order(
     ctx: BtcRun, cp: dict[str, Any], chunks: Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]
-) -> tuple[dict[str, Any], int, Any]:
+) -> tuple[dict[str, Any], int, chain_parts.BlockFailure | None]:
     """Applies ``chunks`` in height order on this process; returns the last checkpoint, the
-    blocks applied and the first failure (height, hash, reason, kind: see ``_stop_at``) or None."""
+    blocks applied and the first failure (``BlockFailure``) or None."""
     applied = 0
-    failure = None
+    failure: chain_parts.BlockFailure | None = None
     # The next chunk is read and framed (GIL released) while this one is applied, and
     # the rows of the ones before are written (``rows_threads``).
     loads = ordered_local(partial(_load_chunk, ctx), chunks, threads=1, window=2)
@@ -229,8 +230,8 @@ def _apply_in_order(
             if result["blocks"]:
                 pool = rows_pool if in_flight else None
                 pending.append(_stage_chunk(ctx, first, chunk, result, pool, threads))
-            if result["failure"] is not None:
-                failure = result["failure"]
+            failure = chain_parts.BlockFailure.of(result)
+            if failure is not None:
                 break
         while pending:
             cp = _commit_chunk(ctx, cp, pending.popleft())
