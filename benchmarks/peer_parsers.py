@@ -16,31 +16,29 @@ UTXO count, every output) and shrunk before the parse, no longer holds some unsp
 mismatches it reports are real).
 
 Bitcoin Core's own reindex runs through the oracle harness of ``tests/bitcoin_core``
-(``core_reindex``), checked on tip, best chain and UTXO count and amount.
+(``core_reindex``; built by ``tests/core_oracle.build_core_oracle``), checked on tip, best chain
+and UTXO count and amount.
 
-Used by ``btc_full.py``, ``benchmarks/tests/test_peers.py`` and ``tests/test_btc_core_oracle.py``.
+Used by ``btc_full.py``, ``btc_full_sizes.py`` and ``benchmarks/tests/test_peers.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The repository, for the oracle's builder, which the tests own (``tests/core_oracle.py``).
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from common import BIN, run_measured  # noqa: E402
 
+from tests.core_oracle import build_core_oracle as build_core_oracle  # noqa: E402
+
 PEERS = Path(__file__).resolve().parent / "peers"
-CORE_HARNESS = Path(__file__).resolve().parent.parent / "tests" / "bitcoin_core"
-CORE_CACHE = Path(
-    os.environ.get(
-        "RECHAIN_BITCOIN_CORE_CACHE", Path.home() / ".cache" / "rechain" / "bitcoin_core"
-    )
-)
 #: Subcommand of the peers binary, by the name results use.
 SUBCOMMANDS = {
     "block_parser": "block-parser",
@@ -74,19 +72,6 @@ def run(binary: Path, peer: str, blocks: Path, *extra: str) -> dict[str, Any]:
     result["mb_per_s"] = result["block_bytes"] / result["wall_s"] / MB
     result["mb_per_cpu_s"] = result["block_bytes"] / result["cpu_s"] / MB
     return result
-
-
-def build_core_oracle() -> Path:
-    """Bitcoin Core's validation engine as a binary (``tests/bitcoin_core``, the oracle of
-    tests/test_btc_core_oracle.py), from its cache unless its sources changed (the first
-    build is 10-25 minutes of C++)."""
-    done = subprocess.run(
-        ["nice", "-n", "10", "bash", str(CORE_HARNESS / "build.sh"), str(CORE_CACHE)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"tests/bitcoin_core/build.sh failed:\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def core_reindex(binary: Path, blocks: Path, tip_hash: str, threads: int) -> dict[str, Any]:

@@ -20,19 +20,15 @@ import functools
 import hashlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bitcoin.core import CBlock
 
-from tests.conftest import BTC_DATA, REPO, cli_json, gen_chain, oracle_tools, reindex
+from tests.conftest import BTC_DATA, cli_json, gen_chain, oracle_tools, reindex
+from tests.core_oracle import build_core_oracle
 from tests.test_btc_full import read_records
-
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import peer_parsers  # noqa: E402
 
 REAL_BLK = BTC_DATA / "real-blk"
 # shared/data/bitcoin/README.md, real-blk/: mainnet blocks 1..255 (no genesis) in height order.
@@ -47,7 +43,7 @@ def core_oracle() -> Path:
     fixtures call this too)."""
     oracle_tools("Bitcoin Core", "cargo", "cmake", "c++")
     try:
-        binary = peer_parsers.build_core_oracle()
+        binary = build_core_oracle()
     except RuntimeError as e:
         pytest.fail(f"building the Bitcoin Core oracle failed: {e}")
     assert binary.is_file()
