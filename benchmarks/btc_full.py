@@ -405,7 +405,7 @@ def main() -> None:
                 "generate_s": gen_s,
                 # Read before the first measure (and again before each timed run).
                 "first_read_s": cold_read_s,
-            },  # fmt: skip
+            },
             "sha256_limit_mb_per_s_per_core": limit,
             "decoder_mb_per_s_per_core": rate,
             "decoder_first_pass_mb_per_s_per_core": first_pass_rate,

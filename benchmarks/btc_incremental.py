@@ -36,10 +36,19 @@ def records(blocks: Path, data: Path) -> list[tuple[int, int, int]]:
     """(file, offset, size) of every record, from a header reindex of the whole folder."""
     subprocess.run([*btc_reindex_cmd(blocks, data, 2)], check=True, capture_output=True, text=True)
     out = subprocess.run(
-        [str(BIN), "query", "--data", str(data), "--format", "json",
-         'SELECT file, "offset", size FROM headers WHERE file IS NOT NULL ORDER BY 1, 2'],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        [
+            str(BIN),
+            "query",
+            "--data",
+            str(data),
+            "--format",
+            "json",
+            'SELECT file, "offset", size FROM headers WHERE file IS NOT NULL ORDER BY 1, 2',
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return [(r["file"], r["offset"], r["size"]) for r in json.loads(out)]
 
 
@@ -98,10 +107,23 @@ def main() -> None:
     full = work / "node" / "blocks"
     if not full.exists():
         subprocess.run(
-            [str(BIN), "gen", "bitcoin", str(work / "node"), "--blocks", str(args.blocks),
-             "--tx-per-block", args.tx, "--side-branches", "4", "--orphans", "2"],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            [
+                str(BIN),
+                "gen",
+                "bitcoin",
+                str(work / "node"),
+                "--blocks",
+                str(args.blocks),
+                "--tx-per-block",
+                args.tx,
+                "--side-branches",
+                "4",
+                "--orphans",
+                "2",
+            ],
+            check=True,
+            capture_output=True,
+        )
     recs = records(full, work / "headers")
     total = sum(size + 8 for _, _, size in recs)
     base = int(total / (1 + STEPS[-1]))
@@ -155,7 +177,7 @@ def main() -> None:
                         "full_total_s",
                         "total_s",
                     )
-                },  # fmt: skip
+                },
                 "tip_height": inc["tip_height"],
             }
         )

@@ -342,8 +342,13 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=RESULTS)
     args = ap.parse_args()
     names = [
-        "scaling", "btc_headers", "btc_full", "btc_full_scaling", "btc_core_index", "flow_replay"
-    ]  # fmt: skip
+        "scaling",
+        "btc_headers",
+        "btc_full",
+        "btc_full_scaling",
+        "btc_core_index",
+        "flow_replay",
+    ]
     results = {n: r for n in names if (r := load(args.results, n)) is not None}
     # Each chart with the one results file it needs (None: it uses whichever are present).
     charts: list[tuple[str, str | None, Callable[..., Figure | None]]] = [

@@ -202,9 +202,21 @@ BIN = Path(sys.executable).parent / "rechain"
 def btc_reindex_cmd(blocks: Path, data: Path, workers: int, *extra: str) -> list[str]:
     """``rechain btc reindex`` on a generated regtest folder, JSON result, no progress bar."""
     return [
-        str(BIN), "btc", "reindex", "--blocks", str(blocks), "--data", str(data),
-        "--network", "regtest", "--no-progress", "--json", "--workers", str(workers), *extra,
-    ]  # fmt: skip
+        str(BIN),
+        "btc",
+        "reindex",
+        "--blocks",
+        str(blocks),
+        "--data",
+        str(data),
+        "--network",
+        "regtest",
+        "--no-progress",
+        "--json",
+        "--workers",
+        str(workers),
+        *extra,
+    ]
 
 
 def encoding_floor(files: list[Path], threads: int = 2, repeat: int = 1) -> dict[str, Any]:

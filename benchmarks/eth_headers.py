@@ -77,7 +77,7 @@ def rechain_import(era: Path, data: Path, network: str, workers: int, *extra: st
             "--no-progress",
             "--json",
             *extra,
-        ]  # fmt: skip
+        ]
     )
     return json.loads(done.stdout), wall, rss.peak_tree >> 20
 
@@ -120,8 +120,12 @@ def table_encode_floor(data: Path, workers: int) -> float:
     out.mkdir()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda ib: write_part(ib[1], str(out / f"{ib[0]}.parquet"), name),
-                      enumerate(batches)))  # fmt: skip
+        list(
+            pool.map(
+                lambda ib: write_part(ib[1], str(out / f"{ib[0]}.parquet"), name),
+                enumerate(batches),
+            )
+        )
     seconds = time.perf_counter() - t0
     shutil.rmtree(out)
     return seconds
@@ -130,10 +134,24 @@ def table_encode_floor(data: Path, workers: int) -> float:
 def header_import(work: Path, headers: int, workers: int, geth: Path) -> dict[str, Any]:
     gen = work / "gen"
     subprocess.run(
-        [str(BIN), "gen", "eth", str(gen), "--blocks", str(headers), "--format", "era1",
-         "--network", "dev", "--tx-per-block", "0:0"],
-        check=True, capture_output=True, timeout=3600,
-    )  # fmt: skip
+        [
+            str(BIN),
+            "gen",
+            "eth",
+            str(gen),
+            "--blocks",
+            str(headers),
+            "--format",
+            "era1",
+            "--network",
+            "dev",
+            "--tx-per-block",
+            "0:0",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
     era = gen / "era1"
     mine, wall, rss = rechain_import(era, work / "data", "dev", workers, "--no-pow")
     assert mine["failed"] == 0 and mine["blocks"] == headers, mine["verdicts"][:3]
@@ -190,9 +208,17 @@ def ethash(work: Path, geth: Path, ethash_bin: Path) -> dict[str, Any]:
         out[f"rechain_{workers}_wall_s"] = round(wall, 3)
         out[f"rechain_{workers}_headers_per_s"] = round(8192 / wall, 1)
         theirs, _, _ = go_json(
-            [str(ethash_bin), "ethash", "--headers", str(headers), "--network", "mainnet",
-             "--threads", str(workers)]
-        )  # fmt: skip
+            [
+                str(ethash_bin),
+                "ethash",
+                "--headers",
+                str(headers),
+                "--network",
+                "mainnet",
+                "--threads",
+                str(workers),
+            ]
+        )
         assert theirs["errors"] == 0
         # Cache generation included, as in rechain's figure.
         go_s = float(theirs["seconds"]) + float(theirs["warmup_seconds"])

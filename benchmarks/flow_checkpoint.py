@@ -85,7 +85,7 @@ def keccak_rate(threads: int) -> dict[str, float]:
                 text=True,
                 timeout=600,
             ).stdout
-        )  # fmt: skip
+        )
         for _ in range(3)
     ]
     return max(runs, key=lambda r: r["permutations_per_s"])
@@ -113,18 +113,48 @@ def measure_ten_times_budget(
     and peak RSS of each."""
     wal = work / "wal-big"
     subprocess.run(
-        [str(BIN), "gen", "flow", str(wal), "--updates", str(updates),
-         "--registers-per-update", "40", "--seed", "11", "--segment-size", str(4 << 20)],
-        check=True, capture_output=True, timeout=3600,
-    )  # fmt: skip
+        [
+            str(BIN),
+            "gen",
+            "flow",
+            str(wal),
+            "--updates",
+            str(updates),
+            "--registers-per-update",
+            "40",
+            "--seed",
+            "11",
+            "--segment-size",
+            str(4 << 20),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
     segments = sum(1 for p in wal.iterdir() if p.name.isdigit())
     cps = work / "cps-big"
     subprocess.run(
-        [str(BIN), "flow", "replay", "--wal", str(wal), "--data", str(work / "d-big-replay"),
-         "--workers", str(workers), "--no-progress", "--json", "--checkpoint-every",
-         str(segments), "--checkpoint-dir", str(cps)],
-        check=True, capture_output=True, timeout=3600,
-    )  # fmt: skip
+        [
+            str(BIN),
+            "flow",
+            "replay",
+            "--wal",
+            str(wal),
+            "--data",
+            str(work / "d-big-replay"),
+            "--workers",
+            str(workers),
+            "--no-progress",
+            "--json",
+            "--checkpoint-every",
+            str(segments),
+            "--checkpoint-dir",
+            str(cps),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
     shutil.rmtree(work / "d-big-replay")
     [(_, name)] = list_checkpoints(cps)
     cp_bytes = checkpoint_bytes(cps, name)
@@ -134,9 +164,22 @@ def measure_ten_times_budget(
         warm_page_cache(cps)
         data = ["--data", str(work / f"d-big-{len(flags)}")] if action == "read" else []
         done, rss, _ = run_measured(
-            [str(BIN), "flow", "checkpoint", action, "--dir", str(cps), *data,
-             "--workers", str(workers), "--memory-budget", str(budget), "--json", *flags]
-        )  # fmt: skip
+            [
+                str(BIN),
+                "flow",
+                "checkpoint",
+                action,
+                "--dir",
+                str(cps),
+                *data,
+                "--workers",
+                str(workers),
+                "--memory-budget",
+                str(budget),
+                "--json",
+                *flags,
+            ]
+        )
         return json.loads(done.stdout), rss.peak_root
 
     runs = {
@@ -148,7 +191,7 @@ def measure_ten_times_budget(
     warm_page_cache(cps)
     theirs, go_rss, _ = run_measured(
         [str(flowgo), "read-checkpoint", "--dir", str(cps), "--file", name]
-    )  # fmt: skip
+    )
     go = json.loads(theirs.stdout)
     go_s = float(go["elapsed_seconds"])
     want = (go["tries"][-1]["root"], go["tries"][-1]["reg_count"])
@@ -196,18 +239,31 @@ def main() -> None:
         wal = work / "wal"
         subprocess.run(
             [
-                str(BIN), "gen", "flow", str(wal), "--updates", str(args.updates),
-                "--registers-per-update", str(args.registers_per_update), "--seed", "7",
+                str(BIN),
+                "gen",
+                "flow",
+                str(wal),
+                "--updates",
+                str(args.updates),
+                "--registers-per-update",
+                str(args.registers_per_update),
+                "--seed",
+                "7",
             ],
-            check=True, capture_output=True, timeout=3600,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            timeout=3600,
+        )
         cp = work / "cp"
         made = json.loads(
             subprocess.run(
                 [str(flowgo), "checkpoint", "--wal", str(wal), "--out", str(cp)],
-                check=True, capture_output=True, text=True, timeout=3600,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=3600,
             ).stdout
-        )  # fmt: skip
+        )
         cp_bytes = sum(p.stat().st_size for p in cp.iterdir())
         rate_before = keccak_rate(args.workers)
 
@@ -217,17 +273,43 @@ def main() -> None:
             shutil.rmtree(work / data, ignore_errors=True)
             warm_page_cache(cp)
             done, rss, wall = run_measured(
-                [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
-                 "--data", str(work / data), "--workers", str(args.workers), "--json", *flags]
-            )  # fmt: skip
+                [
+                    str(BIN),
+                    "flow",
+                    "checkpoint",
+                    "read",
+                    "--dir",
+                    str(cp),
+                    "--file",
+                    NAME,
+                    "--data",
+                    str(work / data),
+                    "--workers",
+                    str(args.workers),
+                    "--json",
+                    *flags,
+                ]
+            )
             return json.loads(done.stdout), rss, wall
 
         def our_verify(*flags: str) -> tuple[dict[str, Any], TreeRss, float]:
             warm_page_cache(cp)
             done, rss, wall = run_measured(
-                [str(BIN), "flow", "checkpoint", "verify", "--dir", str(cp), "--file", NAME,
-                 "--workers", str(args.workers), "--json", *flags]
-            )  # fmt: skip
+                [
+                    str(BIN),
+                    "flow",
+                    "checkpoint",
+                    "verify",
+                    "--dir",
+                    str(cp),
+                    "--file",
+                    NAME,
+                    "--workers",
+                    str(args.workers),
+                    "--json",
+                    *flags,
+                ]
+            )
             return json.loads(done.stdout), rss, wall
 
         def go_read_once() -> tuple[dict[str, Any], TreeRss, float]:
@@ -268,27 +350,67 @@ def main() -> None:
         checked_trust, checked_trust_rss, _ = least("verify_only_trust")
         warm_page_cache(cp)
         ours_t, ours_t_rss, _ = run_measured(
-            [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
-             "--data", str(work / "data_trust"), "--workers", str(args.workers),
-             "--trust-leaf-hashes", "--json"]
-        )  # fmt: skip
+            [
+                str(BIN),
+                "flow",
+                "checkpoint",
+                "read",
+                "--dir",
+                str(cp),
+                "--file",
+                NAME,
+                "--data",
+                str(work / "data_trust"),
+                "--workers",
+                str(args.workers),
+                "--trust-leaf-hashes",
+                "--json",
+            ]
+        )
         trusting = json.loads(ours_t.stdout)
         # The whole forest loaded first (the replay's loader), then published.
         warm_page_cache(cp)
         ours_m, ours_m_rss, _ = run_measured(
-            [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
-             "--data", str(work / "data_memory"), "--workers", str(args.workers),
-             "--in-memory", "--json"]
-        )  # fmt: skip
+            [
+                str(BIN),
+                "flow",
+                "checkpoint",
+                "read",
+                "--dir",
+                str(cp),
+                "--file",
+                NAME,
+                "--data",
+                str(work / "data_memory"),
+                "--workers",
+                str(args.workers),
+                "--in-memory",
+                "--json",
+            ]
+        )
         in_memory = json.loads(ours_m.stdout)
         # Streamed within a budget of a tenth of the checkpoint.
         budget = max(16 << 20, (cp_bytes // 10) >> 20 << 20)
         warm_page_cache(cp)
         ours_b, ours_b_rss, _ = run_measured(
-            [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--file", NAME,
-             "--data", str(work / "data_budget"), "--workers", str(args.workers),
-             "--memory-budget", str(budget), "--json"]
-        )  # fmt: skip
+            [
+                str(BIN),
+                "flow",
+                "checkpoint",
+                "read",
+                "--dir",
+                str(cp),
+                "--file",
+                NAME,
+                "--data",
+                str(work / "data_budget"),
+                "--workers",
+                str(args.workers),
+                "--memory-budget",
+                str(budget),
+                "--json",
+            ]
+        )
         bounded = json.loads(ours_b.stdout)
         ours_read_s = mine["total_excluding_ray_start_s"]
         go_read_s = float(go_read["elapsed_seconds"])
@@ -307,17 +429,36 @@ def main() -> None:
         def our_write() -> tuple[dict[str, Any], TreeRss, float]:
             shutil.rmtree(work / "out_rechain", ignore_errors=True)
             done, rss, wall = run_measured(
-                [str(BIN), "flow", "checkpoint", "write", "--data", str(work / "data"),
-                 "--out", str(work / "out_rechain"), "--number", "0", "--json"]
-            )  # fmt: skip
+                [
+                    str(BIN),
+                    "flow",
+                    "checkpoint",
+                    "write",
+                    "--data",
+                    str(work / "data"),
+                    "--out",
+                    str(work / "out_rechain"),
+                    "--number",
+                    "0",
+                    "--json",
+                ]
+            )
             return json.loads(done.stdout), rss, wall
 
         def go_write_once() -> tuple[dict[str, Any], TreeRss, float]:
             shutil.rmtree(work / "out_flowgo", ignore_errors=True)
             done, rss, wall = run_measured(
-                [str(flowgo), "rewrite-checkpoint", "--dir", str(cp), "--file", NAME,
-                 "--out", str(work / "out_flowgo")]
-            )  # fmt: skip
+                [
+                    str(flowgo),
+                    "rewrite-checkpoint",
+                    "--dir",
+                    str(cp),
+                    "--file",
+                    NAME,
+                    "--out",
+                    str(work / "out_flowgo"),
+                ]
+            )
             got = json.loads(done.stdout)
             return {**got, "total_s": float(got["store_seconds"])}, rss, wall
 
@@ -331,9 +472,20 @@ def main() -> None:
         hashes_dir = work / "data" / "parquet" / "register_hashes"
         os.rename(hashes_dir, work / "register_hashes.away")
         ours_n, ours_n_rss, _ = run_measured(
-            [str(BIN), "flow", "checkpoint", "write", "--data", str(work / "data"),
-             "--out", str(work / "out_nocache"), "--number", "0", "--json"]
-        )  # fmt: skip
+            [
+                str(BIN),
+                "flow",
+                "checkpoint",
+                "write",
+                "--data",
+                str(work / "data"),
+                "--out",
+                str(work / "out_nocache"),
+                "--number",
+                "0",
+                "--json",
+            ]
+        )
         os.rename(work / "register_hashes.away", hashes_dir)
         wrote_nocache = json.loads(ours_n.stdout)
         go_write_s = float(go_write["store_seconds"])
@@ -348,11 +500,20 @@ def main() -> None:
         # flow-go loads what rechain wrote.
         check = json.loads(
             subprocess.run(
-                [str(flowgo), "read-checkpoint", "--dir", str(work / "out_rechain"),
-                 "--file", NAME],
-                check=True, capture_output=True, text=True, timeout=3600,
+                [
+                    str(flowgo),
+                    "read-checkpoint",
+                    "--dir",
+                    str(work / "out_rechain"),
+                    "--file",
+                    NAME,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=3600,
             ).stdout
-        )  # fmt: skip
+        )
         root = made["tries"][-1]["root"]
         regs = made["tries"][-1]["reg_count"]
         out = {

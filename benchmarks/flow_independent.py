@@ -98,10 +98,23 @@ def perf_profile(data: Path, top: int = 12) -> dict[str, Any]:
     """Self time of each symbol sampled (``perf report --no-children``), grouped by
     ``CATEGORIES``: percent of the samples, and the top symbols."""
     out = subprocess.run(
-        ["perf", "report", "-i", str(data), "--no-children", "--sort", "dso,symbol",
-         "--stdio", "-q", "--percent-limit", "0.05"],
-        capture_output=True, text=True, timeout=600,
-    ).stdout  # fmt: skip
+        [
+            "perf",
+            "report",
+            "-i",
+            str(data),
+            "--no-children",
+            "--sort",
+            "dso,symbol",
+            "--stdio",
+            "-q",
+            "--percent-limit",
+            "0.05",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout
     cats: dict[str, float] = {}
     symbols: list[tuple[float, str]] = []
     for line in out.splitlines():
@@ -142,9 +155,13 @@ class Generated:
     hashing of every record) overlaps measuring the smaller ones."""
 
     def __init__(
-        self, flowgo: Path, cache: Path, register_updates: int, overwrite_pct: int,
+        self,
+        flowgo: Path,
+        cache: Path,
+        register_updates: int,
+        overwrite_pct: int,
         segment_size: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.name = name = wal_name(register_updates, overwrite_pct, segment_size, SEED)
         self.wal, self.meta = cache / name, cache / f"{name}.json"
         self.progress, self.pidfile = cache / f"{name}.progress", cache / f"{name}.pid"
@@ -156,12 +173,26 @@ class Generated:
         tmp = cache / f"{name}.json.tmp"
         with open(tmp, "w") as out:
             self.proc = subprocess.Popen(
-                [str(flowgo), "gen-bench", "--out", str(self.wal), "--registers-updated",
-                 str(register_updates), "--per-update", str(PER_UPDATE), "--overwrite",
-                 str(overwrite_pct / 100), "--seed", str(SEED), "--segment-size",
-                 str(segment_size), "--progress", str(self.progress)],
+                [
+                    str(flowgo),
+                    "gen-bench",
+                    "--out",
+                    str(self.wal),
+                    "--registers-updated",
+                    str(register_updates),
+                    "--per-update",
+                    str(PER_UPDATE),
+                    "--overwrite",
+                    str(overwrite_pct / 100),
+                    "--seed",
+                    str(SEED),
+                    "--segment-size",
+                    str(segment_size),
+                    "--progress",
+                    str(self.progress),
+                ],
                 stdout=out,
-            )  # fmt: skip
+            )
         self.pidfile.write_text(str(self.proc.pid))
         self.tmp = tmp
 
@@ -257,8 +288,21 @@ def run_rechain(
     wal_bytes = _bytes(wal)
     # In memory, as flow-go holds the forest: the default budget pages a WAL this large.
     budget = max(DEFAULT_MEMORY_BUDGET, IN_MEMORY_FACTOR * wal_bytes + (256 << 20))
-    cmd = [str(BIN), "flow", "replay", "--wal", str(wal), "--data", str(data), "--workers",
-           str(workers), "--no-progress", "--json", "--memory-budget", str(budget)]  # fmt: skip
+    cmd = [
+        str(BIN),
+        "flow",
+        "replay",
+        "--wal",
+        str(wal),
+        "--data",
+        str(data),
+        "--workers",
+        str(workers),
+        "--no-progress",
+        "--json",
+        "--memory-budget",
+        str(budget),
+    ]
     load0 = os.getloadavg()
     native0 = _native_stamp()
     out, rss, wall = run_measured(_perf_cmd(profile, perf_data, cmd))
@@ -297,8 +341,16 @@ def run_rechain(
 def run_flowgo(
     flowgo: Path, wal: Path, marks: list[int], limit: float, profile: bool, perf_data: Path
 ) -> dict[str, Any]:
-    cmd = [str(flowgo), "replay-marks", "--wal", str(wal), "--marks",
-           ",".join(map(str, marks)), "--stop-after-seconds", str(limit)]  # fmt: skip
+    cmd = [
+        str(flowgo),
+        "replay-marks",
+        "--wal",
+        str(wal),
+        "--marks",
+        ",".join(map(str, marks)),
+        "--stop-after-seconds",
+        str(limit),
+    ]
     load0 = os.getloadavg()
     out, rss, wall = run_measured(_perf_cmd(profile, perf_data, cmd))
     go = json.loads(out.stdout)
@@ -426,10 +478,15 @@ def _update_curve(segs: list[dict[str, Any]], points: int = 40) -> Any:
     """flow-go's Forest.Update in the generator as the trie grew, thinned to about ``points``
     segments: register writes, registers, seconds and CPU seconds so far."""
     rows = [
-        [s["register_updates"], s["registers"], round(s["update_seconds"], 2),
-         round(s["update_cpu_seconds"], 2)]
-        for s in segs if "update_seconds" in s
-    ]  # fmt: skip
+        [
+            s["register_updates"],
+            s["registers"],
+            round(s["update_seconds"], 2),
+            round(s["update_cpu_seconds"], 2),
+        ]
+        for s in segs
+        if "update_seconds" in s
+    ]
     if not rows:
         return None
     step = max(1, len(rows) // points)
@@ -438,10 +495,18 @@ def _update_curve(segs: list[dict[str, Any]], points: int = 40) -> Any:
 
 
 def measure_series(
-    flowgo: Path, cache: Path, work: Path, targets: list[int], overwrite_pct: int,
-    segment_size: int, workers: int, limit: float, profile: bool, rate1: float,
+    flowgo: Path,
+    cache: Path,
+    work: Path,
+    targets: list[int],
+    overwrite_pct: int,
+    segment_size: int,
+    workers: int,
+    limit: float,
+    profile: bool,
+    rate1: float,
     wal_size: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     g = Generated(flowgo, cache, max(wal_size, *targets), overwrite_pct, segment_size)
     wal, tag = g.wal, g.name
     ends, ours = [], []
@@ -502,11 +567,16 @@ def _curve(segs: list[dict[str, Any]], marks: list[dict[str, Any]], points: int 
     last tenth of the marks it reached."""
     at = {s["updates"]: s for s in segs}
     rows = [
-        [at[m["updates"]]["register_updates"], at[m["updates"]]["registers"],
-         round(m["elapsed_seconds"], 2), round(m["cpu_seconds"], 2),
-         round(m["peak_rss_bytes"] / 2**20)]
-        for m in marks if m["updates"] in at
-    ]  # fmt: skip
+        [
+            at[m["updates"]]["register_updates"],
+            at[m["updates"]]["registers"],
+            round(m["elapsed_seconds"], 2),
+            round(m["cpu_seconds"], 2),
+            round(m["peak_rss_bytes"] / 2**20),
+        ]
+        for m in marks
+        if m["updates"] in at
+    ]
     if not rows:
         return None
     step = max(1, len(rows) // points)
@@ -548,14 +618,24 @@ def run_independent(args: Any, flowgo: Path, keccak_rate: Any) -> dict[str, Any]
         # The variants' WALs are small: measured first, while the largest WAL is still being
         # generated (its smaller sizes are measured as soon as their segments are written).
         variants = [
-            measure_series(flowgo, cache, work, [n], pct, seg, args.workers, args.flowgo_limit,
-                           profile, rate1)
+            measure_series(
+                flowgo, cache, work, [n], pct, seg, args.workers, args.flowgo_limit, profile, rate1
+            )
             for pct, seg, n in _parse_variants(args.ind_variants)
-        ]  # fmt: skip
+        ]
         main = measure_series(
-            flowgo, cache, work, targets, args.ind_overwrite, args.ind_segment_size,
-            args.workers, args.flowgo_limit, profile, rate1, args.ind_wal_size,
-        )  # fmt: skip
+            flowgo,
+            cache,
+            work,
+            targets,
+            args.ind_overwrite,
+            args.ind_segment_size,
+            args.workers,
+            args.flowgo_limit,
+            profile,
+            rate1,
+            args.ind_wal_size,
+        )
         rates += [keccak_rate(1), keccak_rate(args.workers)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -616,8 +696,10 @@ def add_arguments(ap: Any) -> None:
     )
     ap.add_argument("--no-profile", action="store_true", help="no perf profile of each run")
     ap.add_argument(
-        "--ind-wal-size", type=int, default=0,
+        "--ind-wal-size",
+        type=int,
+        default=0,
         help="register writes of the WAL whose prefixes are measured (default: the largest "
         "size; a larger one reuses a cached WAL for a run of its smaller sizes)",
-    )  # fmt: skip
+    )
     ap.add_argument("--ind-name", default="flow_replay_independent", help="result file name")

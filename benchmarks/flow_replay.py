@@ -204,9 +204,21 @@ OOC_MEMORY_GOAL = 0.1
 
 def _replay(wal: Path, data: Path, workers: int, *extra: str) -> tuple[dict[str, Any], Any, float]:
     out, rss, wall = run_measured(
-        [str(BIN), "flow", "replay", "--wal", str(wal), "--data", str(data),
-         "--workers", str(workers), "--no-progress", "--json", *extra]
-    )  # fmt: skip
+        [
+            str(BIN),
+            "flow",
+            "replay",
+            "--wal",
+            str(wal),
+            "--data",
+            str(data),
+            "--workers",
+            str(workers),
+            "--no-progress",
+            "--json",
+            *extra,
+        ]
+    )
     return json.loads(out.stdout), rss, wall
 
 
@@ -215,11 +227,25 @@ def measure_out_of_core(
 ) -> dict[str, Any]:
     wal = work / "wal-ooc"
     subprocess.run(
-        [str(flowgo), "gen", "--out", str(wal), "--updates", str(updates),
-         "--registers-per-update", str(per_update), "--seed", "9",
-         "--segment-size", str(4 << 20)],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=3600,
-    )  # fmt: skip
+        [
+            str(flowgo),
+            "gen",
+            "--out",
+            str(wal),
+            "--updates",
+            str(updates),
+            "--registers-per-update",
+            str(per_update),
+            "--seed",
+            "9",
+            "--segment-size",
+            str(4 << 20),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=3600,
+    )
     segments = sorted(p.name for p in wal.iterdir() if p.name.isdigit())
     base = work / "wal-base"
     base.mkdir()
@@ -227,17 +253,40 @@ def measure_out_of_core(
     for name in keep:
         shutil.copy(wal / name, base / name)
     cps = work / "cps"
-    _replay(base, work / "d-base", workers, "--checkpoint-every", str(len(keep)),
-            "--checkpoint-dir", str(cps))  # fmt: skip
+    _replay(
+        base,
+        work / "d-base",
+        workers,
+        "--checkpoint-every",
+        str(len(keep)),
+        "--checkpoint-dir",
+        str(cps),
+    )
     [(_, cp_name)] = list_checkpoints(cps)
     cp_bytes = checkpoint_bytes(cps, cp_name)
-    paged, paged_rss, _ = _replay(wal, work / "d-paged", workers, "--checkpoint", str(cps),
-                                  "--memory-budget", str(budget))  # fmt: skip
+    paged, paged_rss, _ = _replay(
+        wal, work / "d-paged", workers, "--checkpoint", str(cps), "--memory-budget", str(budget)
+    )
     # Like for like with flow-go, which takes the checkpoint's stored hashes.
-    trusted, trusted_rss, _ = _replay(wal, work / "d-trusted", workers, "--checkpoint", str(cps),
-                                      "--memory-budget", str(budget), "--trust-hashes")  # fmt: skip
-    inmem, inmem_rss, _ = _replay(wal, work / "d-mem", workers, "--checkpoint", str(cps),
-                                  "--memory-budget", str(64 * cp_bytes))  # fmt: skip
+    trusted, trusted_rss, _ = _replay(
+        wal,
+        work / "d-trusted",
+        workers,
+        "--checkpoint",
+        str(cps),
+        "--memory-budget",
+        str(budget),
+        "--trust-hashes",
+    )
+    inmem, inmem_rss, _ = _replay(
+        wal,
+        work / "d-mem",
+        workers,
+        "--checkpoint",
+        str(cps),
+        "--memory-budget",
+        str(64 * cp_bytes),
+    )
     node = work / "node"
     shutil.copytree(wal, node)
     for p in cps.iterdir():
@@ -320,8 +369,9 @@ def _paged_baseline_rss(wal: Path, segments: list[str], work: Path, workers: int
             shutil.copy(wal / name, folder / name)
     cps = work / "cps-one"
     _replay(one, work / "d-one", workers, "--checkpoint-every", "1", "--checkpoint-dir", str(cps))
-    out, rss, _ = _replay(two, work / "d-two", workers, "--checkpoint", str(cps),
-                          "--memory-budget", str(1 << 20))  # fmt: skip
+    out, rss, _ = _replay(
+        two, work / "d-two", workers, "--checkpoint", str(cps), "--memory-budget", str(1 << 20)
+    )
     assert out["resumed_from"]["paged"], "the baseline's checkpoint was not paged"
     return int(rss.peak_root)
 

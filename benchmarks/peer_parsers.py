@@ -47,10 +47,19 @@ SUBCOMMANDS = {
 }
 #: Counts a peer may report, each also computed from rechain's output by ``rechain_counts``.
 COUNTED = (
-    "blocks", "block_bytes", "transactions", "inputs", "outputs", "output_value",
-    "inputs_with_value", "input_value", "unspent_outputs", "unspent_value",
-    "utxo_count", "utxo_value",
-)  # fmt: skip
+    "blocks",
+    "block_bytes",
+    "transactions",
+    "inputs",
+    "outputs",
+    "output_value",
+    "inputs_with_value",
+    "input_value",
+    "unspent_outputs",
+    "unspent_value",
+    "utxo_count",
+    "utxo_value",
+)
 MB = 1e6
 
 
@@ -79,9 +88,18 @@ def core_reindex(binary: Path, blocks: Path, tip_hash: str, threads: int) -> dic
     ``xor.dat``) as a node runs it: ``-assumevalid`` at the tip, so scripts are checked only in
     the last blocks. ``wall_s`` is Core's own import time, without the harness's copy."""
     result = run_json(
-        [str(binary), "--network", "regtest", "--blocks", str(blocks),
-         "--assumevalid", tip_hash, "--threads", str(threads)]
-    )  # fmt: skip
+        [
+            str(binary),
+            "--network",
+            "regtest",
+            "--blocks",
+            str(blocks),
+            "--assumevalid",
+            tip_hash,
+            "--threads",
+            str(threads),
+        ]
+    )
     result["wall_s"] = result["import_seconds"]
     return result
 
@@ -136,9 +154,11 @@ def rechain_counts(data: Path, max_height: int | None = None) -> dict[str, Any]:
         status = json.loads(
             subprocess.run(
                 [str(BIN), "btc", "status", "--data", str(data), "--json"],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout
-        )  # fmt: skip
+        )
         counts["utxo_count"] = int(status["utxo_count"])
         counts["utxo_value"] = int(status["total_amount"])
         counts["tip_height"] = int(status["tip_height"])

@@ -121,19 +121,21 @@ def main() -> None:
                     runs.append(one_run(run, wall))
                     headers = run["records_scanned"]
                 best = min(runs, key=lambda r: r["seconds_excluding_ray_start"])
-                points.append({
-                    "multiplier": mult,
-                    "headers": headers,
-                    "file_bytes": file_bytes,
-                    "files": len(list(blocks.glob("blk*.dat"))),
-                    "generate_s": round(gen_s, 3),
-                    "workers": workers,
-                    "best": best,
-                    "median_headers_per_s": round(
-                        statistics.median(r["headers_per_s"] for r in runs)
-                    ),
-                    "runs": runs,
-                })  # fmt: skip
+                points.append(
+                    {
+                        "multiplier": mult,
+                        "headers": headers,
+                        "file_bytes": file_bytes,
+                        "files": len(list(blocks.glob("blk*.dat"))),
+                        "generate_s": round(gen_s, 3),
+                        "workers": workers,
+                        "best": best,
+                        "median_headers_per_s": round(
+                            statistics.median(r["headers_per_s"] for r in runs)
+                        ),
+                        "runs": runs,
+                    }
+                )
                 print(
                     f"{mult}x {headers:,} headers, {workers} worker(s): "
                     f"{best['headers_per_s']:,}/s, {best['seconds_excluding_ray_start']:.2f}s "

@@ -171,7 +171,7 @@ BLOCKS = Table(
         ("coinbase_height", _I64),
         ("file", _U32),
         ("offset", _U64),
-    ),  # fmt: skip
+    ),
     partition_by=HEIGHT_RANGE,
 )
 TRANSACTIONS = Table(
@@ -195,7 +195,7 @@ TRANSACTIONS = Table(
         ("output_value", _U64),
         ("input_value", _U64),
         ("fee", _I64),
-    ),  # fmt: skip
+    ),
     partition_by=HEIGHT_RANGE,
     # A block's hash repeats on each of its rows: a dictionary stores it once per row group
     # and each row as a run of indexes, instead of 64 hex characters compressed every time.
@@ -219,7 +219,7 @@ INPUTS = Table(
         ("tx_position", _U32),
         ("height", _U32),
         ("in_best_chain", _BOOL),
-    ),  # fmt: skip
+    ),
     partition_by=HEIGHT_RANGE,
     dictionary_columns=("block_hash",),
     unsorted_columns=("txid", "prev_txid", "script_sig", "witness", "block_hash"),
@@ -239,7 +239,7 @@ OUTPUTS = Table(
         ("height", _U32),
         ("in_best_chain", _BOOL),
         ("spent", _BOOL),
-    ),  # fmt: skip
+    ),
     partition_by=HEIGHT_RANGE,
     dictionary_columns=("block_hash", "script_type"),
     unsorted_columns=("txid", "address", "script_pubkey", "block_hash"),
@@ -299,22 +299,43 @@ ETH_BLOCKS = Table(
     # without transactions (most of mainnet's first two million), a pool's address and extra
     # data. A column chunk whose dictionary outgrows its page falls back to plain values.
     dictionary_columns=(
-        "source", "ommers_hash", "miner", "transactions_root", "receipts_root", "logs_bloom",
+        "source",
+        "ommers_hash",
+        "miner",
+        "transactions_root",
+        "receipts_root",
+        "logs_bloom",
         "extra_data",
     ),
     unsorted_columns=(
-        "hash", "parent_hash", "ommers_hash", "miner", "state_root", "transactions_root",
-        "receipts_root", "logs_bloom", "extra_data", "mix_hash", "nonce", "withdrawals_root",
-        "parent_beacon_block_root", "requests_hash",
+        "hash",
+        "parent_hash",
+        "ommers_hash",
+        "miner",
+        "state_root",
+        "transactions_root",
+        "receipts_root",
+        "logs_bloom",
+        "extra_data",
+        "mix_hash",
+        "nonce",
+        "withdrawals_root",
+        "parent_beacon_block_root",
+        "requests_hash",
     ),
-)  # fmt: skip
+)
 ETH_TRANSACTIONS = Table(
     "eth_transactions",
     _eth_native("eth_transactions"),
     unsorted_columns=(
-        "block_hash", "hash", "from_address", "to_address", "input", "contract_address",
+        "block_hash",
+        "hash",
+        "from_address",
+        "to_address",
+        "input",
+        "contract_address",
     ),
-)  # fmt: skip
+)
 ETH_RECEIPTS = Table(
     "eth_receipts",
     _eth_native("eth_receipts"),
@@ -324,10 +345,16 @@ ETH_LOGS = Table(
     "eth_logs",
     _eth_native("eth_logs"),
     unsorted_columns=(
-        "block_hash", "transaction_hash", "address", "topic0", "topic1", "topic2", "topic3",
+        "block_hash",
+        "transaction_hash",
+        "address",
+        "topic0",
+        "topic1",
+        "topic2",
+        "topic3",
         "data",
     ),
-)  # fmt: skip
+)
 ETH_WITHDRAWALS = Table(
     "eth_withdrawals", _eth_native("eth_withdrawals"), unsorted_columns=("block_hash", "address")
 )

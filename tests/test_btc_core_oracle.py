@@ -126,9 +126,21 @@ def signed_chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
     root = tmp_path_factory.mktemp("core_oracle")
     expected = gen_chain(
         root / "node",
-        "--blocks", "400", "--side-branches", "5", "--orphans", "2", "--reorg", "4",
-        "--tx-per-block", "1:12", "--file-size", "200000", "--seed", "17",
-    )  # fmt: skip
+        "--blocks",
+        "400",
+        "--side-branches",
+        "5",
+        "--orphans",
+        "2",
+        "--reorg",
+        "4",
+        "--tx-per-block",
+        "1:12",
+        "--file-size",
+        "200000",
+        "--seed",
+        "17",
+    )
     reindex(root / "node" / "blocks", root / "data", "--mode", "full")
     return root / "node" / "blocks", expected, root / "data"
 
@@ -166,8 +178,15 @@ def test_core_rejects_a_wrong_signature_that_rechain_does_not_check(
 ) -> None:
     expected = gen_chain(
         tmp_path / "node",
-        "--blocks", "160", "--tx-per-block", "3:6", "--seed", "3", "--bad-signature", "130",
-    )  # fmt: skip
+        "--blocks",
+        "160",
+        "--tx-per-block",
+        "3:6",
+        "--seed",
+        "3",
+        "--bad-signature",
+        "130",
+    )
     assert expected["bad_signature_height"] == 130
     blocks = tmp_path / "node" / "blocks"
     best = (tmp_path / "node" / "best_chain.txt").read_text().split()
@@ -201,9 +220,19 @@ def test_core_and_rechain_agree_on_real_mainnet_blocks(core: Path, tmp_path: Pat
     assert MAINNET_277647 not in out["best_chain"]
     assert (datadir / "blocks" / "xor.dat").read_bytes() != bytes(8)
     result = cli_json(
-        "btc", "reindex", "--blocks", datadir / "blocks", "--data", tmp_path / "data",
-        "--network", "main", "--mode", "full", "--no-progress", "--json",
-    )  # fmt: skip
+        "btc",
+        "reindex",
+        "--blocks",
+        datadir / "blocks",
+        "--data",
+        tmp_path / "data",
+        "--network",
+        "main",
+        "--mode",
+        "full",
+        "--no-progress",
+        "--json",
+    )
     assert result["full"]["invalid_blocks"] == []
     assert_same_end(out, tmp_path / "data")
     # And Core's reindex of its own folder ends where its import did.

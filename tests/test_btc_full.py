@@ -55,9 +55,19 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
     root = tmp_path_factory.mktemp("full")
     expected = gen_chain(
         root / "node",
-        "--blocks", "700", "--side-branches", "4", "--orphans", "2",
-        "--tx-per-block", "1:7", "--file-size", "300000", "--seed", "5",
-    )  # fmt: skip
+        "--blocks",
+        "700",
+        "--side-branches",
+        "4",
+        "--orphans",
+        "2",
+        "--tx-per-block",
+        "1:7",
+        "--file-size",
+        "300000",
+        "--seed",
+        "5",
+    )
     result = full(root / "node" / "blocks", root / "data")
     return root, expected, result
 
@@ -128,8 +138,11 @@ def test_fees_and_best_chain_flags(chain: tuple[Path, dict, dict]) -> None:
     assert len(rows) == 699
     for height, paid, fees in rows:
         assert paid == (5_000_000_000 >> (height // 150)) + (fees or 0)
-    assert q(data, "SELECT count(*) FROM transactions WHERE in_best_chain AND NOT is_coinbase "
-             "AND (fee IS NULL OR fee < 0)") == [(0,)]  # fmt: skip
+    assert q(
+        data,
+        "SELECT count(*) FROM transactions WHERE in_best_chain AND NOT is_coinbase "
+        "AND (fee IS NULL OR fee < 0)",
+    ) == [(0,)]
     side = q(data, "SELECT count(*) FROM blocks WHERE NOT in_best_chain AND height IS NOT NULL")
     assert side[0][0] == expected["side_branch_blocks"]
     # Orphans (not connected to genesis) are decoded too, in the height_range=-1 partition.
@@ -183,9 +196,12 @@ def chain_model(records: list[bytes]) -> dict[str, Any]:
                 if not bytes(out.scriptPubKey).startswith(b"\x6a"):  # OP_RETURN: unspendable
                     utxo[(txid, n)] = out.nValue
     return {
-        "tip": tip, "utxo_count": len(utxo), "total_amount": sum(utxo.values()),
-        "spent": spent, "fees": fees,
-    }  # fmt: skip
+        "tip": tip,
+        "utxo_count": len(utxo),
+        "total_amount": sum(utxo.values()),
+        "spent": spent,
+        "fees": fees,
+    }
 
 
 def state_facts(data: Path) -> dict[str, Any]:
@@ -199,9 +215,12 @@ def state_facts(data: Path) -> dict[str, Any]:
     spent = q(data, "SELECT txid, vout FROM outputs WHERE in_best_chain AND spent")
     fees = q(data, "SELECT txid, fee FROM transactions WHERE in_best_chain AND NOT is_coinbase")
     return {
-        "tip": tip, "utxo_count": count, "total_amount": amount,
-        "spent": set(spent), "fees": dict(fees),
-    }  # fmt: skip
+        "tip": tip,
+        "utxo_count": count,
+        "total_amount": amount,
+        "spent": set(spent),
+        "fees": dict(fees),
+    }
 
 
 def test_rerun_is_identical(chain: tuple[Path, dict, dict], tmp_path: Path) -> None:
@@ -297,12 +316,21 @@ def test_real_mainnet_block_decodes_to_its_facts(tmp_path: Path) -> None:
     result = reindex(blocks, tmp_path / "data", "--network", "main", "--mode", "full")
     assert result["tip_hash"] is None  # not connected to genesis, but decoded anyway
     data = tmp_path / "data"
-    (row,) = q(data, "SELECT hash, n_tx, size, valid, n_inputs, n_outputs, output_value, "
-               "height_range FROM blocks")  # fmt: skip
+    (row,) = q(
+        data,
+        "SELECT hash, n_tx, size, valid, n_inputs, n_outputs, output_value, "
+        "height_range FROM blocks",
+    )
     assert row == (
-        fact["hash"], fact["tx_count"], fact["size"], True, fact["n_inputs"],
-        fact["n_outputs"], fact["total_output_value_sat"], -1,
-    )  # fmt: skip
+        fact["hash"],
+        fact["tx_count"],
+        fact["size"],
+        True,
+        fact["n_inputs"],
+        fact["n_outputs"],
+        fact["total_output_value_sat"],
+        -1,
+    )
     assert q(data, "SELECT count(*) FROM transactions WHERE has_witness") == [(fact["segwit_txs"],)]
     first_last = q(
         data, "SELECT txid FROM transactions WHERE position IN (0, 2499) ORDER BY position"
@@ -444,14 +472,19 @@ def test_consensus_invalid_block_is_excluded_like_core(
     assert result["full"]["utxo_count"] == expected["utxo_count"]
     (inv,) = result["full"]["invalid_blocks"]
     assert inv["reason"] == reason
-    row = q(tmp_path / "data", f"SELECT valid, invalid_reason, in_best_chain FROM blocks "
-            f"WHERE hash = '{inv['hash']}'")  # fmt: skip
+    row = q(
+        tmp_path / "data",
+        f"SELECT valid, invalid_reason, in_best_chain FROM blocks WHERE hash = '{inv['hash']}'",
+    )
     assert row == [(False, reason, False)]
     # Its rows are published off the best chain, decoded again from its file.
     for table, n in (("transactions", 1), ("outputs", 1), ("inputs", 1)):
         n += case == "missing"
-        got = q(tmp_path / "data", f"SELECT count(*), bool_or(in_best_chain) FROM {table} "
-                f"WHERE block_hash = '{inv['hash']}'")  # fmt: skip
+        got = q(
+            tmp_path / "data",
+            f"SELECT count(*), bool_or(in_best_chain) FROM {table} "
+            f"WHERE block_hash = '{inv['hash']}'",
+        )
         assert got == [(n, False)], table
 
 
@@ -465,8 +498,12 @@ def test_tx_lookup_through_the_index(chain: tuple[Path, dict, dict]) -> None:
     )
     tx = cli_json("btc", "tx", "--data", data, txid, "--json")
     assert (tx["txid"], tx["block_hash"], tx["height"], tx["position"], tx["fee"]) == (
-        txid, block_hash, height, position, fee,
-    )  # fmt: skip
+        txid,
+        block_hash,
+        height,
+        position,
+        fee,
+    )
     assert [i["vin"] for i in tx["inputs"]] == list(range(n_in))
     assert [o["vout"] for o in tx["outputs"]] == list(range(n_out))
     assert sum(i["value"] for i in tx["inputs"]) - sum(o["value"] for o in tx["outputs"]) == fee
@@ -497,8 +534,11 @@ def test_tx_index_values_are_compact_and_find_off_chain_copies(
     )
     tx = cli_json("btc", "tx", "--data", data, txid, "--json")
     assert (tx["txid"], tx["block_hash"], tx["position"], tx["in_best_chain"]) == (
-        txid, block_hash, position, False,
-    )  # fmt: skip
+        txid,
+        block_hash,
+        position,
+        False,
+    )
 
 
 def test_a_tx_index_of_the_text_format_is_built_again(

@@ -49,17 +49,29 @@ def chains(
     for name, args in SCENARIOS.items():
         root = tmp_path_factory.mktemp(f"reorg-{name}")
         facts = gen_chain(
-            root, "--blocks", "260", "--tx-per-block", "1:12", "--file-size", "120K",
-            "--seed", "11", *args,
-        )  # fmt: skip
+            root,
+            "--blocks",
+            "260",
+            "--tx-per-block",
+            "1:12",
+            "--file-size",
+            "120K",
+            "--seed",
+            "11",
+            *args,
+        )
         branch, back = facts["reorg_records"]
         assert branch == int(args[1]) + 1 and back == (2 if "--reorg-back" in args else 0)
         ref = tmp_path_factory.mktemp(f"reorg-{name}-headers")
         reindex(root / "blocks", ref, "--mode", "headers")
         rows = cli_json(
-            "query", "--data", ref, 'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
-            "--format", "json",
-        )  # fmt: skip
+            "query",
+            "--data",
+            ref,
+            'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
+            "--format",
+            "json",
+        )
         tail = [(int(r["file"]), int(r["offset"])) for r in rows[-(branch + back) :]]
         cuts = [tail[0]] + ([tail[branch]] if back else [])
         out[name] = (root, facts, cuts)

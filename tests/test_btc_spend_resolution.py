@@ -51,9 +51,20 @@ def full(blocks: Path, data: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -
 def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     root = tmp_path_factory.mktemp("resolve")
     facts = gen_chain(
-        root, "--blocks", "400", "--side-branches", "3", "--orphans", "2",
-        "--tx-per-block", "1:12", "--file-size", "200000", "--seed", "23",
-    )  # fmt: skip
+        root,
+        "--blocks",
+        "400",
+        "--side-branches",
+        "3",
+        "--orphans",
+        "2",
+        "--tx-per-block",
+        "1:12",
+        "--file-size",
+        "200000",
+        "--seed",
+        "23",
+    )
     return root, facts
 
 
@@ -135,15 +146,29 @@ def test_reorgs_apply_on_the_stored_set_as_in_order(
     and applies on the set the runs before stored, and ends where the in-order path does."""
     root = tmp_path / "node"
     gen_chain(
-        root, "--blocks", "260", "--tx-per-block", "1:12", "--file-size", "120K",
-        "--seed", "11", "--reorg", "6", "--reorg-back",
-    )  # fmt: skip
+        root,
+        "--blocks",
+        "260",
+        "--tx-per-block",
+        "1:12",
+        "--file-size",
+        "120K",
+        "--seed",
+        "11",
+        "--reorg",
+        "6",
+        "--reorg-back",
+    )
     ref = tmp_path / "ref-headers"
     reindex(root / "blocks", ref, "--mode", "headers")
     rows = cli_json(
-        "query", "--data", ref, 'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
-        "--format", "json",
-    )  # fmt: skip
+        "query",
+        "--data",
+        ref,
+        'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
+        "--format",
+        "json",
+    )
     tail = [(int(r["file"]), int(r["offset"])) for r in rows[-9:]]
     blocks = tmp_path / "blocks"
     for i, cut in enumerate([tail[0], tail[7], None]):

@@ -67,9 +67,18 @@ def undisturbed(chain: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
 def failed_run(blocks: Path, data: Path) -> str:
     code, out, err = cli(
-        "btc", "reindex", "--blocks", blocks, "--data", data, "--network", "regtest",
-        "--no-progress", "--shard-size", SHARD,
-    )  # fmt: skip
+        "btc",
+        "reindex",
+        "--blocks",
+        blocks,
+        "--data",
+        data,
+        "--network",
+        "regtest",
+        "--no-progress",
+        "--shard-size",
+        SHARD,
+    )
     assert code != 0, out
     assert "Traceback" not in err
     return err

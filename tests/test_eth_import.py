@@ -215,9 +215,16 @@ def test_rerun_does_only_what_changed(tmp_path: Path) -> None:
 def test_geth_freezer_fixture(tmp_path: Path) -> None:
     data = tmp_path / "data"
     code, out, err = cli(
-        "eth", "import", "--freezer", ETH / "geth-freezer-devchain", "--data", data,
-        "--no-progress", "--json", "--no-pow",
-    )  # fmt: skip
+        "eth",
+        "import",
+        "--freezer",
+        ETH / "geth-freezer-devchain",
+        "--data",
+        data,
+        "--no-progress",
+        "--json",
+        "--no-pow",
+    )
     r = json.loads(out)
     assert r["blocks"] == 6 and r["first_block"] == 0 and r["last_block"] == 5
     # geth's hashes table and the index agree with the hashes of the header bytes read.
@@ -229,10 +236,22 @@ def test_geth_freezer_fixture(tmp_path: Path) -> None:
 
 def _import_cmd(era: Path, data: Path) -> list[str]:
     return [
-        sys.executable, "-m", "rechain.pipeline.cli", "eth", "import", "--era1", str(era),
-        "--data", str(data), "--network", "sepolia", "--no-pow", "--no-progress",
-        "--workers", "1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "rechain.pipeline.cli",
+        "eth",
+        "import",
+        "--era1",
+        str(era),
+        "--data",
+        str(data),
+        "--network",
+        "sepolia",
+        "--no-pow",
+        "--no-progress",
+        "--workers",
+        "1",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -253,8 +272,10 @@ def test_kill_at_commit_points_then_resume(tmp_path: Path, point: str) -> None:
         assert digest(a)["content"] == digest(b)["content"]
     assert not list((data / "parquet").rglob("*.tmp"))
     parts = sorted(p.name for p in (data / "parquet" / "eth_blocks").rglob("*.parquet"))
-    assert parts == [SEPOLIA_0.removesuffix(".era1") + ".parquet",
-                     SEPOLIA_21.removesuffix(".era1") + ".parquet"]  # fmt: skip
+    assert parts == [
+        SEPOLIA_0.removesuffix(".era1") + ".parquet",
+        SEPOLIA_21.removesuffix(".era1") + ".parquet",
+    ]
     assert pq.read_table(data / "parquet" / "eth_blocks").num_rows == 16_384
 
 
@@ -263,8 +284,18 @@ def test_status_and_stages(tmp_path: Path) -> None:
     data = tmp_path / "data"
     eth_import(era, data, "--network", "sepolia", "--no-pow")
     st = cli_json("eth", "status", "--data", data, "--json")
-    for key in ("network", "first_block", "last_block", "tip_hash", "total_difficulty",
-                "blocks", "counts", "checks", "failed", "skipped"):  # fmt: skip
+    for key in (
+        "network",
+        "first_block",
+        "last_block",
+        "tip_hash",
+        "total_difficulty",
+        "blocks",
+        "counts",
+        "checks",
+        "failed",
+        "skipped",
+    ):
         assert key in st, key
     assert st["network"] == "sepolia" and st["blocks"] == 8192
     stages = cli_json("stages", "--data", data, "--json")
@@ -363,9 +394,20 @@ def test_kill_at_random_commit_points_then_resume(tmp_path: Path, seed: int) -> 
 
     def cmd(data: Path) -> list[str]:
         return [
-            sys.executable, "-m", "rechain.pipeline.cli", "eth", "import", "--era1", str(era),
-            "--data", str(data), "--network", "dev", "--no-pow", "--no-progress",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "rechain.pipeline.cli",
+            "eth",
+            "import",
+            "--era1",
+            str(era),
+            "--data",
+            str(data),
+            "--network",
+            "dev",
+            "--no-pow",
+            "--no-progress",
+        ]
 
     ref = tmp_path / "ref"
     assert subprocess.run(cmd(ref), capture_output=True).returncode == 0
@@ -415,9 +457,18 @@ def test_export_era1_from_a_freezer_equals_the_chains_era1_files(tmp_path: Path)
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "e" / f["path"]).read_bytes()
     # A slice from an epoch on, its TD taken from the index.
     part = cli_json(
-        "eth", "export-era1", "--data", data, "--out", tmp_path / "part", "--from", "8192",
-        "--to", "16383", "--json",
-    )  # fmt: skip
+        "eth",
+        "export-era1",
+        "--data",
+        data,
+        "--out",
+        tmp_path / "part",
+        "--from",
+        "8192",
+        "--to",
+        "16383",
+        "--json",
+    )
     name = Path(era1["files"][1]["path"]).name
     assert [Path(f["path"]).name for f in part["files"]] == [name]
     assert (tmp_path / "part" / name).read_bytes() == (tmp_path / "e" / "era1" / name).read_bytes()

@@ -38,9 +38,19 @@ SEGMENT = 64 * 1024
 def wal(flowgo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:  # noqa: F811
     out_dir = tmp_path_factory.mktemp("cpwal") / "wal"
     out = run(
-        flowgo, "gen", "--out", out_dir, "--updates", UPDATES,
-        "--registers-per-update", PER_UPDATE, "--seed", 21, "--segment-size", SEGMENT,
-    )  # fmt: skip
+        flowgo,
+        "gen",
+        "--out",
+        out_dir,
+        "--updates",
+        UPDATES,
+        "--registers-per-update",
+        PER_UPDATE,
+        "--seed",
+        21,
+        "--segment-size",
+        SEGMENT,
+    )
     assert len(out["segments"]) >= 8
     return out_dir, out
 
@@ -65,8 +75,9 @@ def test_flow_go_checkpoints_read_to_flow_go_roots(
     for which in ("last", "all"):
         cp = tmp_path / which
         written = run(flowgo, "checkpoint", "--wal", wal_dir, "--out", cp, "--tries", which)
-        oracle = run(flowgo, "read-checkpoint", "--dir", cp, "--file", "checkpoint.00000000",
-                     "--verify")  # fmt: skip
+        oracle = run(
+            flowgo, "read-checkpoint", "--dir", cp, "--file", "checkpoint.00000000", "--verify"
+        )
         assert oracle["tries"][-1]["root"] == facts["final_root"]
         if which == "all":
             assert len(oracle["tries"]) > UPDATES // 2  # many tries sharing nodes
@@ -85,16 +96,27 @@ def test_flow_go_checkpoints_read_to_flow_go_roots(
     # RocksDB holds the same registers as the table: path -> 01 | u32 key length | key | value.
     with DataDir(tmp_path / "d-last", readonly=True) as d:
         stored = dict(d.items(layout.CF_FLOW_REGISTERS))
-    table = query(tmp_path / "d-last", "SELECT hex(path) AS p, hex(encoded_key) AS k, "
-                  "hex(value) AS v FROM registers")  # fmt: skip
+    table = query(
+        tmp_path / "d-last",
+        "SELECT hex(path) AS p, hex(encoded_key) AS k, hex(value) AS v FROM registers",
+    )
     assert len(stored) == len(table) == facts["registers"]
     for row in table:
         key, value = bytes.fromhex(row["k"]), bytes.fromhex(row["v"])
         want = b"\x01" + len(key).to_bytes(4, "big") + key + value
         assert stored[bytes.fromhex(row["p"])] == want
     # Trusting the stored leaf hashes (interior hashes still recomputed) reads the same.
-    trusted = cli_json("flow", "checkpoint", "read", "--dir", tmp_path / "last", "--data",
-                       tmp_path / "d-trust", "--trust-leaf-hashes", "--json")  # fmt: skip
+    trusted = cli_json(
+        "flow",
+        "checkpoint",
+        "read",
+        "--dir",
+        tmp_path / "last",
+        "--data",
+        tmp_path / "d-trust",
+        "--trust-leaf-hashes",
+        "--json",
+    )
     assert trusted["verified_leaf_hashes"] is False
     assert (trusted["root"], trusted["reg_count"]) == (facts["final_root"], facts["registers"])
 
@@ -124,8 +146,18 @@ def test_rechain_checkpoints_load_in_flow_go(
     res = cli_json("flow", "replay", "--wal", wal_dir, "--data", data, "--no-progress", "--json")
     assert res["root"] == facts["final_root"]
     out = tmp_path / "out"
-    w = cli_json("flow", "checkpoint", "write", "--data", data, "--out", out,
-                 "--root", facts["final_root"], "--json")  # fmt: skip
+    w = cli_json(
+        "flow",
+        "checkpoint",
+        "write",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--root",
+        facts["final_root"],
+        "--json",
+    )
     last = int(facts["segments"][-1])
     assert w["checkpoint"].endswith(f"checkpoint.{last:08d}")
     # Byte for byte flow-go's own checkpoint of that trie (register size as flow-go accounts
@@ -138,21 +170,33 @@ def test_rechain_checkpoints_load_in_flow_go(
         p.name.removeprefix("checkpoint.00000000"): p.read_bytes() for p in theirs.iterdir()
     }
     assert streamed == flowgo_own
-    oracle = run(flowgo, "read-checkpoint", "--dir", out, "--file", f"checkpoint.{last:08d}",
-                 "--verify")  # fmt: skip
+    oracle = run(
+        flowgo, "read-checkpoint", "--dir", out, "--file", f"checkpoint.{last:08d}", "--verify"
+    )
     [t] = oracle["tries"]
     assert t["root"] == facts["final_root"] and t["valid"] is True
     assert t["reg_count"] == t["registers"] == facts["registers"] == w["reg_count"]
     # A root the data folder does not hold is refused before anything is written.
-    code, _, err = cli("flow", "checkpoint", "write", "--data", data, "--out", tmp_path / "x",
-                       "--root", "00" * 32)  # fmt: skip
+    code, _, err = cli(
+        "flow", "checkpoint", "write", "--data", data, "--out", tmp_path / "x", "--root", "00" * 32
+    )
     assert code != 0 and "not " + "00" * 32 in err
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
     # The parts are folded on threads: any count gives flow-go's bytes.
     for threads in (1, 3):
         out_t = tmp_path / f"out{threads}"
-        cli_json("flow", "checkpoint", "write", "--data", data, "--out", out_t,
-                 "--threads", threads, "--json")  # fmt: skip
+        cli_json(
+            "flow",
+            "checkpoint",
+            "write",
+            "--data",
+            data,
+            "--out",
+            out_t,
+            "--threads",
+            threads,
+            "--json",
+        )
         assert {
             p.name.removeprefix(f"checkpoint.{last:08d}"): p.read_bytes() for p in out_t.iterdir()
         } == flowgo_own, threads
@@ -182,13 +226,35 @@ def test_replay_writes_checkpoints_and_resumes_from_them(
     keep = segs[: len(segs) - 2]
     for s in keep:
         shutil.copy(wal_dir / f"{s:08d}", part / f"{s:08d}")
-    first = cli_json("flow", "replay", "--wal", part, "--data", tmp_path / "d1", "--no-progress",
-                     "--checkpoint-every", "3", "--checkpoint-dir", cps, "--json")  # fmt: skip
+    first = cli_json(
+        "flow",
+        "replay",
+        "--wal",
+        part,
+        "--data",
+        tmp_path / "d1",
+        "--no-progress",
+        "--checkpoint-every",
+        "3",
+        "--checkpoint-dir",
+        cps,
+        "--json",
+    )
     numbers = [n for n, _ in list_checkpoints(cps)]
     assert numbers == [s for s in keep if (s + 1) % 3 == 0]
     # Resume on the full WAL: only the segments after the latest checkpoint are replayed.
-    resumed = cli_json("flow", "replay", "--wal", wal_dir, "--data", tmp_path / "d2",
-                       "--no-progress", "--checkpoint", cps, "--json")  # fmt: skip
+    resumed = cli_json(
+        "flow",
+        "replay",
+        "--wal",
+        wal_dir,
+        "--data",
+        tmp_path / "d2",
+        "--no-progress",
+        "--checkpoint",
+        cps,
+        "--json",
+    )
     assert resumed["resumed_from"]["number"] == numbers[-1]
     assert resumed["segments"] == len(segs) - numbers[-1] - 1
     assert resumed["root"] == facts["final_root"]
@@ -204,9 +270,20 @@ def test_replay_writes_checkpoints_and_resumes_from_them(
     # verified, the replay loads nodes through a cache of half the budget, and the state,
     # registers and checks are the same. The node store is scratch, gone after the run.
     budget = checkpoint_bytes(cps, f"checkpoint.{numbers[-1]:08d}")
-    paged = cli_json("flow", "replay", "--wal", wal_dir, "--data", tmp_path / "d3",
-                     "--no-progress", "--checkpoint", cps, "--memory-budget", str(budget),
-                     "--json")  # fmt: skip
+    paged = cli_json(
+        "flow",
+        "replay",
+        "--wal",
+        wal_dir,
+        "--data",
+        tmp_path / "d3",
+        "--no-progress",
+        "--checkpoint",
+        cps,
+        "--memory-budget",
+        str(budget),
+        "--json",
+    )
     assert paged["resumed_from"]["paged"] is True
     for key in ("root", "registers", "updates_applied", "segments"):
         assert paged[key] == resumed[key], key
@@ -223,9 +300,20 @@ def test_replay_writes_checkpoints_and_resumes_from_them(
     assert checked["flow"]["root_recomputed"] == facts["final_root"]
     # Taking the stored hashes as flow-go does (paged and in memory): the same state.
     for d, extra in (("d4", ["--memory-budget", str(budget)]), ("d5", [])):
-        trusted = cli_json("flow", "replay", "--wal", wal_dir, "--data", tmp_path / d,
-                           "--no-progress", "--checkpoint", cps, "--trust-hashes", "--json",
-                           *extra)  # fmt: skip
+        trusted = cli_json(
+            "flow",
+            "replay",
+            "--wal",
+            wal_dir,
+            "--data",
+            tmp_path / d,
+            "--no-progress",
+            "--checkpoint",
+            cps,
+            "--trust-hashes",
+            "--json",
+            *extra,
+        )
         assert trusted["resumed_from"]["paged"] is bool(extra)
         assert trusted["root"] == facts["final_root"]
         assert query(tmp_path / d, registers) == query(tmp_path / "d2", registers)

@@ -63,8 +63,19 @@ def test_write_takes_checked_leaf_hashes_from_the_data_folder(
     data = tmp_path / "d"
     # In memory: one `registers` and one `register_hashes` file, which the tampering below
     # rewrites (a streamed read writes one file per subtrie part, same rows).
-    cli_json("flow", "checkpoint", "read", "--dir", cp, "--data", data, "--file", NAME,
-             "--in-memory", "--json")  # fmt: skip
+    cli_json(
+        "flow",
+        "checkpoint",
+        "read",
+        "--dir",
+        cp,
+        "--data",
+        data,
+        "--file",
+        NAME,
+        "--in-memory",
+        "--json",
+    )
     regs = facts["registers"]
     hashes = pq.read_table(table_file(data, "register_hashes"))
     expected = pa.schema(
@@ -87,8 +98,9 @@ def test_write_takes_checked_leaf_hashes_from_the_data_folder(
     assert ours.keys() == theirs.keys() and len(ours) == 18
     for name in ours:
         assert ours[name] == theirs[name], name
-    oracle = run(flowgo, "read-checkpoint", "--dir", tmp_path / "cached", "--file", NAME,
-                 "--verify")  # fmt: skip
+    oracle = run(
+        flowgo, "read-checkpoint", "--dir", tmp_path / "cached", "--file", NAME, "--verify"
+    )
     [t] = oracle["tries"]
     assert t["root"] == facts["final_root"] and t["valid"] is True and t["registers"] == regs
 
@@ -117,8 +129,9 @@ def test_write_takes_checked_leaf_hashes_from_the_data_folder(
         cols["node_hash"][5] = cols["node_hash"][6]
 
     rewrite(hfile, wrong)
-    code, _, err = cli("flow", "checkpoint", "write", "--data", data, "--out", tmp_path / "w1",
-                       "--number", "0")  # fmt: skip
+    code, _, err = cli(
+        "flow", "checkpoint", "write", "--data", data, "--out", tmp_path / "w1", "--number", "0"
+    )
     assert code != 0 and "registers hash to root" in err, err
     assert not any((tmp_path / "w1").iterdir())
     shutil.rmtree(data / "parquet" / "register_hashes")
@@ -130,7 +143,8 @@ def test_write_takes_checked_leaf_hashes_from_the_data_folder(
         cols["value"][7] = cols["value"][7] + b"!"
 
     rewrite(table_file(data, "registers"), tamper)
-    code, _, err = cli("flow", "checkpoint", "write", "--data", data, "--out", tmp_path / "w2",
-                       "--number", "0")  # fmt: skip
+    code, _, err = cli(
+        "flow", "checkpoint", "write", "--data", data, "--out", tmp_path / "w2", "--number", "0"
+    )
     assert code != 0 and "registers hash to root" in err, err
     assert not any((tmp_path / "w2").iterdir())

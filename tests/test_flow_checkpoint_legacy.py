@@ -33,8 +33,9 @@ ROOTS = [
 
 
 def read_cp(cpdir: Path, name: str, data: Path) -> dict[str, Any]:
-    return cli_json("flow", "checkpoint", "read", "--dir", cpdir, "--file", name, "--data", data,
-                    "--json")  # fmt: skip
+    return cli_json(
+        "flow", "checkpoint", "read", "--dir", cpdir, "--file", name, "--data", data, "--json"
+    )
 
 
 def status(data: Path) -> str:
@@ -57,8 +58,9 @@ def test_legacy_checkpoints_read_as_flow_go_reads_them(
     assert got["tries"] == want
     assert got["root"] == ROOTS[-1]
     assert got["registers_published"] == oracle["tries"][-1]["registers"] == 4
-    rows = cli_json("query", "--data", data, "SELECT count(*) AS n FROM registers",
-                    "--format", "json")  # fmt: skip
+    rows = cli_json(
+        "query", "--data", data, "SELECT count(*) AS n FROM registers", "--format", "json"
+    )
     assert rows == [{"n": 4}]
     st = cli_json("flow", "status", "--data", data, "--json")
     assert (st["root"], st["registers"]) == (ROOTS[-1], 4)
@@ -68,8 +70,20 @@ def test_legacy_checkpoints_read_as_flow_go_reads_them(
 
 def test_v5_file_is_flow_go_s_own_writer_output(flowgo: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "v5"
-    run(flowgo, "rewrite-checkpoint", "--dir", DATA, "--file", "checkpoint.v4", "--out", out,
-        "--name", "checkpoint.v5", "--version", 5)  # fmt: skip
+    run(
+        flowgo,
+        "rewrite-checkpoint",
+        "--dir",
+        DATA,
+        "--file",
+        "checkpoint.v4",
+        "--out",
+        out,
+        "--name",
+        "checkpoint.v5",
+        "--version",
+        5,
+    )
     assert (out / "checkpoint.v5").read_bytes() == (DATA / "checkpoint.v5").read_bytes()
 
 
@@ -127,8 +141,9 @@ def test_damaged_legacy_checkpoints_name_file_and_offset(tmp_path: Path) -> None
             shutil.rmtree(bad, ignore_errors=True)
             bad.mkdir()
             (bad / name).write_bytes(bytes(content))
-            code, _, err = cli("flow", "checkpoint", "read", "--dir", bad, "--file", name,
-                               "--data", data, "--json")  # fmt: skip
+            code, _, err = cli(
+                "flow", "checkpoint", "read", "--dir", bad, "--file", name, "--data", data, "--json"
+            )
             assert code != 0, (name, label)
             assert f"version {version}" in err, (label, err)
             assert error_place(err) == (str(bad / name), places[label]), (label, err)

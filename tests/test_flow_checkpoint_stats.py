@@ -145,8 +145,20 @@ def test_stats_equal_flow_go_on_a_checkpoint_it_wrote(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     base = tmp_path_factory.mktemp("gostats")
-    run(flowgo, "gen", "--out", base / "wal", "--updates", 300, "--registers-per-update", 30,
-        "--seed", 7, "--segment-size", 64 * 1024)  # fmt: skip
+    run(
+        flowgo,
+        "gen",
+        "--out",
+        base / "wal",
+        "--updates",
+        300,
+        "--registers-per-update",
+        30,
+        "--seed",
+        7,
+        "--segment-size",
+        64 * 1024,
+    )
     run(flowgo, "checkpoint", "--wal", base / "wal", "--out", base / "cp", "--tries", "last")
     oracle = run(flowgo, "stats", "--dir", base / "cp", "--file", NAME)
     for extra in ([], ["--trust-hashes", "--workers", "1"]):
@@ -253,8 +265,19 @@ def test_stats_of_ten_times_the_budget_stay_within_it(tmp_path: Path) -> None:
     assert info["bytes"] >= 10 * budget
 
     def measure(cp: Path, data: Path) -> tuple[dict[str, Any], int]:
-        cmd = [str(BIN), "flow", "checkpoint", "stats", "--dir", str(cp), "--data", str(data),
-               "--json", "--memory-budget", str(budget)]  # fmt: skip
+        cmd = [
+            str(BIN),
+            "flow",
+            "checkpoint",
+            "stats",
+            "--dir",
+            str(cp),
+            "--data",
+            str(data),
+            "--json",
+            "--memory-budget",
+            str(budget),
+        ]
         done, rss, _ = run_measured(cmd)
         return json.loads(done.stdout), rss.peak_root
 

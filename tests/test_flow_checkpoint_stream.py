@@ -75,7 +75,7 @@ def make_checkpoint(out: Path, registers: int, value_size: int, seed: int) -> di
                         pa.py_buffer(np.arange(n + 1, dtype=np.int32) * key_len),
                         pa.py_buffer(keys.tobytes()),
                     ],
-                ),  # fmt: skip
+                ),
                 pa.Array.from_buffers(
                     pa.binary(),
                     n,
@@ -84,7 +84,7 @@ def make_checkpoint(out: Path, registers: int, value_size: int, seed: int) -> di
                         pa.py_buffer(np.arange(n + 1, dtype=np.int32) * value_size),
                         pa.py_buffer(values.tobytes()),
                     ],
-                ),  # fmt: skip
+                ),
             ],
             names=["path", "encoded_key", "value"],
         )
@@ -94,8 +94,18 @@ def make_checkpoint(out: Path, registers: int, value_size: int, seed: int) -> di
 
 
 def read_cmd(cp: Path, data: Path, *extra: str) -> list[str]:
-    return [str(BIN), "flow", "checkpoint", "read", "--dir", str(cp), "--data", str(data),
-            "--json", *extra]  # fmt: skip
+    return [
+        str(BIN),
+        "flow",
+        "checkpoint",
+        "read",
+        "--dir",
+        str(cp),
+        "--data",
+        str(data),
+        "--json",
+        *extra,
+    ]
 
 
 def digest(data: Path) -> dict[str, Any]:
@@ -128,9 +138,18 @@ def bounded_read(tmp_path: Path, budget: int, registers: int) -> None:
     verified = {}
     for cp in ("small", "big"):
         done, v_rss, _ = run_measured(
-            [str(BIN), "flow", "checkpoint", "verify", "--dir", str(tmp_path / cp), "--json",
-             "--memory-budget", str(budget)]
-        )  # fmt: skip
+            [
+                str(BIN),
+                "flow",
+                "checkpoint",
+                "verify",
+                "--dir",
+                str(tmp_path / cp),
+                "--json",
+                "--memory-budget",
+                str(budget),
+            ]
+        )
         verified[cp] = (json.loads(done.stdout), v_rss.peak_root)
     (v_got, v_rss), (_, v_base_rss) = verified["big"], verified["small"]
     assert (v_got["mode"], v_got["root"]) == ("streaming", big["root"])
@@ -150,8 +169,20 @@ def test_streamed_read_of_ten_times_a_64m_budget(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def go_checkpoint(flowgo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
     base = tmp_path_factory.mktemp("gocp")
-    run(flowgo, "gen", "--out", base / "wal", "--updates", 300, "--registers-per-update", 30,
-        "--seed", 5, "--segment-size", 64 * 1024)  # fmt: skip
+    run(
+        flowgo,
+        "gen",
+        "--out",
+        base / "wal",
+        "--updates",
+        300,
+        "--registers-per-update",
+        30,
+        "--seed",
+        5,
+        "--segment-size",
+        64 * 1024,
+    )
     run(flowgo, "checkpoint", "--wal", base / "wal", "--out", base / "cp", "--tries", "last")
     return base / "cp"
 
@@ -170,8 +201,19 @@ def test_streamed_read_equals_the_in_memory_read_and_flow_go(
         "trust_leaves": ["--trust-leaf-hashes"],
     }.items():
         data = tmp_path / label
-        reads[label] = cli_json("flow", "checkpoint", "read", "--dir", go_checkpoint, "--data",
-                                data, "--json", "--memory-budget", "16M", *extra)  # fmt: skip
+        reads[label] = cli_json(
+            "flow",
+            "checkpoint",
+            "read",
+            "--dir",
+            go_checkpoint,
+            "--data",
+            data,
+            "--json",
+            "--memory-budget",
+            "16M",
+            *extra,
+        )
         got = reads[label]
         assert got["mode"] == ("in_memory" if label == "memory" else "streaming"), label
         want = [{k: t[k] for k in ("root", "reg_count", "reg_size")} for t in oracle["tries"]]
@@ -186,8 +228,10 @@ def test_streamed_read_equals_the_in_memory_read_and_flow_go(
         "SELECT hex(path) p, height, hex(leaf_hash) l, hex(node_hash) n "
         "FROM register_hashes ORDER BY p"
     )
-    rows = [cli_json("query", "--data", tmp_path / k, q, "--format", "json")
-            for k in ("stream", "memory")]  # fmt: skip
+    rows = [
+        cli_json("query", "--data", tmp_path / k, q, "--format", "json")
+        for k in ("stream", "memory")
+    ]
     assert rows[0] == rows[1] and len(rows[0]) == oracle["tries"][-1]["registers"]
     # Both writers encode the tables as declared: hashes (random bytes) uncompressed, the rest
     # zstd.
@@ -288,9 +332,19 @@ def test_leaf_off_its_place_or_no_trie_refused_by_every_read(tmp_path: Path) -> 
         # A replay from it, paged (the budget far below the checkpoint) and in memory.
         for budget in ("1K", "1G"):
             code, _, err = cli(
-                "flow", "replay", "--wal", wal, "--data", data, "--checkpoint", cp,
-                "--memory-budget", budget, "--trust-hashes", "--no-progress",
-            )  # fmt: skip
+                "flow",
+                "replay",
+                "--wal",
+                wal,
+                "--data",
+                data,
+                "--checkpoint",
+                cp,
+                "--memory-budget",
+                budget,
+                "--trust-hashes",
+                "--no-progress",
+            )
             assert code != 0 and want in err, (cp.name, budget, err)
         assert not list((data / "parquet").glob("*/0*")), "nothing published"
 
@@ -303,8 +357,11 @@ def test_kill_during_streamed_read_then_rerun_is_identical(tmp_path: Path) -> No
     want = json.dumps(digest(clean)["digest"], sort_keys=True)
     data = tmp_path / "d"
     for delay in (0.5, 1.5, 3.0):
-        proc = subprocess.Popen(read_cmd(cp, data, "--memory-budget", "16M"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            read_cmd(cp, data, "--memory-budget", "16M"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)

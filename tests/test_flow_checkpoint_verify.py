@@ -66,8 +66,20 @@ def test_verify_gives_flow_go_s_tries_in_every_mode_and_writes_nothing(
     assert listing(go_checkpoint) == before
     # Several tries (they share nodes): loaded whole, each root flow-go's.
     many = tmp_path / "many"
-    run(flowgo, "gen", "--out", tmp_path / "wal", "--updates", 40, "--registers-per-update", 10,
-        "--seed", 9, "--segment-size", 64 * 1024)  # fmt: skip
+    run(
+        flowgo,
+        "gen",
+        "--out",
+        tmp_path / "wal",
+        "--updates",
+        40,
+        "--registers-per-update",
+        10,
+        "--seed",
+        9,
+        "--segment-size",
+        64 * 1024,
+    )
     run(flowgo, "checkpoint", "--wal", tmp_path / "wal", "--out", many, "--tries", "all")
     oracle = run(flowgo, "read-checkpoint", "--dir", many, "--file", NAME, "--verify")
     assert len(oracle["tries"]) > 1
@@ -107,8 +119,9 @@ def test_a_wrong_stored_hash_behind_right_crcs_fails_the_modes_that_recompute_it
     part[4 + 3] ^= 0x01
     rewrite_with_crcs(cp, NAME, 5, bytes(part))
     for mode in ("full", "interior"):
-        code, _, err = cli("flow", "checkpoint", "verify", "--dir", cp, "--file", NAME,
-                           *MODES[mode])  # fmt: skip
+        code, _, err = cli(
+            "flow", "checkpoint", "verify", "--dir", cp, "--file", NAME, *MODES[mode]
+        )
         assert code != 0 and f"{NAME}.005 offset" in err and "hash" in err, (mode, err)
     # Trusting every stored hash takes it, as flow-go's read does: the root is the record's.
     got = verify(cp, *MODES["none"])

@@ -84,9 +84,19 @@ def replay_in_rechain(wal: Path) -> tuple[Any, list[str], list[pa.RecordBatch]]:
 def go_wal(flowgo: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     wal = tmp_path_factory.mktemp("flowgo") / "wal"
     out = run(
-        flowgo, "gen", "--out", wal, "--updates", UPDATES,
-        "--registers-per-update", PER_UPDATE, "--seed", 11, "--segment-size", SEGMENT,
-    )  # fmt: skip
+        flowgo,
+        "gen",
+        "--out",
+        wal,
+        "--updates",
+        UPDATES,
+        "--registers-per-update",
+        PER_UPDATE,
+        "--seed",
+        11,
+        "--segment-size",
+        SEGMENT,
+    )
     return wal, out
 
 
@@ -136,9 +146,17 @@ def test_large_updates_replay_in_parallel_to_flow_go_roots(flowgo: Path, tmp_pat
     updates, per_update = 4, 2500
     wal = tmp_path / "wal"
     out = run(
-        flowgo, "gen", "--out", wal, "--updates", updates,
-        "--registers-per-update", per_update, "--seed", 21,
-    )  # fmt: skip
+        flowgo,
+        "gen",
+        "--out",
+        wal,
+        "--updates",
+        updates,
+        "--registers-per-update",
+        per_update,
+        "--seed",
+        21,
+    )
     parallel = _native.FlowForest(threads=2)
     sequential = _native.FlowForest(threads=1)
     roots: dict[int, list[str]] = {1: [], 2: []}
@@ -181,9 +199,19 @@ def test_generators_write_identical_bytes(flowgo: Path, tmp_path: Path) -> None:
     go_dir, rs_dir = tmp_path / "go", tmp_path / "rs"
     updates, per, seed, seg = 400, 25, 5, 64 * 1024
     out = run(
-        flowgo, "gen", "--out", go_dir, "--updates", updates,
-        "--registers-per-update", per, "--seed", seed, "--segment-size", seg,
-    )  # fmt: skip
+        flowgo,
+        "gen",
+        "--out",
+        go_dir,
+        "--updates",
+        updates,
+        "--registers-per-update",
+        per,
+        "--seed",
+        seed,
+        "--segment-size",
+        seg,
+    )
     gen = _native.flow_generate(str(rs_dir), updates, per, seed=seed, segment_size=seg)
     assert gen["segments"] == out["segments"]
     assert len(out["segments"]) >= 3
@@ -195,9 +223,19 @@ def test_generators_write_identical_bytes(flowgo: Path, tmp_path: Path) -> None:
 def test_corrupt_and_torn_segments(flowgo: Path, tmp_path: Path) -> None:
     wal = tmp_path / "wal"
     run(
-        flowgo, "gen", "--out", wal, "--updates", 200, "--registers-per-update", 40,
-        "--seed", 3, "--segment-size", 64 * 1024,
-    )  # fmt: skip
+        flowgo,
+        "gen",
+        "--out",
+        wal,
+        "--updates",
+        200,
+        "--registers-per-update",
+        40,
+        "--seed",
+        3,
+        "--segment-size",
+        64 * 1024,
+    )
     segs = segments(wal)
     assert len(segs) >= 3
     n, victim = segs[1]

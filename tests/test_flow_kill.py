@@ -35,10 +35,23 @@ TIMINGS = {"publish_s", "load_s"}
 def replay_cmd(wal: Path, data: Path) -> list[str]:
     # Checkpoints every 3 segments, so that kills also land inside checkpoint writes.
     return [
-        sys.executable, "-m", "rechain.pipeline.cli", "flow", "replay",
-        "--wal", str(wal), "--data", str(data), "--no-progress", "--workers", "2",
-        "--checkpoint-every", "3", "--checkpoint-dir", str(checkpoint_dir(data)),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "rechain.pipeline.cli",
+        "flow",
+        "replay",
+        "--wal",
+        str(wal),
+        "--data",
+        str(data),
+        "--no-progress",
+        "--workers",
+        "2",
+        "--checkpoint-every",
+        "3",
+        "--checkpoint-dir",
+        str(checkpoint_dir(data)),
+    ]
 
 
 def checkpoint_dir(data: Path) -> Path:
@@ -83,7 +96,7 @@ def state(data: Path) -> dict[str, Any]:
     for table, order in (("trie_updates", "seq"), ("registers", "path")):
         code, rows, err = cli(
             "query", "--data", data, f"SELECT * FROM {table} ORDER BY {order}", "--format", "csv"
-        )  # fmt: skip
+        )
         assert code == 0, err
         out[table] = hashlib.sha256(rows.encode()).hexdigest()
     checked = verify(data)
@@ -115,9 +128,18 @@ def killed_runs(cmd: list[str], data: Path, full: float, seed: int, finished: An
 def wal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("flowkill") / "wal"
     code, _, err = cli(
-        "gen", "flow", out, "--updates", "3000", "--registers-per-update", "8",
-        "--segment-size", "128K", "--seed", "9",
-    )  # fmt: skip
+        "gen",
+        "flow",
+        out,
+        "--updates",
+        "3000",
+        "--registers-per-update",
+        "8",
+        "--segment-size",
+        "128K",
+        "--seed",
+        "9",
+    )
     assert code == 0, err
     return out
 
@@ -155,8 +177,9 @@ def test_killed_paged_replays_rerun_to_the_same_state(wal: Path, tmp_path: Path)
         shutil.copy(wal / name, half / name)
     cps = tmp_path / "cps"
     base = tmp_path / "base"
-    run_to_end(half, base, "--checkpoint-every", str(len(segments) // 2), "--checkpoint-dir",
-               str(cps))  # fmt: skip
+    run_to_end(
+        half, base, "--checkpoint-every", str(len(segments) // 2), "--checkpoint-dir", str(cps)
+    )
     [(_, name)] = list_checkpoints(cps)
     # An in-memory read takes about three times the checkpoint's size: this budget pages.
     paged = ["--checkpoint", str(cps), "--memory-budget", str(checkpoint_bytes(cps, name))]

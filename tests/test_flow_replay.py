@@ -91,8 +91,18 @@ def test_replay_reaches_flow_gos_roots(tmp_path: Path, flowgo: Path) -> None:  #
     # three times the payloads), the forest is paged to a node store from the first update:
     # the same roots, registers and tables, and the scratch store is gone after the run.
     wal_bytes = sum(p.stat().st_size for p in (tmp_path / "wal").iterdir() if p.name.isdigit())
-    paged = cli_json("flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "p",
-                     "--no-progress", "--memory-budget", str(wal_bytes), "--json")  # fmt: skip
+    paged = cli_json(
+        "flow",
+        "replay",
+        "--wal",
+        tmp_path / "wal",
+        "--data",
+        tmp_path / "p",
+        "--no-progress",
+        "--memory-budget",
+        str(wal_bytes),
+        "--json",
+    )
     store = paged["run"]["node_store"]
     assert store["nodes_written"] > 0 and store["loads"] > 0
     for key in ("root", "registers", "updates_applied", "segments"):
@@ -165,20 +175,32 @@ def test_in_process_and_ray_decoding_give_the_same_state(
         monkeypatch.setenv(local_runner.EXECUTION_ENV, execution)
         data = tmp_path / mode
         result = cli_json(
-            "flow", "replay", "--wal", tmp_path / "wal", "--data", data, "--no-progress",
-            "--json", "--workers", "2",
-        )  # fmt: skip
+            "flow",
+            "replay",
+            "--wal",
+            tmp_path / "wal",
+            "--data",
+            data,
+            "--no-progress",
+            "--json",
+            "--workers",
+            "2",
+        )
         assert result["run"]["decode"] == mode
         assert result["root"] == go["final_root"]
         assert result["registers"] == go["registers"]
         rows = cli_json(
             "query", "--data", data, "SELECT * FROM trie_updates ORDER BY seq", "--format", "json"
-        )  # fmt: skip
+        )
         assert [r["root"] for r in rows] == go["roots"]
         regs = cli_json(
-            "query", "--data", data, "SELECT path, value FROM registers ORDER BY path",
-            "--format", "json",
-        )  # fmt: skip
+            "query",
+            "--data",
+            data,
+            "SELECT path, value FROM registers ORDER BY path",
+            "--format",
+            "json",
+        )
         states[mode] = (result["root"], result["registers"], rows, regs)
     assert states["in_process"] == states["ray"]
     assert len(states["ray"][2]) == 400
@@ -255,9 +277,20 @@ def test_a_checkpoint_of_several_tries_too_large_for_the_budget_is_read_in_memor
     name = f"checkpoint.{half[-1][0]:08d}"
     _native.flow_checkpoint_write(forest, str(cps), name, roots=forest.roots()[-3:])
     budget = checkpoint_bytes(cps, name)
-    out = cli_json("flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "d",
-                   "--no-progress", "--checkpoint", cps, "--memory-budget", str(budget),
-                   "--json")  # fmt: skip
+    out = cli_json(
+        "flow",
+        "replay",
+        "--wal",
+        tmp_path / "wal",
+        "--data",
+        tmp_path / "d",
+        "--no-progress",
+        "--checkpoint",
+        cps,
+        "--memory-budget",
+        str(budget),
+        "--json",
+    )
     assert out["resumed_from"]["tries"] == 3 and out["resumed_from"]["paged"] is False
     go = go_replay(flowgo, tmp_path / "wal", roots=False)
     assert (out["root"], out["registers"]) == (go["final_root"], go["registers"])
@@ -270,9 +303,24 @@ def paged_peak(wal: Path, cps: Path, data: Path, budget: int) -> tuple[dict, int
     from benchmarks.common import BIN, run_measured
 
     done, rss, _ = run_measured(
-        [str(BIN), "flow", "replay", "--wal", str(wal), "--data", str(data), "--workers", "2",
-         "--checkpoint", str(cps), "--memory-budget", str(budget), "--no-progress", "--json"]
-    )  # fmt: skip
+        [
+            str(BIN),
+            "flow",
+            "replay",
+            "--wal",
+            str(wal),
+            "--data",
+            str(data),
+            "--workers",
+            "2",
+            "--checkpoint",
+            str(cps),
+            "--memory-budget",
+            str(budget),
+            "--no-progress",
+            "--json",
+        ]
+    )
     out = json.loads(done.stdout)
     assert out["resumed_from"]["paged"], out["resumed_from"]
     return out, rss.peak_root
@@ -291,8 +339,19 @@ def test_a_paged_replay_on_ten_times_the_budget_stays_within_it(
 
     budget = 8 << 20
     wal = tmp_path / "wal"
-    code, _, err = cli("gen", "flow", wal, "--updates", "1000", "--registers-per-update",
-                       "500", "--seed", "5", "--segment-size", "4M")  # fmt: skip
+    code, _, err = cli(
+        "gen",
+        "flow",
+        wal,
+        "--updates",
+        "1000",
+        "--registers-per-update",
+        "500",
+        "--seed",
+        "5",
+        "--segment-size",
+        "4M",
+    )
     assert code == 0, err
     segments = sorted(p for p in wal.iterdir() if p.name.isdigit())
 
@@ -301,9 +360,20 @@ def test_a_paged_replay_on_ten_times_the_budget_stays_within_it(
         part.mkdir()
         for p in segments[:first]:
             (part / p.name).symlink_to(p)
-        cli_json("flow", "replay", "--wal", part, "--data", tmp_path / f"{name}-data",
-                 "--no-progress", "--checkpoint-every", str(first), "--checkpoint-dir", cps,
-                 "--json")  # fmt: skip
+        cli_json(
+            "flow",
+            "replay",
+            "--wal",
+            part,
+            "--data",
+            tmp_path / f"{name}-data",
+            "--no-progress",
+            "--checkpoint-every",
+            str(first),
+            "--checkpoint-dir",
+            cps,
+            "--json",
+        )
         return cps
 
     big = checkpoint_of(len(segments) * 9 // 10, "big")

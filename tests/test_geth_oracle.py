@@ -488,13 +488,28 @@ def test_geth_reads_rechains_exported_era1_files(gethharness: Path, tmp_path: Pa
     from tests.conftest import cli
 
     code, _, err = cli(
-        "gen", "eth", tmp_path / "g", "--blocks", "17000", "--format", "freezer",
-        "--network", "dev", "--tx-per-block", "0:5",
-    )  # fmt: skip
+        "gen",
+        "eth",
+        tmp_path / "g",
+        "--blocks",
+        "17000",
+        "--format",
+        "freezer",
+        "--network",
+        "dev",
+        "--tx-per-block",
+        "0:5",
+    )
     assert code == 0, err
     data = tmp_path / "data"
-    r = _rechain_import(tmp_path / "g" / "ancient", data, "--freezer",
-                        str(tmp_path / "g" / "ancient"), "--network", "dev")  # fmt: skip
+    r = _rechain_import(
+        tmp_path / "g" / "ancient",
+        data,
+        "--freezer",
+        str(tmp_path / "g" / "ancient"),
+        "--network",
+        "dev",
+    )
     assert r["failed"] == 0 and r["blocks"] == 17_000
     code, _, err = cli("eth", "export-era1", "--data", data, "--out", tmp_path / "era1")
     assert code == 0, err

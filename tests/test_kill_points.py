@@ -250,8 +250,21 @@ class Scenarios:
     def _btc_chain(self) -> Path:
         root = self.root / "btc-chain"
         if not root.exists():
-            gen_chain(root, "--blocks", "260", "--tx-per-block", "1:12", "--file-size", "120K",
-                      "--side-branches", "3", "--orphans", "2", "--seed", "11")  # fmt: skip
+            gen_chain(
+                root,
+                "--blocks",
+                "260",
+                "--tx-per-block",
+                "1:12",
+                "--file-size",
+                "120K",
+                "--side-branches",
+                "3",
+                "--orphans",
+                "2",
+                "--seed",
+                "11",
+            )
         return root / "blocks"
 
     def _btc(self, blocks: Path, mode: str, base: Path | None) -> Scenario:
@@ -271,16 +284,32 @@ class Scenarios:
 
     def btc_reorg(self) -> Scenario:
         root = self.root / "reorg-chain"
-        facts = gen_chain(root, "--blocks", "260", "--tx-per-block", "1:12", "--file-size", "120K",
-                          "--seed", "11", "--reorg", "6")  # fmt: skip
+        facts = gen_chain(
+            root,
+            "--blocks",
+            "260",
+            "--tx-per-block",
+            "1:12",
+            "--file-size",
+            "120K",
+            "--seed",
+            "11",
+            "--reorg",
+            "6",
+        )
         branch, _ = facts["reorg_records"]
         # Where the node stood before it wrote the branch: the file and offset of its first
         # record (the last records in file order).
         headers = self.root / "reorg-headers"
         reindex(root / "blocks", headers, "--mode", "headers")
-        rows = cli_json("query", "--data", headers,
-                        'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
-                        "--format", "json")  # fmt: skip
+        rows = cli_json(
+            "query",
+            "--data",
+            headers,
+            'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
+            "--format",
+            "json",
+        )
         cut_file, cut_offset = int(rows[-branch]["file"]), int(rows[-branch]["offset"])
         before = self.root / "reorg-before"
         before.mkdir()
@@ -297,9 +326,19 @@ class Scenarios:
     def _flow_wal(self) -> Path:
         wal = self.root / "wal"
         if not wal.exists():
-            code, _, err = cli("gen", "flow", wal, "--updates", "600",
-                               "--registers-per-update", "8", "--segment-size", "32K",
-                               "--seed", "9")  # fmt: skip
+            code, _, err = cli(
+                "gen",
+                "flow",
+                wal,
+                "--updates",
+                "600",
+                "--registers-per-update",
+                "8",
+                "--segment-size",
+                "32K",
+                "--seed",
+                "9",
+            )
             assert code == 0, err
         return wal
 
@@ -307,9 +346,21 @@ class Scenarios:
         wal = self._flow_wal()
 
         def cmd(data: Path) -> list[str]:
-            return cli_cmd("flow", "replay", "--wal", wal, "--data", data, "--no-progress",
-                           "--workers", "2", "--checkpoint-every", "3",
-                           "--checkpoint-dir", flow_checkpoints(data))  # fmt: skip
+            return cli_cmd(
+                "flow",
+                "replay",
+                "--wal",
+                wal,
+                "--data",
+                data,
+                "--no-progress",
+                "--workers",
+                "2",
+                "--checkpoint-every",
+                "3",
+                "--checkpoint-dir",
+                flow_checkpoints(data),
+            )
 
         return Scenario(empty_folder("data"), cmd, flow_state)
 
@@ -344,14 +395,38 @@ class Scenarios:
 
     def eth_import(self) -> Scenario:
         root = self.root / "eth-chain"
-        code, _, err = cli("gen", "eth", root, "--blocks", "16500", "--network", "sepolia",
-                           "--format", "era1", "--tx-per-block", "0:1", "--seed", "3")  # fmt: skip
+        code, _, err = cli(
+            "gen",
+            "eth",
+            root,
+            "--blocks",
+            "16500",
+            "--network",
+            "sepolia",
+            "--format",
+            "era1",
+            "--tx-per-block",
+            "0:1",
+            "--seed",
+            "3",
+        )
         assert code == 0, err
 
         def cmd(data: Path) -> list[str]:
-            return cli_cmd("eth", "import", "--era1", root / "era1", "--data", data,
-                           "--network", "sepolia", "--no-pow", "--no-progress",
-                           "--workers", "1")  # fmt: skip
+            return cli_cmd(
+                "eth",
+                "import",
+                "--era1",
+                root / "era1",
+                "--data",
+                data,
+                "--network",
+                "sepolia",
+                "--no-pow",
+                "--no-progress",
+                "--workers",
+                "1",
+            )
 
         return Scenario(empty_folder("data"), cmd, data_state)
 

@@ -70,9 +70,23 @@ def btc(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str,
 
 
 def btc_reindex(blocks: Path, data: Path, budget: int, *extra: str) -> tuple[dict, int]:
-    return peak("btc", "reindex", "--blocks", blocks, "--data", data, "--network", "regtest",
-                "--workers", "2", "--no-progress", "--json", "--memory-budget", budget,
-                *extra)  # fmt: skip
+    return peak(
+        "btc",
+        "reindex",
+        "--blocks",
+        blocks,
+        "--data",
+        data,
+        "--network",
+        "regtest",
+        "--workers",
+        "2",
+        "--no-progress",
+        "--json",
+        "--memory-budget",
+        budget,
+        *extra,
+    )
 
 
 def test_btc_full_reindex_within_budget(btc: tuple[Path, Path, dict], tmp_path: Path) -> None:
@@ -102,16 +116,42 @@ def eth(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
     the window of units in flight is what the budget bounds."""
     root = tmp_path_factory.mktemp("eth")
     for name, blocks in (("tiny", 100), ("big", 40_000)):
-        code, _, err = cli("gen", "eth", root / name, "--blocks", blocks, "--format", "era1",
-                           "--network", "dev", "--tx-per-block", "0:4")  # fmt: skip
+        code, _, err = cli(
+            "gen",
+            "eth",
+            root / name,
+            "--blocks",
+            blocks,
+            "--format",
+            "era1",
+            "--network",
+            "dev",
+            "--tx-per-block",
+            "0:4",
+        )
         assert code == 0, err
     size = sum(f.stat().st_size for f in (root / "big" / "era1").iterdir())
     return root / "tiny" / "era1", root / "big" / "era1", size
 
 
 def eth_import(era1: Path, data: Path, budget: int) -> tuple[dict, int]:
-    return peak("eth", "import", "--era1", era1, "--data", data, "--network", "dev", "--no-pow",
-                "--workers", "2", "--no-progress", "--json", "--memory-budget", budget)  # fmt: skip
+    return peak(
+        "eth",
+        "import",
+        "--era1",
+        era1,
+        "--data",
+        data,
+        "--network",
+        "dev",
+        "--no-pow",
+        "--workers",
+        "2",
+        "--no-progress",
+        "--json",
+        "--memory-budget",
+        budget,
+    )
 
 
 def test_eth_import_within_budget(eth: tuple[Path, Path, int], tmp_path: Path) -> None:
@@ -133,8 +173,17 @@ def test_eth_import_within_budget(eth: tuple[Path, Path, int], tmp_path: Path) -
 def flow(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
     root = tmp_path_factory.mktemp("flow")
     for name, updates in (("tiny", 50), ("big", 6000)):
-        code, _, err = cli("gen", "flow", root / name, "--updates", updates,
-                           "--registers-per-update", "20", "--segment-size", "2M")  # fmt: skip
+        code, _, err = cli(
+            "gen",
+            "flow",
+            root / name,
+            "--updates",
+            updates,
+            "--registers-per-update",
+            "20",
+            "--segment-size",
+            "2M",
+        )
         assert code == 0, err
     size = sum(f.stat().st_size for f in (root / "big").iterdir() if f.name.isdigit())
     return root / "tiny", root / "big", size
@@ -144,8 +193,21 @@ FLOW_BUDGET = 8 * MIB
 
 
 def flow_replay(wal: Path, data: Path, *extra: object) -> tuple[dict, int]:
-    return peak("flow", "replay", "--wal", wal, "--data", data, "--workers", "2",
-                "--no-progress", "--json", "--memory-budget", FLOW_BUDGET, *extra)  # fmt: skip
+    return peak(
+        "flow",
+        "replay",
+        "--wal",
+        wal,
+        "--data",
+        data,
+        "--workers",
+        "2",
+        "--no-progress",
+        "--json",
+        "--memory-budget",
+        FLOW_BUDGET,
+        *extra,
+    )
 
 
 def test_flow_replay_within_budget(flow: tuple[Path, Path, int], tmp_path: Path) -> None:
@@ -163,18 +225,30 @@ def test_flow_checkpoint_write_and_read_within_budget(
 ) -> None:
     tiny, wal, _ = flow
     base_cp, big_cp = tmp_path / "cp0", tmp_path / "cp1"
-    _, base = flow_replay(tiny, tmp_path / "d0", "--checkpoint-every", 1, "--checkpoint-dir",
-                          base_cp)  # fmt: skip
-    _, big = flow_replay(wal, tmp_path / "d1", "--checkpoint-every", 4, "--checkpoint-dir",
-                         big_cp)  # fmt: skip
+    _, base = flow_replay(
+        tiny, tmp_path / "d0", "--checkpoint-every", 1, "--checkpoint-dir", base_cp
+    )
+    _, big = flow_replay(wal, tmp_path / "d1", "--checkpoint-every", 4, "--checkpoint-dir", big_cp)
     # checkpoint.NNNNNNNN is a checkpoint's header file, .NNN its parts.
     written = sorted(p.name for p in big_cp.glob("checkpoint.*") if len(p.suffix) == 9)
     assert len(written) >= 2, written
     within("flow replay writing checkpoints", big, base, FLOW_BUDGET, ROCKSDB_CACHE)
 
     def read(cp: Path, data: Path) -> tuple[dict, int]:
-        return peak("flow", "checkpoint", "read", "--dir", cp, "--data", data, "--workers", "2",
-                    "--memory-budget", FLOW_BUDGET, "--json")  # fmt: skip
+        return peak(
+            "flow",
+            "checkpoint",
+            "read",
+            "--dir",
+            cp,
+            "--data",
+            data,
+            "--workers",
+            "2",
+            "--memory-budget",
+            FLOW_BUDGET,
+            "--json",
+        )
 
     cp_bytes = sum(f.stat().st_size for f in big_cp.glob(written[-1] + "*"))
     assert cp_bytes >= 2 * FLOW_BUDGET, cp_bytes

@@ -107,9 +107,21 @@ def test_full_reindex_as_ray_job_on_worker_nodes(tmp_path: Path) -> None:
     local = tmp_path / "local"
     blocks = tmp_path / "g" / "blocks"
     cli_json(
-        "btc", "reindex", "--blocks", blocks, "--data", local, "--network", "regtest",
-        "--mode", "full", "--memory-budget", "64M", "--no-progress", "--json",
-    )  # fmt: skip
+        "btc",
+        "reindex",
+        "--blocks",
+        blocks,
+        "--data",
+        local,
+        "--network",
+        "regtest",
+        "--mode",
+        "full",
+        "--memory-budget",
+        "64M",
+        "--no-progress",
+        "--json",
+    )
     job_digest = cli_json("verify", "--data", tmp_path / "job", "--json")
     local_digest = cli_json("verify", "--data", local, "--json")
     assert job_digest["ok"] and local_digest["ok"]

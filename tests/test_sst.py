@@ -206,9 +206,10 @@ def test_files_close_at_the_held_bytes_and_ingest_together(tmp_path: Path) -> No
     items = [(i.to_bytes(8, "big"), b"value %05d" % i) for i in range(20_000)]
     with DataDir(tmp_path / "data") as data:
         files = data.write_sst(
-            layout.CF_BTC_TXINDEX, iter([([k for k, _ in items], [v for _, v in items])]),
+            layout.CF_BTC_TXINDEX,
+            iter([([k for k, _ in items], [v for _, v in items])]),
             max_held=32 << 10,
-        )  # fmt: skip
+        )
         # 160 KB of key hashes and a few KiB of index, closed at 32 KiB: five files.
         assert len(files) == 5, files
         assert files[0].name == f"{layout.CF_BTC_TXINDEX}.sst"

@@ -176,9 +176,19 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("stages")
     gen_chain(
         root / "node",
-        "--blocks", "500", "--side-branches", "2", "--orphans", "1",
-        "--tx-per-block", "1:5", "--file-size", "100000", "--seed", "9",
-    )  # fmt: skip
+        "--blocks",
+        "500",
+        "--side-branches",
+        "2",
+        "--orphans",
+        "1",
+        "--tx-per-block",
+        "1:5",
+        "--file-size",
+        "100000",
+        "--seed",
+        "9",
+    )
     data = root / "data"
     reindex(root / "node" / "blocks", data, "--mode", "full")
     return root / "node" / "blocks", data
@@ -216,9 +226,20 @@ def test_from_stage_publish_republishes_without_decoding(
     assert republished["runs"] == publish["runs"] + 1
     assert republished["detail"]["generation"] == publish["detail"]["generation"] + 1
     code, _, err = cli(
-        "btc", "reindex", "--blocks", blocks, "--data", data, "--network", "regtest",
-        "--mode", "headers", "--from-stage", "publish", "--no-progress",
-    )  # fmt: skip
+        "btc",
+        "reindex",
+        "--blocks",
+        blocks,
+        "--data",
+        data,
+        "--network",
+        "regtest",
+        "--mode",
+        "headers",
+        "--from-stage",
+        "publish",
+        "--no-progress",
+    )
     assert code == 2 and "no stage 'publish' in the bitcoin pipeline" in err
 
 
@@ -283,16 +304,30 @@ def test_a_run_killed_in_a_late_stage_resumes_to_the_same_content(
 
 def test_flow_replay_of_an_unchanged_wal_runs_no_stage(tmp_path: Path) -> None:
     code, _, err = cli(
-        "gen", "flow", tmp_path / "wal", "--updates", "300", "--registers-per-update", "4",
-        "--segment-size", "64K",
-    )  # fmt: skip
+        "gen",
+        "flow",
+        tmp_path / "wal",
+        "--updates",
+        "300",
+        "--registers-per-update",
+        "4",
+        "--segment-size",
+        "64K",
+    )
     assert code == 0, err
 
     def replay(*extra: str) -> Any:
         return cli_json(
-            "flow", "replay", "--wal", tmp_path / "wal", "--data", tmp_path / "d",
-            "--no-progress", "--json", *extra,
-        )  # fmt: skip
+            "flow",
+            "replay",
+            "--wal",
+            tmp_path / "wal",
+            "--data",
+            tmp_path / "d",
+            "--no-progress",
+            "--json",
+            *extra,
+        )
 
     first = replay("--checkpoint-every", "2", "--checkpoint-dir", str(tmp_path / "cp"))
     assert first["run"]["stages_run"] == ["replay", "publish"]
@@ -307,8 +342,9 @@ def test_flow_replay_of_an_unchanged_wal_runs_no_stage(tmp_path: Path) -> None:
     assert content(tmp_path / "d") == before
     # A checkpoint read into the same folder replaces the published state: the next replay
     # of the unchanged WAL publishes again.
-    cli_json("flow", "checkpoint", "read", "--dir", tmp_path / "cp", "--data", tmp_path / "d",
-             "--json")  # fmt: skip
+    cli_json(
+        "flow", "checkpoint", "read", "--dir", tmp_path / "cp", "--data", tmp_path / "d", "--json"
+    )
     assert replay()["run"]["stages_run"] == ["replay", "publish"]
     assert content(tmp_path / "d")["parquet/flow"] == before["parquet/flow"]
     stages = cli_json("stages", "--data", tmp_path / "d", "--json")["pipelines"]["flow"]

@@ -29,9 +29,11 @@ REORG_DEPTH = 6
 #: The Bitcoin tables' staged datasets: a chain-state part's files (``DATADIR/stage``).
 STAGED = {
     "spends": tables.BTC_SPENDS,
-    **{f"rows/{t.name}": t for t in (tables.BLOCKS, tables.TRANSACTIONS, tables.INPUTS,
-                                     tables.OUTPUTS)},
-}  # fmt: skip
+    **{
+        f"rows/{t.name}": t
+        for t in (tables.BLOCKS, tables.TRANSACTIONS, tables.INPUTS, tables.OUTPUTS)
+    },
+}
 
 _SEGMENT = re.compile(r"seg-(\d+)-(\d+)\.parquet")
 
@@ -46,23 +48,36 @@ def _segments(data: Path) -> set[tuple[int, int]]:
 
 def _bitcoin(run: str, root: Path, data: Path) -> None:
     """The folder's Bitcoin tables, written as ``run`` says (see ``RUNS``)."""
-    chain = ("--blocks", "300", "--side-branches", "2", "--orphans", "1",
-             "--tx-per-block", "1:6", "--seed", "3")  # fmt: skip
+    chain = (
+        "--blocks",
+        "300",
+        "--side-branches",
+        "2",
+        "--orphans",
+        "1",
+        "--tx-per-block",
+        "1:6",
+        "--seed",
+        "3",
+    )
     if run == "fresh":
         gen_chain(root / "node", *chain)
         reindex(root / "node" / "blocks", data, "--mode", "full")
         return
     # Small blk files, and a branch 6 deep written last, which wins.
-    facts = gen_chain(root / "node", *chain, "--file-size", "120K",
-                      "--reorg", str(REORG_DEPTH))  # fmt: skip
+    facts = gen_chain(root / "node", *chain, "--file-size", "120K", "--reorg", str(REORG_DEPTH))
     branch = facts["reorg_records"][0]
     # Where each record starts, in file order, from a headers-only reindex.
     ref = root / "headers"
     reindex(root / "node" / "blocks", ref, "--mode", "headers")
     rows = cli_json(
-        "query", "--data", ref, 'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
-        "--format", "json",
-    )  # fmt: skip
+        "query",
+        "--data",
+        ref,
+        'SELECT file, "offset" FROM headers ORDER BY file, "offset"',
+        "--format",
+        "json",
+    )
     records = [(int(r["file"]), int(r["offset"])) for r in rows]
     before_branch = records[-branch]
     blocks = root / "blocks"
@@ -91,8 +106,11 @@ def _bitcoin(run: str, root: Path, data: Path) -> None:
     # The unwind cut a part across the fork point (``_trim_parts``): its rows up to there were
     # written again, under a new name, and published as a new segment from the same height.
     after = _segments(data)
-    cut = [(f, last) for f, last in after - before
-           if last == fork and any(f == f0 and fork < l0 for f0, l0 in before)]  # fmt: skip
+    cut = [
+        (f, last)
+        for f, last in after - before
+        if last == fork and any(f == f0 and fork < l0 for f0, l0 in before)
+    ]
     assert cut, (fork, before, after)
 
 
@@ -104,9 +122,16 @@ def data(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     data = root / "data"
     _bitcoin(request.param, root, data)
     code, _, err = cli(
-        "gen", "flow", root / "wal", "--updates", "200", "--registers-per-update", "5",
-        "--segment-size", "64K",
-    )  # fmt: skip
+        "gen",
+        "flow",
+        root / "wal",
+        "--updates",
+        "200",
+        "--registers-per-update",
+        "5",
+        "--segment-size",
+        "64K",
+    )
     assert code == 0, err
     cli_json("flow", "replay", "--wal", root / "wal", "--data", data, "--no-progress", "--json")
     # The state as a checkpoint, and its stats tables.
@@ -116,9 +141,18 @@ def data(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     era.mkdir()
     shutil.copy2(SHARED / "data" / "ethereum" / "era1" / "sepolia-00021-b8814b14.era1", era)
     cli_json(
-        "eth", "import", "--era1", era, "--data", data, "--network", "sepolia", "--no-pow",
-        "--no-progress", "--json",
-    )  # fmt: skip
+        "eth",
+        "import",
+        "--era1",
+        era,
+        "--data",
+        data,
+        "--network",
+        "sepolia",
+        "--no-pow",
+        "--no-progress",
+        "--json",
+    )
     return data
 
 
@@ -133,8 +167,9 @@ def test_every_published_file_has_its_declared_schema(data: Path) -> None:
         if not files:
             # Only an Ethereum table without rows has no part; its view still has the schema.
             assert name.startswith("eth_"), name
-            code, out, err = cli("query", "--data", data, "--format", "json",
-                                 f'SELECT count(*) AS n FROM "{name}"')  # fmt: skip
+            code, out, err = cli(
+                "query", "--data", data, "--format", "json", f'SELECT count(*) AS n FROM "{name}"'
+            )
             assert code == 0 and json.loads(out) == [{"n": 0}], err
 
             from rechain.pipeline.query import connect

@@ -42,9 +42,16 @@ def btc(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def flow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("digest-flow")
     code, _, err = cli(
-        "gen", "flow", root / "wal", "--updates", "200", "--registers-per-update", "5",
-        "--seed", "3",
-    )  # fmt: skip
+        "gen",
+        "flow",
+        root / "wal",
+        "--updates",
+        "200",
+        "--registers-per-update",
+        "5",
+        "--seed",
+        "3",
+    )
     assert code == 0, err
     data = root / "data"
     cli_json("flow", "replay", "--wal", root / "wal", "--data", data, "--no-progress", "--json")

@@ -23,16 +23,35 @@ from tests.test_flow_interop import flowgo, run  # noqa: F401  (fixture)
 def wal(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("vflow") / "wal"
     code, _, err = cli(
-        "gen", "flow", out, "--updates", "600", "--registers-per-update", "6",
-        "--segment-size", "64K", "--seed", "11",
-    )  # fmt: skip
+        "gen",
+        "flow",
+        out,
+        "--updates",
+        "600",
+        "--registers-per-update",
+        "6",
+        "--segment-size",
+        "64K",
+        "--seed",
+        "11",
+    )
     assert code == 0, err
     return out, json.loads((out / "expected.json").read_text())
 
 
 def replay(wal: Path, data: Path, workers: int = 1) -> dict:
-    return cli_json("flow", "replay", "--wal", wal, "--data", data, "--no-progress",
-                    "--workers", str(workers), "--json")  # fmt: skip
+    return cli_json(
+        "flow",
+        "replay",
+        "--wal",
+        wal,
+        "--data",
+        data,
+        "--no-progress",
+        "--workers",
+        str(workers),
+        "--json",
+    )
 
 
 def test_replayed_state_verifies_with_the_root_recomputed(
@@ -95,8 +114,11 @@ def test_a_changed_parquet_register_is_caught(wal: tuple[Path, dict], tmp_path: 
     table = pq.read_table(part)
     values = table.column("value").to_pylist()
     values[-1] = values[-1] + b"\x00"
-    table = table.set_column(table.schema.get_field_index("value"), "value",
-                             pa.array(values, table.schema.field("value").type))  # fmt: skip
+    table = table.set_column(
+        table.schema.get_field_index("value"),
+        "value",
+        pa.array(values, table.schema.field("value").type),
+    )
     pq.write_table(table, part)
     problems = verify(data)["problems"]
     assert any("registers table differs" in p for p in problems), problems

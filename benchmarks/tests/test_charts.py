@@ -93,13 +93,16 @@ def test_scaling_fits_the_growth_exponent_over_every_size() -> None:
         {
             "bytes": b,
             "run": {
-                "stage_s": {"steep": 3e-11 * b**1.2, "flat": b / 1e8 * (1.1, 0.9, 1.1, 0.9)[i],
-                            "none": 0.0},
+                "stage_s": {
+                    "steep": 3e-11 * b**1.2,
+                    "flat": b / 1e8 * (1.1, 0.9, 1.1, 0.9)[i],
+                    "none": 0.0,
+                },
                 "where": {"steep": "coordinator"},
             },
         }
         for i, b in enumerate(sizes)
-    ]  # fmt: skip
+    ]
     got = btc_full_scaling.scaling(points)
     assert got["steep"]["growth_exponent"] == pytest.approx(1.2)
     assert got["steep"]["where"] == "coordinator" and got["flat"]["where"] == "coordinator"

@@ -23,9 +23,19 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[st
     root = tmp_path_factory.mktemp("peers")
     expected = gen_chain(
         root / "node",
-        "--blocks", "240", "--side-branches", "4", "--orphans", "2",
-        "--tx-per-block", "1:40", "--file-size", "400000", "--seed", "11",
-    )  # fmt: skip
+        "--blocks",
+        "240",
+        "--side-branches",
+        "4",
+        "--orphans",
+        "2",
+        "--tx-per-block",
+        "1:40",
+        "--file-size",
+        "400000",
+        "--seed",
+        "11",
+    )
     blocks = root / "node" / "blocks"
     reindex(blocks, root / "data", "--mode", "full")
     return blocks, root / "data", expected
