@@ -65,6 +65,7 @@ lint: setup
 	$(BIN)/ruff format --check pipeline workers schemas tests benchmarks
 	$(BIN)/mypy pipeline workers schemas
 	$(BIN)/python benchmarks/results_table.py --check benchmarks/README.md
+	$(BIN)/python -m rechain.schemas.readme_tables --check
 	cd workers/native && cargo fmt --check && cargo clippy --profile ci --all-targets -- -D warnings
 	cd benchmarks/peers && cargo fmt --check && CARGO_TARGET_DIR=$(PEERS_TARGET) cargo clippy --locked -- -D warnings
 
