@@ -1,6 +1,8 @@
 """Every published Parquet file has exactly the schema its table declares
 (``rechain.schemas.tables``), and nothing is published that is not declared; the Bitcoin tables'
-segments and the parts the chain state stages for them have the declared layout. So does a
+segments and the parts the chain state stages for them have the declared layout, and so do the
+files pyarrow writes from the registry: ``headers``, the Flow checkpoint stats, the Ethereum
+tables and the staged body parts. So does a
 folder whose Bitcoin tables were not written in one run: after a rerun on a grown chain, and
 after a reorg whose unwind cut a staged part (its files written again, then published)."""
 
@@ -14,7 +16,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from rechain.pipeline.store.datadir import current_generation
+from rechain.schemas import bitcoin as ds
 from rechain.schemas import tables
+from rechain.workers import btc_decode
 from rechain.workers.fault_injection import KILL_TRACE_ENV
 
 from tests.conftest import SHARED, cli, cli_json, gen_chain, reindex
@@ -26,6 +30,9 @@ from tests.test_btc_reorg import node_folder
 RUNS = ("fresh", "incremental", "reorg")
 #: Depth of the reorg: the blocks unwound.
 REORG_DEPTH = 6
+#: The data folder of each chain's tables, beside one another (a folder holds one chain's data).
+FOLDERS = {"bitcoin": "data", "flow": "flow", "eth": "eth"}
+FLOW_TABLES = (tables.TRIE_UPDATES, tables.REGISTERS, tables.REGISTER_HASHES)
 #: The Bitcoin tables' staged datasets: a chain-state part's files (``DATADIR/stage``).
 STAGED = {
     "spends": tables.BTC_SPENDS,
@@ -36,6 +43,20 @@ STAGED = {
 }
 
 _SEGMENT = re.compile(r"seg-(\d+)-(\d+)\.parquet")
+
+
+def _chain(name: str) -> str:
+    """The chain whose data folder holds table ``name``."""
+    if name in {t.name for t in tables.ETH_TABLES}:
+        return "eth"
+    if name in {t.name for t in (*FLOW_TABLES, *tables.FLOW_CHECKPOINT_STATS)}:
+        return "flow"
+    return "bitcoin"
+
+
+def _folder(data: Path, name: str) -> Path:
+    """The data folder holding table ``name`` (``data``, the Bitcoin folder, or a sibling)."""
+    return data.parent / FOLDERS[_chain(name)]
 
 
 def _segments(data: Path) -> set[tuple[int, int]]:
@@ -116,11 +137,12 @@ def _bitcoin(run: str, root: Path, data: Path) -> None:
 
 @pytest.fixture(scope="module", params=RUNS)
 def data(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder holding a full Bitcoin reindex (written as ``RUNS`` says), a Flow replay (and
-    checkpoint stats) and an Ethereum import."""
+    """The folder of a full Bitcoin reindex (written as ``RUNS`` says), beside those of a Flow
+    replay (and checkpoint stats) and of an Ethereum import (``FOLDERS``)."""
     root = tmp_path_factory.mktemp(f"tables-{request.param}")
-    data = root / "data"
+    data = root / FOLDERS["bitcoin"]
     _bitcoin(request.param, root, data)
+    flow, eth = root / FOLDERS["flow"], root / FOLDERS["eth"]
     code, _, err = cli(
         "gen",
         "flow",
@@ -133,10 +155,10 @@ def data(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         "64K",
     )
     assert code == 0, err
-    cli_json("flow", "replay", "--wal", root / "wal", "--data", data, "--no-progress", "--json")
+    cli_json("flow", "replay", "--wal", root / "wal", "--data", flow, "--no-progress", "--json")
     # The state as a checkpoint, and its stats tables.
-    cli_json("flow", "checkpoint", "write", "--data", data, "--out", root / "cp", "--json")
-    cli_json("flow", "checkpoint", "stats", "--dir", root / "cp", "--data", data, "--json")
+    cli_json("flow", "checkpoint", "write", "--data", flow, "--out", root / "cp", "--json")
+    cli_json("flow", "checkpoint", "stats", "--dir", root / "cp", "--data", flow, "--json")
     era = root / "era1"
     era.mkdir()
     shutil.copy2(SHARED / "data" / "ethereum" / "era1" / "sepolia-00021-b8814b14.era1", era)
@@ -146,7 +168,7 @@ def data(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         "--era1",
         era,
         "--data",
-        data,
+        eth,
         "--network",
         "sepolia",
         "--no-pow",
@@ -157,10 +179,15 @@ def data(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def test_every_published_file_has_its_declared_schema(data: Path) -> None:
-    published = sorted(p.name for p in (data / "parquet").iterdir())
-    assert published == sorted(tables.TABLES), "a published table is not declared (or missing)"
+    for chain, folder in FOLDERS.items():
+        published = sorted(p.name for p in (data.parent / folder / "parquet").iterdir())
+        declared_here = sorted(n for n in tables.TABLES if _chain(n) == chain)
+        assert published == declared_here, (
+            f"{chain}: a published table is not declared (or missing)"
+        )
     for name, table in tables.TABLES.items():
-        gen = current_generation(data / "parquet" / name)
+        folder = _folder(data, name)
+        gen = current_generation(folder / "parquet" / name)
         assert gen is not None, name
         files = sorted(gen.rglob("*.parquet"))
         declared = [(f.name, f.type) for f in table.schema]
@@ -168,13 +195,13 @@ def test_every_published_file_has_its_declared_schema(data: Path) -> None:
             # Only an Ethereum table without rows has no part; its view still has the schema.
             assert name.startswith("eth_"), name
             code, out, err = cli(
-                "query", "--data", data, "--format", "json", f'SELECT count(*) AS n FROM "{name}"'
+                "query", "--data", folder, "--format", "json", f'SELECT count(*) AS n FROM "{name}"'
             )
             assert code == 0 and json.loads(out) == [{"n": 0}], err
 
             from rechain.pipeline.query import connect
 
-            con = connect(data)
+            con = connect(folder)
             got = con.sql(f'SELECT * FROM "{name}" LIMIT 0').arrow().read_all().schema
             con.close()
             assert [(c.name, c.type) for c in got] == declared, name
@@ -196,7 +223,7 @@ SEGMENTS = (tables.BLOCKS, tables.TRANSACTIONS, tables.INPUTS, tables.OUTPUTS)
 def _files(data: Path, table: tables.Table) -> list[Path]:
     """The table's files of the declared layout in the current generation: every part, or the
     Bitcoin tables' best-chain segments."""
-    gen = current_generation(data / "parquet" / table.name)
+    gen = current_generation(_folder(data, table.name) / "parquet" / table.name)
     assert gen is not None
     files = sorted(gen.glob("*/seg-*.parquet" if table in SEGMENTS else "*.parquet"))
     assert files, table.name
@@ -215,15 +242,22 @@ def _staged(data: Path) -> list[tuple[tables.Table, list[Path]]]:
 
 def _check_dictionaries(table: tables.Table, files: list[Path]) -> None:
     """The declared dictionary columns, and no other column, are dictionary-encoded in every
-    row group of every file."""
+    row group of every file (``ALL_COLUMNS``: every column Parquet can, all but booleans)."""
     for f in files:
         meta = pq.ParquetFile(f).metadata
         names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        declared = set(table.dictionary_columns)
+        if table.dictionary_columns == tables.ALL_COLUMNS:
+            declared = {
+                c.name
+                for c in (meta.schema.column(i) for i in range(meta.num_columns))
+                if c.physical_type != "BOOLEAN"
+            }
         for g in range(meta.num_row_groups):
-            for col in table.dictionary_columns:
+            for col in declared:
                 chunk = meta.row_group(g).column(names.index(col))
                 assert any("DICTIONARY" in e for e in chunk.encodings), (f, g, col)
-            for col in set(names) - set(table.dictionary_columns):
+            for col in set(names) - declared:
                 chunk = meta.row_group(g).column(names.index(col))
                 assert not any("DICTIONARY" in e for e in chunk.encodings), (f, g, col)
 
@@ -254,10 +288,11 @@ def _check_delta_lengths(table: tables.Table, files: list[Path]) -> None:
 
 def _check_layout(table: tables.Table, files: list[Path]) -> None:
     """Every column chunk of every file has the declared codec, statistics unless the column
-    is declared unsorted, and no row group more rows than declared; every file has page
-    indexes (the publish stage copies a staged file's pages into a segment) and the same
-    Parquet columns (the leaves of lists named alike)."""
-    codec = table.compression.upper()
+    is declared unsorted, and no row group more rows than declared; every file has the same
+    Parquet columns (the leaves of lists named alike), and page indexes where its pages are
+    the Rust core's (the publish stage copies a staged file's pages into a segment), none where
+    they are pyarrow's."""
+    codec = "UNCOMPRESSED" if table.compression == "none" else table.compression.upper()
     leaves = set()
     for f in files:
         meta = pq.ParquetFile(f).metadata
@@ -271,7 +306,7 @@ def _check_layout(table: tables.Table, files: list[Path]) -> None:
                 assert chunk.compression == codec, (f, g, path, chunk.compression)
                 unsorted = path.split(".")[0] in table.unsorted_columns
                 assert chunk.is_stats_set != unsorted, (f, g, path, chunk.statistics)
-                assert chunk.has_offset_index, (f, g, path)
+                assert chunk.has_offset_index == (table.pages == "rust"), (f, g, path)
     assert len(leaves) == 1, f"{table.name}: {sorted(leaves)}"
 
 
@@ -298,6 +333,36 @@ def test_staged_parts_have_their_declared_schema_and_layout(data: Path) -> None:
     """The chain state's staged parts (what the publish stage links or copies into the
     segments), the files an unwind cut included, as declared in the same registry."""
     for table, files in _staged(data):
+        declared = [(f.name, f.type) for f in table.schema]
+        for f in files:
+            got = pq.read_schema(f)
+            assert [(c.name, c.type) for c in got] == declared, f"{f}: {got}"
+        _check_dictionaries(table, files)
+        _check_delta_lengths(table, files)
+        _check_layout(table, files)
+
+
+def test_files_pyarrow_writes_have_their_declared_schema_and_layout(data: Path) -> None:
+    """What pyarrow writes with a dataset's declared options (``Table.pyarrow_options``): the
+    ``headers`` and Flow checkpoint stats generations (``DataDir.stage_parquet_parts``), the
+    Ethereum tables' parts (``workers/eth_import.write_part``) and the body parts the body pass
+    stages (``workers/btc_decode.py``, registered as ``tables.STAGED``), each as declared."""
+    assert {k: t.name for k, t in btc_decode.STAGED.items()} == ds.BODY_SLIM
+    assert all(tables.STAGED[t.name] is t for t in btc_decode.STAGED.values())
+    written = [
+        (table, sorted((data / "stage" / "bodies").glob(f"*.{key}.parquet")))
+        for key, table in btc_decode.STAGED.items()
+    ]
+    for table in (tables.HEADERS, *tables.FLOW_CHECKPOINT_STATS, *tables.ETH_TABLES):
+        gen = current_generation(_folder(data, table.name) / "parquet" / table.name)
+        assert gen is not None, table.name
+        written.append((table, sorted(gen.glob("*.parquet"))))
+    for table, files in written:
+        assert table.pages == "pyarrow", table.name
+        if not files:
+            # Ethereum tables without rows (the Sepolia file has no withdrawals) have no part.
+            assert table in tables.ETH_TABLES[1:], table.name
+            continue
         declared = [(f.name, f.type) for f in table.schema]
         for f in files:
             got = pq.read_schema(f)

@@ -21,12 +21,15 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from rechain.schemas import tables
 from rechain.workers import _native
 from rechain.workers.memory import release_unused_memory
 
-#: Staged parts are scratch data. Uncompressed (Parquet's dictionary encoding still folds the
-#: repeated block hashes): encoding took ~40% less time than lz4 for ~5% more bytes.
-STAGE_COMPRESSION = "none"
+#: The datasets a unit stages (``ds.BODY_SLIM``'s keys), declared with their layout in the
+#: registry of tables.
+STAGED = {"blocks": tables.BODY_BLOCKS, "txids": tables.BODY_TXIDS}
+#: The staged datasets' codec (``tables.STAGED``), for the publish stage's scratch files.
+STAGE_COMPRESSION = tables.BODY_BLOCKS.compression
 
 
 @dataclass(frozen=True)
@@ -115,13 +118,14 @@ def decode_and_stage_unit(unit: BodyUnit, stage_dir: str | None) -> StagedBody:
     staged_tables: dict[str, str | bytes] = {}
     for name, batch in batches.items():
         table = pa.Table.from_batches([batch])
+        options = STAGED[name].pyarrow_options()
         if stage_dir is None:
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink, compression=STAGE_COMPRESSION)
+            pq.write_table(table, sink, **options)
             staged_tables[name] = sink.getvalue().to_pybytes()
         else:
             path = os.path.join(stage_dir, tmp_name(unit.part, name))
-            pq.write_table(table, path, compression=STAGE_COMPRESSION)
+            pq.write_table(table, path, **options)
             staged_tables[name] = path
     staged = StagedBody(
         unit=unit,

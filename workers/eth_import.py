@@ -70,14 +70,10 @@ def tmp_name(part: str) -> str:
 
 
 def write_part(batch: pa.RecordBatch, where: str | None, table: str) -> str | bytes:
-    """Encodes one table's part as Parquet: into the file ``where``, or as bytes."""
+    """Encodes one table's part as Parquet, in the table's declared layout: into the file
+    ``where``, or as bytes."""
     t = tables.TABLES[table]
-    args: dict[str, Any] = {
-        "compression": t.compression,
-        "row_group_size": t.row_group_rows,
-        "use_dictionary": list(t.dictionary_columns) or False,
-        "write_statistics": [f.name for f in t.schema if f.name not in t.unsorted_columns],
-    }
+    args = t.pyarrow_options()
     data = pa.Table.from_batches([batch], schema=t.schema)
     if where is None:
         sink = pa.BufferOutputStream()
