@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.common import BIN, run_measured
 from tests.conftest import cli, cli_json
+from tests.measure import BIN, run_measured
 from tests.test_flow_checkpoint import (
     CheckpointPlaces,
     corrupt_cases,

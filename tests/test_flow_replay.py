@@ -300,7 +300,7 @@ def test_a_checkpoint_of_several_tries_too_large_for_the_budget_is_read_in_memor
 def paged_peak(wal: Path, cps: Path, data: Path, budget: int) -> tuple[dict, int]:
     """A replay of `wal` resumed from the checkpoint in `cps`, paged within `budget`: its
     summary and peak RSS."""
-    from benchmarks.common import BIN, run_measured
+    from tests.measure import BIN, run_measured
 
     done, rss, _ = run_measured(
         [

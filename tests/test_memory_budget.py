@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from rechain.pipeline.runtime import local_runner
 
-from benchmarks.common import btc_reindex_cmd, run_measured
 from tests.conftest import gen_chain
+from tests.measure import btc_reindex_cmd, run_measured
 
 BUDGET = 256 << 20
 #: ~82 KB per block (signed spends): 33,000 blocks are ~2.6 GiB, just over 10x the budget.

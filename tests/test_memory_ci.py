@@ -22,8 +22,8 @@ import pytest
 from rechain.pipeline.ethereum.stages.blocks import UNIT_BYTES_PER_FILE_BYTE
 from rechain.pipeline.runtime import local_runner
 
-from benchmarks.common import BIN, run_measured
 from tests.conftest import cli, gen_chain
+from tests.measure import BIN, run_measured
 
 MIB = 1 << 20
 #: RocksDB's memtables (32 MiB over all column families) and block cache (16 MiB) are capped by
