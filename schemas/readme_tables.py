@@ -11,6 +11,7 @@ A registry column without a doc, or a doc for a column the registry lacks, is an
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -44,6 +45,11 @@ def _type(t: object) -> str:
     return text.replace("list<item: ", "list<")
 
 
+def _html(text: str) -> str:
+    """Markdown's inline code as HTML (a `<summary>` line is not read as Markdown)."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", text)
+
+
 def render() -> str:
     """The section between the markers (markers excluded), ending with a newline."""
     problems = missing_docs()
@@ -62,14 +68,15 @@ def render() -> str:
                 continue
             lines += [
                 "<details>",
-                f"<summary><code>{name}</code>: {doc.row} ({doc.written_by})</summary>",
+                f"<summary><code>{name}</code>: {_html(doc.row)}; from {_html(doc.written_by)}"
+                "</summary>",
                 "",
                 "| column | type | unit | meaning |",
                 "|---|---|---|---|",
             ]
             for f in table.schema:
                 unit, meaning = doc.columns[f.name]
-                lines.append(f"| `{f.name}` | {_type(f.type)} | {unit} | {meaning} |")
+                lines.append(f"| `{f.name}` | `{_type(f.type)}` | {unit} | {meaning} |")
             lines.append("")
             lines += [*doc.notes, *([""] if doc.notes else [])]
             lines += ["</details>", ""]
