@@ -9,7 +9,7 @@ DEMO := demo
 # The benchmark peers build outside the tree, beside their cached binary (benchmarks/peers/build.sh).
 PEERS_TARGET := $(HOME)/.cache/rechain/peers/target
 
-.PHONY: setup demo test test-rust test-py bench lint fmt clean soak infra-check fuzz
+.PHONY: setup demo test system-deps test-rust test-py bench lint fmt clean soak infra-check fuzz
 
 # Bytecode is compiled here because the CLI's start-up is part of every (incremental) run and
 # an environment may forbid writing it (PYTHONDONTWRITEBYTECODE).
@@ -38,7 +38,11 @@ demo: setup
 	$(BIN)/rechain eth import --config configs/local-demo.toml
 	$(BIN)/rechain query --data $(DEMO)/eth-data "SELECT type, count(*) AS txs, sum(gas_used) AS gas, count(DISTINCT from_address) AS senders FROM eth_transactions GROUP BY 1 ORDER BY 1"
 
-test: setup test-rust test-py
+test: setup system-deps test-rust test-py
+
+# Debian packages the oracles need (installed when run as root, else the command to run).
+system-deps:
+	bash tests/system-deps.sh
 
 test-rust:
 	cd workers/native && cargo test --profile ci --quiet

@@ -5,10 +5,12 @@ A file is TOML. Each table is named by a command's words (``[btc.reindex]``, ``[
 as on the command line without the dashes (``memory-budget = "8G"``; ``memory_budget`` works
 too). ``[defaults]`` holds options given to every command that has them (``ray-address``,
 ``memory-budget``, ``metrics-port``, ...). A flag on the command line overrides the file.
-Strings have ``~`` and ``$VARS`` expanded; relative paths stay relative to the current
-directory, as on the command line (under ``ray job submit --working-dir .`` that is the
-uploaded folder). Anything the file names that no command has is an error, so a typo never
-goes silently unused.
+Strings have ``~`` and ``$VARS`` expanded; a relative path is relative to the file's folder
+(so a job's file works from any directory, and under ``ray job submit --working-dir .`` in
+the uploaded folder). The commands that read a data folder (``btc status``, ``query``,
+``verify``, ...) take the one ``data`` the file names for their chain, or for the whole job,
+so one file serves the job's run and its reads. Anything the file names that no command has
+is an error, so a typo never goes silently unused.
 """
 
 from __future__ import annotations
@@ -99,6 +101,27 @@ def apply(parser: argparse.ArgumentParser, path: Path, argv: list[str]) -> None:
     unused = sorted(set(defaults) - used_defaults)
     if unused:
         raise RechainError(f"config {path}: [{DEFAULTS}] {', '.join(unused)}: no command has it")
+    _share_data(commands, sections, given, path)
+
+
+def _share_data(
+    commands: dict[tuple[str, ...], argparse.ArgumentParser],
+    sections: dict[tuple[str, ...], dict[str, Any]],
+    given: set[str],
+    path: Path,
+) -> None:
+    """A command reading a data folder that the file gives none takes the ``data`` of the
+    file's sections of its chain (``btc status`` from ``[btc.reindex]``), or of all its
+    sections (``query``, ``verify``), when they name one folder."""
+    named = {w: sec["data"] for w, sec in sections.items() if "data" in sec}
+    for words, sub in commands.items():
+        action = _options(sub).get("data")
+        if action is None or words in named or action.default is not None:
+            continue
+        same_chain = {v for w, v in named.items() if w[0] == words[0]}
+        candidates = same_chain or ({*named.values()} if len(words) == 1 else set())
+        if len(candidates) == 1:
+            _set(sub, action, candidates.pop(), given, path, "data of the job")
 
 
 def _sections(doc: dict[str, Any], path: Path) -> dict[tuple[str, ...], dict[str, Any]]:
@@ -163,6 +186,8 @@ def _set(
         raise RechainError(f"{where}: expected a single value, got {value!r}")
     if isinstance(value, str):
         value = os.path.expandvars(os.path.expanduser(value))
+        if action.type is Path and not os.path.isabs(value):
+            value = os.path.normpath(path.parent / value)
     if action.choices is not None and value not in action.choices:
         choices = ", ".join(map(str, action.choices))
         raise RechainError(f"{where}: {value!r} is not one of {choices}")

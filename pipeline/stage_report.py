@@ -14,36 +14,81 @@ from rechain.pipeline.store.datadir import DataDir
 PIPELINES = ("bitcoin", "flow", "eth")
 
 
-def _order(pipeline: str) -> list[str]:
+def _stages(pipeline: str) -> list[Any]:
     if pipeline == "bitcoin":
         from rechain.pipeline.bitcoin.stages import stages
 
-        return [s.name for s in stages("full")]
+        return list(stages("full"))
     if pipeline == "eth":
         from rechain.pipeline.ethereum.stages import stages as eth_stages
 
-        return [s.name for s in eth_stages()]
+        return list(eth_stages())
     from rechain.pipeline.flow.stages import stages as flow_stages
 
-    return [s.name for s in flow_stages()]
+    return list(flow_stages())
+
+
+def _state(cp: dict[str, Any] | None, previous: dict[str, Any] | None, after: Any) -> str:
+    if cp is None:
+        return "never run"
+    if cp.get("invalidated"):
+        return "invalidated"
+    # Its input is not what the stage before it last committed: that stage ran again since
+    # (an interrupted run, or a run that stopped before this stage).
+    if previous is not None and not after.ephemeral and cp.get("input") != previous.get("output"):
+        return "behind"
+    return "done"
+
+
+def pipeline_states(data: DataDir, pipeline: str) -> list[tuple[str, str, dict[str, Any] | None]]:
+    """(stage, state, checkpoint) in stage order: ``done``, ``never run``, ``invalidated`` or
+    ``behind`` (its input changed since it ran)."""
+    cps = read_checkpoints(data, pipeline)
+    out = []
+    previous: tuple[Any, dict[str, Any]] | None = None
+    for stage in _stages(pipeline):
+        cp = cps.get(stage.name)
+        out.append(
+            (
+                stage.name,
+                _state(cp, previous[1] if previous else None, previous[0] if previous else None),
+                cp,
+            )
+        )
+        previous = (stage, cp) if cp is not None else None
+    return out
+
+
+def behind(data: DataDir) -> list[str]:
+    """One message per stage of any pipeline that is not up to date with the stage before it:
+    the tables may lag the index, so ``status`` and ``verify`` report it as a failure."""
+    from rechain.pipeline.store.folder import COMMANDS
+
+    messages = []
+    for pipeline in PIPELINES:
+        if not read_checkpoints(data, pipeline):
+            continue
+        for name, state, _ in pipeline_states(data, pipeline):
+            if state in ("behind", "invalidated"):
+                messages.append(
+                    f"{pipeline} stage {name} is {state}: a run stopped before it finished; "
+                    f"rerun `{COMMANDS[pipeline]}` on this folder"
+                )
+    return messages
 
 
 def stage_report(data_path: Path) -> dict[str, Any]:
     with DataDir(data_path, readonly=True) as data:
         out: dict[str, Any] = {}
         for pipeline in PIPELINES:
-            cps = read_checkpoints(data, pipeline)
-            if not cps:
+            if not read_checkpoints(data, pipeline):
                 continue
             rows = []
-            for name in _order(pipeline):
-                cp = cps.get(name)
+            for name, state, cp in pipeline_states(data, pipeline):
                 rows.append(
                     {
                         "stage": name,
-                        "state": "never run"
-                        if cp is None
-                        else ("invalidated" if cp.get("invalidated") else "done"),
+                        "state": state,
                         **{
                             k: (cp or {}).get(k)
                             for k in ("height", "rows", "last_run", "seconds", "runs")

@@ -19,7 +19,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rechain.pipeline.store.datadir import DataDir, current_generation
+from rechain.pipeline.stage_report import behind
+from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.table_view import newest_generation, view_problems
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
@@ -27,6 +29,8 @@ from rechain.workers import _native
 
 #: Meta keys that describe a run rather than the content.
 VOLATILE_META = {
+    # What the folder is for (pipeline and mode): the tables and index are the content.
+    layout.META_FOLDER,
     layout.META_BTC_RUN,
     layout.META_BTC_GENERATION,
     layout.META_BTC_FULL_GENERATION,
@@ -58,7 +62,7 @@ def _work(bits: int) -> int:
 
 def headers_table(data: DataDir) -> pa.Table | None:
     base = data.parquet_dir(ds.HEADERS)
-    gen = current_generation(base) if base.exists() else None
+    gen = newest_generation(base) if base.exists() else None
     return pq.read_table(gen) if gen else None
 
 
@@ -166,6 +170,8 @@ def verify(data_path: Path) -> dict[str, Any]:
             result["blocks_indexed"] = _check_bitcoin(data, btc, problems)
         if flow is not None:
             result["flow"] = _check_flow(data, flow, problems)
+        problems.extend(behind(data))
+        problems.extend(view_problems(data.path))
         return {"ok": not problems, "problems": problems, **result, "digest": digest(data)}
 
 
@@ -188,7 +194,9 @@ def _check_bitcoin(data: DataDir, summary: dict[str, Any], problems: list[str]) 
             )
         _check_best_chain(data, table, summary, problems)
     _check_full(data, problems)
-    return index_count
+    # The count ``btc status`` shows: blocks linked into the index (``index_count`` also
+    # holds the orphans and the copies of failed blocks).
+    return int(summary["blocks_indexed"])
 
 
 def _check_full(data: DataDir, problems: list[str]) -> None:
@@ -250,7 +258,7 @@ def _check_best_chain(
 
 def _parquet_rows(data: DataDir, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
     base = data.parquet_dir(table)
-    gen = current_generation(base) if base.exists() else None
+    gen = newest_generation(base) if base.exists() else None
     for f in sorted(gen.glob("*.parquet")) if gen else []:
         yield from pq.ParquetFile(f).iter_batches(batch_size=FLOW_CHUNK, columns=columns)
 

@@ -76,6 +76,9 @@ COLUMN_FAMILIES = (
 DERIVED_COLUMN_FAMILIES = (CF_BTC_INDEX, CF_BTC_BEST)
 
 META_LAYOUT = b"layout"
+#: What the folder holds: JSON {pipeline ("bitcoin", "flow" or "eth"), and the settings a
+#: rerun inherits (Bitcoin: network, mode)} (pipeline/store/folder.py).
+META_FOLDER = b"folder"
 META_BTC_NETWORK = b"btc/network"
 META_BTC_SUMMARY = b"btc/summary"
 META_BTC_DIRTY = b"btc/dirty"

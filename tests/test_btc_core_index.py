@@ -168,13 +168,14 @@ def test_tree_positions_are_the_published_table_columns(forked: dict[str, Path])
     """The guided check takes file, offset and height from the linked tree instead of reading
     the headers table back: both must be the same columns, row for row."""
     from rechain.pipeline.bitcoin.scan_log import BtcCommitter
-    from rechain.pipeline.store.datadir import DataDir, current_generation
+    from rechain.pipeline.store.datadir import DataDir
+    from rechain.pipeline.store.table_view import newest_generation
     from rechain.schemas import bitcoin as ds
     from rechain.schemas import rocksdb as layout
 
     with DataDir(forked["data"], readonly=True) as data:
         log = BtcCommitter(data, "regtest").scan_log(layout.SEGMENT_RECORDS, ds.RECORDS)
-        generation = current_generation(data.parquet_dir(ds.HEADERS))
+        generation = newest_generation(data.parquet_dir(ds.HEADERS))
     assert generation is not None
     table = pq.read_table(generation, columns=["file", "offset", "height"])
     positions = _native.HeaderTree(log.to_batches(), "regtest").positions()

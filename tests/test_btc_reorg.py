@@ -167,12 +167,12 @@ def _stage_best_chain(data: Path, blocks: Path) -> int:
     the best chain itself did (their body pass decoded every chosen copy); returns how many
     parts."""
     import pyarrow.parquet as pq
-    from rechain.pipeline.store.datadir import current_generation
+    from rechain.pipeline.store.table_view import newest_generation
     from rechain.schemas import bitcoin as ds
 
     key = (blocks / "xor.dat").read_bytes()
     with DataDir(data) as d:
-        gen = current_generation(d.parquet_dir(ds.HEADERS))
+        gen = newest_generation(d.parquet_dir(ds.HEADERS))
         assert gen is not None
         headers = pq.read_table(gen, columns=["file", "offset", "size", "in_best_chain"])
         best = headers.filter(headers.column("in_best_chain")).select(["file", "offset", "size"])

@@ -41,7 +41,7 @@ def test_sections_defaults_and_overrides(tmp_path: Path, monkeypatch: pytest.Mon
     a = parse(path, "btc", "reindex")
     assert (a.blocks, a.data, a.network, a.mode) == (
         Path("/srv/chain/blocks"),
-        Path("out"),
+        tmp_path / "out",  # relative to the file's folder
         "regtest",
         "full",
     )
@@ -56,7 +56,7 @@ def test_sections_defaults_and_overrides(tmp_path: Path, monkeypatch: pytest.Mon
     e = parse(path, "eth", "import", "--era1", "x")
     assert (e.era1, e.freezer) == (Path("x"), None)
     # [defaults] reaches only the commands that have the option.
-    q = parse(path, "query", "--data", "d", "SELECT 1")
+    q = parse(path, "verify", "--data", "d")
     assert not hasattr(q, "memory_budget")
 
 

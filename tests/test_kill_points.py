@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.table_view import current_tables
 from rechain.pipeline.verify import digest, verify
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import flow as fs
@@ -57,6 +58,7 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "store.generation_staged": (1,),
         "store.generation_renamed": (1,),
         "engine.stage_checkpointed": (1, LAST),
+        "store.view_switched": (1,),
     },
     "btc_full": {
         "scan.shard_committed": (),
@@ -81,6 +83,7 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "indexes.summary_written": (1,),
         # After the bodies' checkpoint, and after the publish's.
         "engine.stage_checkpointed": (3, 5),
+        "store.view_switched": (1,),
     },
     # A full reindex of a folder indexed before a 6-deep reorg: unwinds, relinks, republishes
     # keeping old segments, and updates the tx index.
@@ -104,6 +107,7 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "indexes.generations_removed": (),
         "indexes.summary_written": (),
         "engine.stage_checkpointed": (),
+        "store.view_switched": (),
     },
     "flow_replay": {
         "flow_replay.checkpoint_writing": (1, LAST),
@@ -115,6 +119,7 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "flow_publish.registers_ingested": (1,),
         "flow_publish.summary_written": (1,),
         "engine.stage_checkpointed": (1, LAST),
+        "store.view_switched": (1,),
     },
     "flow_checkpoint_read": {
         "flow_checkpoint.read_staged": (1,),
@@ -124,6 +129,7 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "flow_publish.registers_ingested": (1,),
         "flow_publish.summary_written": (1,),
         "flow_checkpoint.read_recorded": (1,),
+        "store.view_switched": (),
     },
     "flow_checkpoint_stats": {
         "flow_checkpoint.stats_gathered": (1,),
@@ -131,6 +137,7 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "store.generation_staged": (1, LAST),
         "store.generation_renamed": (1, LAST),
         "flow_checkpoint.stats_recorded": (1,),
+        "store.view_switched": (1,),
     },
     "flow_checkpoint_write": {
         "flow_checkpoint.writing": (1,),
@@ -142,6 +149,7 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "eth.index_ingested": (LAST,),
         "eth.unit_committed": (1, LAST),
         "engine.stage_checkpointed": (1,),
+        "store.view_switched": (1,),
     },
 }
 
@@ -217,7 +225,7 @@ def empty_folder(name: str) -> Callable[[Path], Path]:
 def copy_of(base: Path) -> Callable[[Path], Path]:
     def prepare(tmp: Path) -> Path:
         data = tmp / "data"
-        shutil.copytree(base, data)
+        shutil.copytree(base, data, symlinks=True)  # the table view's links stay links
         return data
 
     return prepare
@@ -497,3 +505,8 @@ def assert_recorded_generations_exist(folder: Path) -> None:
             for table in tables if gen is not None else ():
                 where = d.parquet_dir(table) / f"{int(gen):06d}"
                 assert where.is_dir(), f"{key!r} records generation {gen}, {where} is gone"
+    # What readers see is whole and of one publication: the full tables of one generation.
+    view = current_tables(folder)
+    assert all(p.is_dir() for p in view.values()), view
+    full = {view[t].name for t in (ds.BLOCKS, ds.TRANSACTIONS, ds.INPUTS, ds.OUTPUTS) if t in view}
+    assert len(full) <= 1, view

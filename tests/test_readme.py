@@ -207,6 +207,6 @@ def test_readme_python_examples(demo: Demo) -> None:
                 skipped.append(e.name)
     assert set(skipped) <= {"polars", "pandas"}, skipped
     assert scope["rows"] and scope["table"].num_rows > 0
-    # The last of them: DuckDB over tables.duckdb, and pyarrow's dataset (polars' is replaced).
+    # The last of them: DuckDB over the pinned view, and pyarrow's dataset (polars' is replaced).
     assert scope["con"].sql("SELECT count(*) FROM outputs").fetchall()[0][0] > 0
     assert scope["outputs"].count_rows() > 0

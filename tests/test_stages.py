@@ -225,13 +225,14 @@ def test_from_stage_publish_republishes_without_decoding(
     republished = next(s for s in after if s["stage"] == "publish")
     assert republished["runs"] == publish["runs"] + 1
     assert republished["detail"]["generation"] == publish["detail"]["generation"] + 1
+    # A header-mode folder has no publish stage to rerun (a full folder refuses header mode).
     code, _, err = cli(
         "btc",
         "reindex",
         "--blocks",
         blocks,
         "--data",
-        data,
+        tmp_path / "headers-only",
         "--network",
         "regtest",
         "--mode",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from rechain.pipeline.store.datadir import current_generation
+from rechain.pipeline.store.table_view import newest_generation
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import tables
 from rechain.workers import btc_decode
@@ -61,7 +61,7 @@ def _folder(data: Path, name: str) -> Path:
 
 def _segments(data: Path) -> set[tuple[int, int]]:
     """(first, last) heights of the published ``blocks`` table's best-chain segments."""
-    gen = current_generation(data / "parquet" / tables.BLOCKS.name)
+    gen = newest_generation(data / "parquet" / tables.BLOCKS.name)
     assert gen is not None
     found = (_SEGMENT.fullmatch(f.name) for f in gen.glob("*/seg-*.parquet"))
     return {(int(m[1]), int(m[2])) for m in found if m}
@@ -187,7 +187,7 @@ def test_every_published_file_has_its_declared_schema(data: Path) -> None:
         )
     for name, table in tables.TABLES.items():
         folder = _folder(data, name)
-        gen = current_generation(folder / "parquet" / name)
+        gen = newest_generation(folder / "parquet" / name)
         assert gen is not None, name
         files = sorted(gen.rglob("*.parquet"))
         declared = [(f.name, f.type) for f in table.schema]
@@ -223,7 +223,7 @@ SEGMENTS = (tables.BLOCKS, tables.TRANSACTIONS, tables.INPUTS, tables.OUTPUTS)
 def _files(data: Path, table: tables.Table) -> list[Path]:
     """The table's files of the declared layout in the current generation: every part, or the
     Bitcoin tables' best-chain segments."""
-    gen = current_generation(_folder(data, table.name) / "parquet" / table.name)
+    gen = newest_generation(_folder(data, table.name) / "parquet" / table.name)
     assert gen is not None
     files = sorted(gen.glob("*/seg-*.parquet" if table in SEGMENTS else "*.parquet"))
     assert files, table.name
@@ -354,7 +354,7 @@ def test_files_pyarrow_writes_have_their_declared_schema_and_layout(data: Path) 
         for key, table in btc_decode.STAGED.items()
     ]
     for table in (tables.HEADERS, *tables.FLOW_CHECKPOINT_STATS, *tables.ETH_TABLES):
-        gen = current_generation(_folder(data, table.name) / "parquet" / table.name)
+        gen = newest_generation(_folder(data, table.name) / "parquet" / table.name)
         assert gen is not None, table.name
         written.append((table, sorted(gen.glob("*.parquet"))))
     for table, files in written:

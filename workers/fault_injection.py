@@ -39,6 +39,8 @@ KILL_POINTS: tuple[str, ...] = (
     # atomic publish, used by every stage that publishes Parquet).
     "store.generation_staged",
     "store.generation_renamed",
+    # The table view switched to a run's tables, before the old generations are removed.
+    "store.view_switched",
     # The stage driver, after each stage's checkpoint.
     "engine.stage_checkpointed",
     # Bitcoin.

@@ -20,7 +20,8 @@ from rechain.pipeline.errors import RechainError
 from rechain.pipeline.progress import Progress
 from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.runtime.local_runner import ordered_local
-from rechain.pipeline.store.datadir import DataDir, current_generation
+from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.table_view import newest_generation
 from rechain.schemas import bitcoin as ds
 from rechain.workers.btc_decode import BodyUnit, decode_and_stage_unit
 
@@ -103,7 +104,7 @@ def stage_unreached(ctx: BtcRun, first: int) -> int:
     have none: the blocks the chain state left to itself and did not reach, because it
     stopped at ``first``. Returns the copies decoded."""
     data = ctx.data
-    gen = current_generation(data.parquet_dir(ds.HEADERS))
+    gen = newest_generation(data.parquet_dir(ds.HEADERS))
     assert gen is not None
     import pyarrow.parquet as pq
 

@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rechain.pipeline.bitcoin.plan import BlkFile
 from rechain.pipeline.errors import RechainError
-from rechain.pipeline.store.datadir import DataDir, current_generation
+from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.table_view import newest_generation
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
@@ -86,7 +87,7 @@ def export(data_path: Path, out: Path) -> dict[str, Any]:
         if data.meta_get(layout.META_BTC_DIRTY):
             raise RechainError(f"{data_path}: a reindex was interrupted; rerun it before export")
         base = data.parquet_dir(ds.HEADERS)
-        generation = current_generation(base) if base.exists() else None
+        generation = newest_generation(base) if base.exists() else None
         table = pq.read_table(generation, columns=EXPORT_COLUMNS) if generation else None
         full_generation = data.meta_get(layout.META_BTC_FULL_GENERATION)
         if table is not None and full_generation is not None:
@@ -299,7 +300,7 @@ def guided_units(
 
 def _linked_headers(data: DataDir, columns: list[str]) -> pa.Table | None:
     base = data.parquet_dir(ds.HEADERS)
-    generation = current_generation(base) if base.exists() else None
+    generation = newest_generation(base) if base.exists() else None
     if generation is None:
         return None
     return pq.read_table(generation, columns=columns)

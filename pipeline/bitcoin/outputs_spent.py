@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.progress import Progress
 from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.workers import _native
 
@@ -68,6 +69,7 @@ def copy_segments(
     budget: int,
     on_ray: bool = False,
     shared: bool = True,
+    progress: Progress | None = None,
 ) -> None:
     """Copies ``segments`` (disjoint) with their flags from the best-chain spends (DuckDB view
     ``spends`` over ``spend_files``): in this process, or as Ray tasks, writing into the data
@@ -79,9 +81,12 @@ def copy_segments(
         _copy_on_ray(segments, spend_files, threads, budget, shared)
         return
     units = _by_segment(con, segments, spends)
-    for _, result in ordered_local(_copy_unit, units, threads, max(1, threads)):
+    for (segment, _), result in ordered_local(_copy_unit, units, threads, max(1, threads)):
         if isinstance(result, Exception):
             raise result
+        if progress is not None:
+            blocks = segment.last - segment.first + 1
+            progress.update(blocks, blocks)
 
 
 def _by_segment(

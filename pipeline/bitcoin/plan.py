@@ -58,6 +58,45 @@ def find_blk_files(blocks_dir: Path) -> list[BlkFile]:
     return found
 
 
+#: Where a node's data folder keeps each network's blocks/ (Bitcoin Core's chain folders).
+NETWORK_SUBFOLDERS = {
+    "main": "",
+    "testnet": "testnet3",
+    "testnet4": "testnet4",
+    "signet": "signet",
+    "regtest": "regtest",
+}
+
+
+def resolve_blocks_dir(given: Path, network: str) -> Path:
+    """The folder holding the blk files: ``given`` itself, or, when the user named a node's
+    data folder (``~/.bitcoin``), its ``blocks/`` for ``network``. A folder without blk files
+    is an error that says where they would be."""
+
+    def has_blk(folder: Path) -> bool:
+        try:
+            return folder.is_dir() and any(BLK_NAME.match(e.name) for e in folder.iterdir())
+        except OSError:
+            return False
+
+    if not given.is_dir():
+        raise RechainError(f"{given}: blocks folder not found")
+    if has_blk(given):
+        return given
+    sub = NETWORK_SUBFOLDERS.get(network, "")
+    for candidate in (given / sub / "blocks", given / "blocks"):
+        if has_blk(candidate):
+            log.warning("--blocks %s holds no blk files: reading %s", given, candidate)
+            return candidate
+    hint = next(
+        (c for c in (given / sub / "blocks", given / "blocks") if c.is_dir()), given / "blocks"
+    )
+    raise RechainError(
+        f"no blk*.dat in {given}; did you mean {hint}? (a node keeps its block files in "
+        "its data folder's blocks/, for example ~/.bitcoin/blocks)"
+    )
+
+
 def read_xor_key(blocks_dir: Path) -> bytes:
     """The obfuscation key from xor.dat (spec §2): missing → zeros; short → error; long → 8."""
     path = blocks_dir / "xor.dat"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from rechain.pipeline.bitcoin.plan import (
     check_network,
     find_blk_files,
     read_xor_key,
+    resolve_blocks_dir,
 )
 from rechain.pipeline.bitcoin.run import PIPELINE, BtcRun
 from rechain.pipeline.bitcoin.scan_log import BtcCommitter, remove_unreferenced_segments
@@ -30,6 +31,7 @@ from rechain.pipeline.engine.driver import Driver
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime import placement
 from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.folder import claim, folder_record
 from rechain.schemas import rocksdb as layout
 from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
@@ -40,7 +42,8 @@ log = logging.getLogger(__name__)
 class ReindexOptions:
     blocks: Path
     data: Path
-    network: str = "main"
+    #: None: the data folder's network (``main`` for a new folder).
+    network: str | None = None
     workers: int = 0
     ray_address: str | None = None
     memory_budget: int = DEFAULT_MEMORY_BUDGET
@@ -48,12 +51,36 @@ class ReindexOptions:
     progress: bool = True
     check_bodies: bool = False
     root_hash: str | None = None
-    #: "headers" (block index only) or "full" (every transaction, UTXO set).
-    mode: str = "headers"
+    #: "headers" (block index only) or "full" (every transaction, UTXO set); None: the data
+    #: folder's mode (``headers`` for a new folder).
+    mode: str | None = None
     #: A Bitcoin Core ``blocks/index`` whose record positions guide the scan.
     core_index: Path | None = None
     #: Rerun the pipeline from this stage on (``--from-stage``), whatever the checkpoints say.
     from_stage: str | None = None
+
+
+def folder_network(path: Path) -> str:
+    """The network a data folder was indexed for; ``main`` for a new folder."""
+    if not (path / "rocksdb" / "CURRENT").exists():
+        return "main"
+    with DataDir(path, readonly=True) as data:
+        return str(data.meta_get(layout.META_BTC_NETWORK) or "main")
+
+
+def folder_mode(data: DataDir, asked: str | None) -> str:
+    """The mode a run uses: the one asked for, else the folder's. A folder holding full-mode
+    tables cannot run in header mode: its tables and UTXO set would stay behind the index."""
+    held = folder_record(data).get("mode", "headers")
+    if asked is None:
+        return str(held)
+    if asked == "headers" and held == "full":
+        raise RechainError(
+            f"{data.path} holds full-mode tables and UTXO set; a --mode headers run would "
+            "leave them behind the block index. Rerun without --mode (the folder's mode is "
+            "full), or index headers only into another --data"
+        )
+    return asked
 
 
 #: The stages after the header pass, whose time is the report's ``full_total_s``.
@@ -62,17 +89,21 @@ FULL_STAGES = ("bodies", "chain_state", "publish", "indexes")
 
 def run(opts: ReindexOptions) -> dict[str, Any]:
     t_start = time.perf_counter()
+    opts = replace(opts, network=opts.network or folder_network(opts.data))
+    opts = replace(opts, blocks=resolve_blocks_dir(opts.blocks, opts.network))
     files = find_blk_files(opts.blocks)
     key = read_xor_key(opts.blocks)
     check_network(files, opts.network, key)
     workers = opts.workers or os.cpu_count() or 1
-    pipeline = stages(opts.mode)
     with DataDir(opts.data) as data:
         stored = data.meta_get(layout.META_BTC_NETWORK)
         if stored is not None and stored != opts.network:
             raise RechainError(
                 f"{opts.data} holds a {stored} index; this run asked for --network {opts.network}"
             )
+        opts = replace(opts, mode=folder_mode(data, opts.mode))
+        claim(data, PIPELINE, network=opts.network, mode=opts.mode)
+        pipeline = stages(opts.mode)
         data.write({layout.CF_META: [(layout.META_BTC_NETWORK, opts.network)]})
         committer = BtcCommitter(data, opts.network, root_hash=opts.root_hash)
         committer.forget_missing_files({f.file_no for f in files})

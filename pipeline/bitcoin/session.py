@@ -19,7 +19,8 @@ import pyarrow as pa
 from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime.budget import budget_share
-from rechain.pipeline.store.datadir import DataDir, current_generation
+from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.table_view import newest_generation
 from rechain.schemas import bitcoin as ds
 
 # DuckDB is imported when a session opens: a rerun that finds nothing new never loads it.
@@ -102,7 +103,7 @@ def connect(data: DataDir, budget: int, workers: int) -> duckdb.DuckDBPyConnecti
     # Partitioned writes buffer this many rows per partition and thread before flushing; the
     # default (512k rows, with witness lists) alone exceeds a small budget.
     con.execute(f"SET partitioned_write_flush_threshold={PARTITION_FLUSH_ROWS}")
-    gen = current_generation(data.parquet_dir(ds.HEADERS))
+    gen = newest_generation(data.parquet_dir(ds.HEADERS))
     if gen is None:
         raise RechainError("the header pass published no headers table")
     con.execute(f"CREATE VIEW headers AS SELECT * FROM read_parquet('{gen}/*.parquet')")

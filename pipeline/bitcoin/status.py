@@ -3,13 +3,17 @@ statistics (``gettxoutsetinfo``) and single-block lookups."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.bitcoin.scan_log import skipped_from
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.human import rows
+from rechain.pipeline.stage_report import behind
 from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.table_view import view_problems
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
@@ -36,16 +40,43 @@ def status(data_path: Path) -> dict[str, Any]:
             "run": data.meta_get(layout.META_BTC_RUN),
             "mode": "headers",
         }
+        # A stage behind the others (an interrupted run): the tables lag the index.
+        out["problems"] = behind(data) + view_problems(data.path)
         full = data.meta_get(layout.META_BTC_FULL)
         if full is not None:
             # Count, amount and digest of the set as it is now, from one pass over it.
             out.update(
                 mode="full",
-                **utxo_set_info(data),
+                **recorded_utxo_set_info(data),
                 tables=full["tables"],
                 invalid_blocks=full["invalid_blocks"],
             )
         return out
+
+
+#: Where the UTXO set's commitments are recorded for the set they were computed over.
+UTXO_SET_REPORT = "btc_utxo_set"
+
+
+def recorded_utxo_set_info(data: DataDir) -> dict[str, Any]:
+    """``utxo_set_info`` computed once per state of the set: recorded (``reports/``) with the
+    chain-state checkpoint it hashed, and served from there while that checkpoint stands, so
+    ``status`` is instant however large the set (Core's ``gettxoutsetinfo`` hashes it on every
+    call)."""
+    state = chain_parts.checkpoint(data) or {}
+    path = data.path / "reports" / f"{UTXO_SET_REPORT}.json"
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    if recorded.get("state") == state and "hash_serialized_3" in recorded:
+        return {k: recorded[k] for k in ("utxo_count", "total_amount", "hash_serialized_3")}
+    info = utxo_set_info(data)
+    try:
+        data.write_report(UTXO_SET_REPORT, {**info, "state": state})
+    except OSError:
+        pass  # a read-only folder: computed again next time
+    return info
 
 
 def utxo_set_info(data: DataDir) -> dict[str, Any]:
@@ -92,6 +123,7 @@ def block(
 def format_status(s: dict[str, Any]) -> str:
     rows = [
         ("network", s["network"]),
+        ("mode", s["mode"]),
         ("tip", f"{s['tip_hash']} (height {s['tip_height']})"),
         ("chainwork", s["chainwork"]),
         ("blocks indexed", f"{s['blocks_indexed']:,}"),
@@ -124,9 +156,10 @@ def format_status(s: dict[str, Any]) -> str:
             f"last run: {run.get('records_scanned', 0):,} records from {run.get('bytes_read', 0):,}"
             f" of {run.get('file_bytes', 0):,} bytes in {run.get('total_s', 0):.2f}s"
         )
+    for problem in s.get("problems", []):
+        lines.append(f"NOT UP TO DATE: {problem}")
     return "\n".join(lines)
 
 
 def format_block(b: dict[str, Any]) -> str:
-    width = max(len(k) for k in b)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in b.items())
+    return rows(b)

@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rechain.pipeline.cli.common import add_memory_budget, options, parse_size, print_json
+from rechain.pipeline.cli.common import (
+    add_memory_budget,
+    add_workers,
+    options,
+    parse_size,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from rechain.pipeline.cli.common import Subparsers
@@ -73,9 +79,12 @@ def add_commands(sub: Subparsers) -> None:
     r.add_argument("--blocks", type=Path, required=True, help="the node's blocks/ folder")
     r.add_argument("--data", type=Path, required=True, help="rechain's data folder")
     r.add_argument(
-        "--network", default="main", choices=["main", "testnet", "testnet4", "signet", "regtest"]
+        "--network",
+        default=None,
+        choices=["main", "testnet", "testnet4", "signet", "regtest"],
+        help="the chain the blk files hold (default: the data folder's; main for a new one)",
     )
-    r.add_argument("--workers", type=int, default=0, help="parallel scan tasks (default: cores)")
+    add_workers(r, "parallel scan tasks (default: one per core)")
     r.add_argument(
         "--ray-address", default=None, help="join this Ray cluster instead of a local one"
     )
@@ -100,9 +109,9 @@ def add_commands(sub: Subparsers) -> None:
     r.add_argument(
         "--mode",
         choices=["headers", "full"],
-        default="headers",
-        help="headers: block index only (default); full: every transaction, input and output "
-        "to Parquet, consensus checks, UTXO set",
+        default=None,
+        help="headers: block index only; full: every transaction, input and output to Parquet, "
+        "consensus checks, UTXO set (default: the data folder's mode; headers for a new one)",
     )
     r.add_argument(
         "--core-index",
@@ -216,7 +225,7 @@ def status(args: argparse.Namespace) -> int:
 
     st = btc_status.status(args.data)
     print_json(st) if args.json else print(btc_status.format_status(st))
-    return 0
+    return 1 if st["problems"] else 0
 
 
 def block(args: argparse.Namespace) -> int:

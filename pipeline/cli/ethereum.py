@@ -8,7 +8,13 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rechain.pipeline.cli.common import add_memory_budget, options, parse_size, print_json
+from rechain.pipeline.cli.common import (
+    add_memory_budget,
+    add_workers,
+    options,
+    parse_size,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from rechain.pipeline.cli.common import Subparsers
@@ -50,8 +56,13 @@ def add_commands(sub: Subparsers) -> None:
     src.add_argument("--era1", type=Path, help="folder of .era1 files")
     src.add_argument("--freezer", type=Path, help="geth's ancient folder (or its chain/)")
     ei.add_argument("--data", type=Path, required=True)
-    ei.add_argument("--network", default="mainnet", choices=["mainnet", "sepolia", "dev"])
-    ei.add_argument("--workers", type=int, default=0)
+    ei.add_argument(
+        "--network",
+        default=None,
+        choices=["mainnet", "sepolia", "dev"],
+        help="default: the data folder's, else the era1 file names', else mainnet",
+    )
+    add_workers(ei)
     ei.add_argument("--ray-address", default=None)
     ei.add_argument("--from", dest="first", type=int, default=None, metavar="N")
     ei.add_argument("--to", dest="last", type=int, default=None, metavar="M", help="inclusive")

@@ -10,7 +10,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rechain.pipeline.cli.common import add_memory_budget, options, parse_size, print_json
+from rechain.pipeline.cli.common import (
+    add_memory_budget,
+    add_workers,
+    options,
+    parse_size,
+    print_json,
+)
 from rechain.pipeline.errors import RechainError
 
 if TYPE_CHECKING:
@@ -36,7 +42,7 @@ def add_commands(sub: Subparsers) -> None:
     fr = flow.add_parser("replay", help="replay a LedgerWAL into the data folder")
     fr.add_argument("--wal", type=Path, required=True)
     fr.add_argument("--data", type=Path, required=True)
-    fr.add_argument("--workers", type=int, default=0)
+    add_workers(fr)
     fr.add_argument("--ray-address", default=None)
     add_memory_budget(fr)
     fr.add_argument("--metrics-port", type=int, default=None)
@@ -158,7 +164,7 @@ def add_checkpoint_commands(flow: Subparsers) -> None:
     r = cp.add_parser("read", help="verify a checkpoint and load it into the data folder")
     _source_args(r)
     r.add_argument("--data", type=Path, required=True)
-    r.add_argument("--workers", type=int, default=0)
+    add_workers(r)
     r.add_argument("--ray-address", default=None)
     _trust_args(r)
     add_memory_budget(
@@ -178,7 +184,7 @@ def add_checkpoint_commands(flow: Subparsers) -> None:
         "streamed within --memory-budget",
     )
     _source_args(v)
-    v.add_argument("--workers", type=int, default=0)
+    add_workers(v)
     _trust_args(v)
     add_memory_budget(
         v,
@@ -208,7 +214,7 @@ def add_checkpoint_commands(flow: Subparsers) -> None:
     )
     _source_args(s)
     s.add_argument("--data", type=Path, required=True, help="data folder the tables go into")
-    s.add_argument("--workers", type=int, default=0)
+    add_workers(s)
     s.add_argument(
         "--trust-hashes",
         action="store_true",
@@ -249,7 +255,7 @@ def checkpoint_read(args: argparse.Namespace) -> int:
         args.dir,
         name,
         args.data,
-        args.workers,
+        args.workers or 0,  # 0: one per core
         args.ray_address,
         not args.trust_leaf_hashes,
         trust_hashes=args.trust_hashes,
@@ -270,7 +276,7 @@ def checkpoint_verify(args: argparse.Namespace) -> int:
     result = checkpoint.verify(
         args.dir,
         name,
-        args.workers,
+        args.workers or 0,  # 0: one per core
         not args.trust_leaf_hashes,
         trust_hashes=args.trust_hashes,
         memory_budget=args.memory_budget,
@@ -305,7 +311,7 @@ def checkpoint_stats(args: argparse.Namespace) -> int:
         args.dir,
         _latest(args.dir, args.file),
         args.data,
-        args.workers,
+        args.workers or 0,  # 0: one per core
         trust_hashes=args.trust_hashes,
         memory_budget=args.memory_budget,
     )

@@ -6,10 +6,12 @@ tables): their parsers and handlers.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rechain.pipeline.cli.common import print_json
+from rechain.pipeline.cli.common import add_memory_budget, print_json
+from rechain.pipeline.errors import RechainError
 
 if TYPE_CHECKING:
     from rechain.pipeline.cli.common import Subparsers
@@ -30,7 +32,18 @@ def add_commands(sub: Subparsers) -> None:
     q = sub.add_parser("query", help="SQL (DuckDB) over the Parquet tables")
     q.add_argument("--data", type=Path, required=True)
     q.add_argument("sql")
-    q.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    q.add_argument(
+        "--format", default="table", choices=["table", "csv", "json"], help="terminal output"
+    )
+    q.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the result to FILE instead (.parquet, .csv, .json or .jsonl), streamed by "
+        "DuckDB: any size",
+    )
+    add_memory_budget(q, "DuckDB's memory limit; larger sorts and joins spill to disk")
     q.set_defaults(handler=query)
 
 
@@ -56,8 +69,23 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def query(args: argparse.Namespace) -> int:
-    from rechain.pipeline.query import render, run_query
+    from rechain.pipeline import query as q
+    from rechain.pipeline.store.table_view import current_view
 
-    cols, rows = run_query(args.data, args.sql)
-    print(render(cols, rows, args.format))
+    # A run that switches the view during the query may remove the files it was reading:
+    # the query then runs once more, on the new view (never on a mix of the two).
+    for attempt in (1, 2):
+        view = current_view(args.data)
+        try:
+            if args.out is not None:
+                rows = q.export(args.data, args.sql, args.out, memory_budget=args.memory_budget)
+                print(f"wrote {rows:,} rows to {args.out}", file=sys.stderr)
+                return 0
+            con = q.connect(args.data, memory_budget=args.memory_budget)
+            columns, batches = q.stream(con, args.sql)
+            q.write(sys.stdout, columns, batches, args.format)
+            return 0
+        except RechainError:
+            if attempt == 2 or current_view(args.data) == view:
+                raise
     return 0

@@ -215,6 +215,8 @@ class Driver(Generic[C]):
             kill_point("engine.stage_checkpointed")
             previous_output = output
             i += 1
+        # Every stage is done: readers switch to this run's tables, all at once.
+        self.data.publish_view()
 
     def _input_of(self, i: int, ctx: C) -> Any:
         return self.source if i == 0 else self.stages[i - 1].output(ctx)

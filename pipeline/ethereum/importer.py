@@ -8,7 +8,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from rechain.pipeline.ethereum.stages import stages
 from rechain.pipeline.ethereum.units import committed_units
 from rechain.pipeline.runtime import placement
 from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.folder import claim
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 from rechain.workers.eth_import import EthUnit
@@ -36,7 +37,9 @@ class ImportOptions:
     data: Path
     era1: Path | None = None
     freezer: Path | None = None
-    network: str = "mainnet"
+    #: None: the data folder's network, else the era1 files' (their names carry it), else
+    #: mainnet.
+    network: str | None = None
     workers: int = 0
     ray_address: str | None = None
     #: First and last block to import (inclusive); None: all.
@@ -161,8 +164,23 @@ def _check_same_chain(data: DataDir, opts: ImportOptions) -> None:
         data.write({layout.CF_META: [(layout.META_ETH_IMPORT, want)]})
 
 
+def default_network(opts: ImportOptions) -> str:
+    """The network of an import run without ``--network``."""
+    if (opts.data / "rocksdb" / "CURRENT").exists():
+        with DataDir(opts.data, readonly=True) as data:
+            have = data.meta_get(layout.META_ETH_IMPORT)
+        if have is not None:
+            return str(have["network"])
+    if opts.era1 is not None and opts.era1.is_dir():
+        names = {m["network"] for p in opts.era1.glob("*.era1") if (m := ERA1_NAME.match(p.name))}
+        if len(names) == 1:
+            return names.pop()
+    return "mainnet"
+
+
 def run(opts: ImportOptions) -> dict[str, Any]:
     t_start = time.perf_counter()
+    opts = replace(opts, network=opts.network or default_network(opts))
     if opts.network not in NETWORKS:
         raise RechainError(f"unknown network {opts.network!r} ({', '.join(NETWORKS)})")
     if opts.first is not None and opts.last is not None and opts.last < opts.first:
@@ -170,6 +188,7 @@ def run(opts: ImportOptions) -> dict[str, Any]:
     units = _era1_units(opts) if opts.kind == "era1" else _freezer_units(opts)
     workers = opts.workers or os.cpu_count() or 1
     with DataDir(opts.data) as data:
+        claim(data, PIPELINE)
         _check_same_chain(data, opts)
         ctx = EthRun(opts, data, units, {u.key: _fingerprint(u) for u in units}, workers)
         driver = Driver(PIPELINE, stages(), data)

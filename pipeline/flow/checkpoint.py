@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.folder import claim
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
@@ -273,6 +274,7 @@ def _read_streaming(
 
     share = _stream_share(memory_budget, threads)
     with DataDir(data_path) as data:
+        claim(data, "flow")
         generation = int(data.meta_get(fs.META_FLOW_GENERATION) or 0) + 1
         staged = {
             t: data.begin_generation(t, generation) for t in (fs.REGISTERS, fs.REGISTER_HASHES)
@@ -398,6 +400,7 @@ def read(
             f"trie holds {info['last_trie_registers']}"
         )
     with DataDir(data_path) as data:
+        claim(data, "flow")
         summary = publish_forest(
             data, forest, [], [], last_segment=number, memory_budget=memory_budget
         )
@@ -519,6 +522,7 @@ def stats(
         )
     share = _stream_share(memory_budget, threads)
     with DataDir(data_path) as data:
+        claim(data, "flow")
         spill = data.path / ".checkpoint-stats-spill"
         shutil.rmtree(spill, ignore_errors=True)
         spill.mkdir()
@@ -602,6 +606,7 @@ def stats(
             kill_point("flow_checkpoint.stats_recorded")
             for t in fs.CHECKPOINT_STATS_TABLES:
                 data.remove_other_generations(t, generation)
+            data.publish_view()
             report = {
                 **summary,
                 "kinds": kinds,

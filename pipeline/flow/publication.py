@@ -96,6 +96,7 @@ def publish_forest(
     kill_point("flow_publish.summary_written")
     for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
         data.remove_other_generations(t, generation)
+    data.publish_view()
     return summary
 
 
@@ -153,4 +154,5 @@ def publish_staged_registers(
     kill_point("flow_publish.summary_written")
     for t in (fs.TRIE_UPDATES, fs.REGISTERS, fs.REGISTER_HASHES):
         data.remove_other_generations(t, generation)
+    data.publish_view()
     return summary

@@ -18,6 +18,7 @@ from rechain.pipeline.flow.stages import stages
 from rechain.pipeline.flow.stages.replay import NODE_STORE
 from rechain.pipeline.runtime import placement
 from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.folder import claim
 from rechain.schemas import flow as fs
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
@@ -60,6 +61,7 @@ def run(opts: ReplayOptions) -> dict[str, Any]:
     segments = _segments(opts.wal)
     workers = opts.workers or os.cpu_count() or 1
     with DataDir(opts.data) as data:
+        claim(data, PIPELINE)
         ctx = FlowRun(opts, data, segments, workers)
         driver = Driver(PIPELINE, stages(), data)
         try:

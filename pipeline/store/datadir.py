@@ -6,6 +6,7 @@ Layout of DATADIR::
     rocksdb/                  column families from rechain.schemas.rocksdb
     scan/                     Bitcoin scan-log segments (Arrow IPC) named by rocksdb/btc_scan
     parquet/<table>/<gen>/    Parquet parts of one published generation of a table
+    tables/                   what readers see: one generation of each table (table_view)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rechain.pipeline.errors import DataFolderBusy, RechainError
+from rechain.pipeline.store.table_view import kept_generation, publish_view
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 from rechain.workers.fault_injection import kill_point
@@ -404,12 +406,19 @@ class DataDir:
         return final
 
     def remove_other_generations(self, table: str, keep: int | None) -> None:
+        """Removes a table's generations but ``keep`` and the one the table view holds
+        (readers see it until the run switches the view: ``publish_view``)."""
         base = self.parquet_dir(table)
         if not base.exists():
             return
+        kept = {f"{keep:06d}" if keep is not None else None, kept_generation(self.path, table)}
         for child in base.iterdir():
-            if keep is None or child.name != f"{keep:06d}":
+            if child.name not in kept:
                 shutil.rmtree(child, ignore_errors=True)
+
+    def publish_view(self) -> None:
+        """Makes the newest generation of every table the one readers see, all at once."""
+        publish_view(self.path)
 
     def write_report(self, name: str, report: dict[str, Any]) -> Path:
         """The last run's report as ``DATADIR/reports/<name>.json`` (temp file, fsync, rename)."""
@@ -501,12 +510,6 @@ def land_worker_files(moves: list[tuple[bytes | str | Path, Path, Path]]) -> Non
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
-
-
-def current_generation(table_dir: Path) -> Path | None:
-    """A table's newest published generation folder (``NNNNNN``), or None."""
-    gens = sorted(p for p in table_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return gens[-1] if gens else None
 
 
 def part_file_name(index: int) -> str:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from rechain.pipeline.bitcoin import body_parts, body_units, chain_parts
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.engine.driver import Done, Invalidate, Stage
-from rechain.pipeline.store.datadir import current_generation
+from rechain.pipeline.store.table_view import newest_generation
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 
@@ -51,7 +51,7 @@ class BodiesStage(Stage[BtcRun]):
         removed = body_parts.remove_unregistered(data)
         if removed:
             log.info("removed %d staged body file(s) a killed run left unregistered", removed)
-        gen = current_generation(data.parquet_dir(ds.HEADERS))
+        gen = newest_generation(data.parquet_dir(ds.HEADERS))
         assert gen is not None
         import pyarrow.parquet as pq
 

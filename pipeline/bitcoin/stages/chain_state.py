@@ -60,6 +60,7 @@ from rechain.pipeline.bitcoin import body_parts, body_units, chain_parts, spend_
 from rechain.pipeline.bitcoin.run import BtcRun
 from rechain.pipeline.engine.driver import Done, Invalidate, Stage
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.progress import Progress
 from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.pipeline.store.datadir import DataDir, write_file_atomic, write_files_atomic
@@ -163,7 +164,11 @@ class ChainStateStage(Stage[BtcRun]):
         if on_ray:
             cp, applied, failure = spend_resolution.apply_range(ctx, cp, list(chunks))
         else:
-            cp, applied, failure = _apply_in_order(ctx, cp, chunks)
+            bar = Progress(
+                tip - cp["height"], enabled=ctx.opts.progress, label="chain state", unit="blocks"
+            )
+            cp, applied, failure = _apply_in_order(ctx, cp, chunks, bar)
+            bar.close()
         release_unused_memory()
         ctx.add({"chain_state_s": time.perf_counter() - t0})
         detail = {"applied": applied, "unwound": unwound, "fork_height": fork}
@@ -205,7 +210,10 @@ def _stop_at(ctx: BtcRun, failure: chain_parts.BlockFailure) -> Invalidate:
 
 
 def _apply_in_order(
-    ctx: BtcRun, cp: dict[str, Any], chunks: Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]
+    ctx: BtcRun,
+    cp: dict[str, Any],
+    chunks: Iterator[tuple[int, list[bytes], list[dict[str, Any]]]],
+    progress: Progress,
 ) -> tuple[dict[str, Any], int, chain_parts.BlockFailure | None]:
     """Applies ``chunks`` in height order on this process; returns the last checkpoint, the
     blocks applied and the first failure (``BlockFailure``) or None."""
@@ -227,6 +235,7 @@ def _apply_in_order(
             while pending and (len(pending) >= max(in_flight, 1) or pending[0].rows.done()):
                 cp = _commit_chunk(ctx, cp, pending.popleft())
             applied += int(result["blocks"])
+            progress.update(int(result["blocks"]), int(result["blocks"]))
             if result["blocks"]:
                 pool = rows_pool if in_flight else None
                 pending.append(_stage_chunk(ctx, first, chunk, result, pool, threads))

@@ -35,7 +35,8 @@ from rechain.pipeline.bitcoin.session import duckdb_memory_errors, sql_list
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime.budget import budget_share
-from rechain.pipeline.store.datadir import DataDir, current_generation
+from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.store.table_view import newest_generation
 from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
@@ -285,7 +286,7 @@ def write_txindex(
     all of them ingested at once (``shared``: the workers write into the data folder, else
     they hand back the files' bytes; ``stats`` gets the seconds of that, ``txindex_ray_s``).
     Here, the keys are cut into ``threads`` ranges whose files are written side by side."""
-    gen = current_generation(data.parquet_dir(ds.HEADERS))
+    gen = newest_generation(data.parquet_dir(ds.HEADERS))
     if gen is None:
         raise RechainError("the header pass published no headers table")
     headers = pq.read_table(gen, columns=["hash", "height", "in_best_chain"])

@@ -57,6 +57,7 @@ from rechain.pipeline.bitcoin.session import (
 )
 from rechain.pipeline.engine.driver import Done, Stage
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.progress import Progress
 from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.runtime.local_runner import ordered_local
 from rechain.pipeline.store.datadir import DataDir
@@ -105,6 +106,7 @@ class PublishStage(Stage[BtcRun]):
                 redecode,
                 on_ray,
                 ctx.executor.workers_share_data_folder,
+                ctx.opts.progress,
             )
         # The older generations stay until the indexes stage has read what changed.
         ctx.full["publish_s"] = ctx.full.get("publish_s", 0.0) + time.perf_counter() - t
@@ -331,6 +333,7 @@ def publish_tables(
     redecode: Callable[[pa.Table, Path], dict[str, list[str]]] | None = None,
     on_ray: bool = False,
     shared: bool = True,
+    progress: bool = False,
 ) -> tuple[dict[str, int], dict[str, float]]:
     """Publishes ``generation`` of the four tables; returns (rows per table, what it did:
     segments kept, written, outputs rewritten, seconds per phase). ``redecode`` (an
@@ -455,7 +458,16 @@ def publish_tables(
                 )
                 for first, last, part in new
             ]
-            copy_segments(segments, con, changes, change_files, threads, budget, on_ray, shared)
+            bar = Progress(
+                sum(s.last - s.first + 1 for s in segments),
+                enabled=progress,
+                label="publish outputs",
+                unit="blocks",
+            )
+            copy_segments(
+                segments, con, changes, change_files, threads, budget, on_ray, shared, bar
+            )
+            bar.close()
             work["outputs_rewritten"] += len(rewrite)
         else:
             # The rows the chain state wrote for the part, final as they are.
