@@ -28,8 +28,6 @@ from rechain.workers.memory import release_unused_memory
 #: The datasets a unit stages (``ds.BODY_SLIM``'s keys), declared with their layout in the
 #: registry of tables.
 STAGED = {"blocks": tables.BODY_BLOCKS, "txids": tables.BODY_TXIDS}
-#: The staged datasets' codec (``tables.STAGED``), for the publish stage's scratch files.
-STAGE_COMPRESSION = tables.BODY_BLOCKS.compression
 
 
 @dataclass(frozen=True)

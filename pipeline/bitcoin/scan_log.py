@@ -522,10 +522,7 @@ class BtcCommitter:
                 self.data.stage_parquet_parts,
                 ds.HEADERS,
                 generation,
-                ds.schema(ds.HEADERS),
                 [part(0, cut), part(cut, n)] if 0 < cut < n else [part(0, n)],
-                rows,
-                list(tables.HEADERS.dictionary_columns),
             )
             self.data.ingest_sorted_slices(
                 layout.CF_BTC_INDEX, len(tree), tree.index_entries, compress=False

@@ -570,21 +570,13 @@ def stats(
             # generation: a rerun after a kill rewrites the same generation.
             t_pub = time.perf_counter()
             owners_table = tables.FLOW_CHECKPOINT_OWNERS
-            data.stage_parquet_batches(
-                owners_table.name,
-                generation,
-                owners_table.schema,
-                owner_batches(),
-                owners_table.row_group_rows,
-            )
+            data.stage_parquet_batches(owners_table.name, generation, owner_batches())
             for table, batch in (
                 (tables.FLOW_CHECKPOINT_TRIES, got["trie_stats"]),
                 (tables.FLOW_CHECKPOINT_DEPTHS, got["depths"]),
                 (tables.FLOW_CHECKPOINT_REGISTER_KINDS, got["kinds"]),
             ):
-                data.stage_parquet_batches(
-                    table.name, generation, table.schema, iter([batch]), table.row_group_rows
-                )
+                data.stage_parquet_batches(table.name, generation, iter([batch]))
             kinds = got["kinds"].to_pylist()
             summary = {
                 "checkpoint": str(cpdir / name),

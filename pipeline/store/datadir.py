@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from rechain.pipeline.errors import DataFolderBusy, RechainError
 from rechain.pipeline.store.table_view import kept_generation, publish_view
 from rechain.schemas import rocksdb as layout
+from rechain.schemas import tables
 from rechain.workers import _native
 from rechain.workers.fault_injection import kill_point
 from rocksdict import (
@@ -293,58 +294,28 @@ class DataDir:
     def parquet_dir(self, table: str) -> Path:
         return self.path / "parquet" / table
 
-    def stage_parquet(
-        self,
-        table: str,
-        generation: int,
-        data: pa.Table,
-        row_group: int,
-        dictionary_columns: list[str] | None = None,
-    ) -> Path:
-        """Publishes one generation of a table (see ``stage_parquet_batches``)."""
-        return self.stage_parquet_batches(
-            table, generation, data.schema, iter(data.to_batches()), row_group, dictionary_columns
-        )
-
     def stage_parquet_batches(
-        self,
-        table: str,
-        generation: int,
-        schema: pa.Schema,
-        batches: Iterator[pa.RecordBatch],
-        row_group: int,
-        dictionary_columns: list[str] | None = None,
+        self, table: str, generation: int, batches: Iterator[pa.RecordBatch]
     ) -> Path:
         """Publishes one generation of a table written as one part (see ``stage_parquet_parts``)."""
-        return self.stage_parquet_parts(
-            table, generation, schema, [batches], row_group, dictionary_columns
-        )
+        return self.stage_parquet_parts(table, generation, [batches])
 
     def stage_parquet_parts(
-        self,
-        table: str,
-        generation: int,
-        schema: pa.Schema,
-        parts: list[Iterator[pa.RecordBatch]],
-        row_group: int,
-        dictionary_columns: list[str] | None = None,
+        self, table: str, generation: int, parts: list[Iterator[pa.RecordBatch]]
     ) -> Path:
         """Writes a generation's parts (``part-00000.parquet``, ... in the order given, each on
         its own thread: Arrow's writer releases the GIL) into a temp folder, fsyncs them and
-        renames the folder. Batches are streamed (bounded memory); only low-cardinality
-        columns are dictionary-encoded (trying it on a million distinct hashes costs time,
-        then falls back)."""
+        renames the folder. Batches are streamed (bounded memory), in the table's declared
+        schema and layout (``schemas/tables``: ``Table.pyarrow_options``)."""
         import pyarrow.parquet as pq
+
+        declared = tables.TABLES[table]
+        options = declared.pyarrow_options()
+        row_group = options.pop("row_group_size")
 
         def part_writer(batches: Iterator[pa.RecordBatch]) -> Callable[[Path], None]:
             def write(part: Path) -> None:
-                with pq.ParquetWriter(
-                    part,
-                    schema,
-                    compression="zstd",
-                    write_statistics=True,
-                    use_dictionary=dictionary_columns or False,
-                ) as writer:
+                with pq.ParquetWriter(part, declared.schema, **options) as writer:
                     for batch in batches:
                         writer.write_batch(batch, row_group_size=row_group)
                 _fsync_file(part)  # here, on the part's thread

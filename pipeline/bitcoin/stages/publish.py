@@ -65,7 +65,7 @@ from rechain.schemas import bitcoin as ds
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
-from rechain.workers.btc_decode import STAGE_COMPRESSION, BodyUnit, decode_unit
+from rechain.workers.btc_decode import BodyUnit, decode_unit
 from rechain.workers.fault_injection import kill_point
 
 if TYPE_CHECKING:
@@ -156,7 +156,8 @@ class OffchainDecoder:
                 ("outputs", got.outputs),
             ):
                 path = folder / f"{unit.seq:06d}.{table}.parquet"
-                pq.write_table(pa.Table.from_batches([batch]), path, compression=STAGE_COMPRESSION)
+                options = tables.STAGED[ds.BODY_STAGED[table]].pyarrow_options()
+                pq.write_table(pa.Table.from_batches([batch]), path, **options)
                 files[table].append(str(path))
         return files
 
