@@ -170,7 +170,9 @@ def test_a_rerun_without_mode_runs_the_folders_mode(chain: dict[str, Path], tmp_
         "--mode", "headers", "--no-progress",
     )  # fmt: skip
     assert code == 2 and "holds full-mode tables" in err and "Rerun without --mode" in err
-    reindex(chain["blocks"], data)
+    # Neither --mode nor --network: the folder's (full, regtest).
+    code, _, err = cli("btc", "reindex", "--blocks", chain["blocks"], "--data", data, "-q")
+    assert code == 0, err
     fresh = tmp_path / "fresh"
     reindex(chain["blocks"], fresh, "--mode", "full")
     with DataDir(data, readonly=True) as a, DataDir(fresh, readonly=True) as b:
@@ -270,6 +272,11 @@ def test_another_chains_import_is_refused(chain: dict[str, Path], tmp_path: Path
     )
     assert code == 2 and "holds bitcoin data" in err, err
     assert verify(data)["ok"]
+    # Into a folder of its own, the era1 file names give the network.
+    code, _, err = cli(
+        "eth", "import", "--era1", eth / "era1", "--data", tmp_path / "e", "--no-pow"
+    )
+    assert code == 0, err
 
 
 def test_query_out_writes_each_format_through_duckdb(
