@@ -188,7 +188,7 @@ def decode_units(
     folder = body_parts.stage_dir(data)
     folder.mkdir(parents=True, exist_ok=True)
     target = str(folder) if shared_folder else None
-    bar = Progress(len(units), enabled=progress)
+    bar = Progress(len(units), enabled=progress, label="bodies", unit="blocks")
     stats = {"units": 0.0, "bytes_decoded": 0.0, "worker_decode_s": 0.0, "commit_s": 0.0}
     try:
         for unit, result in _results(units, window, target, workers, on_ray):

@@ -107,7 +107,7 @@ class BlocksStage(Stage[EthRun]):
         if not use_ray and 0 < len(todo) < ctx.workers:
             # Fewer units than cores: each unit's proof-of-work checks share the spare ones.
             todo = [dataclasses.replace(u, pow_threads=ctx.workers // len(todo)) for u in todo]
-        progress = Progress(total, enabled=opts.progress, label="eth import")
+        progress = Progress(total, enabled=opts.progress, label="eth import", unit="blocks")
         stats = {"units": 0, "blocks": 0, "worker_s": 0.0, "commit_s": 0.0, "ray_start_s": 0.0}
         units = committed_units(data)
         pending: list[_Pending] = []

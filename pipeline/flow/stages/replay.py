@@ -70,7 +70,7 @@ class ReplayStage(Stage[FlowRun]):
         skipped = ctx.skipped
         ray_start = 0.0
         total = sum(Path(p).stat().st_size for _, p in segments)
-        progress = Progress(total, enabled=opts.progress, label="replay")
+        progress = Progress(total, enabled=opts.progress, label="replay", unit="updates")
         stopped = False
         # Applying updates, not decoding, bounds a replay (decoding is ~1% of it): on one
         # machine Ray's start-up, processes and hand-over cost more than parallel decoding.
