@@ -66,8 +66,15 @@ def main() -> None:
         )
         rows = int(
             subprocess.run(
-                [str(BIN), "query", "--data", str(data), "--format", "csv",
-                 f"SELECT count(*) FROM {args.table}"],  # fmt: skip
+                [
+                    str(BIN),
+                    "query",
+                    "--data",
+                    str(data),
+                    "--format",
+                    "csv",
+                    f"SELECT count(*) FROM {args.table}",
+                ],
                 check=True,
                 capture_output=True,
                 text=True,
@@ -84,8 +91,17 @@ def main() -> None:
         for ext, options in FORMATS.items():
             ours_out, peer_out = work / f"ours{ext}", work / f"peer{ext}"
             ours = measure(
-                [str(BIN), "query", "--data", str(data), f"SELECT * FROM {args.table}",
-                 "--out", str(ours_out), "--memory-budget", args.memory_budget]  # fmt: skip
+                [
+                    str(BIN),
+                    "query",
+                    "--data",
+                    str(data),
+                    f"SELECT * FROM {args.table}",
+                    "--out",
+                    str(ours_out),
+                    "--memory-budget",
+                    args.memory_budget,
+                ]
             )
             peer = measure(
                 [sys.executable, "-c", PEER, glob, str(peer_out), options, args.memory_budget]
@@ -100,8 +116,12 @@ def main() -> None:
             peer_out.unlink()
         # The terminal stream of the same rows, to a pipe that discards them.
         stream = measure(
-            ["sh", "-c", f'"{BIN}" query --data "{data}" --format csv '
-             f'"SELECT * FROM {args.table}" > /dev/null']  # fmt: skip
+            [
+                "sh",
+                "-c",
+                f'"{BIN}" query --data "{data}" --format csv '
+                f'"SELECT * FROM {args.table}" > /dev/null',
+            ]
         )
         result["terminal_csv"] = stream
         shutil.rmtree(data)
