@@ -166,9 +166,18 @@ def test_a_rerun_without_mode_runs_the_folders_mode(chain: dict[str, Path], tmp_
     full run reaches; asking it for headers only is refused with the command to run."""
     data = copy(chain["base"], tmp_path / "data")
     code, _, err = cli(
-        "btc", "reindex", "--blocks", chain["blocks"], "--data", data, "--network", "regtest",
-        "--mode", "headers", "--no-progress",
-    )  # fmt: skip
+        "btc",
+        "reindex",
+        "--blocks",
+        chain["blocks"],
+        "--data",
+        data,
+        "--network",
+        "regtest",
+        "--mode",
+        "headers",
+        "--no-progress",
+    )
     assert code == 2 and "holds full-mode tables" in err and "Rerun without --mode" in err
     # Neither --mode nor --network: the folder's (full, regtest).
     code, _, err = cli("btc", "reindex", "--blocks", chain["blocks"], "--data", data, "-q")
@@ -378,14 +387,41 @@ def test_an_interrupt_is_one_line_and_its_exit_code(
 def test_progress_is_quiet_when_asked_and_logs_only_with_v(
     chain: dict[str, Path], tmp_path: Path
 ) -> None:
-    quiet = run("btc", "reindex", "--blocks", chain["before"], "--data", tmp_path / "q",
-                "--network", "regtest", "--quiet")  # fmt: skip
+    quiet = run(
+        "btc",
+        "reindex",
+        "--blocks",
+        chain["before"],
+        "--data",
+        tmp_path / "q",
+        "--network",
+        "regtest",
+        "--quiet",
+    )
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
-    plain = run("btc", "reindex", "--blocks", chain["before"], "--data", tmp_path / "p",
-                "--network", "regtest")  # fmt: skip
+    plain = run(
+        "btc",
+        "reindex",
+        "--blocks",
+        chain["before"],
+        "--data",
+        tmp_path / "p",
+        "--network",
+        "regtest",
+    )
     assert "INFO" not in plain.stderr and "None" not in plain.stdout
-    loud = run("-v", "btc", "reindex", "--blocks", chain["before"], "--data", tmp_path / "v",
-               "--network", "regtest", "--no-progress")  # fmt: skip
+    loud = run(
+        "-v",
+        "btc",
+        "reindex",
+        "--blocks",
+        chain["before"],
+        "--data",
+        tmp_path / "v",
+        "--network",
+        "regtest",
+        "--no-progress",
+    )
     assert "INFO rechain.pipeline.engine.driver: stage scan: run" in loud.stderr
 
 
