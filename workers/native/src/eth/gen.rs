@@ -32,13 +32,14 @@
 //! data fits from about block 2,000); the generator fills blocks with what fits.
 
 use super::accumulator::EPOCH_SIZE;
+use super::chain_config::{ChainConfig, DEV, MAINNET, SEPOLIA};
 use super::era1_writer::Era1DirWriter;
 use super::error::{Error, ErrorKind, Result};
 use super::freezer_writer::{FreezerBlock, FreezerOptions, FreezerWriter};
 use super::header::{EMPTY_OMMERS_HASH, EMPTY_REQUESTS_HASH, EMPTY_ROOT_HASH};
-use super::validate::{
-    calc_base_fee, calc_difficulty, calc_excess_blob_gas, fake_exponential, ChainConfig,
-    DAO_EXTRA_DATA, DEV, GAS_PER_BLOB, MAINNET, MIN_GAS_LIMIT, SEPOLIA,
+use super::rules::{
+    calc_base_fee, calc_difficulty, calc_excess_blob_gas, fake_exponential, DAO_EXTRA_DATA,
+    GAS_PER_BLOB, MINIMUM_DIFFICULTY, MIN_GAS_LIMIT,
 };
 use alloy_consensus::{
     Eip658Value, Header, ReceiptEnvelope, ReceiptWithBloom, SignableTransaction, Signed, TxEip1559,
@@ -160,7 +161,7 @@ pub fn dev_genesis(chain: &ChainConfig, timestamp: u64) -> Header {
     let cancun = chain.is_cancun(timestamp);
     Header {
         state_root: keccak256(b"rechain dev genesis"),
-        difficulty: U256::from(super::validate::MINIMUM_DIFFICULTY),
+        difficulty: U256::from(MINIMUM_DIFFICULTY),
         gas_limit: TARGET_GAS_LIMIT,
         timestamp,
         extra_data: Bytes::from_static(b"rechain dev genesis"),
@@ -848,7 +849,8 @@ mod tests {
     use crate::eth::freezer::Freezer;
     use crate::eth::freezer_writer::FreezerVersion;
     use crate::eth::header::decode_header;
-    use crate::eth::validate::{check_pow, verify_era1, verify_freezer, Rule};
+    use crate::eth::rules::Rule;
+    use crate::eth::validate::{check_pow, verify_era1, verify_freezer};
     use alloy_consensus::transaction::SignerRecoverable;
     use std::collections::HashMap;
 

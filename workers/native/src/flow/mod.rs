@@ -10,6 +10,7 @@
 //! | `wal`      | segment framing: 32 KiB pages, fragments, CRC-32C, snappy flag       | §2   |
 //! | `record`   | record payloads: update (TrieUpdate) and delete, typed values        | §3   |
 //! | `node`     | trie nodes and registers (in memory or paged out to a node store)    | §4.1 |
+//! | `paging`   | a paged node's location and the node store's error (node ↔ store)   | —    |
 //! | `mtrie`    | persistent MTrie and a forest of tries keyed by root hash           | §4   |
 //! | `writer`   | segment writer producing onflow/wal's exact framing                  | §2.1 |
 //! | `gen`      | deterministic WAL generator (same workload as `tests/flow_go`)       | —    |
@@ -31,6 +32,7 @@ pub mod mtrie;
 pub mod node;
 pub mod node_store;
 pub mod output;
+pub mod paging;
 pub mod record;
 pub mod register_sst;
 pub mod register_stats;

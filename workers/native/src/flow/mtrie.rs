@@ -19,9 +19,8 @@ use super::hash::{
     hash_inter, Hash, LeafJob, Path, MAX_HEIGHT,
 };
 pub use super::node::{Node, Register};
-use super::node_store::{
-    leaf_heap_bytes, NodeStore, NodeWriter, PageOut, StoreError, StoreResult, INTERIOR_HEAP_BYTES,
-};
+use super::node_store::{leaf_heap_bytes, NodeStore, NodeWriter, PageOut, INTERIOR_HEAP_BYTES};
+use super::paging::{StoreError, StoreResult};
 use super::record::{Payload, PayloadRef, TrieUpdate};
 use super::ErrorKind;
 use std::collections::{HashMap, VecDeque};

@@ -1,11 +1,12 @@
 //! The trie's node and register types (spec §4.1): what the MTrie ([`super::mtrie`]) links
 //! into tries, the node store ([`super::node_store`]) pages out and back, and checkpoints read
 //! and write. A paged-out node ([`Node::Paged`]) keeps a handle on its store to load itself
-//! from: the one link from here back to `node_store`, which is what lets a paged forest walk
-//! its tries as if they were in memory.
+//! from, through the [`NodeSource`] trait the store implements (its location and error types are
+//! in [`super::paging`]), which is what lets a paged forest walk its tries as if they were in
+//! memory.
 
 use super::hash::{default_hash, hash_inter, Hash, Path};
-use super::node_store::{Loc, NodeStore, StoreResult};
+use super::paging::{Loc, StoreResult};
 use super::record::PayloadRef;
 use std::sync::Arc;
 
@@ -108,8 +109,17 @@ pub enum Node {
         leaf: bool,
         hash: Hash,
         loc: Loc,
-        store: Arc<NodeStore>,
+        store: Arc<dyn NodeSource>,
     },
+}
+
+/// Where a paged-out node loads itself from: the node store ([`super::node_store::NodeStore`]
+/// implements it), reached through this trait so that nodes need nothing of the store.
+pub trait NodeSource: Send + Sync + std::fmt::Debug {
+    /// The node written at `loc` (cached by the store).
+    fn load_node(self: Arc<Self>, loc: Loc) -> StoreResult<Arc<Node>>;
+    /// As [`Self::load_node`], for a walk that reads each node once (not cached).
+    fn load_node_once(self: Arc<Self>, loc: Loc) -> StoreResult<Arc<Node>>;
 }
 
 impl Node {
@@ -150,7 +160,7 @@ impl Node {
     /// `Interior` (whose children may be placeholders).
     pub fn resolve(self: &Arc<Node>) -> StoreResult<Arc<Node>> {
         match &**self {
-            Node::Paged { loc, store, .. } => store.load(*loc),
+            Node::Paged { loc, store, .. } => store.clone().load_node(*loc),
             _ => Ok(self.clone()),
         }
     }
@@ -158,7 +168,7 @@ impl Node {
     /// As [`Self::resolve`], for a walk that reads each node once (the node is not cached).
     pub fn resolve_once(self: &Arc<Node>) -> StoreResult<Arc<Node>> {
         match &**self {
-            Node::Paged { loc, store, .. } => store.load_once(*loc),
+            Node::Paged { loc, store, .. } => store.clone().load_node_once(*loc),
             _ => Ok(self.clone()),
         }
     }

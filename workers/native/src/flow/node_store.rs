@@ -23,7 +23,8 @@
 //! dropped) and a killed run starts again from its checkpoint.
 
 use super::hash::{Hash, Path};
-use super::node::{Node, Register};
+use super::node::{Node, NodeSource, Register};
+use super::paging::{Loc, StoreError, StoreResult};
 use super::record::PayloadRef;
 use std::collections::HashMap;
 use std::fs::File;
@@ -33,8 +34,6 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Where a node was written: file number in the high bits, byte offset in the low ones.
-pub type Loc = u64;
 const OFFSET_BITS: u32 = 40;
 const KIND_NONE: u8 = 0;
 const KIND_INTERIOR: u8 = 1;
@@ -86,28 +85,6 @@ fn leaf_cost(key_bytes: usize, value_bytes: usize) -> usize {
 const fn interior_cost(children: usize) -> usize {
     (1 + children) * INTERIOR_HEAP_BYTES + MAP_ENTRY
 }
-
-/// A node store problem: the file and offset, and what went wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError {
-    pub file: PathBuf,
-    pub offset: u64,
-    pub message: String,
-}
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "node store {} at offset {}: {}",
-            self.file.display(),
-            self.offset,
-            self.message
-        )
-    }
-}
-
-pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Counters of a store's traffic.
 #[derive(Debug, Default)]
@@ -618,6 +595,16 @@ impl NodeWriter {
     }
 }
 
+impl NodeSource for NodeStore {
+    fn load_node(self: Arc<Self>, loc: Loc) -> StoreResult<Arc<Node>> {
+        self.load(loc)
+    }
+
+    fn load_node_once(self: Arc<Self>, loc: Loc) -> StoreResult<Arc<Node>> {
+        self.load_once(loc)
+    }
+}
+
 /// What a parent's record says of a child: its kind, location and hash.
 #[derive(Clone, Copy)]
 struct Slot {
@@ -632,7 +619,7 @@ fn placeholder(store: &Arc<NodeStore>, height: u16, leaf: bool, hash: Hash, loc:
         leaf,
         hash,
         loc,
-        store: store.clone(),
+        store: store.clone() as Arc<dyn NodeSource>,
     })
 }
 

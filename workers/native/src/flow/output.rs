@@ -2,7 +2,7 @@
 //! spill run, a paged forest's node store), or reading a spill run back, failed. Its message
 //! names the file; a caller that reads a checkpoint files it under the part being read.
 
-use super::node_store::StoreError;
+use super::paging::StoreError;
 use crate::parquet_out::WriteError;
 use std::fmt;
 use std::path::PathBuf;

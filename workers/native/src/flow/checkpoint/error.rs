@@ -2,7 +2,7 @@
 //! found and a stable snake_case kind (the Python exception's `.kind`).
 
 use crate::flow::hash::Hash;
-use crate::flow::node_store::StoreError;
+use crate::flow::paging::StoreError;
 use std::fmt;
 use std::path::Path as FsPath;
 
