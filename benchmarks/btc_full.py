@@ -145,7 +145,7 @@ def real_block_rate(work: Path, copies: int = 40) -> float:
     file and decoded on one core: MB/s on a realistic transaction mix."""
     shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "bitcoin"
     raw = next(shared.glob("mainnet_block_*.raw")).read_bytes()
-    magic = bytes(_native.network_info("main")["magic"])
+    magic = _native.network_info("main").magic
     record = magic + len(raw).to_bytes(4, "little") + raw
     path = work / "real" / "blk00000.dat"
     path.parent.mkdir()

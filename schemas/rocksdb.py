@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 
 from rechain.workers import _native
+from rechain.workers.native_results import IndexEntry
 
 #: Run metadata: JSON values under the META_* keys.
 CF_META = "meta"
@@ -170,5 +171,7 @@ def index_key(display_hash: str) -> bytes:
     return bytes(_native.parse_hash(display_hash))
 
 
-def decode_index_value(value: bytes) -> dict[str, object]:
-    return dict(_native.decode_index_value(value))
+def decode_index_value(value: bytes) -> IndexEntry:
+    """One `btc_index` value decoded (the Rust core's `IndexEntry`)."""
+    entry: IndexEntry = _native.decode_index_value(value)
+    return entry

@@ -311,7 +311,7 @@ def test_real_mainnet_block_decodes_to_its_facts(tmp_path: Path) -> None:
     raw = (BTC_DATA / fact["file"]).read_bytes()
     blocks = tmp_path / "blocks"
     blocks.mkdir()
-    magic = bytes(_native.network_info("main")["magic"])
+    magic = _native.network_info("main").magic
     (blocks / "blk00000.dat").write_bytes(magic + struct.pack("<I", len(raw)) + raw)
     result = reindex(blocks, tmp_path / "data", "--network", "main", "--mode", "full")
     assert result["tip_hash"] is None  # not connected to genesis, but decoded anyway

@@ -22,7 +22,7 @@ NETWORK = {"main": "main", "testnet3": "testnet"}
 def test_real_block_matches_facts(tmp_path: Path, fact: dict, check_bodies: bool) -> None:
     raw = (BTC_DATA / fact["file"]).read_bytes()
     net = NETWORK[fact["network"]]
-    magic = bytes(_native.network_info(net)["magic"])
+    magic = _native.network_info(net).magic
     key = bytes.fromhex("a1b2c3d4e5f60718")
     plain = magic + struct.pack("<I", len(raw)) + raw
     # Stored obfuscated, with a zero-filled preallocated tail (raw zeros on disk).

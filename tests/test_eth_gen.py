@@ -134,13 +134,13 @@ def test_era1_writer_binding_writes_geth_bytes(tmp_path: Path) -> None:
         w.add_block(GENESIS, bytes.fromhex("c2c0c0"), bytes.fromhex("c0"), td)  # block 0 again
     assert w.written() == []
     [f] = w.finish()
-    assert (f["epoch"], f["first_block"], f["blocks"]) == (0, 0, 1)
-    path = Path(f["path"])
-    assert path.name == f"mainnet-00000-{f['accumulator'][:8]}.era1"
+    assert (f.epoch, f.first_block, f.blocks) == (0, 0, 1)
+    path = Path(f.path)
+    assert path.name == f"mainnet-00000-{f.accumulator[:8]}.era1"
     # The accumulator from the SSZ definition (tests/test_geth_oracle.py), not the writer's.
-    assert f["accumulator"].removeprefix("0x") == epoch_accumulator([(MAINNET_GENESIS_HASH, td)])
+    assert f.accumulator.removeprefix("0x") == epoch_accumulator([(MAINNET_GENESIS_HASH, td)])
     data = path.read_bytes()
-    assert len(data) == f["bytes"]
+    assert len(data) == f.bytes
     # The first block tuple is laid out as in the real mainnet-00000-5ec1ffb8.era1 (spec §2.4).
     assert data[:8] == bytes.fromhex("6532000000000000")
     assert data[8:16] == bytes.fromhex("0300d90000000000") and data[16:233] == GENESIS_FRAMED

@@ -60,7 +60,12 @@ def scan_unit(unit: WorkUnit, start: int | None = None) -> ShardResult:
         records, events, info, hints = _native.scan_blk_guided(
             *args, unit.hint_offsets, unit.hint_hashes
         )
-        info = {**info, "hints": dict(hints)}
-    else:
-        records, events, info = _native.scan_blk(*args)
-    return ShardResult(unit, records, events, dict(info), time.perf_counter() - t0)
+        return ShardResult(
+            unit,
+            records,
+            events,
+            {**info.as_dict(), "hints": hints.as_dict()},
+            time.perf_counter() - t0,
+        )
+    records, events, info = _native.scan_blk(*args)
+    return ShardResult(unit, records, events, info.as_dict(), time.perf_counter() - t0)

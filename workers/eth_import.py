@@ -124,4 +124,4 @@ def import_unit(
     del batches
     if release_memory:
         release_unused_memory(collect=False)  # the batches form no cycles
-    return EthStaged(unit, staged, dict(info), rows, time.perf_counter() - t0)
+    return EthStaged(unit, staged, info.as_dict(), rows, time.perf_counter() - t0)

@@ -27,6 +27,7 @@ from rechain.workers.fault_injection import kill_point
 
 if TYPE_CHECKING:
     from rechain.pipeline.bitcoin.run import BtcRun
+    from rechain.workers.native_results import IndexEntry
 
 
 #: Applied chunks whose rows may be written at once (``rows_threads``).
@@ -140,19 +141,19 @@ def row_group_bytes(ctx: BtcRun) -> int:
     return max(groups // ROWS_IN_FLIGHT, 1 << 20)
 
 
-def chunk_spec(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> ChunkSpec:
+def chunk_spec(ctx: BtcRun, chunk: tuple[int, list[bytes], list[IndexEntry]]) -> ChunkSpec:
     """A chunk (first height, hashes, index entries) as the workers read it."""
     first, hashes, entries = chunk
     paths = ctx.paths
     return ChunkSpec(
         first=first,
         hashes=tuple(hashes),
-        paths=tuple(paths[int(e["file"])] for e in entries),
-        files=tuple(int(e["file"]) for e in entries),
-        offsets=tuple(int(e["offset"]) for e in entries),
+        paths=tuple(paths[e.file] for e in entries),
+        files=tuple(e.file for e in entries),
+        offsets=tuple(e.offset for e in entries),
         network=ctx.opts.network,
         xor_key=ctx.key,
-        block_bytes=sum(int(e["size"]) for e in entries),
+        block_bytes=sum(e.size for e in entries),
     )
 
 

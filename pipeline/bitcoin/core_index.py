@@ -131,9 +131,9 @@ def export(data_path: Path, out: Path) -> dict[str, Any]:
     finally:
         db.close()
     t_write = time.perf_counter()
-    unchecked = summary["with_data"] - summary["valid_transactions"]
+    unchecked = summary.with_data - summary.valid_transactions
     return {
-        **dict(summary),
+        **summary.as_dict(),
         # Core holds a block's data only with its nTx, which it sets once the transactions
         # were checked: it loads these records but connects none of them.
         "warnings": [

@@ -40,26 +40,24 @@ def generate(
     if file_size < 1024:
         raise RechainError("--file-size must be at least 1024 bytes")
     try:
-        facts = dict(
-            _native.generate_bitcoin(
-                str(outdir),
-                _native.BtcGenConfig(
-                    blocks=blocks,
-                    network=network,
-                    seed=seed,
-                    file_size=file_size,
-                    xor=xor,
-                    shuffle_window=shuffle_window,
-                    side_branches=side_branches,
-                    orphans=orphans,
-                    tx_min=tx_min,
-                    tx_max=tx_max,
-                    reorg_depth=reorg_depth,
-                    reorg_back=reorg_back,
-                    bad_signature_height=bad_signature,
-                ),
-            )
-        )
+        facts = _native.generate_bitcoin(
+            str(outdir),
+            _native.BtcGenConfig(
+                blocks=blocks,
+                network=network,
+                seed=seed,
+                file_size=file_size,
+                xor=xor,
+                shuffle_window=shuffle_window,
+                side_branches=side_branches,
+                orphans=orphans,
+                tx_min=tx_min,
+                tx_max=tx_max,
+                reorg_depth=reorg_depth,
+                reorg_back=reorg_back,
+                bad_signature_height=bad_signature,
+            ),
+        ).as_dict()
     except (OSError, ValueError) as e:
         raise RechainError(str(e)) from e
     facts["seed"] = seed

@@ -124,7 +124,7 @@ def decode_head(path: Path, key: bytes, n: int) -> bytes:
 
 def check_network(files: list[BlkFile], network: str, key: bytes) -> None:
     """Fails fast when the first non-empty file starts with another network's magic."""
-    magic = bytes(_native.network_info(network)["magic"])
+    magic = _native.network_info(network).magic
     for f in files:
         if f.size < 4:
             continue
@@ -135,7 +135,7 @@ def check_network(files: list[BlkFile], network: str, key: bytes) -> None:
         if head == magic or head == b"\0\0\0\0":
             return
         for other in NETWORKS:
-            if bytes(_native.network_info(other)["magic"]) == head:
+            if _native.network_info(other).magic == head:
                 raise RechainError(
                     f"{f.path.name} starts with the {other} magic {head.hex()}, not the "
                     f"{network} magic {magic.hex()}: pass --network {other}"

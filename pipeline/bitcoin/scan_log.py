@@ -498,7 +498,7 @@ class BtcCommitter:
         timings["load_s"] = time.perf_counter() - t
         t = time.perf_counter()
         tree = _native.HeaderTree(log_table.to_batches(), self.network, self.root_hash)
-        linked = dict(tree.summary())
+        linked = tree.summary()
         if self.keep_positions:
             self.linked_positions = tree.positions()
         timings["link_s"] = time.perf_counter() - t
@@ -540,15 +540,15 @@ class BtcCommitter:
         t = time.perf_counter()
         summary = {
             "network": self.network,
-            "tip_hash": linked["tip_hash"],
-            "tip_height": linked["tip_height"],
-            "chainwork": linked["chainwork"],
-            "blocks_indexed": linked["blocks_indexed"],
-            "distinct_hashes": linked["distinct"],
+            "tip_hash": linked.tip_hash,
+            "tip_height": linked.tip_height,
+            "chainwork": linked.chainwork,
+            "blocks_indexed": linked.blocks_indexed,
+            "distinct_hashes": linked.distinct,
             "records": log_table.num_rows,
-            "orphans": linked["orphans"],
-            "duplicates": linked["duplicates"],
-            "invalid": linked["invalid"],
+            "orphans": linked.orphans,
+            "duplicates": linked.duplicates,
+            "invalid": [h.as_dict() for h in linked.invalid],
             "body_checked": bool(pc.any(log_table.column("body_checked")).as_py() or False),
         }
         timings["summary_s"] = time.perf_counter() - t

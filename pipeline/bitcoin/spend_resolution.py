@@ -197,7 +197,7 @@ def _apply_task(
     t1 = time.perf_counter()
     chunk = load_chunk(spec)
     t2 = time.perf_counter()
-    result: dict[str, Any] = chunk.apply_resolved(resolved, stored_keys, stored_values)
+    result: dict[str, Any] = chunk.apply_resolved(resolved, stored_keys, stored_values).as_dict()
     t3 = time.perf_counter()
     spends = result.pop("spends")
     blocks = int(result["blocks"])

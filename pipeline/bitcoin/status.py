@@ -115,9 +115,8 @@ def block(
         value = data.get(layout.CF_BTC_INDEX, key)
         if value is None:
             raise RechainError(f"block {hash_ or height} is not in the index")
-        info = layout.decode_index_value(value)
-        info["file_name"] = f"blk{int(info['file']):05d}.dat"  # type: ignore[call-overload]
-        return info
+        entry = layout.decode_index_value(value)
+        return {**entry.as_dict(), "file_name": f"blk{entry.file:05d}.dat"}
 
 
 def format_status(s: dict[str, Any]) -> str:

@@ -61,21 +61,19 @@ def generate(
     if target.exists() and any(target.iterdir()):
         raise RechainError(f"{target} is not empty")
     try:
-        facts = dict(
-            _native.eth_generate(
-                str(target),
-                _native.EthGenConfig(
-                    blocks=blocks,
-                    format=fmt,
-                    network=network,
-                    seed=seed,
-                    tx_min=tx_min,
-                    tx_max=tx_max,
-                    freezer_version=freezer_version,
-                    max_file_size=max_file_size,
-                ),
-            )
-        )
+        facts = _native.eth_generate(
+            str(target),
+            _native.EthGenConfig(
+                blocks=blocks,
+                format=fmt,
+                network=network,
+                seed=seed,
+                tx_min=tx_min,
+                tx_max=tx_max,
+                freezer_version=freezer_version,
+                max_file_size=max_file_size,
+            ),
+        ).as_dict()
     except (OSError, ValueError) as e:
         raise RechainError(str(e)) from e
     facts["format"] = fmt

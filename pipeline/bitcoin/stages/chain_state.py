@@ -71,6 +71,7 @@ from rechain.workers import _native
 from rechain.workers.btc_chain_state import ROW_TABLES, load_chunk, write_part
 from rechain.workers.fault_injection import kill_point
 from rechain.workers.memory import release_unused_memory
+from rechain.workers.native_results import IndexEntry
 
 log = logging.getLogger(__name__)
 #: Block bytes applied per chunk: at most this, and at most 1/32 of the memory budget shared by
@@ -212,7 +213,7 @@ def _stop_at(ctx: BtcRun, failure: chain_parts.BlockFailure) -> Invalidate:
 def _apply_in_order(
     ctx: BtcRun,
     cp: dict[str, Any],
-    chunks: Iterator[tuple[int, list[bytes], list[dict[str, Any]]]],
+    chunks: Iterator[tuple[int, list[bytes], list[IndexEntry]]],
     progress: Progress,
 ) -> tuple[dict[str, Any], int, chain_parts.BlockFailure | None]:
     """Applies ``chunks`` in height order on this process; returns the last checkpoint, the
@@ -318,8 +319,8 @@ def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
             **cp,
             "height": below,
             "hash": None if below_undo is None else _native.undo_block_hash(below_undo),
-            "utxo_count": cp["utxo_count"] + change["count_delta"],
-            "total_amount": cp["total_amount"] + change["amount_delta"],
+            "utxo_count": cp["utxo_count"] + change.count_delta,
+            "total_amount": cp["total_amount"] + change.amount_delta,
         }
         current = chain_parts.parts(data)
         unchanged = set(current)
@@ -331,14 +332,14 @@ def _unwind_to(data: DataDir, cp: dict[str, Any], fork: int) -> dict[str, Any]:
         dropped = [layout.chain_part_key(first) for first, _, _ in current if first > below]
         data.write_columns(
             {
-                layout.CF_BTC_UTXO: change["puts"],
+                layout.CF_BTC_UTXO: change.puts,
                 layout.CF_META: (
                     [layout.META_BTC_CHAIN_STATE, *(k for k, _ in trimmed)],
                     [chain_parts.encode_json(cp), *(v for _, v in trimmed)],
                 ),
             },
             {
-                layout.CF_BTC_UTXO: change["deletes"],
+                layout.CF_BTC_UTXO: change.deletes,
                 layout.CF_BTC_UNDO: keys,
                 layout.CF_META: dropped,
             },
@@ -376,7 +377,7 @@ def _trim_parts(
 
 def _chunks(
     data: DataDir, best: bytes, start: int, tip: int, max_bytes: int
-) -> Iterator[tuple[int, list[bytes], list[dict[str, Any]]]]:
+) -> Iterator[tuple[int, list[bytes], list[IndexEntry]]]:
     """(first height, hashes, block-index entries) of consecutive best-chain runs from
     ``start`` to ``tip``, each of at most ``max_bytes`` of blocks (or one block), none
     crossing a multiple of ``SEGMENT_BLOCKS``."""
@@ -394,7 +395,7 @@ def _chunks(
             entry = layout.decode_index_value(value)
             hashes.append(block_hash)
             entries.append(entry)
-            size += int(entry["size"]) + 8  # type: ignore[call-overload]
+            size += entry.size + 8
             if size >= max_bytes or (first + len(hashes)) % SEGMENT_BLOCKS == 0:
                 yield first, hashes, entries
                 first, hashes, entries, size = first + len(hashes), [], [], 0
@@ -402,7 +403,7 @@ def _chunks(
         yield first, hashes, entries
 
 
-def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[dict[str, Any]]]) -> Any:
+def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[IndexEntry]]) -> Any:
     """A chunk's blocks read from their files and framed."""
     try:
         return load_chunk(chain_parts.chunk_spec(ctx, chunk))
@@ -429,7 +430,7 @@ def _apply_chunk(ctx: BtcRun, chunk: Any, pending: deque[Pending]) -> dict[str, 
     if needed and pending:
         coins = chunk.overlay(coins, [before.chunk for before in pending])
     t2 = time.perf_counter()
-    result: dict[str, Any] = chunk.apply(coins)
+    result: dict[str, Any] = chunk.apply(coins).as_dict()
     ctx.add({"chain_state_get_s": t2 - t1, "chain_state_apply_s": time.perf_counter() - t2})
     return result
 

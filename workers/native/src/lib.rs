@@ -18,9 +18,10 @@ pub mod writeback;
 use btc::network::Network;
 use btc::scan::{ScanConfig, Scanner};
 use primitive_types::U256;
+use py::result::result_class;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyBytes;
 use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,18 +43,31 @@ pub(crate) fn hex_be(v: U256) -> String {
     datasets::hex::to_hex(&v.to_big_endian())
 }
 
-/// Network constants: magic (hex), genesis hash (display hex), pow limit bits.
+result_class! {
+    /// A network's constants (`network_info`): its magic bytes, genesis hash (display hex) and
+    /// bits, BIP34 height and halving interval.
+    NetworkInfo {
+        name: &'static str,
+        magic: Py<PyBytes>,
+        genesis_hash: &'static str,
+        genesis_bits: u32,
+        bip34_height: u64,
+        halving_interval: u64,
+    }
+}
+
+/// Network constants: magic, genesis hash (display hex), pow limit bits.
 #[pyfunction]
-fn network_info<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict>> {
+fn network_info(py: Python<'_>, name: &str) -> PyResult<NetworkInfo> {
     let n = network(name)?;
-    let d = PyDict::new(py);
-    d.set_item("name", n.name())?;
-    d.set_item("magic", PyBytes::new(py, &n.magic()))?;
-    d.set_item("genesis_hash", n.genesis_hash_hex())?;
-    d.set_item("genesis_bits", n.genesis_bits())?;
-    d.set_item("bip34_height", n.bip34_height())?;
-    d.set_item("halving_interval", n.halving_interval())?;
-    Ok(d)
+    Ok(NetworkInfo {
+        name: n.name(),
+        magic: PyBytes::new(py, &n.magic()).unbind(),
+        genesis_hash: n.genesis_hash_hex(),
+        genesis_bits: n.genesis_bits(),
+        bip34_height: n.bip34_height(),
+        halving_interval: n.halving_interval(),
+    })
 }
 
 /// Scans record starts in `[start, bound)` of one blk file.
@@ -70,7 +84,7 @@ fn scan_blk<'py>(
     network_name: &str,
     xor_key: &[u8],
     check_bodies: bool,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, ShardScanInfo)> {
     let cfg = ScanConfig {
         network: network(network_name)?,
         xor_key: key8(xor_key)?,
@@ -84,12 +98,29 @@ fn scan_blk<'py>(
     shard_result(py, file_no, shard)
 }
 
+result_class! {
+    /// What a scanned shard leaves open and read (`scan_blk`, `scan_blk_guided`): the range
+    /// scanned, the file's length, a gap before the first record, and the record started
+    /// before the bound but not finished (`pending_*`), for the next shard to stitch.
+    ShardScanInfo {
+        start: u64,
+        bound: u64,
+        file_len: u64,
+        leading_gap: Option<(u64, bool)>,
+        empty: bool,
+        pending_start: u64,
+        pending_through: u64,
+        pending_all_zero: bool,
+        bytes_read: u64,
+    }
+}
+
 /// A scanned shard as Python sees it: (records, events, info about what is left open).
 pub(crate) fn shard_result<'py>(
     py: Python<'py>,
     file_no: u32,
     shard: btc::scan::ShardScan,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, ShardScanInfo)> {
     // Built without the GIL: threads of one process (the guided reindex) scan in parallel.
     let (records, events) = py.detach(|| {
         (
@@ -99,16 +130,17 @@ pub(crate) fn shard_result<'py>(
     });
     let records = PyRecordBatch::new(records).into_pyarrow(py)?;
     let events = PyRecordBatch::new(events).into_pyarrow(py)?;
-    let info = PyDict::new(py);
-    info.set_item("start", shard.start)?;
-    info.set_item("bound", shard.bound)?;
-    info.set_item("file_len", shard.file_len)?;
-    info.set_item("leading_gap", shard.leading_gap)?;
-    info.set_item("empty", shard.empty)?;
-    info.set_item("pending_start", shard.pending.start)?;
-    info.set_item("pending_through", shard.pending.through)?;
-    info.set_item("pending_all_zero", shard.pending.all_zero)?;
-    info.set_item("bytes_read", shard.bytes_read)?;
+    let info = ShardScanInfo {
+        start: shard.start,
+        bound: shard.bound,
+        file_len: shard.file_len,
+        leading_gap: shard.leading_gap,
+        empty: shard.empty,
+        pending_start: shard.pending.start,
+        pending_through: shard.pending.through,
+        pending_all_zero: shard.pending.all_zero,
+        bytes_read: shard.bytes_read,
+    };
     Ok((records, events, info))
 }
 
@@ -209,12 +241,35 @@ pub(crate) fn binary<'py>(
     Ok(obj.into_bound(py))
 }
 
+result_class! {
+    /// One block of the block index (`decode_index_value`: a `btc_index` value, layout in
+    /// `store.rs`): its header's fields, where its record is, and its place in the tree.
+    IndexEntry {
+        hash: String,
+        prev_hash: String,
+        merkle_root: String,
+        version: i32,
+        time: u32,
+        bits: u32,
+        nonce: u32,
+        height: Option<u32>,
+        status: &'static str,
+        in_best_chain: bool,
+        chainwork: Option<String>,
+        file: u32,
+        offset: u64,
+        data_pos: u64,
+        size: u32,
+        n_tx: Option<u32>,
+        copies: u32,
+    }
+}
+
 /// Decodes one `btc_index` value (layout in `store.rs`).
 #[pyfunction]
-fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+fn decode_index_value(value: &[u8]) -> PyResult<IndexEntry> {
     let v = store::IndexValue::decode(value).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let d = PyDict::new(py);
-    let state = [
+    let status = [
         btc::link::EntryState::Active,
         btc::link::EntryState::ValidFork,
         btc::link::EntryState::HeadersOnly,
@@ -226,30 +281,25 @@ fn decode_index_value<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py,
     .map(|s| s.name())
     .unwrap_or("unknown");
     let h = btc::header::Header::parse(&v.header);
-    d.set_item(
-        "hash",
-        datasets::hex::display_hex(&btc::sha256::sha256d(&v.header)),
-    )?;
-    d.set_item("prev_hash", datasets::hex::display_hex(&h.prev_hash))?;
-    d.set_item("merkle_root", datasets::hex::display_hex(&h.merkle_root))?;
-    d.set_item("version", h.version)?;
-    d.set_item("time", h.time)?;
-    d.set_item("bits", h.bits)?;
-    d.set_item("nonce", h.nonce)?;
-    d.set_item("height", v.height)?;
-    d.set_item("status", state)?;
-    d.set_item("in_best_chain", v.in_best_chain)?;
-    d.set_item(
-        "chainwork",
-        v.height.map(|_| datasets::hex::to_hex(&v.chainwork)),
-    )?;
-    d.set_item("file", v.file)?;
-    d.set_item("offset", v.magic_offset)?;
-    d.set_item("data_pos", v.magic_offset + 8)?;
-    d.set_item("size", v.declared_size)?;
-    d.set_item("n_tx", v.n_tx)?;
-    d.set_item("copies", v.copies)?;
-    Ok(d)
+    Ok(IndexEntry {
+        hash: datasets::hex::display_hex(&btc::sha256::sha256d(&v.header)),
+        prev_hash: datasets::hex::display_hex(&h.prev_hash),
+        merkle_root: datasets::hex::display_hex(&h.merkle_root),
+        version: h.version,
+        time: h.time,
+        bits: h.bits,
+        nonce: h.nonce,
+        height: v.height,
+        status,
+        in_best_chain: v.in_best_chain,
+        chainwork: v.height.map(|_| datasets::hex::to_hex(&v.chainwork)),
+        file: v.file,
+        offset: v.magic_offset,
+        data_pos: v.magic_offset + 8,
+        size: v.declared_size,
+        n_tx: v.n_tx,
+        copies: v.copies,
+    })
 }
 
 /// The `btc_best` key of the bucket holding `height`.
@@ -359,13 +409,39 @@ impl BtcGenConfig {
     }
 }
 
+result_class! {
+    /// A generated test chain (`generate_bitcoin`): the facts of expected.json, and the best
+    /// chain's hashes (`best_chain`, in height order).
+    BtcGenSummary {
+        network: &'static str,
+        tip_hash: String,
+        tip_height: u64,
+        chainwork: String,
+        blocks_indexed: u64,
+        side_branch_blocks: u64,
+        orphans: Vec<String>,
+        invalid_count: u64,
+        utxo_count: u64,
+        total_amount: u64,
+        duplicates: u64,
+        records: u64,
+        reorg_records: (u64, u64),
+        bad_signature_height: Option<u64>,
+        files: u32,
+        bytes: u64,
+        xor_key: String,
+        best_chain: Vec<String>,
+    }
+    omit_none: [bad_signature_height]
+}
+
 /// Generates a test chain under `outdir/blocks`; returns the facts for expected.json.
 #[pyfunction]
-fn generate_bitcoin<'py>(
-    py: Python<'py>,
+fn generate_bitcoin(
+    py: Python<'_>,
     outdir: PathBuf,
-    config: Bound<'py, BtcGenConfig>,
-) -> PyResult<Bound<'py, PyDict>> {
+    config: Bound<'_, BtcGenConfig>,
+) -> PyResult<BtcGenSummary> {
     let c = config.get();
     let cfg = btc::gen::GenConfig {
         network: network(&c.network)?,
@@ -386,44 +462,34 @@ fn generate_bitcoin<'py>(
     let s = py
         .detach(|| btc::gen::generate(&cfg, &dir))
         .map_err(|e| PyOSError::new_err(format!("{}: {e}", dir.display())))?;
-    let d = PyDict::new(py);
-    d.set_item("network", cfg.network.name())?;
-    d.set_item("tip_hash", datasets::hex::display_hex(&s.tip_hash))?;
-    d.set_item("tip_height", s.tip_height)?;
-    d.set_item("chainwork", hex_be(s.chainwork))?;
-    d.set_item("blocks_indexed", s.blocks_indexed)?;
-    d.set_item("side_branch_blocks", s.side_branch_blocks)?;
-    let orphans: Vec<String> = s
-        .orphans
-        .iter()
-        .map(|h| datasets::hex::display_hex(h))
-        .collect();
-    d.set_item("orphans", orphans)?;
-    d.set_item("invalid_count", s.invalid_count)?;
-    d.set_item("utxo_count", s.utxo_count)?;
-    d.set_item("total_amount", s.utxo_total)?;
-    d.set_item("duplicates", 0)?;
-    d.set_item("records", s.records)?;
-    d.set_item("reorg_records", s.reorg_records)?;
-    if cfg.bad_signature_height > 0 {
-        d.set_item("bad_signature_height", cfg.bad_signature_height)?;
-    }
-    d.set_item("files", s.files)?;
-    d.set_item("bytes", s.bytes)?;
-    d.set_item(
-        "xor_key",
-        s.xor_key
+    Ok(BtcGenSummary {
+        network: cfg.network.name(),
+        tip_hash: datasets::hex::display_hex(&s.tip_hash),
+        tip_height: s.tip_height,
+        chainwork: hex_be(s.chainwork),
+        blocks_indexed: s.blocks_indexed,
+        side_branch_blocks: s.side_branch_blocks,
+        orphans: s
+            .orphans
             .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>(),
-    )?;
-    let heights: Vec<String> = s
-        .heights
-        .iter()
-        .map(|(_, h)| datasets::hex::display_hex(h))
-        .collect();
-    d.set_item("best_chain", heights)?;
-    Ok(d)
+            .map(|h| datasets::hex::display_hex(h))
+            .collect(),
+        invalid_count: s.invalid_count,
+        utxo_count: s.utxo_count,
+        total_amount: s.utxo_total,
+        duplicates: 0,
+        records: s.records,
+        reorg_records: s.reorg_records,
+        bad_signature_height: (cfg.bad_signature_height > 0).then_some(cfg.bad_signature_height),
+        files: s.files,
+        bytes: s.bytes,
+        xor_key: s.xor_key.iter().map(|b| format!("{b:02x}")).collect(),
+        best_chain: s
+            .heights
+            .iter()
+            .map(|(_, h)| datasets::hex::display_hex(h))
+            .collect(),
+    })
 }
 
 /// This machine's double-SHA-256 rate on 80-byte headers, single thread: `n` hashes, in seconds.
@@ -454,6 +520,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BtcGenConfig>()?;
     m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
+    m.add_class::<NetworkInfo>()?;
+    m.add_class::<ShardScanInfo>()?;
+    m.add_class::<IndexEntry>()?;
+    m.add_class::<BtcGenSummary>()?;
     py::flow::register(m)?;
     py::flow_checkpoint::register(m)?;
     py::btc_core_index::register(m)?;

@@ -2,6 +2,7 @@
 //! applied to coins the caller read from RocksDB, unwinding by undo records, and Core's
 //! `hash_serialized_3` over the stored set.
 
+use super::result::result_class;
 use crate::bounded::map_bounded;
 use crate::btc::chain_state::{self, Chunk, SourceBlock};
 use crate::btc::coin::Key;
@@ -17,7 +18,7 @@ use arrow_schema::SchemaRef;
 use parquet::basic::Compression;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyIterator, PyList};
+use pyo3::types::{PyBytes, PyIterator, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -79,44 +80,41 @@ impl ChainStateChunk {
             .collect()
     }
 
-    /// The dict `apply` returns, and what `write_rows` needs of it kept.
-    fn applied<'py>(
-        &self,
-        py: Python<'py>,
-        a: chain_state::Applied,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    /// What `apply` returns, and what `write_rows` needs of it kept.
+    fn applied(&self, py: Python<'_>, a: chain_state::Applied) -> PyResult<ChunkApplied> {
         *self.resolved.lock().expect("not poisoned") =
             Some((a.blocks as usize, a.spends.value.clone()));
         let failure = a.first_failure();
-        let d = PyDict::new(py);
-        d.set_item("blocks", a.blocks)?;
-        d.set_item("tip", a.tip.map(|(h, hash)| (h, display_hex(&hash))))?;
-        d.set_item(
-            "puts",
-            (
+        let failure = failure.map(|f| (f.height, display_hex(&f.hash), f.reason, f.kind.name()));
+        let out = ChunkApplied {
+            blocks: a.blocks,
+            tip: a.tip.map(|(h, hash)| (h, display_hex(&hash))),
+            puts: (
                 bytes_list(py, a.puts.iter().map(|p| &p.0))?,
                 bytes_list(py, a.puts.iter().map(|p| &p.1))?,
-            ),
-        )?;
-        d.set_item("deletes", bytes_list(py, a.deletes.iter())?)?;
-        d.set_item(
-            "undo",
-            (
+            )
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            deletes: bytes_list(py, a.deletes.iter())?.into_any().unbind(),
+            undo: (
                 bytes_list(py, a.undo.iter().map(|u| u.0.to_be_bytes()))?,
                 bytes_list(py, a.undo.iter().map(|u| &u.1))?,
-            ),
-        )?;
-        d.set_item(
-            "spends",
-            PyRecordBatch::new(btc_chain_rows::spends_batch(a.spends).map_err(value_error)?)
-                .into_pyarrow(py)?,
-        )?;
-        d.set_item("count_delta", a.count_delta)?;
-        d.set_item("amount_delta", a.amount_delta)?;
-        let failure = failure.map(|f| (f.height, display_hex(&f.hash), f.reason, f.kind.name()));
-        d.set_item("failure", failure)?;
+            )
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            spends: PyRecordBatch::new(
+                btc_chain_rows::spends_batch(a.spends).map_err(value_error)?,
+            )
+            .into_pyarrow(py)?
+            .unbind(),
+            count_delta: a.count_delta,
+            amount_delta: a.amount_delta,
+            failure: failure.into_pyobject(py)?.into_any().unbind(),
+        };
         *self.changes.lock().expect("not poisoned") = (a.puts, a.deletes);
-        Ok(d)
+        Ok(out)
     }
 }
 
@@ -210,15 +208,11 @@ impl ChainStateChunk {
     }
 
     /// Applies the chunk to the stored values of `needed` (None where absent). Returns a
-    /// dict: blocks, tip (height, display hash) or None, puts (keys, values), deletes,
+    /// `ChunkApplied`: blocks, tip (height, display hash) or None, puts (keys, values), deletes,
     /// undo (keys, values), spends (record batch), count_delta, amount_delta, failure
     /// (height, display hash, reason, "block" for a consensus rule the block breaks or
     /// "body" for a copy that failed its body checks) or None.
-    fn apply<'py>(
-        &self,
-        py: Python<'py>,
-        values: Vec<Option<Vec<u8>>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    fn apply(&self, py: Python<'_>, values: Vec<Option<Vec<u8>>>) -> PyResult<ChunkApplied> {
         let a = py
             .detach(|| self.inner.apply(values))
             .map_err(value_error)?;
@@ -235,13 +229,13 @@ impl ChainStateChunk {
     /// `apply` to the coins the spend resolution gave this chunk (`resolved`: its records
     /// from every partition) and the stored values of the keys it left to the set
     /// (`stored_keys`, `stored_values`: None where absent).
-    fn apply_resolved<'py>(
+    fn apply_resolved(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         resolved: Vec<Vec<u8>>,
         stored_keys: Vec<Vec<u8>>,
         stored_values: Vec<Option<Vec<u8>>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<ChunkApplied> {
         if stored_keys.len() != stored_values.len() {
             return Err(PyValueError::new_err(
                 "stored keys and values differ in length",
@@ -433,29 +427,58 @@ fn respend_outputs(
     })
 }
 
-/// The net change that unwinds blocks given their undo records, highest first: a dict with
-/// puts (keys, values), deletes, count_delta, amount_delta, hashes (display, per record).
+result_class! {
+    /// An applied chunk (`ChainStateChunk.apply`, `.apply_resolved`): blocks applied, the tip
+    /// (height, display hash), the set's puts (keys, values) and deletes, the undo records
+    /// (height keys, values), the spends (a pyarrow record batch), the count and amount
+    /// deltas, and the first failure (height, display hash, reason, kind) or None.
+    ChunkApplied {
+        blocks: u32,
+        tip: Option<(u32, String)>,
+        puts: Py<PyAny>,
+        deletes: Py<PyAny>,
+        undo: Py<PyAny>,
+        spends: Py<PyAny>,
+        count_delta: i64,
+        amount_delta: i128,
+        failure: Py<PyAny>,
+    }
+}
+
+result_class! {
+    /// The net change that unwinds blocks (`unwind_chain_state`): puts (keys, values),
+    /// deletes, count and amount deltas, and each record's block hash (display).
+    UnwindChange {
+        puts: Py<PyAny>,
+        deletes: Py<PyAny>,
+        count_delta: i64,
+        amount_delta: i128,
+        hashes: Vec<String>,
+    }
+}
+
+/// The net change that unwinds blocks given their undo records, highest first.
 #[pyfunction]
-fn unwind_chain_state<'py>(py: Python<'py>, undos: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyDict>> {
+fn unwind_chain_state(py: Python<'_>, undos: Vec<Vec<u8>>) -> PyResult<UnwindChange> {
     let hashes = undos
         .iter()
         .map(|u| undo::decode_undo(u).map(|x| display_hex(&x.hash)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(value_error)?;
     let (puts, deletes, count, amount) = py.detach(|| undo::unwind(&undos)).map_err(value_error)?;
-    let d = PyDict::new(py);
-    d.set_item(
-        "puts",
-        (
+    Ok(UnwindChange {
+        puts: (
             bytes_list(py, puts.iter().map(|p| &p.0))?,
             bytes_list(py, puts.iter().map(|p| &p.1))?,
-        ),
-    )?;
-    d.set_item("deletes", bytes_list(py, deletes.iter())?)?;
-    d.set_item("count_delta", count)?;
-    d.set_item("amount_delta", amount)?;
-    d.set_item("hashes", hashes)?;
-    Ok(d)
+        )
+            .into_pyobject(py)?
+            .into_any()
+            .unbind(),
+        deletes: bytes_list(py, deletes.iter())?.into_any().unbind(),
+        count_delta: count,
+        amount_delta: amount,
+        hashes,
+    })
 }
 
 /// The block hash (display) an undo record belongs to.
@@ -503,6 +526,8 @@ fn resolved_stored_keys<'py>(py: Python<'py>, resolved: &[u8]) -> PyResult<Bound
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ChainStateChunk>()?;
+    m.add_class::<ChunkApplied>()?;
+    m.add_class::<UnwindChange>()?;
     m.add_function(wrap_pyfunction!(unwind_chain_state, m)?)?;
     m.add_function(wrap_pyfunction!(respend_outputs, m)?)?;
     m.add_function(wrap_pyfunction!(undo_block_hash, m)?)?;

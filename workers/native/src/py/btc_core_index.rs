@@ -2,11 +2,12 @@
 //! tree into sorted LevelDB puts, decode a node's `'b'` records into columns, and the
 //! index-guided blk scan. LevelDB itself is opened from Python (plyvel).
 
+use super::result::result_class;
 use crate::btc::core_index_encode::{encode_index, HeaderRow, Packed};
 use crate::btc::core_index_plan as plan;
 use crate::btc::scan::{RecordHint, ScanConfig, Scanner};
 use crate::datasets::hex::display_hex;
-use crate::{binary, key8, network, shard_result};
+use crate::{binary, key8, network, shard_result, ShardScanInfo};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef, BinaryArray, FixedSizeBinaryArray, RecordBatch};
@@ -14,7 +15,7 @@ use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,28 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> PyResult<&'a ArrayRef> {
     batch
         .column_by_name(name)
         .ok_or_else(|| PyValueError::new_err(format!("headers batch lacks column {name}")))
+}
+
+result_class! {
+    /// What `core_index_encode` wrote: block records, those with data and with checked
+    /// transactions, file records and the last file.
+    CoreIndexSummary {
+        block_records: usize,
+        with_data: u64,
+        valid_transactions: u64,
+        file_records: usize,
+        last_file: u32,
+    }
+}
+
+result_class! {
+    /// How the hints of a guided scan held (`scan_blk_guided`): records found where a hint
+    /// said, bytes searched for magic, and the hints missed: (offset, hash, reason).
+    HintReport {
+        verified: u64,
+        searched_bytes: u64,
+        misses: Vec<(u64, String, String)>,
+    }
 }
 
 /// Encodes the linked block tree (the `headers` table) as Core's block index: `'b'` records for
@@ -103,12 +126,13 @@ fn core_index_encode<'py>(
         e.file_records,
         e.last_file,
     );
-    let summary = PyDict::new(py);
-    summary.set_item("block_records", blocks)?;
-    summary.set_item("with_data", with_data)?;
-    summary.set_item("valid_transactions", with_txs)?;
-    summary.set_item("file_records", n_files)?;
-    summary.set_item("last_file", last_file)?;
+    let summary = CoreIndexSummary {
+        block_records: blocks,
+        with_data,
+        valid_transactions: with_txs,
+        file_records: n_files,
+        last_file,
+    };
     let out = PyList::empty(py);
     out.append(binary(py, keys)?)?;
     out.append(binary(py, values)?)?;
@@ -140,8 +164,8 @@ fn scan_blk_guided<'py>(
 ) -> PyResult<(
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
-    Bound<'py, PyDict>,
-    Bound<'py, PyDict>,
+    ShardScanInfo,
+    HintReport,
 )> {
     if !hint_offsets.len().is_multiple_of(8) || hint_hashes.len() != hint_offsets.len() * 4 {
         return Err(PyValueError::new_err(
@@ -174,15 +198,15 @@ fn scan_blk_guided<'py>(
     let (shard, report) =
         result.map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
     let (records, events, info) = shard_result(py, file_no, shard)?;
-    let rep = PyDict::new(py);
-    rep.set_item("verified", report.verified)?;
-    rep.set_item("searched_bytes", report.searched_bytes)?;
-    let misses: Vec<(u64, String, String)> = report
-        .misses
-        .into_iter()
-        .map(|m| (m.magic_offset, display_hex(&m.hash), m.reason))
-        .collect();
-    rep.set_item("misses", misses)?;
+    let rep = HintReport {
+        verified: report.verified,
+        searched_bytes: report.searched_bytes,
+        misses: report
+            .misses
+            .into_iter()
+            .map(|m| (m.magic_offset, display_hex(&m.hash), m.reason))
+            .collect(),
+    };
     Ok((records, events, info, rep))
 }
 
@@ -428,6 +452,8 @@ fn core_index_position_check(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(core_index_position_check, m)?)?;
     m.add_class::<CoreIndexPlanner>()?;
+    m.add_class::<CoreIndexSummary>()?;
+    m.add_class::<HintReport>()?;
     m.add_function(wrap_pyfunction!(core_index_height_check, m)?)?;
     m.add_function(wrap_pyfunction!(core_index_encode, m)?)?;
     m.add_function(wrap_pyfunction!(scan_blk_guided, m)?)?;

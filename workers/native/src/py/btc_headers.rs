@@ -2,6 +2,7 @@
 //! the committer links once, then streams the `headers` table, the block index and the best
 //! chain out in slices (each built with the GIL released).
 
+use super::result::result_class;
 use crate::datasets::btc_headers::LinkedTree;
 use crate::datasets::hex::{display_hex, parse_display_hex};
 use crate::{binary, network};
@@ -9,12 +10,34 @@ use arrow_array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
 use pyo3_arrow::PyRecordBatch;
 use std::sync::Arc;
 
 fn arrow_err(e: arrow_schema::ArrowError) -> PyErr {
     PyValueError::new_err(e.to_string())
+}
+
+result_class! {
+    /// A header that failed its checks: its hash and why.
+    InvalidHeader {
+        hash: String,
+        reason: Option<String>,
+    }
+}
+
+result_class! {
+    /// The linked tree's summary (`HeaderTree.summary()`): tip, its height and chainwork,
+    /// counts, orphans and invalid headers (table order).
+    LinkSummary {
+        tip_hash: Option<String>,
+        tip_height: Option<u32>,
+        chainwork: Option<String>,
+        blocks_indexed: usize,
+        duplicates: u64,
+        distinct: usize,
+        orphans: Vec<String>,
+        invalid: Vec<Py<InvalidHeader>>,
+    }
 }
 
 /// The block tree linked from every record copy of the scan log (batches in scan order).
@@ -62,40 +85,37 @@ impl HeaderTree {
     }
 
     /// Tip, its height and chainwork, counts, orphans and invalid headers (table order).
-    fn summary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn summary(&self, py: Python<'_>) -> PyResult<LinkSummary> {
         let out = &self.inner.link;
         let tip = out.tip.map(|t| t as usize);
         let (orphans, invalid) = py
             .detach(|| self.inner.orphans_and_invalid())
             .map_err(arrow_err)?;
-        let d = PyDict::new(py);
         let tip_hash = match tip {
             Some(t) => Some(display_hex(&self.inner.hash(t).map_err(arrow_err)?)),
             None => None,
         };
-        d.set_item("tip_hash", tip_hash)?;
-        d.set_item("tip_height", tip.and_then(|t| out.height[t]))?;
-        d.set_item("chainwork", tip.map(|t| crate::hex_be(out.chainwork[t])))?;
-        d.set_item(
-            "blocks_indexed",
-            out.height.iter().filter(|h| h.is_some()).count(),
-        )?;
-        d.set_item("duplicates", out.duplicates)?;
-        d.set_item("distinct", out.record.len())?;
-        let list = PyList::empty(py);
-        for h in &orphans {
-            list.append(display_hex(h))?;
-        }
-        d.set_item("orphans", list)?;
-        let list = PyList::empty(py);
-        for (h, reason) in &invalid {
-            let item = PyDict::new(py);
-            item.set_item("hash", display_hex(h))?;
-            item.set_item("reason", reason)?;
-            list.append(item)?;
-        }
-        d.set_item("invalid", list)?;
-        Ok(d)
+        Ok(LinkSummary {
+            tip_hash,
+            tip_height: tip.and_then(|t| out.height[t]),
+            chainwork: tip.map(|t| crate::hex_be(out.chainwork[t])),
+            blocks_indexed: out.height.iter().filter(|h| h.is_some()).count(),
+            duplicates: out.duplicates,
+            distinct: out.record.len(),
+            orphans: orphans.iter().map(|h| display_hex(h)).collect(),
+            invalid: invalid
+                .iter()
+                .map(|(h, reason)| {
+                    Py::new(
+                        py,
+                        InvalidHeader {
+                            hash: display_hex(h),
+                            reason: reason.clone(),
+                        },
+                    )
+                })
+                .collect::<PyResult<_>>()?,
+        })
     }
 
     /// Rows `lo..hi` of the `headers` table.
@@ -152,5 +172,7 @@ impl HeaderTree {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<HeaderTree>()?;
+    m.add_class::<LinkSummary>()?;
+    m.add_class::<InvalidHeader>()?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Python bindings of the Ethereum history import (`eth::import`, `eth::tables`).
 
+use super::result::result_class;
 use crate::eth::chain_config::ChainConfig;
 use crate::eth::freezer::Freezer;
 use crate::eth::import::{self, Options, Source};
@@ -39,8 +40,32 @@ fn eth_table_schema<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyA
     PySchema::new(schema).into_pyarrow(py)
 }
 
+result_class! {
+    /// What an import unit read (`eth_import_unit`): its violations (number, rule, detail),
+    /// blocks `first..end`, its first and last headers (raw RLP) with their TDs (decimal;
+    /// relative when `td_relative`), accumulator, counts, and its RocksDB index entries
+    /// (`index`: {column family: (keys, values)}, as `eth_index_entries`).
+    ImportUnitInfo {
+        violations: Vec<(u64, &'static str, String)>,
+        first: Option<u64>,
+        end: u64,
+        blocks: u64,
+        first_header: Option<Py<PyBytes>>,
+        first_td: Option<String>,
+        last_header: Option<Py<PyBytes>>,
+        last_td: Option<String>,
+        td_relative: bool,
+        accumulator: Option<String>,
+        transactions: u64,
+        pow_checked: u64,
+        unrecovered_senders: u64,
+        bytes: u64,
+        index: Py<PyDict>,
+    }
+}
+
 /// Reads, checks and converts one import unit (an era1 file, or freezer blocks `first..end`).
-/// Returns ({table: batch}, info); raises ValueError when the source cannot be opened at all.
+/// Returns ({table: batch}, `ImportUnitInfo`); raises ValueError when the source cannot be opened at all.
 #[pyfunction]
 #[pyo3(signature = (kind, path, first, end, network, pow, from_block, to_block, pow_threads=1))]
 #[allow(clippy::too_many_arguments)]
@@ -55,7 +80,7 @@ fn eth_import_unit<'py>(
     from_block: u64,
     to_block: u64,
     pow_threads: usize,
-) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+) -> PyResult<(Bound<'py, PyDict>, ImportUnitInfo)> {
     let source = match kind {
         "era1" => Source::Era1(path),
         "freezer" => Source::Freezer {
@@ -86,29 +111,32 @@ fn eth_import_unit<'py>(
     for (name, batch) in tables::TABLES.iter().zip(unit.batches) {
         batches.set_item(*name, PyRecordBatch::new(batch).into_pyarrow(py)?)?;
     }
-    let info = PyDict::new(py);
-    info.set_item("violations", violations_list(&unit.violations))?;
-    info.set_item("first", unit.first)?;
-    info.set_item("end", unit.end)?;
-    info.set_item("blocks", unit.blocks)?;
-    for (key, h) in [("first", &unit.first_header), ("last", &unit.last_header)] {
-        let (raw, td) = match h {
-            Some((raw, td)) => (Some(PyBytes::new(py, raw)), td.map(|t| t.to_string())),
-            None => (None, None),
-        };
-        info.set_item(format!("{key}_header"), raw)?;
-        info.set_item(format!("{key}_td"), td)?;
-    }
-    info.set_item("td_relative", unit.td_relative)?;
-    info.set_item(
-        "accumulator",
-        unit.accumulator.map(|a| tables::hex0x(a.as_slice())),
-    )?;
-    info.set_item("transactions", unit.transactions)?;
-    info.set_item("pow_checked", unit.pow_checked)?;
-    info.set_item("unrecovered_senders", unit.unrecovered_senders)?;
-    info.set_item("bytes", unit.bytes)?;
-    info.set_item("index", index_dict(py, index)?)?;
+    let header = |h: &Option<(Vec<u8>, Option<U256>)>| match h {
+        Some((raw, td)) => (
+            Some(PyBytes::new(py, raw).unbind()),
+            td.map(|t| t.to_string()),
+        ),
+        None => (None, None),
+    };
+    let (first_header, first_td) = header(&unit.first_header);
+    let (last_header, last_td) = header(&unit.last_header);
+    let info = ImportUnitInfo {
+        violations: violations_list(&unit.violations),
+        first: unit.first,
+        end: unit.end,
+        blocks: unit.blocks,
+        first_header,
+        first_td,
+        last_header,
+        last_td,
+        td_relative: unit.td_relative,
+        accumulator: unit.accumulator.map(|a| tables::hex0x(a.as_slice())),
+        transactions: unit.transactions,
+        pow_checked: unit.pow_checked,
+        unrecovered_senders: unit.unrecovered_senders,
+        bytes: unit.bytes,
+        index: index_dict(py, index)?.unbind(),
+    };
     Ok((batches, info))
 }
 
@@ -252,5 +280,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eth_era1_extent, m)?)?;
     m.add_function(wrap_pyfunction!(eth_era1_header_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(eth_freezer_extent, m)?)?;
+    m.add_class::<ImportUnitInfo>()?;
     Ok(())
 }

@@ -1,13 +1,14 @@
 //! Python entry points for writing Ethereum history (`eth::gen`, `eth::era1_writer`): the test
 //! chain generator behind `rechain gen eth`, and an era1 writer Python can feed block by block.
 
+use super::result::result_class;
 use crate::eth::era1_writer::{Era1DirWriter, WrittenEra1};
 use crate::eth::freezer_writer::{FreezerOptions, FreezerVersion};
 use crate::eth::gen::{generate, EthGenConfig, OutputFormat};
 use crate::eth::{Error, ErrorKind, U256};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 use std::path::PathBuf;
 
 fn py_err(e: Error) -> PyErr {
@@ -21,15 +22,61 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn era1_file_dict<'py>(py: Python<'py>, f: &WrittenEra1) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("path", f.path.display().to_string())?;
-    d.set_item("epoch", f.epoch)?;
-    d.set_item("first_block", f.first_block)?;
-    d.set_item("blocks", f.blocks)?;
-    d.set_item("accumulator", hex(&f.accumulator[..]))?;
-    d.set_item("bytes", f.bytes)?;
-    Ok(d)
+result_class! {
+    /// An era1 file written (`Era1Writer.written()`, `.finish()`): its path, epoch, first
+    /// block, blocks, accumulator root (hex) and size.
+    Era1File {
+        path: String,
+        epoch: u64,
+        first_block: u64,
+        blocks: u64,
+        accumulator: String,
+        bytes: u64,
+    }
+}
+
+fn era1_file(f: &WrittenEra1) -> Era1File {
+    Era1File {
+        path: f.path.display().to_string(),
+        epoch: f.epoch,
+        first_block: f.first_block,
+        blocks: f.blocks,
+        accumulator: hex(&f.accumulator[..]),
+        bytes: f.bytes,
+    }
+}
+
+result_class! {
+    /// A file of a generated chain: its path, first block, blocks, and (era1) accumulator
+    /// root (hex; None for a freezer's files).
+    GeneratedFile {
+        path: String,
+        first_block: u64,
+        blocks: u64,
+        accumulator: Option<String>,
+    }
+}
+
+result_class! {
+    /// A generated Ethereum chain (`eth_generate`): the facts of expected.json (hashes as hex,
+    /// the final TD as a decimal string, transactions per kind in `tx_kinds`).
+    EthGenSummary {
+        network: String,
+        chain_id: u64,
+        blocks: u64,
+        genesis_hash: String,
+        tip_number: u64,
+        tip_hash: String,
+        final_td: String,
+        transactions: u64,
+        tx_kinds: Py<PyDict>,
+        logs: u64,
+        withdrawals: u64,
+        blobs: u64,
+        pos_blocks: u64,
+        senders: Vec<String>,
+        files: Vec<Py<GeneratedFile>>,
+    }
 }
 
 /// The settings of [`eth_generate`], built in Python by keyword:
@@ -85,14 +132,14 @@ impl PyEthGenConfig {
 }
 
 /// Generate `config.blocks` blocks (genesis included) of `config.network` into `out_dir`: era1
-/// files or the tables of a geth chain freezer ([`PyEthGenConfig`]). Returns the summary as a
-/// dict (hashes and TD as hex / decimal strings).
+/// files or the tables of a geth chain freezer ([`PyEthGenConfig`]). Returns the summary
+/// (`EthGenSummary`: hashes and TD as hex / decimal strings).
 #[pyfunction]
-fn eth_generate<'py>(
-    py: Python<'py>,
+fn eth_generate(
+    py: Python<'_>,
     out_dir: PathBuf,
-    config: Bound<'py, PyEthGenConfig>,
-) -> PyResult<Bound<'py, PyDict>> {
+    config: Bound<'_, PyEthGenConfig>,
+) -> PyResult<EthGenSummary> {
     let c = config.get();
     let freezer_version = c.freezer_version.as_str();
     let format = match c.format.as_str() {
@@ -114,15 +161,6 @@ fn eth_generate<'py>(
     let cfg = EthGenConfig::for_network(&c.network, c.blocks, c.seed, c.tx_min, c.tx_max, format)
         .map_err(py_err)?;
     let s = py.detach(|| generate(&cfg, &out_dir)).map_err(py_err)?;
-    let d = PyDict::new(py);
-    d.set_item("network", &s.network)?;
-    d.set_item("chain_id", s.chain_id)?;
-    d.set_item("blocks", s.blocks)?;
-    d.set_item("genesis_hash", hex(&s.genesis_hash[..]))?;
-    d.set_item("tip_number", s.tip_number)?;
-    d.set_item("tip_hash", hex(&s.tip_hash[..]))?;
-    d.set_item("final_td", s.final_td.to_string())?;
-    d.set_item("transactions", s.transactions)?;
     let kinds = PyDict::new(py);
     for (name, n) in ["legacy", "legacy_eip155", "eip2930", "eip1559", "eip4844"]
         .iter()
@@ -130,24 +168,37 @@ fn eth_generate<'py>(
     {
         kinds.set_item(*name, n)?;
     }
-    d.set_item("tx_kinds", kinds)?;
-    d.set_item("logs", s.logs)?;
-    d.set_item("withdrawals", s.withdrawals)?;
-    d.set_item("blobs", s.blobs)?;
-    d.set_item("pos_blocks", s.pos_blocks)?;
-    let senders: Vec<String> = s.senders.iter().map(|a| hex(&a[..])).collect();
-    d.set_item("senders", senders)?;
-    let files = PyList::empty(py);
-    for f in &s.files {
-        let fd = PyDict::new(py);
-        fd.set_item("path", f.path.display().to_string())?;
-        fd.set_item("first_block", f.first_block)?;
-        fd.set_item("blocks", f.blocks)?;
-        fd.set_item("accumulator", f.accumulator.map(|a| hex(&a[..])))?;
-        files.append(fd)?;
-    }
-    d.set_item("files", files)?;
-    Ok(d)
+    Ok(EthGenSummary {
+        network: s.network.clone(),
+        chain_id: s.chain_id,
+        blocks: s.blocks,
+        genesis_hash: hex(&s.genesis_hash[..]),
+        tip_number: s.tip_number,
+        tip_hash: hex(&s.tip_hash[..]),
+        final_td: s.final_td.to_string(),
+        transactions: s.transactions,
+        tx_kinds: kinds.unbind(),
+        logs: s.logs,
+        withdrawals: s.withdrawals,
+        blobs: s.blobs,
+        pos_blocks: s.pos_blocks,
+        senders: s.senders.iter().map(|a| hex(&a[..])).collect(),
+        files: s
+            .files
+            .iter()
+            .map(|f| {
+                Py::new(
+                    py,
+                    GeneratedFile {
+                        path: f.path.display().to_string(),
+                        first_block: f.first_block,
+                        blocks: f.blocks,
+                        accumulator: f.accumulator.map(|a| hex(&a[..])),
+                    },
+                )
+            })
+            .collect::<PyResult<_>>()?,
+    })
 }
 
 /// Writes consecutive blocks as era1 files, one per epoch of 8192 blocks, into a directory.
@@ -186,29 +237,22 @@ impl Era1Writer {
             .map_err(py_err)
     }
 
-    /// Files finished so far (each a dict: path, epoch, first_block, blocks, accumulator, bytes).
-    fn written<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let l = PyList::empty(py);
-        if let Some(w) = &self.inner {
-            for f in w.written() {
-                l.append(era1_file_dict(py, f)?)?;
-            }
-        }
-        Ok(l)
+    /// Files finished so far (`Era1File`s).
+    fn written(&self) -> Vec<Era1File> {
+        self.inner
+            .as_ref()
+            .map(|w| w.written().iter().map(era1_file).collect())
+            .unwrap_or_default()
     }
 
     /// Close the last file; returns every file written (as `written`).
-    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    fn finish(&mut self) -> PyResult<Vec<Era1File>> {
         let w = self
             .inner
             .take()
             .ok_or_else(|| PyValueError::new_err("Era1Writer is finished"))?;
         let files = w.finish().map_err(py_err)?;
-        let l = PyList::empty(py);
-        for f in &files {
-            l.append(era1_file_dict(py, f)?)?;
-        }
-        Ok(l)
+        Ok(files.iter().map(era1_file).collect())
     }
 }
 
@@ -216,5 +260,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEthGenConfig>()?;
     m.add_function(wrap_pyfunction!(eth_generate, m)?)?;
     m.add_class::<Era1Writer>()?;
+    m.add_class::<EthGenSummary>()?;
+    m.add_class::<GeneratedFile>()?;
+    m.add_class::<Era1File>()?;
     Ok(())
 }

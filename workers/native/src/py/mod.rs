@@ -1,4 +1,5 @@
-//! The Python binding layer: one module per domain, each using only domain modules.
+//! The Python binding layer: one module per domain, each using only domain modules and the
+//! shared binding types (`result`: the result classes' macro and `as_dict`).
 
 pub(crate) mod btc_chain_state;
 pub(crate) mod btc_core_index;
@@ -8,4 +9,5 @@ pub(crate) mod eth;
 pub(crate) mod eth_gen;
 pub(crate) mod flow;
 pub(crate) mod flow_checkpoint;
+pub(crate) mod result;
 pub(crate) mod sst;
