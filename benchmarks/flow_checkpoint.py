@@ -70,7 +70,7 @@ from rechain.pipeline.flow.checkpoint import checkpoint_bytes, list_checkpoints 
 KECCAK_RATE = """
 import json, sys
 from rechain.workers import _native
-print(json.dumps(_native.flow_keccak_throughput(int(sys.argv[1]), int(sys.argv[2]))))
+print(json.dumps(_native.flow_keccak_throughput(int(sys.argv[1]), int(sys.argv[2])).as_dict()))
 """
 
 

@@ -89,11 +89,11 @@ def _keccak_rate(threads: int) -> dict[str, Any]:
     own chain code; see `flow_keccak_throughput`)."""
     from rechain.workers import _native
 
-    r = dict(_native.flow_keccak_throughput(threads=threads, permutations_per_thread=4_000_000))
+    r = _native.flow_keccak_throughput(threads=threads, permutations_per_thread=4_000_000)
     return {
-        "backend": r["backend"],
-        "threads": r["threads"],
-        "permutations_per_s": round(r["permutations_per_s"]),
+        "backend": r.backend,
+        "threads": r.threads,
+        "permutations_per_s": round(r.permutations_per_s),
     }
 
 

@@ -337,8 +337,8 @@ def _check_flow(data: DataDir, summary: dict[str, Any], problems: list[str]) -> 
                 )
                 differs = True
             rows += chunk.num_rows
-        result = dict(dict(trie.finish())["tries"][0])
-        root, reg_count = str(result["root"]), int(result["reg_count"])
+        result = trie.finish().tries[0]
+        root, reg_count = str(result.root), int(result.reg_count)
     except (ValueError, _native.FlowCheckpointError) as e:
         problems.append(f"flow_registers cannot be rehashed: {e}")
         return {"registers": rows}

@@ -131,7 +131,7 @@ def test_rechain_checkpoints_load_in_flow_go(
     forest = _native.FlowForest()
     for n, p in _native.flow_list_segments(str(wal_dir)):
         batch, info = _native.flow_decode_segment(p, n)
-        assert info["error"] is None
+        assert info.error is None
         forest.apply(batch)
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     _native.flow_checkpoint_write(forest, str(ours), "checkpoint.00000000")

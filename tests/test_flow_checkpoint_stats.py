@@ -78,8 +78,8 @@ def kinds_checkpoint(out: Path, registers: int, owners: int, seed: int) -> dict[
                 names=["path", "encoded_key", "value"],
             )
         )
-    info = dict(builder.finish())
-    return {"root": info["tries"][0]["root"], "bytes": int(info["bytes"])}
+    info = builder.finish()
+    return {"root": info.tries[0].root, "bytes": int(info.bytes)}
 
 
 def stats(cp: Path, data: Path, *extra: str) -> dict[str, Any]:

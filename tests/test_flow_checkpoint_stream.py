@@ -89,8 +89,8 @@ def make_checkpoint(out: Path, registers: int, value_size: int, seed: int) -> di
             names=["path", "encoded_key", "value"],
         )
         builder.push(batch)
-    info = dict(builder.finish())
-    return {"root": info["tries"][0]["root"], "registers": registers, "bytes": int(info["bytes"])}
+    info = builder.finish()
+    return {"root": info.tries[0].root, "registers": registers, "bytes": int(info.bytes)}
 
 
 def read_cmd(cp: Path, data: Path, *extra: str) -> list[str]:

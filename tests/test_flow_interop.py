@@ -73,8 +73,8 @@ def replay_in_rechain(wal: Path) -> tuple[Any, list[str], list[pa.RecordBatch]]:
     batches = []
     for n, path in segments(wal):
         batch, info = _native.flow_decode_segment(str(path), n)
-        assert info["error"] is None, info["error"]
-        assert info["segment"] == n and batch.num_rows == info["records"]
+        assert info.error is None, info.error
+        assert info.segment == n and batch.num_rows == info.records
         batches.append(batch)
         roots.extend(r for r in forest.apply(batch) if r is not None)
     return forest, roots, batches
@@ -162,7 +162,7 @@ def test_large_updates_replay_in_parallel_to_flow_go_roots(flowgo: Path, tmp_pat
     roots: dict[int, list[str]] = {1: [], 2: []}
     for n, path in segments(wal):
         batch, info = _native.flow_decode_segment(str(path), n)
-        assert info["error"] is None, info["error"]
+        assert info.error is None, info.error
         for threads, forest in ((2, parallel), (1, sequential)):
             roots[threads].extend(r for r in forest.apply(batch) if r is not None)
     assert roots[2] == out["roots"] == roots[1]
@@ -181,18 +181,18 @@ def test_large_updates_replay_in_parallel_to_flow_go_roots(flowgo: Path, tmp_pat
 def test_rechain_wal_replays_in_flow_go(flowgo: Path, tmp_path: Path) -> None:
     wal = tmp_path / "wal"
     gen = _native.flow_generate(str(wal), UPDATES, PER_UPDATE, seed=12, segment_size=SEGMENT)
-    assert len(gen["segments"]) >= 5
+    assert len(gen.segments) >= 5
     before = sorted(p.name for p in wal.iterdir())
     out = run(flowgo, "replay", "--wal", wal)
     assert out["updates"] == UPDATES
-    assert out["roots"] == gen["roots"]
-    assert out["final_root"] == gen["final_root"]
-    assert out["registers"] == gen["registers"]
-    assert out["reg_size"] == gen["reg_size"]
+    assert out["roots"] == gen.roots
+    assert out["final_root"] == gen.final_root
+    assert out["registers"] == gen.registers
+    assert out["reg_size"] == gen.reg_size
     assert sorted(p.name for p in wal.iterdir()) == before  # the oracle leaves the WAL alone
     # And rechain's own replay of its own WAL agrees.
     forest, roots, _ = replay_in_rechain(wal)
-    assert roots == gen["roots"]
+    assert roots == gen.roots
 
 
 def test_generators_write_identical_bytes(flowgo: Path, tmp_path: Path) -> None:
@@ -213,11 +213,11 @@ def test_generators_write_identical_bytes(flowgo: Path, tmp_path: Path) -> None:
         seg,
     )
     gen = _native.flow_generate(str(rs_dir), updates, per, seed=seed, segment_size=seg)
-    assert gen["segments"] == out["segments"]
+    assert gen.segments == out["segments"]
     assert len(out["segments"]) >= 3
     for name in out["segments"]:
         assert (go_dir / name).read_bytes() == (rs_dir / name).read_bytes(), name
-    assert gen["roots"] == out["roots"]
+    assert gen.roots == out["roots"]
 
 
 def test_corrupt_and_torn_segments(flowgo: Path, tmp_path: Path) -> None:
@@ -240,7 +240,7 @@ def test_corrupt_and_torn_segments(flowgo: Path, tmp_path: Path) -> None:
     assert len(segs) >= 3
     n, victim = segs[1]
     clean, clean_info = _native.flow_decode_segment(str(victim), n)
-    assert clean_info["error"] is None and clean.num_rows >= 2
+    assert clean_info.error is None and clean.num_rows >= 2
     # Record starts (a full or first fragment) walked from the format, not by the reader.
     starts = [at for at, _, kind in wal_fragments(victim.read_bytes()) if kind in (1, 2)]
     assert clean.column("offset").to_pylist() == starts
@@ -255,8 +255,8 @@ def test_corrupt_and_torn_segments(flowgo: Path, tmp_path: Path) -> None:
     (bad / victim.name).write_bytes(bytes(data))
     batch, info = _native.flow_decode_segment(str(bad / victim.name), n)
     assert batch.num_rows == 1
-    assert info["error"]["kind"] == "checksum"
-    assert (info["error"]["segment"], info["error"]["offset"]) == (n, second)
+    assert info.error.kind == "checksum"
+    assert (info.error.segment, info.error.offset) == (n, second)
     with pytest.raises(_native.FlowWalError) as exc:
         _native.flow_decode_segment(str(bad / victim.name), n, strict=True)
     assert (exc.value.segment, exc.value.offset, exc.value.kind) == (n, second, "checksum")
@@ -282,9 +282,9 @@ def test_corrupt_and_torn_segments(flowgo: Path, tmp_path: Path) -> None:
     torn = tmp_path / "torn"
     torn.write_bytes(path.read_bytes()[: (start // page + 1) * page])
     tbatch, tinfo = _native.flow_decode_segment(str(torn), seg_no)
-    assert tinfo["torn"] is True
-    assert tinfo["error"]["kind"] == "torn_record"
-    assert (tinfo["error"]["segment"], tinfo["error"]["offset"]) == (seg_no, start)
+    assert tinfo.torn is True
+    assert tinfo.error.kind == "torn_record"
+    assert (tinfo.error.segment, tinfo.error.offset) == (seg_no, start)
     assert tbatch.num_rows == index
 
     # A gap in the segment numbers.

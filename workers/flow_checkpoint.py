@@ -16,7 +16,7 @@ def verify_part(
     Returns its counts, or ``{"error": {...}}`` with the file, offset and reason."""
     t0 = time.perf_counter()
     try:
-        info = dict(_native.flow_checkpoint_verify_part(directory, name, index, verify_leaves))
+        info = _native.flow_checkpoint_verify_part(directory, name, index, verify_leaves).as_dict()
     except _native.FlowCheckpointError as e:
         return {
             "index": index,

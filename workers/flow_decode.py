@@ -30,4 +30,4 @@ class SegmentResult:
 def decode_unit(unit: SegmentUnit) -> SegmentResult:
     t0 = time.perf_counter()
     batch, info = _native.flow_decode_segment(unit.path, unit.segment)
-    return SegmentResult(unit, batch, dict(info), time.perf_counter() - t0)
+    return SegmentResult(unit, batch, info.as_dict(), time.perf_counter() - t0)

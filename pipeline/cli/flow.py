@@ -78,15 +78,13 @@ def gen_flow(args: argparse.Namespace) -> int:
     if args.updates < 1 or args.registers_per_update < 1:
         raise RechainError("--updates and --registers-per-update must be at least 1")
     args.outdir.mkdir(parents=True, exist_ok=True)
-    facts = dict(
-        _native.flow_generate(
-            str(args.outdir),
-            args.updates,
-            args.registers_per_update,
-            args.seed,
-            args.segment_size,
-        )
-    )
+    facts = _native.flow_generate(
+        str(args.outdir),
+        args.updates,
+        args.registers_per_update,
+        args.seed,
+        args.segment_size,
+    ).as_dict()
     roots = facts.pop("roots")
     (args.outdir / "expected.json").write_text(json.dumps(facts, indent=1, sort_keys=True))
     (args.outdir / "roots.txt").write_text("\n".join(roots) + "\n")

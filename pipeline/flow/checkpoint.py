@@ -127,7 +127,7 @@ def load_forest(
             )
         except _native.FlowCheckpointError as e:
             _raise(e)
-        info = dict(info)
+        info = info.as_dict()
         load_s = time.perf_counter() - t0
         info.update(
             {
@@ -205,7 +205,7 @@ def page_forest(
             shutil.rmtree(store_dir, ignore_errors=True)
             return None
         _raise(e)
-    info = dict(info)
+    info = info.as_dict()
     load_s = time.perf_counter() - t0
     info.update({"name": name, "ray_start_s": 0.0, "load_s": load_s, "verify": "paged"})
     return forest, info
@@ -237,7 +237,7 @@ def _load_forest_on_ray(
         forest, info = _native.flow_checkpoint_load(str(directory), name, verify_hashes=False)
     except _native.FlowCheckpointError as e:
         _raise(e)
-    info = dict(info)
+    info = info.as_dict()
     info.update(
         {
             "name": name,
@@ -312,23 +312,23 @@ def _read_streaming(
         verify_s = time.perf_counter() - t_read
         kill_point("flow_checkpoint.read_staged")
         # The stream refuses a checkpoint without tries (kind `no_tries`).
-        tries = [dict(t) for t in info["tries"]]
+        tries = [t.as_dict() for t in info.tries]
         last = tries[-1]
-        if int(info["registers"]) != int(last["reg_count"]):
+        if int(info.registers) != int(last["reg_count"]):
             discard()
             raise RechainError(
                 f"{cpdir / name}: the last trie record says {last['reg_count']} registers but "
-                f"the trie holds {info['registers']}"
+                f"the trie holds {info.registers}"
             )
         summary = publish_staged_registers(
             data,
             generation,
             staged,
-            [Path(f) for f in info["sst_files"]],
+            [Path(f) for f in info.sst_files],
             str(last["root"]),
-            int(info["registers"]),
+            int(info.registers),
             int(last["reg_size"]),
-            int(info["rows"]),
+            int(info.rows),
             number,
         )
         record = {
@@ -353,8 +353,8 @@ def _read_streaming(
             "publish_s": summary["publish_s"],
             "total_s": time.perf_counter() - t0,
             "total_excluding_ray_start_s": time.perf_counter() - t0,
-            "parts": [dict(p) for p in info["parts"]],
-            "top_nodes": info["top_nodes"],
+            "parts": [p.as_dict() for p in info.parts],
+            "top_nodes": info.top_nodes,
             "verified_leaf_hashes": verify == "full",
         }
         data.write_report("flow_checkpoint_read", report)
@@ -455,11 +455,9 @@ def verify(
     if version == 6:
         share = _stream_share(memory_budget, threads)
         try:
-            info = dict(
-                _native.flow_checkpoint_verify(
-                    str(cpdir), name, threads=threads, verify=mode, batch_bytes=share
-                )
-            )
+            info = _native.flow_checkpoint_verify(
+                str(cpdir), name, threads=threads, verify=mode, batch_bytes=share
+            ).as_dict()
             registers = int(info["registers"])
             how = "streaming"
         except _native.FlowCheckpointError as e:
@@ -548,13 +546,13 @@ def stats(
             kill_point("flow_checkpoint.stats_gathered")
             # The part threads' freed leaf batches and owner maps, back before the merge.
             release_unused_memory()
-            trie = got["trie_stats"].to_pylist()[0]
-            record = [dict(t) for t in got["tries"]][-1]
-            if int(got["registers"]) != int(record["reg_count"]):
-                got["owners"].close()
+            trie = got.trie_stats.to_pylist()[0]
+            record = got.tries[-1]
+            if int(got.registers) != int(record.reg_count):
+                got.owners.close()
                 raise RechainError(
-                    f"{cpdir / name}: the trie record says {record['reg_count']} registers but "
-                    f"the trie holds {got['registers']}"
+                    f"{cpdir / name}: the trie record says {record.reg_count} registers but "
+                    f"the trie holds {got.registers}"
                 )
             previous = data.meta_get(fs.META_FLOW_CHECKPOINT_STATS) or {}
             generation = int(previous.get("generation") or 0) + 1
@@ -562,7 +560,7 @@ def stats(
 
             def owner_batches() -> Iterator[pa.RecordBatch]:
                 nonlocal owners
-                for batch in got["owners"]:
+                for batch in got.owners:
                     owners += batch.num_rows
                     yield batch
 
@@ -572,12 +570,12 @@ def stats(
             owners_table = tables.FLOW_CHECKPOINT_OWNERS
             data.stage_parquet_batches(owners_table.name, generation, owner_batches())
             for table, batch in (
-                (tables.FLOW_CHECKPOINT_TRIES, got["trie_stats"]),
-                (tables.FLOW_CHECKPOINT_DEPTHS, got["depths"]),
-                (tables.FLOW_CHECKPOINT_REGISTER_KINDS, got["kinds"]),
+                (tables.FLOW_CHECKPOINT_TRIES, got.trie_stats),
+                (tables.FLOW_CHECKPOINT_DEPTHS, got.depths),
+                (tables.FLOW_CHECKPOINT_REGISTER_KINDS, got.kinds),
             ):
                 data.stage_parquet_batches(table.name, generation, iter([batch]))
-            kinds = got["kinds"].to_pylist()
+            kinds = got.kinds.to_pylist()
             summary = {
                 "checkpoint": str(cpdir / name),
                 "generation": generation,
@@ -604,7 +602,7 @@ def stats(
                 "kinds": kinds,
                 "memory_budget": memory_budget,
                 "verified_hashes": not trust_hashes,
-                "parts": [dict(p) for p in got["parts"]],
+                "parts": [p.as_dict() for p in got.parts],
                 "read_s": read_s,
                 "publish_s": time.perf_counter() - t_pub,
                 "total_s": time.perf_counter() - t0,
@@ -686,37 +684,35 @@ def write(
         reg_size = summary.get("reg_size")
         kill_point("flow_checkpoint.writing")
         try:
-            result = dict(
-                _native.flow_checkpoint_write_registers(
-                    [str(f) for f in files],
-                    _register_hashes_files(files),
-                    str(out),
-                    name,
-                    threads,
-                    None if reg_size is None else int(reg_size),
-                )
+            result = _native.flow_checkpoint_write_registers(
+                [str(f) for f in files],
+                _register_hashes_files(files),
+                str(out),
+                name,
+                threads,
+                None if reg_size is None else int(reg_size),
             )
         except _native.FlowCheckpointError as e:
             _raise(e)
         kill_point("flow_checkpoint.written")
-    trie = dict(result["tries"][0])
-    if trie["root"] != current:
+    trie = result.tries[0]
+    if trie.root != current:
         for p in out.glob(f"{name}*"):
             p.unlink()
         raise RechainError(
-            f"{data_path}: registers hash to root {trie['root']}, but the state's root is {current}"
+            f"{data_path}: registers hash to root {trie.root}, but the state's root is {current}"
         )
     return {
         "checkpoint": str(out / name),
-        "root": trie["root"],
-        "reg_count": int(trie["reg_count"]),
-        "reg_size": int(trie["reg_size"]),
-        "registers_read": int(result["registers_read"]),
-        "bytes": int(result["bytes"]),
-        "part_nodes": list(result["part_nodes"]),
-        "top_nodes": int(result["top_nodes"]),
+        "root": trie.root,
+        "reg_count": int(trie.reg_count),
+        "reg_size": int(trie.reg_size),
+        "registers_read": int(result.registers_read),
+        "bytes": int(result.bytes),
+        "part_nodes": list(result.part_nodes),
+        "top_nodes": int(result.top_nodes),
         # Leaves whose compact hash came from `register_hashes` / whose chain was run.
-        "cached_leaves": int(result["cached_leaves"]),
-        "hashed_leaves": int(result["hashed_leaves"]),
+        "cached_leaves": int(result.cached_leaves),
+        "hashed_leaves": int(result.hashed_leaves),
         "total_s": time.perf_counter() - t0,
     }

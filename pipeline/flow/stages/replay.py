@@ -126,7 +126,7 @@ class ReplayStage(Stage[FlowRun]):
                 # updates split across threads.
                 "hash_permutations": int(forest.hash_permutations),
                 "parallel_subtries": int(forest.parallel_subtries),
-                "node_store": forest.node_store(),
+                "node_store": _store_traffic(forest),
             }
         )
         return Done(rows=int(forest.updates_applied), detail={"segments": len(segments)})
@@ -196,6 +196,12 @@ def _new_forest(opts: Any, segments: list[tuple[int, str]], workers: int) -> Any
     )
 
 
+def _store_traffic(forest: Any) -> dict[str, Any] | None:
+    """A paged forest's node store traffic for the report (None for a forest in memory)."""
+    stats = forest.node_store()
+    return None if stats is None else stats.as_dict()
+
+
 def _write_checkpoint(forest: Any, directory: Path, segment: int) -> str:
     from rechain.pipeline.flow.checkpoint import checkpoint_name
 
@@ -226,7 +232,7 @@ def _apply_streamed(forest: Any, segments: list[tuple[int, str]]) -> Generator[S
         except _native.FlowWalError as e:  # the file could not be read
             raise RechainError(f"{p}: {e}") from e
         metrics.SHARD_DECODE_SECONDS.labels(STAGE).observe(time.perf_counter() - t0)
-        yield SegmentUnit(i, n, p), applied, dict(info)
+        yield SegmentUnit(i, n, p), applied, info.as_dict()
 
 
 def _apply_ray_decoded(

@@ -1,7 +1,7 @@
 //! Python bindings for the Flow ledger core (added to `rechain.workers._native` by
 //! [`register`]). Byte work runs with the GIL released; batches cross as Arrow.
 //!
-//! * `flow_decode_segment(path, segment_no, strict=False) -> (wal_records batch, info)`
+//! * `flow_decode_segment(path, segment_no, strict=False) -> (wal_records batch, SegmentInfo)`
 //! * `flow_list_segments(dir) -> [(number, path)]`
 //! * `FlowForest(capacity=500, threads=None, node_store=None, cache_bytes=0, hold_bytes=0)`
 //!   (paged with a node store folder): `apply(batch)`, `replay_segment(path, no)`,
@@ -12,77 +12,35 @@
 //!   and, from the same walk, RocksDB's register SST file), `write_register_hashes()`,
 //!   `root_entries()` (RocksDB key/value slices as Python bytes)
 //! * `flow_table_schema(name) -> pyarrow.Schema` of a published Flow table
-//! * `flow_generate(outdir, updates, registers_per_update, seed=1, segment_size=32 MiB) -> dict`
+//! * `flow_generate(outdir, updates, registers_per_update, seed=1, segment_size=32 MiB) -> FlowGenSummary`
 //! * `flow_empty_root() -> str`
 //! * exception `FlowWalError` with `.segment`, `.offset`, `.kind`, `.retryable`
+//!
+//! `FlowForest`, `FlowWalError` and the segment results are defined in `super::flow_types`
+//! (shared with `super::flow_checkpoint`) and registered here.
 
+use super::flow_types::{
+    flow_err, segment_info, FlowForest, FlowPayloads, FlowWalError, NodeStoreStats, SegmentInfo,
+    WalProblem,
+};
+use super::result::result_class;
 use crate::flow::batches::{
-    leaf_hashes_schema, registers_batch, registers_schema, rows_from_batch, trie_updates_schema,
-    RecordsBuilder,
+    leaf_hashes_schema, registers_schema, trie_updates_schema, RecordsBuilder,
 };
 use crate::flow::gen::{generate, GenConfig};
-use crate::flow::hash::{empty_root, Hash};
-use crate::flow::mtrie::Forest;
-use crate::flow::mtrie::{LeafCursor, DEFAULT_CAPACITY};
-use crate::flow::node_store::NodeStore;
-use crate::flow::paging::StoreError;
+use crate::flow::hash::empty_root;
 use crate::flow::record::WalRecord;
-use crate::flow::register_sst::RegisterSst;
-use crate::flow::replay::ReplayState;
 use crate::flow::wal::{list_segments, Segment, DEFAULT_SEGMENT_SIZE};
-use crate::flow::{decode_segment, ErrorKind, FlowError};
-use crate::parquet_out::RowGroups;
-use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyValueError};
+use crate::flow::{decode_segment, FlowError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
-use pyo3::types::{PyDict, PyList};
 use pyo3_arrow::{PyRecordBatch, PySchema};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-
-create_exception!(
-    _native,
-    FlowWalError,
-    PyException,
-    "A LedgerWAL problem; attributes: segment, offset, kind (snake_case name), retryable."
-);
-
-fn flow_err(py: Python<'_>, e: &FlowError) -> PyErr {
-    let err = FlowWalError::new_err(e.to_string());
-    let v = err.value(py);
-    // Setting attributes on a fresh exception instance cannot fail in practice; if it did, the
-    // message still carries segment and offset.
-    let _ = v.setattr("segment", e.segment);
-    let _ = v.setattr("offset", e.offset);
-    let _ = v.setattr("kind", e.kind.name());
-    let _ = v.setattr("retryable", e.kind.is_retryable());
-    err
-}
-
-/// A paged forest's node store failed (its scratch files: the disk, not the input).
-fn store_err(e: StoreError) -> PyErr {
-    pyo3::exceptions::PyOSError::new_err(e.to_string())
-}
-
-fn error_dict<'py>(py: Python<'py>, e: &FlowError) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("segment", e.segment)?;
-    d.set_item("offset", e.offset)?;
-    d.set_item("kind", e.kind.name())?;
-    d.set_item("message", e.to_string())?;
-    d.set_item("retryable", e.kind.is_retryable())?;
-    Ok(d)
-}
-
-fn parse_root(s: &str) -> PyResult<Hash> {
-    Hash::from_hex(s).ok_or_else(|| PyValueError::new_err(format!("not a 64-digit hex root: {s}")))
-}
 
 /// Decodes one WAL segment file into a `wal_records` batch (one row per record, list columns
 /// per path; see `flow::batches`). Records before the first problem are returned; the problem
-/// is described in `info["error"]` (or raised as `FlowWalError` when `strict`).
-/// `info["torn"]` is true when the segment ends inside a record (a crash while writing).
+/// is described in `info.error` (or raised as `FlowWalError` when `strict`).
+/// `info.torn` is true when the segment ends inside a record (a crash while writing).
 #[pyfunction]
 #[pyo3(signature = (path, segment_no, strict=false))]
 fn flow_decode_segment<'py>(
@@ -90,7 +48,7 @@ fn flow_decode_segment<'py>(
     path: PathBuf,
     segment_no: u64,
     strict: bool,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+) -> PyResult<(Bound<'py, PyAny>, SegmentInfo)> {
     let result = py.detach(|| -> Result<_, FlowError> {
         let seg = Segment::open(&path, segment_no)?;
         let dec = decode_segment(&seg);
@@ -129,37 +87,6 @@ fn flow_decode_segment<'py>(
     Ok((PyRecordBatch::new(batch).into_pyarrow(py)?, info))
 }
 
-/// The `info` dict of a decoded or replayed segment (the same keys either way).
-#[allow(clippy::too_many_arguments)]
-fn segment_info<'py>(
-    py: Python<'py>,
-    segment_no: u64,
-    file_len: u64,
-    end: u64,
-    error: &Option<FlowError>,
-    updates: u64,
-    deletes: u64,
-    paths: u64,
-) -> PyResult<Bound<'py, PyDict>> {
-    let info = PyDict::new(py);
-    info.set_item("segment", segment_no)?;
-    info.set_item("file_len", file_len)?;
-    info.set_item("records", updates + deletes)?;
-    info.set_item("updates", updates)?;
-    info.set_item("deletes", deletes)?;
-    info.set_item("paths", paths)?;
-    info.set_item("end_offset", end)?;
-    info.set_item(
-        "torn",
-        matches!(error, Some(e) if e.kind == ErrorKind::TornRecord),
-    )?;
-    match error {
-        Some(e) => info.set_item("error", error_dict(py, e)?)?,
-        None => info.set_item("error", py.None())?,
-    }
-    Ok(info)
-}
-
 /// WAL segments of a directory as onflow/wal lists them; raises `FlowWalError`
 /// (`kind == "segment_gap"`) when the numbers are not consecutive.
 #[pyfunction]
@@ -173,17 +100,32 @@ fn flow_empty_root() -> String {
     empty_root().to_hex()
 }
 
+result_class! {
+    /// A generated LedgerWAL (`flow_generate`): the roots it passes through and its size.
+    FlowGenSummary {
+        empty_root: String,
+        roots: Vec<String>,
+        final_root: String,
+        updates: u64,
+        registers: u64,
+        reg_size: u64,
+        segments: Vec<String>,
+        segment_size: usize,
+        bytes: u64,
+    }
+}
+
 /// Writes a deterministic LedgerWAL (same workload as the Go oracle's `gen`) into `outdir`.
 #[pyfunction]
 #[pyo3(signature = (outdir, updates, registers_per_update, seed=1, segment_size=DEFAULT_SEGMENT_SIZE))]
-fn flow_generate<'py>(
-    py: Python<'py>,
+fn flow_generate(
+    py: Python<'_>,
     outdir: PathBuf,
     updates: u64,
     registers_per_update: usize,
     seed: u64,
     segment_size: usize,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<FlowGenSummary> {
     let cfg = GenConfig {
         updates,
         registers_per_update,
@@ -193,340 +135,17 @@ fn flow_generate<'py>(
     let s = py
         .detach(|| generate(&cfg, &outdir))
         .map_err(|e| flow_err(py, &e))?;
-    let d = PyDict::new(py);
-    d.set_item("empty_root", s.empty_root.to_hex())?;
-    d.set_item(
-        "roots",
-        s.roots.iter().map(|r| r.to_hex()).collect::<Vec<_>>(),
-    )?;
-    d.set_item("final_root", s.final_root.to_hex())?;
-    d.set_item("updates", updates)?;
-    d.set_item("registers", s.registers)?;
-    d.set_item("reg_size", s.reg_size)?;
-    d.set_item("segments", s.segments)?;
-    d.set_item("segment_size", segment_size)?;
-    d.set_item("bytes", s.bytes)?;
-    Ok(d)
-}
-
-/// A forest of MTries, flow-go's `mtrie.Forest` (the replay state, `flow::replay`): at most
-/// `capacity` tries (oldest evicted), starting with the empty trie. `threads` (default: the
-/// machine's cores) bounds the threads one large update may use.
-#[pyclass(name = "FlowForest", module = "rechain.workers._native")]
-pub struct FlowForest {
-    state: ReplayState,
-}
-
-fn resolve_threads(threads: Option<usize>) -> usize {
-    threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-#[pymethods]
-impl FlowForest {
-    /// With `node_store` (a new folder, scratch: removed with the forest) the forest is paged:
-    /// loaded nodes cached up to `cache_bytes`, new ones written out past `hold_bytes`.
-    #[new]
-    #[pyo3(signature = (capacity=DEFAULT_CAPACITY, threads=None, node_store=None, cache_bytes=0, hold_bytes=0))]
-    fn new(
-        capacity: usize,
-        threads: Option<usize>,
-        node_store: Option<PathBuf>,
-        cache_bytes: usize,
-        hold_bytes: u64,
-    ) -> PyResult<Self> {
-        let threads = resolve_threads(threads);
-        let Some(dir) = node_store else {
-            return Ok(FlowForest {
-                state: ReplayState::new(capacity, threads),
-            });
-        };
-        let forest = NodeStore::create(&dir, cache_bytes)
-            .and_then(|store| Forest::new(capacity, threads).with_paging(store, hold_bytes))
-            .map_err(store_err)?;
-        Ok(FlowForest {
-            state: ReplayState::with_forest(forest, Vec::new()),
-        })
-    }
-
-    /// Applies the rows of a `wal_records` batch in order. Returns, per row, the new root (hex)
-    /// of an update, or None for a delete record (flow-go's replay ignores deletes). If an
-    /// update's parent root is not in the forest, raises `FlowWalError`
-    /// (`kind == "unknown_parent_root"`, with that row's segment/offset) after applying the rows
-    /// before it; the exception's `roots` attribute lists their roots.
-    fn apply<'py>(
-        &mut self,
-        py: Python<'py>,
-        batch: PyRecordBatch,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let batch = batch.into_inner();
-        let state = &mut self.state;
-        let (roots, failure) = py
-            .detach(|| -> Result<_, ErrorKind> { Ok(state.apply_rows(rows_from_batch(&batch)?)) })
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let hex: Vec<Option<String>> = roots.iter().map(|r| r.map(|h| h.to_hex())).collect();
-        let list = PyList::new(py, &hex)?;
-        if let Some(e) = failure {
-            let err = flow_err(py, &e);
-            err.value(py).setattr("roots", list)?;
-            return Err(err);
-        }
-        Ok(list)
-    }
-
-    /// Reads WAL segment `path` (streamed) and applies its records in order as they are
-    /// decoded, without an intermediate batch (a window of the segment and the forest are all
-    /// this holds); each record applied goes to the update log. Returns `(records, info)`:
-    /// the number of records applied and the keys of `flow_decode_segment`'s info for them;
-    /// its `error` also reports an update whose parent root is not in the forest
-    /// (`unknown_parent_root`), after which nothing is applied. Raises `FlowWalError` only
-    /// when the file cannot be opened.
-    fn replay_segment<'py>(
-        &mut self,
-        py: Python<'py>,
-        path: PathBuf,
-        segment_no: u64,
-    ) -> PyResult<(u64, Bound<'py, PyDict>)> {
-        let state = &mut self.state;
-        let r = py
-            .detach(|| state.replay_segment(&path, segment_no))
-            .map_err(|e| flow_err(py, &e))?;
-        let info = segment_info(
-            py, segment_no, r.file_len, r.end, &r.error, r.updates, r.deletes, r.paths,
-        )?;
-        Ok((r.updates + r.deletes, info))
-    }
-
-    /// Records applied so far (the rows of `trie_updates`).
-    #[getter]
-    fn log_len(&self) -> usize {
-        self.state.log().len()
-    }
-
-    /// Writes the update log as a `trie_updates` Parquet file; returns its rows.
-    #[pyo3(signature = (path, row_group_rows, row_group_bytes, dictionary_columns=vec![]))]
-    fn write_trie_updates(
-        &self,
-        py: Python<'_>,
-        path: PathBuf,
-        row_group_rows: usize,
-        row_group_bytes: usize,
-        dictionary_columns: Vec<String>,
-    ) -> PyResult<u64> {
-        let groups = RowGroups {
-            rows: row_group_rows,
-            bytes: row_group_bytes,
-        };
-        let state = &self.state;
-        py.detach(|| {
-            let dict: Vec<&str> = dictionary_columns.iter().map(String::as_str).collect();
-            state.write_trie_updates(&path, groups, &dict)
-        })
-        .map_err(|e| PyValueError::new_err(e.to_string()))
-    }
-
-    /// Writes a trie's registers (default: the current trie) as a `registers` Parquet file and
-    /// their `register_hashes` file beside it, with the same row groups (a checkpoint writer
-    /// reads them group by group), and, with `sst_dir`, RocksDB's `flow_registers` entries
-    /// (values of `sst_version`) as SST files there, each closed once it holds `sst_memory`
-    /// bytes, from the same walk of the trie. Returns the rows of each table and the SST files.
-    #[pyo3(signature = (
-        registers_path, hashes_path, row_group_rows, row_group_bytes, root=None,
-        sst_dir=None, sst_memory=1 << 20, sst_version=0, sst_compress=true
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn write_registers(
-        &self,
-        py: Python<'_>,
-        registers_path: PathBuf,
-        hashes_path: PathBuf,
-        row_group_rows: usize,
-        row_group_bytes: usize,
-        root: Option<&str>,
-        sst_dir: Option<PathBuf>,
-        sst_memory: usize,
-        sst_version: u8,
-        sst_compress: bool,
-    ) -> PyResult<(u64, Vec<PathBuf>)> {
-        let root = root.map(parse_root).transpose()?;
-        let groups = RowGroups {
-            rows: row_group_rows,
-            bytes: row_group_bytes,
-        };
-        let sst = sst_dir.map(|dir| RegisterSst {
-            dir,
-            max_held: sst_memory,
-            version: sst_version,
-            compress: sst_compress,
-        });
-        let state = &self.state;
-        py.detach(|| state.write_registers(root, &registers_path, &hashes_path, groups, sst))
-            .map_err(|e| PyValueError::new_err(e.to_string()))
-    }
-
-    /// `flow_roots` entries for log rows `lo..hi`: `(keys, values)` lists of bytes, one per
-    /// update (key: its `seq` as u64 big-endian; value: its 32-byte root); deletes have none.
-    fn root_entries<'py>(
-        &self,
-        py: Python<'py>,
-        lo: usize,
-        hi: usize,
-    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-        let (keys, values) = (PyList::empty(py), PyList::empty(py));
-        for (seq, root) in self.state.root_entries(lo, hi) {
-            keys.append(PyBytes::new(py, &seq.to_be_bytes()))?;
-            values.append(PyBytes::new(py, &root.0))?;
-        }
-        Ok((keys, values))
-    }
-
-    /// Root of the last update applied (the empty root before any).
-    #[getter]
-    fn root_hex(&self) -> String {
-        self.state.current().to_hex()
-    }
-
-    /// Updates applied so far.
-    #[getter]
-    fn updates_applied(&self) -> u64 {
-        self.state.updates_applied()
-    }
-
-    /// Keccak-f[1600] permutations the updates so far ran (new leaves' compact-value chains
-    /// and new interior nodes): the hashing floor of the replay.
-    #[getter]
-    fn hash_permutations(&self) -> u64 {
-        self.state
-            .forest()
-            .stats()
-            .permutations
-            .load(Ordering::Relaxed)
-    }
-
-    /// Subtries that updates so far updated and hashed on a thread of their own.
-    #[getter]
-    fn parallel_subtries(&self) -> u64 {
-        self.state
-            .forest()
-            .stats()
-            .parallel_subtries
-            .load(Ordering::Relaxed)
-    }
-
-    /// flow-go's `AllocatedRegCount` of a trie (default: the current root).
-    #[pyo3(signature = (root=None))]
-    fn register_count(&self, root: Option<&str>) -> PyResult<u64> {
-        Ok(self.trie(root)?.reg_count)
-    }
-
-    /// flow-go's `AllocatedRegSize` of a trie (default: the current root).
-    #[pyo3(signature = (root=None))]
-    fn reg_size(&self, root: Option<&str>) -> PyResult<u64> {
-        Ok(self.trie(root)?.reg_size)
-    }
-
-    /// Root hashes held, oldest first.
-    fn roots(&self) -> Vec<String> {
-        self.state.forest().roots().map(|r| r.to_hex()).collect()
-    }
-
-    fn has_root(&self, root: &str) -> PyResult<bool> {
-        Ok(self.state.forest().get(&parse_root(root)?).is_some())
-    }
-
-    fn __len__(&self) -> usize {
-        self.state.forest().len()
-    }
-
-    /// A paged forest's node store traffic (`nodes_written`, `disk_bytes`, `loads`,
-    /// `cache_hits`, `cached_bytes`); None for a forest in memory.
-    fn node_store<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(store) = self.state.forest().store() else {
-            return Ok(None);
-        };
-        let d = PyDict::new(py);
-        let s = &store.stats;
-        d.set_item("nodes_written", s.nodes_written.load(Ordering::Relaxed))?;
-        d.set_item("disk_bytes", store.disk_bytes())?;
-        d.set_item("loads", s.loads.load(Ordering::Relaxed))?;
-        d.set_item("cache_hits", s.cache_hits.load(Ordering::Relaxed))?;
-        d.set_item("cached_bytes", store.cached_bytes())?;
-        Ok(Some(d))
-    }
-
-    /// The registers (non-empty payloads) of a trie in path order, as an iterator of
-    /// `registers` batches of at most `batch_rows` rows.
-    #[pyo3(signature = (root=None, batch_rows=65_536))]
-    fn payloads(&self, root: Option<&str>, batch_rows: usize) -> PyResult<FlowPayloads> {
-        Ok(FlowPayloads {
-            cursor: self.trie(root)?.leaves(),
-            batch_rows: batch_rows.max(1),
-        })
-    }
-}
-
-impl FlowForest {
-    /// A forest of `state`.
-    pub(crate) fn from_state(state: ReplayState) -> Self {
-        FlowForest { state }
-    }
-
-    /// A forest holding `tries` (file order: the last one is the current state).
-    pub(crate) fn from_tries(tries: Vec<crate::flow::mtrie::Trie>, threads: Option<usize>) -> Self {
-        FlowForest {
-            state: ReplayState::from_tries(tries, resolve_threads(threads)),
-        }
-    }
-
-    /// The tries with these roots (default: the current one), for a checkpoint.
-    pub(crate) fn tries_for(
-        &self,
-        roots: Option<Vec<String>>,
-    ) -> PyResult<Vec<crate::flow::mtrie::Trie>> {
-        let roots = roots
-            .map(|rs| {
-                rs.iter()
-                    .map(|r| parse_root(r))
-                    .collect::<PyResult<Vec<_>>>()
-            })
-            .transpose()?;
-        self.state
-            .tries_for(roots)
-            .map_err(|e| PyValueError::new_err(e.to_string()))
-    }
-
-    fn trie(&self, root: Option<&str>) -> PyResult<&crate::flow::mtrie::Trie> {
-        let root = root.map(parse_root).transpose()?;
-        self.state
-            .trie(root)
-            .map_err(|e| PyValueError::new_err(e.to_string()))
-    }
-}
-
-/// Iterator over `registers` batches of one trie (holds the trie's nodes alive).
-#[pyclass(module = "rechain.workers._native")]
-pub struct FlowPayloads {
-    cursor: LeafCursor,
-    batch_rows: usize,
-}
-
-#[pymethods]
-impl FlowPayloads {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let n = self.batch_rows;
-        let cursor = &mut self.cursor;
-        let batch = py.detach(|| {
-            let chunk = cursor.next_chunk(n)?;
-            Ok::<_, StoreError>((!chunk.is_empty()).then(|| registers_batch(&chunk)))
-        });
-        batch
-            .map_err(store_err)?
-            .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
-            .transpose()
-    }
+    Ok(FlowGenSummary {
+        empty_root: s.empty_root.to_hex(),
+        roots: s.roots.iter().map(|r| r.to_hex()).collect(),
+        final_root: s.final_root.to_hex(),
+        updates,
+        registers: s.registers,
+        reg_size: s.reg_size,
+        segments: s.segments,
+        segment_size,
+        bytes: s.bytes,
+    })
 }
 
 /// The Arrow schema (pyarrow) of a published Flow table: `trie_updates`, `registers`,
@@ -552,8 +171,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flow_list_segments, m)?)?;
     m.add_function(wrap_pyfunction!(flow_empty_root, m)?)?;
     m.add_function(wrap_pyfunction!(flow_generate, m)?)?;
+    m.add_class::<FlowGenSummary>()?;
     m.add_class::<FlowForest>()?;
     m.add_class::<FlowPayloads>()?;
+    m.add_class::<SegmentInfo>()?;
+    m.add_class::<WalProblem>()?;
+    m.add_class::<NodeStoreStats>()?;
     m.add_function(wrap_pyfunction!(flow_table_schema, m)?)?;
     m.add("FlowWalError", m.py().get_type::<FlowWalError>())?;
     Ok(())

@@ -1,26 +1,32 @@
 //! Python bindings for Flow checkpoints (added to `rechain.workers._native` through
 //! [`register`]). File work runs with the GIL released.
 //!
-//! * `flow_checkpoint_verify_part(dir, name, index) -> dict` (one subtrie part, fully verified)
+//! * `flow_checkpoint_verify_part(dir, name, index) -> CheckpointPart` (one subtrie part, fully verified)
 //! * `flow_checkpoint_version(dir, name) -> int`
-//! * `flow_checkpoint_stream(dir, name, registers, hashes, ...) -> dict` (bounded memory; with
+//! * `flow_checkpoint_stream(dir, name, registers, hashes, ...) -> CheckpointStream` (bounded memory; with
 //!   `sst_dir`, the register SST files too)
-//! * `flow_checkpoint_verify(dir, name, threads=None, verify="full", batch_bytes) -> dict`
+//! * `flow_checkpoint_verify(dir, name, threads=None, verify="full", batch_bytes)
+//!   -> CheckpointScan`
 //!   (the streamed read's checks, nothing kept)
 //! * `flow_checkpoint_page_in(dir, name, store_dir, cache_bytes, hold_bytes, ...)
-//!   -> (FlowForest, dict)`: a forest paged out to a node store (bounded memory)
-//! * `flow_checkpoint_stats(dir, name, spill_dir, ...) -> dict` (`checkpoint stats`, streamed;
+//!   -> (FlowForest, CheckpointScan)`: a forest paged out to a node store (bounded memory)
+//! * `flow_checkpoint_stats(dir, name, spill_dir, ...) -> CheckpointStats` (`checkpoint stats`, streamed;
 //!   its `owners` is a `FlowCheckpointOwners` iterator of record batches)
 //! * `flow_checkpoint_load(dir, name, threads=None, verify_hashes=True, verify_leaves=True)
-//!   -> (FlowForest, dict)`
-//! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None) -> dict`
+//!   -> (FlowForest, CheckpointLoad)`
+//! * `flow_checkpoint_write(forest, dir, name, roots=None, threads=None)
+//!   -> CheckpointWriteResult`
 //! * `FlowCheckpointBuilder(dir, name, threads=None)`: `push(registers batch)`, `finish()`
-//! * `flow_checkpoint_write_registers(registers, hashes, dir, name, ...) -> dict`
+//! * `flow_checkpoint_write_registers(registers, hashes, dir, name, ...)
+//!   -> RegistersCheckpointWrite`
 //! * `flow_register_split(values, version) -> (encoded_key, value)`: RocksDB values split
-//! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> dict`: the keccak floor
+//! * `flow_keccak_throughput(threads=None, permutations_per_thread) -> KeccakThroughput`: the keccak floor
 //! * exception `FlowCheckpointError` with `.file`, `.offset`, `.kind`, `.retryable`
+//!
+//! Results are frozen classes (`super::result`) with `as_dict()`.
 
-use super::flow::FlowForest;
+use super::flow_types::FlowForest;
+use super::result::result_class;
 use crate::flow::batches::{
     checkpoint_depths_batch, checkpoint_kinds_batch, checkpoint_owners_batch,
     checkpoint_tries_batch,
@@ -36,6 +42,7 @@ use crate::flow::checkpoint::{
     RegisterCheckpointBuilder, Verify, WriteInfo,
 };
 use crate::flow::hash::chain_throughput;
+use crate::flow::hash::Hash;
 use crate::flow::mtrie::{Forest, DEFAULT_CAPACITY};
 use crate::flow::node_store::NodeStore;
 use crate::flow::register_sst::{split_register_values, RegisterSst};
@@ -46,7 +53,6 @@ use arrow_array::{Array, ArrayRef, BinaryArray};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use pyo3_arrow::{PyArray, PyRecordBatch};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,36 +79,175 @@ fn threads_or_cores(threads: Option<usize>) -> usize {
     threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-fn part_dict<'py>(py: Python<'py>, p: &PartInfo) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("index", p.index)?;
-    d.set_item("nodes", p.nodes)?;
-    d.set_item("leaves", p.leaves)?;
-    d.set_item("bytes", p.bytes)?;
-    d.set_item("permutations", p.permutations)?;
-    Ok(d)
+result_class! {
+    /// One subtrie part read and verified.
+    CheckpointPart {
+        index: usize,
+        nodes: u64,
+        leaves: u64,
+        bytes: u64,
+        permutations: u64,
+    }
 }
 
-fn write_dict<'py>(py: Python<'py>, w: &WriteInfo) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let tries = w
-        .tries
+result_class! {
+    /// A trie of a checkpoint: its root (hex) and the register count and size its record says.
+    CheckpointTrie {
+        root: String,
+        reg_count: u64,
+        reg_size: u64,
+    }
+}
+
+result_class! {
+    /// A checkpoint loaded whole (`flow_checkpoint_load`): its tries, parts and top nodes, and
+    /// the registers the last trie really holds (walked).
+    CheckpointLoad {
+        tries: Vec<Py<CheckpointTrie>>,
+        parts: Vec<Py<CheckpointPart>>,
+        top_nodes: u64,
+        last_trie_registers: u64,
+    }
+}
+
+result_class! {
+    /// A one-trie checkpoint streamed and checked (`flow_checkpoint_verify`,
+    /// `flow_checkpoint_page_in`).
+    CheckpointScan {
+        tries: Vec<Py<CheckpointTrie>>,
+        parts: Vec<Py<CheckpointPart>>,
+        top_nodes: u64,
+        rows: u64,
+        registers: u64,
+    }
+}
+
+result_class! {
+    /// A one-trie checkpoint streamed into `registers` files (`flow_checkpoint_stream`): what
+    /// `CheckpointScan` says, and the register SST files written (key order).
+    CheckpointStream {
+        tries: Vec<Py<CheckpointTrie>>,
+        parts: Vec<Py<CheckpointPart>>,
+        top_nodes: u64,
+        rows: u64,
+        registers: u64,
+        sst_files: Vec<PathBuf>,
+    }
+}
+
+result_class! {
+    /// `checkpoint stats` gathered (`flow_checkpoint_stats`): what `CheckpointScan` says, the
+    /// small stats tables as pyarrow record batches, and the owners iterator.
+    CheckpointStats {
+        tries: Vec<Py<CheckpointTrie>>,
+        parts: Vec<Py<CheckpointPart>>,
+        top_nodes: u64,
+        rows: u64,
+        registers: u64,
+        trie_stats: Py<PyAny>,
+        depths: Py<PyAny>,
+        kinds: Py<PyAny>,
+        owners: Py<FlowCheckpointOwners>,
+    }
+}
+
+result_class! {
+    /// A checkpoint written (`flow_checkpoint_write`, `FlowCheckpointBuilder.finish`).
+    CheckpointWriteResult {
+        tries: Vec<Py<CheckpointTrie>>,
+        part_nodes: Vec<u64>,
+        top_nodes: u64,
+        bytes: u64,
+        cached_leaves: u64,
+        hashed_leaves: u64,
+    }
+}
+
+result_class! {
+    /// A checkpoint written from a data folder's `registers` files
+    /// (`flow_checkpoint_write_registers`): `CheckpointWriteResult`'s fields and the rows read.
+    RegistersCheckpointWrite {
+        tries: Vec<Py<CheckpointTrie>>,
+        part_nodes: Vec<u64>,
+        top_nodes: u64,
+        bytes: u64,
+        cached_leaves: u64,
+        hashed_leaves: u64,
+        registers_read: u64,
+    }
+}
+
+result_class! {
+    /// The multi-lane keccak rate measured (`flow_keccak_throughput`).
+    KeccakThroughput {
+        backend: String,
+        lanes: usize,
+        threads: usize,
+        permutations: u64,
+        seconds: f64,
+        permutations_per_s: f64,
+    }
+}
+
+fn part_of(py: Python<'_>, p: &PartInfo) -> PyResult<Py<CheckpointPart>> {
+    Py::new(
+        py,
+        CheckpointPart {
+            index: p.index,
+            nodes: p.nodes,
+            leaves: p.leaves,
+            bytes: p.bytes,
+            permutations: p.permutations,
+        },
+    )
+}
+
+fn parts_of(py: Python<'_>, parts: &[PartInfo]) -> PyResult<Vec<Py<CheckpointPart>>> {
+    parts.iter().map(|p| part_of(py, p)).collect()
+}
+
+fn trie_of(
+    py: Python<'_>,
+    root: &Hash,
+    reg_count: u64,
+    reg_size: u64,
+) -> PyResult<Py<CheckpointTrie>> {
+    Py::new(
+        py,
+        CheckpointTrie {
+            root: root.to_hex(),
+            reg_count,
+            reg_size,
+        },
+    )
+}
+
+fn tries_of(py: Python<'_>, tries: &[(Hash, u64, u64)]) -> PyResult<Vec<Py<CheckpointTrie>>> {
+    tries
         .iter()
-        .map(|(h, c, s)| {
-            let t = PyDict::new(py);
-            t.set_item("root", h.to_hex())?;
-            t.set_item("reg_count", c)?;
-            t.set_item("reg_size", s)?;
-            Ok(t)
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    d.set_item("tries", tries)?;
-    d.set_item("part_nodes", w.part_nodes.clone())?;
-    d.set_item("top_nodes", w.top_nodes)?;
-    d.set_item("bytes", w.bytes)?;
-    d.set_item("cached_leaves", w.cached_leaves)?;
-    d.set_item("hashed_leaves", w.hashed_leaves)?;
-    Ok(d)
+        .map(|(h, c, s)| trie_of(py, h, *c, *s))
+        .collect()
+}
+
+fn write_result(py: Python<'_>, w: &WriteInfo) -> PyResult<CheckpointWriteResult> {
+    Ok(CheckpointWriteResult {
+        tries: tries_of(py, &w.tries)?,
+        part_nodes: w.part_nodes.clone(),
+        top_nodes: w.top_nodes,
+        bytes: w.bytes,
+        cached_leaves: w.cached_leaves,
+        hashed_leaves: w.hashed_leaves,
+    })
+}
+
+fn scan_result(py: Python<'_>, info: &StreamInfo) -> PyResult<CheckpointScan> {
+    Ok(CheckpointScan {
+        tries: tries_of(py, &info.tries)?,
+        parts: parts_of(py, &info.parts)?,
+        top_nodes: info.top_nodes,
+        rows: info.rows,
+        registers: info.registers,
+    })
 }
 
 /// Decodes one subtrie part and verifies it: magic, version, both CRCs, node order, every
@@ -110,13 +255,13 @@ fn write_dict<'py>(py: Python<'py>, w: &WriteInfo) -> PyResult<Bound<'py, PyDict
 /// hash from its value. Raises `FlowCheckpointError`.
 #[pyfunction]
 #[pyo3(signature = (dir, name, index, verify_leaves=true))]
-fn flow_checkpoint_verify_part<'py>(
-    py: Python<'py>,
+fn flow_checkpoint_verify_part(
+    py: Python<'_>,
     dir: PathBuf,
     name: String,
     index: usize,
     verify_leaves: bool,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<CheckpointPart> {
     let mode = if verify_leaves {
         Verify::Full
     } else {
@@ -125,7 +270,13 @@ fn flow_checkpoint_verify_part<'py>(
     let info = py
         .detach(|| verify_part(&dir, &name, index, mode))
         .map_err(|e| cp_err(py, &e))?;
-    part_dict(py, &info)
+    Ok(CheckpointPart {
+        index: info.index,
+        nodes: info.nodes,
+        leaves: info.leaves,
+        bytes: info.bytes,
+        permutations: info.permutations,
+    })
 }
 
 /// The version of checkpoint `name` in `dir` (6, or 1/3/4/5 for the single-file versions that
@@ -142,14 +293,14 @@ fn flow_checkpoint_version(py: Python<'_>, dir: PathBuf, name: String) -> PyResu
 /// leaf hashes. CRCs, order and every trie root are checked always.
 #[pyfunction]
 #[pyo3(signature = (dir, name, threads=None, verify_hashes=true, verify_leaves=true))]
-fn flow_checkpoint_load<'py>(
-    py: Python<'py>,
+fn flow_checkpoint_load(
+    py: Python<'_>,
     dir: PathBuf,
     name: String,
     threads: Option<usize>,
     verify_hashes: bool,
     verify_leaves: bool,
-) -> PyResult<(FlowForest, Bound<'py, PyDict>)> {
+) -> PyResult<(FlowForest, CheckpointLoad)> {
     let n = threads_or_cores(threads);
     let mode = match (verify_hashes, verify_leaves) {
         (false, _) => Verify::None,
@@ -159,35 +310,21 @@ fn flow_checkpoint_load<'py>(
     let loaded = py
         .detach(|| load(&dir, &name, n, mode))
         .map_err(|e| cp_err(py, &e))?;
-    let info = PyDict::new(py);
-    let tries = loaded
-        .tries
-        .iter()
-        .map(|t| {
-            let d = PyDict::new(py);
-            d.set_item("root", t.root_hash().to_hex())?;
-            d.set_item("reg_count", t.reg_count)?;
-            d.set_item("reg_size", t.reg_size)?;
-            Ok(d)
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    info.set_item("tries", tries)?;
-    let parts = loaded
-        .parts
-        .iter()
-        .map(|p| part_dict(py, p))
-        .collect::<PyResult<Vec<_>>>()?;
-    info.set_item("parts", parts)?;
-    info.set_item("top_nodes", loaded.top_nodes)?;
-    // Walked, not read from the trie record: the register count the last trie really holds.
-    info.set_item(
-        "last_trie_registers",
-        loaded
+    let info = CheckpointLoad {
+        tries: loaded
+            .tries
+            .iter()
+            .map(|t| trie_of(py, &t.root_hash(), t.reg_count, t.reg_size))
+            .collect::<PyResult<_>>()?,
+        parts: parts_of(py, &loaded.parts)?,
+        top_nodes: loaded.top_nodes,
+        // Walked, not read from the trie record: the register count the last trie really holds.
+        last_trie_registers: loaded
             .tries
             .last()
             .map_or(Ok(0), count_registers)
             .map_err(|e| cp_err(py, &e))?,
-    )?;
+    };
     if loaded.tries.is_empty() {
         return Err(cp_err(py, &CheckpointError::no_tries(&dir.join(&name))));
     }
@@ -209,8 +346,8 @@ fn flow_checkpoint_load<'py>(
     sst_version=0
 ))]
 #[allow(clippy::too_many_arguments)]
-fn flow_checkpoint_stream<'py>(
-    py: Python<'py>,
+fn flow_checkpoint_stream(
+    py: Python<'_>,
     dir: PathBuf,
     name: String,
     registers: Vec<PathBuf>,
@@ -223,7 +360,7 @@ fn flow_checkpoint_stream<'py>(
     sst_dir: Option<PathBuf>,
     sst_memory: usize,
     sst_version: u8,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<CheckpointStream> {
     let verify = parse_verify(verify)?;
     let opts = StreamOptions {
         threads: threads_or_cores(threads),
@@ -245,9 +382,14 @@ fn flow_checkpoint_stream<'py>(
     let (info, sst_files) = py
         .detach(|| stream(&dir, &name, &opts))
         .map_err(|e| cp_err(py, &e))?;
-    let out = stream_dict(py, &info)?;
-    out.set_item("sst_files", sst_files)?;
-    Ok(out)
+    Ok(CheckpointStream {
+        tries: tries_of(py, &info.tries)?,
+        parts: parts_of(py, &info.parts)?,
+        top_nodes: info.top_nodes,
+        rows: info.rows,
+        registers: info.registers,
+        sst_files,
+    })
 }
 
 /// Verifies v6 checkpoint `name` of `dir` (one trie) as `flow_checkpoint_stream` reads it
@@ -256,19 +398,19 @@ fn flow_checkpoint_stream<'py>(
 /// `shared_node`: several tries; verify it with `flow_checkpoint_load`).
 #[pyfunction]
 #[pyo3(signature = (dir, name, threads=None, verify="full", batch_bytes=1 << 20))]
-fn flow_checkpoint_verify<'py>(
-    py: Python<'py>,
+fn flow_checkpoint_verify(
+    py: Python<'_>,
     dir: PathBuf,
     name: String,
     threads: Option<usize>,
     verify: &str,
     batch_bytes: usize,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<CheckpointScan> {
     let walk = walk_of(threads, verify, batch_bytes)?;
     let info = py
         .detach(|| verify_stream(&dir, &name, walk))
         .map_err(|e| cp_err(py, &e))?;
-    stream_dict(py, &info)
+    scan_result(py, &info)
 }
 
 /// Pages v6 checkpoint `name` of `dir` (one trie) into a node store in the new folder
@@ -279,8 +421,8 @@ fn flow_checkpoint_verify<'py>(
 #[pyfunction]
 #[pyo3(signature = (dir, name, store_dir, cache_bytes, hold_bytes, threads=None, verify="full"))]
 #[allow(clippy::too_many_arguments)]
-fn flow_checkpoint_page_in<'py>(
-    py: Python<'py>,
+fn flow_checkpoint_page_in(
+    py: Python<'_>,
     dir: PathBuf,
     name: String,
     store_dir: PathBuf,
@@ -288,7 +430,7 @@ fn flow_checkpoint_page_in<'py>(
     hold_bytes: u64,
     threads: Option<usize>,
     verify: &str,
-) -> PyResult<(FlowForest, Bound<'py, PyDict>)> {
+) -> PyResult<(FlowForest, CheckpointScan)> {
     let walk = walk_of(threads, verify, (cache_bytes / 32).clamp(64 << 10, 4 << 20))?;
     let paged = py.detach(|| {
         let store = NodeStore::create(&store_dir, cache_bytes)
@@ -300,8 +442,7 @@ fn flow_checkpoint_page_in<'py>(
         Ok::<_, CheckpointError>((info, ReplayState::with_forest(forest, vec![trie])))
     });
     let (info, state) = paged.map_err(|e| cp_err(py, &e))?;
-    let d = stream_dict(py, &info)?;
-    Ok((FlowForest::from_state(state), d))
+    Ok((FlowForest::from_state(state), scan_result(py, &info)?))
 }
 
 /// A streamed walk from the Python arguments (`threads`: default all cores).
@@ -322,44 +463,18 @@ fn parse_verify(verify: &str) -> PyResult<Verify> {
     }
 }
 
-fn stream_dict<'py>(py: Python<'py>, info: &StreamInfo) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let tries = info
-        .tries
-        .iter()
-        .map(|(h, c, s)| {
-            let t = PyDict::new(py);
-            t.set_item("root", h.to_hex())?;
-            t.set_item("reg_count", c)?;
-            t.set_item("reg_size", s)?;
-            Ok(t)
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    d.set_item("tries", tries)?;
-    let parts = info
-        .parts
-        .iter()
-        .map(|p| part_dict(py, p))
-        .collect::<PyResult<Vec<_>>>()?;
-    d.set_item("parts", parts)?;
-    d.set_item("top_nodes", info.top_nodes)?;
-    d.set_item("rows", info.rows)?;
-    d.set_item("registers", info.registers)?;
-    Ok(d)
-}
-
 /// `checkpoint stats` of v6 checkpoint `name` of `dir` (one trie), gathered with the streamed
 /// read on `threads` threads (`verify` as `flow_checkpoint_stream`): leaf batches of
 /// `batch_bytes` per part, owner counts spilled as sorted runs into `spill_dir` (the caller's
-/// folder, removed by the caller) past `owner_bytes`. Returns the streamed read's dict plus
+/// folder, removed by the caller) past `owner_bytes`. Returns what the streamed read does plus
 /// `trie_stats`, `depths`, `kinds` (pyarrow record batches of the `flow_checkpoint_tries`,
 /// `_depths`, `_register_kinds` tables) and `owners` (a `FlowCheckpointOwners`: record batches
 /// of `flow_checkpoint_owners` in owner order). Raises `FlowCheckpointError`.
 #[pyfunction]
 #[pyo3(signature = (dir, name, spill_dir, threads=None, verify="full", batch_bytes=1 << 20, owner_bytes=64 << 20))]
 #[allow(clippy::too_many_arguments)]
-fn flow_checkpoint_stats<'py>(
-    py: Python<'py>,
+fn flow_checkpoint_stats(
+    py: Python<'_>,
     dir: PathBuf,
     name: String,
     spill_dir: PathBuf,
@@ -367,27 +482,30 @@ fn flow_checkpoint_stats<'py>(
     verify: &str,
     batch_bytes: usize,
     owner_bytes: usize,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<CheckpointStats> {
     let walk = walk_of(threads, verify, batch_bytes)?;
     let stats = py
         .detach(|| collect(&dir, &name, walk, &spill_dir, owner_bytes))
         .map_err(|e| cp_err(py, &e))?;
-    let d = stream_dict(py, &stats.info)?;
-    let batch = |b| PyRecordBatch::new(b).into_pyarrow(py);
-    d.set_item(
-        "trie_stats",
-        batch(checkpoint_tries_batch(std::slice::from_ref(&stats.trie)))?,
-    )?;
-    d.set_item("depths", batch(checkpoint_depths_batch(&stats.trie))?)?;
-    d.set_item("kinds", batch(checkpoint_kinds_batch(&stats.kinds))?)?;
-    d.set_item(
-        "owners",
-        FlowCheckpointOwners {
-            merge: Some(stats.owners),
-            batch_rows: OWNER_BATCH_ROWS,
-        },
-    )?;
-    Ok(d)
+    let batch = |b| -> PyResult<Py<PyAny>> { Ok(PyRecordBatch::new(b).into_pyarrow(py)?.unbind()) };
+    let info = &stats.info;
+    Ok(CheckpointStats {
+        tries: tries_of(py, &info.tries)?,
+        parts: parts_of(py, &info.parts)?,
+        top_nodes: info.top_nodes,
+        rows: info.rows,
+        registers: info.registers,
+        trie_stats: batch(checkpoint_tries_batch(std::slice::from_ref(&stats.trie)))?,
+        depths: batch(checkpoint_depths_batch(&stats.trie))?,
+        kinds: batch(checkpoint_kinds_batch(&stats.kinds))?,
+        owners: Py::new(
+            py,
+            FlowCheckpointOwners {
+                merge: Some(stats.owners),
+                batch_rows: OWNER_BATCH_ROWS,
+            },
+        )?,
+    })
 }
 
 /// Owners merged into one record batch (a few hundred KiB).
@@ -441,13 +559,13 @@ fn flow_checkpoint_write<'py>(
     name: String,
     roots: Option<Vec<String>>,
     threads: Option<usize>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<CheckpointWriteResult> {
     let tries = forest.tries_for(roots)?;
     let n = threads_or_cores(threads);
     let info = py
         .detach(|| write_tries(&tries, &dir, &name, n))
         .map_err(|e| cp_err(py, &e))?;
-    write_dict(py, &info)
+    write_result(py, &info)
 }
 
 /// Writes the one-trie checkpoint `dir/name` from a data folder's `registers` files (table
@@ -456,15 +574,15 @@ fn flow_checkpoint_write<'py>(
 /// rows.
 #[pyfunction]
 #[pyo3(signature = (registers, hashes, dir, name, threads=None, reg_size=None))]
-fn flow_checkpoint_write_registers<'py>(
-    py: Python<'py>,
+fn flow_checkpoint_write_registers(
+    py: Python<'_>,
     registers: Vec<PathBuf>,
     hashes: Vec<Option<PathBuf>>,
     dir: PathBuf,
     name: String,
     threads: Option<usize>,
     reg_size: Option<u64>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<RegistersCheckpointWrite> {
     if hashes.len() != registers.len() {
         return Err(PyValueError::new_err(
             "one register_hashes entry per registers file",
@@ -475,9 +593,15 @@ fn flow_checkpoint_write_registers<'py>(
     let (info, rows) = py
         .detach(|| write_from_registers(&files, &dir, &name, n, reg_size))
         .map_err(|e| cp_err(py, &e))?;
-    let d = write_dict(py, &info)?;
-    d.set_item("registers_read", rows)?;
-    Ok(d)
+    Ok(RegistersCheckpointWrite {
+        tries: tries_of(py, &info.tries)?,
+        part_nodes: info.part_nodes,
+        top_nodes: info.top_nodes,
+        bytes: info.bytes,
+        cached_leaves: info.cached_leaves,
+        hashed_leaves: info.hashed_leaves,
+        registers_read: rows,
+    })
 }
 
 /// Streams registers in path order into a one-trie v6 checkpoint (bounded memory).
@@ -540,11 +664,7 @@ impl FlowCheckpointBuilder {
     /// Completes the checkpoint and renames its files into place. `reg_size`: the trie
     /// record's register size as flow-go accounted it (default: summed over the registers).
     #[pyo3(signature = (reg_size=None))]
-    fn finish<'py>(
-        &mut self,
-        py: Python<'py>,
-        reg_size: Option<u64>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    fn finish(&mut self, py: Python<'_>, reg_size: Option<u64>) -> PyResult<CheckpointWriteResult> {
         let b = self
             .inner
             .take()
@@ -552,7 +672,7 @@ impl FlowCheckpointBuilder {
         let info = py
             .detach(|| b.finish_with(reg_size))
             .map_err(|e| cp_err(py, &e))?;
-        write_dict(py, &info)
+        write_result(py, &info)
     }
 
     /// Abandons the checkpoint (its temporary files are removed).
@@ -593,21 +713,21 @@ fn flow_register_split(
 /// `threads`, `permutations`, `seconds`, `permutations_per_s`.
 #[pyfunction]
 #[pyo3(signature = (threads=None, permutations_per_thread=8_000_000))]
-fn flow_keccak_throughput<'py>(
-    py: Python<'py>,
+fn flow_keccak_throughput(
+    py: Python<'_>,
     threads: Option<usize>,
     permutations_per_thread: u64,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> KeccakThroughput {
     let n = threads_or_cores(threads);
     let t = py.detach(|| chain_throughput(n, permutations_per_thread));
-    let d = PyDict::new(py);
-    d.set_item("backend", format!("{:?}", t.backend).to_lowercase())?;
-    d.set_item("lanes", t.backend.lanes())?;
-    d.set_item("threads", t.threads)?;
-    d.set_item("permutations", t.permutations)?;
-    d.set_item("seconds", t.seconds)?;
-    d.set_item("permutations_per_s", t.per_second())?;
-    Ok(d)
+    KeccakThroughput {
+        backend: format!("{:?}", t.backend).to_lowercase(),
+        lanes: t.backend.lanes(),
+        threads: t.threads,
+        permutations: t.permutations,
+        seconds: t.seconds,
+        permutations_per_s: t.per_second(),
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -623,6 +743,15 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FlowCheckpointOwners>()?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_write, m)?)?;
     m.add_class::<FlowCheckpointBuilder>()?;
+    m.add_class::<CheckpointPart>()?;
+    m.add_class::<CheckpointTrie>()?;
+    m.add_class::<CheckpointLoad>()?;
+    m.add_class::<CheckpointScan>()?;
+    m.add_class::<CheckpointStream>()?;
+    m.add_class::<CheckpointStats>()?;
+    m.add_class::<CheckpointWriteResult>()?;
+    m.add_class::<RegistersCheckpointWrite>()?;
+    m.add_class::<KeccakThroughput>()?;
     m.add_function(wrap_pyfunction!(flow_checkpoint_write_registers, m)?)?;
     m.add(
         "FlowCheckpointError",

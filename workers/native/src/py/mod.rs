@@ -1,5 +1,7 @@
 //! The Python binding layer: one module per domain, each using only domain modules and the
-//! shared binding types (`result`: the result classes' macro and `as_dict`).
+//! shared binding types (`result`: the result classes' macro and `as_dict`; `flow_types`: the
+//! Flow forest class, its exception and segment result, shared by `flow` and
+//! `flow_checkpoint`). No binding module imports another.
 
 pub(crate) mod btc_chain_state;
 pub(crate) mod btc_core_index;
@@ -9,5 +11,6 @@ pub(crate) mod eth;
 pub(crate) mod eth_gen;
 pub(crate) mod flow;
 pub(crate) mod flow_checkpoint;
+pub(crate) mod flow_types;
 pub(crate) mod result;
 pub(crate) mod sst;
