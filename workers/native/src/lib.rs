@@ -19,7 +19,7 @@ use btc::network::Network;
 use btc::scan::{ScanConfig, Scanner};
 use primitive_types::U256;
 use py::result::result_class;
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3_arrow::{PyArray, PyRecordBatch};
@@ -94,7 +94,7 @@ fn scan_blk<'py>(
         let mut scanner = Scanner::open(&cfg, &path)?;
         scanner.scan(start, bound)
     });
-    let shard = result.map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    let shard = result.map_err(|e| py::btc_error::io_error(py, &path, &e))?;
     shard_result(py, file_no, shard)
 }
 
@@ -159,7 +159,7 @@ fn decode_blk_bodies<'py>(
     let key = key8(xor_key)?;
     let cols = py
         .detach(|| btc::decode::decode_file_records(&path, key, net, &offsets))
-        .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+        .map_err(|e| py::btc_error::io_error(py, &path, &e))?;
     let bytes = cols.bytes;
     let batches = datasets::btc_bodies::build(file_no, cols)
         .into_iter()
@@ -185,7 +185,7 @@ fn decode_blk_verdicts<'py>(
     let rows = btc::decode::Rows::Verdicts;
     let cols = py
         .detach(|| btc::decode::decode_file_rows(&path, key, net, &offsets, rows))
-        .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+        .map_err(|e| py::btc_error::io_error(py, &path, &e))?;
     let bytes = cols.bytes;
     let batches = datasets::btc_bodies::build_verdicts(file_no, cols)
         .into_iter()
@@ -267,8 +267,8 @@ result_class! {
 
 /// Decodes one `btc_index` value (layout in `store.rs`).
 #[pyfunction]
-fn decode_index_value(value: &[u8]) -> PyResult<IndexEntry> {
-    let v = store::IndexValue::decode(value).map_err(|e| PyValueError::new_err(e.to_string()))?;
+fn decode_index_value(py: Python<'_>, value: &[u8]) -> PyResult<IndexEntry> {
+    let v = store::IndexValue::decode(value).map_err(|e| py::btc_error::store_error(py, &e))?;
     let status = [
         btc::link::EntryState::Active,
         btc::link::EntryState::ValidFork,
@@ -461,7 +461,7 @@ fn generate_bitcoin(
     let dir = outdir.join("blocks");
     let s = py
         .detach(|| btc::gen::generate(&cfg, &dir))
-        .map_err(|e| PyOSError::new_err(format!("{}: {e}", dir.display())))?;
+        .map_err(|e| py::btc_error::io_error(py, &dir, &e))?;
     Ok(BtcGenSummary {
         network: cfg.network.name(),
         tip_hash: datasets::hex::display_hex(&s.tip_hash),
@@ -518,6 +518,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(display_hash, m)?)?;
     m.add_function(wrap_pyfunction!(reversed_hashes, m)?)?;
     m.add_class::<BtcGenConfig>()?;
+    m.add("BtcError", py::btc_error::btc_error_type(m.py())?)?;
     m.add_function(wrap_pyfunction!(generate_bitcoin, m)?)?;
     m.add_function(wrap_pyfunction!(hash_headers_seconds, m)?)?;
     m.add_class::<NetworkInfo>()?;

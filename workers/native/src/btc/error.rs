@@ -5,8 +5,10 @@
 //! chain state's tables is `datasets::btc_chain_rows`'s, with its `RowsError`; writing them
 //! is `parquet_out`'s.)
 //!
-//! Every message is the text Python has always received (bindings turn these into `OSError`
-//! or `ValueError` with `to_string()`), so none may change.
+//! Every message is the text Python has always received (the bindings raise these as
+//! `BtcError`, `py/btc_error.rs`: an `OSError` and a `ValueError` whose `str` is
+//! `to_string()`, with the kind and the block, file and offset as attributes), so none may
+//! change.
 
 use std::fmt;
 use std::path::PathBuf;

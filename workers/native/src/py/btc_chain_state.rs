@@ -2,6 +2,7 @@
 //! applied to coins the caller read from RocksDB, unwinding by undo records, and Core's
 //! `hash_serialized_3` over the stored set.
 
+use super::btc_error::{chain_state_error, store_error, write_error};
 use super::result::result_class;
 use crate::bounded::map_bounded;
 use crate::btc::chain_state::{self, Chunk, SourceBlock};
@@ -16,7 +17,7 @@ use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups, WriteErr
 use crate::{key8, network};
 use arrow_schema::SchemaRef;
 use parquet::basic::Compression;
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
@@ -157,7 +158,7 @@ impl ChainStateChunk {
         }
         let inner = py
             .detach(|| Chunk::load(net, key, blocks))
-            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+            .map_err(|e| chain_state_error(py, &e))?;
         Ok(ChainStateChunk {
             inner,
             places,
@@ -215,7 +216,7 @@ impl ChainStateChunk {
     fn apply(&self, py: Python<'_>, values: Vec<Option<Vec<u8>>>) -> PyResult<ChunkApplied> {
         let a = py
             .detach(|| self.inner.apply(values))
-            .map_err(value_error)?;
+            .map_err(|e| chain_state_error(py, &e))?;
         self.applied(py, a)
     }
 
@@ -252,7 +253,7 @@ impl ChainStateChunk {
                 let values = self.inner.coins_from(&bufs, &stored)?;
                 self.inner.apply(values)
             })
-            .map_err(value_error)?;
+            .map_err(|e| chain_state_error(py, &e))?;
         self.applied(py, a)
     }
 
@@ -344,7 +345,7 @@ impl ChainStateChunk {
                 .into_iter()
                 .collect::<Result<Vec<u64>, WriteError>>()
         })
-        .map_err(value_error)
+        .map_err(|e| write_error(py, &e))
     }
 }
 
@@ -409,22 +410,25 @@ fn respend_outputs(
 ) -> PyResult<u64> {
     let (heights, _) = spent_heights.into_inner();
     let (rows, _) = spent_rows.into_inner();
-    py.detach(|| {
+    let copied = py.detach(|| -> PyResult<Result<u64, WriteError>> {
         let spent = spent_outputs(&heights, &rows)?;
         let mut flags = btc_chain_rows::Respent::new(&spent, keep_old);
-        let n = crate::parquet_out::replace_column(
+        let n = match crate::parquet_out::replace_column(
             &src,
             &dest,
             "spent",
             &["height", "spent"],
             |batch| flags.batch(batch).map_err(WriteError::rows),
-        )
-        .map_err(value_error)?;
+        ) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(e)),
+        };
         flags
             .finish()
             .map_err(|e| PyValueError::new_err(format!("{}: {e}", src.display())))?;
-        Ok(n)
-    })
+        Ok(Ok(n))
+    })?;
+    copied.map_err(|e| write_error(py, &e))
 }
 
 result_class! {
@@ -464,8 +468,10 @@ fn unwind_chain_state(py: Python<'_>, undos: Vec<Vec<u8>>) -> PyResult<UnwindCha
         .iter()
         .map(|u| undo::decode_undo(u).map(|x| display_hex(&x.hash)))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(value_error)?;
-    let (puts, deletes, count, amount) = py.detach(|| undo::unwind(&undos)).map_err(value_error)?;
+        .map_err(|e| store_error(py, &e))?;
+    let (puts, deletes, count, amount) = py
+        .detach(|| undo::unwind(&undos))
+        .map_err(|e| store_error(py, &e))?;
     Ok(UnwindChange {
         puts: (
             bytes_list(py, puts.iter().map(|p| &p.0))?,
@@ -483,10 +489,10 @@ fn unwind_chain_state(py: Python<'_>, undos: Vec<Vec<u8>>) -> PyResult<UnwindCha
 
 /// The block hash (display) an undo record belongs to.
 #[pyfunction]
-fn undo_block_hash(undo: &[u8]) -> PyResult<String> {
+fn undo_block_hash(py: Python<'_>, undo: &[u8]) -> PyResult<String> {
     undo::decode_undo(undo)
         .map(|u| display_hex(&u.hash))
-        .map_err(value_error)
+        .map_err(|e| store_error(py, &e))
 }
 
 /// Core's `hash_serialized_3` of the `btc_utxo` entries yielded in key order by `items`
@@ -496,7 +502,9 @@ fn hash_utxo_entries(items: &Bound<'_, PyAny>) -> PyResult<(String, u64, u64)> {
     let mut digest = SetDigest::default();
     for item in PyIterator::from_object(items)? {
         let (k, v): (Vec<u8>, Vec<u8>) = item?.extract()?;
-        digest.push(&k, &v).map_err(value_error)?;
+        digest
+            .push(&k, &v)
+            .map_err(|e| store_error(items.py(), &e))?;
     }
     let (count, total) = (digest.count, digest.total);
     Ok((crate::datasets::hex::to_hex(&digest.finish()), count, total))
@@ -512,7 +520,7 @@ fn resolve_spends<'py>(py: Python<'py>, events: Vec<Vec<u8>>) -> PyResult<Bound<
             let bufs: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
             spend_resolve::resolve(&bufs)
         })
-        .map_err(value_error)?;
+        .map_err(|e| store_error(py, &e))?;
     bytes_list(py, out.iter())
 }
 
@@ -520,7 +528,7 @@ fn resolve_spends<'py>(py: Python<'py>, events: Vec<Vec<u8>>) -> PyResult<Bound<
 /// it, as the range found it, for `ChainStateChunk.apply_resolved`.
 #[pyfunction]
 fn resolved_stored_keys<'py>(py: Python<'py>, resolved: &[u8]) -> PyResult<Bound<'py, PyList>> {
-    let keys = spend_resolve::stored_keys(resolved).map_err(value_error)?;
+    let keys = spend_resolve::stored_keys(resolved).map_err(|e| store_error(py, &e))?;
     bytes_list(py, keys.iter())
 }
 

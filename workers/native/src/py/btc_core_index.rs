@@ -2,6 +2,7 @@
 //! tree into sorted LevelDB puts, decode a node's `'b'` records into columns, and the
 //! index-guided blk scan. LevelDB itself is opened from Python (plyvel).
 
+use super::btc_error::io_error;
 use super::result::result_class;
 use crate::btc::core_index_encode::{encode_index, HeaderRow, Packed};
 use crate::btc::core_index_plan as plan;
@@ -13,7 +14,7 @@ use arrow_array::types::{Int32Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef, BinaryArray, FixedSizeBinaryArray, RecordBatch};
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema};
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch};
@@ -195,8 +196,7 @@ fn scan_blk_guided<'py>(
         let mut scanner = Scanner::open(&cfg, &path)?;
         scanner.scan_with_hints(start, bound, &hints)
     });
-    let (shard, report) =
-        result.map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+    let (shard, report) = result.map_err(|e| io_error(py, &path, &e))?;
     let (records, events, info) = shard_result(py, file_no, shard)?;
     let rep = HintReport {
         verified: report.verified,

@@ -1,10 +1,12 @@
 //! The Python binding layer: one module per domain, each using only domain modules and the
-//! shared binding types (`result`: the result classes' macro and `as_dict`; `flow_types`: the
+//! shared binding types (`result`: the result classes' macro and `as_dict`; `btc_error`: the
+//! `BtcError` exception of the Bitcoin bindings; `flow_types`: the
 //! Flow forest class, its exception and segment result, shared by `flow` and
 //! `flow_checkpoint`). No binding module imports another.
 
 pub(crate) mod btc_chain_state;
 pub(crate) mod btc_core_index;
+pub(crate) mod btc_error;
 pub(crate) mod btc_headers;
 pub(crate) mod btc_txindex;
 pub(crate) mod eth;
