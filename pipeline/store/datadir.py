@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rechain.pipeline.errors import DataFolderBusy, RechainError
-from rechain.pipeline.store.table_view import kept_generation, publish_view
+from rechain.pipeline.store.table_view import current_generation_name, publish_view
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
@@ -382,7 +382,10 @@ class DataDir:
         base = self.parquet_dir(table)
         if not base.exists():
             return
-        kept = {f"{keep:06d}" if keep is not None else None, kept_generation(self.path, table)}
+        kept = {
+            f"{keep:06d}" if keep is not None else None,
+            current_generation_name(self.path, table),
+        }
         for child in base.iterdir():
             if child.name not in kept:
                 shutil.rmtree(child, ignore_errors=True)

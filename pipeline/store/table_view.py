@@ -75,7 +75,8 @@ def current_tables(data: Path) -> dict[str, Path]:
 
 
 def current_generation_name(data: Path, table: str) -> str | None:
-    """The generation folder name (``NNNNNN``) the view holds for ``table``, or None."""
+    """The generation folder name (``NNNNNN``) the view holds for ``table``, or None: what a
+    stage removing a table's old generations keeps until the run switches the view."""
     view = current_view(data)
     if view is None:
         return None
@@ -155,12 +156,6 @@ def view_problems(data: Path) -> list[str]:
         f"the tables view does not yet show the newest {', '.join(lagging)} (a run stopped "
         "before it finished publishing); rerun it"
     ]
-
-
-def kept_generation(data: Path, table: str) -> str | None:
-    """The generation of ``table`` a stage removing old generations must keep besides its
-    own: the one readers see until the run switches the view."""
-    return current_generation_name(data, table)
 
 
 def _targets(view: Path) -> dict[str, str]:
