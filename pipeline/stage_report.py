@@ -14,11 +14,13 @@ from rechain.pipeline.store.datadir import DataDir
 PIPELINES = ("bitcoin", "flow", "eth")
 
 
-def _stages(pipeline: str) -> list[Any]:
+def _stages(pipeline: str, data: DataDir) -> list[Any]:
     if pipeline == "bitcoin":
         from rechain.pipeline.bitcoin.stages import stages
+        from rechain.pipeline.store.folder import folder_record
 
-        return list(stages("full"))
+        # The script checks are a stage of the folders that asked for them (``--scripts``).
+        return list(stages("full", scripts=bool(folder_record(data).get("scripts"))))
     if pipeline == "eth":
         from rechain.pipeline.ethereum.stages import stages as eth_stages
 
@@ -46,7 +48,7 @@ def pipeline_states(data: DataDir, pipeline: str) -> list[tuple[str, str, dict[s
     cps = read_checkpoints(data, pipeline)
     out = []
     previous: tuple[Any, dict[str, Any]] | None = None
-    for stage in _stages(pipeline):
+    for stage in _stages(pipeline, data):
         cp = cps.get(stage.name)
         out.append(
             (

@@ -43,9 +43,14 @@ VOLATILE_META = {
     fs.META_FLOW_GENERATION,
     layout.META_ETH_RUN,
 }
-#: Meta key prefixes of the same kind: stage checkpoints, and the applied chain's parts (how
-#: it was cut into chunks, as ``META_BTC_CHAIN_STATE``).
-VOLATILE_META_PREFIXES = (layout.META_STAGE_PREFIX, layout.META_BTC_CHAIN_PART_PREFIX)
+#: Meta key prefixes of the same kind: stage checkpoints, the applied chain's parts (how it was
+#: cut into chunks, as ``META_BTC_CHAIN_STATE``) and the runs its scripts were checked in (the
+#: figures are in ``META_BTC_SCRIPTS``).
+VOLATILE_META_PREFIXES = (
+    layout.META_STAGE_PREFIX,
+    layout.META_BTC_CHAIN_PART_PREFIX,
+    layout.META_BTC_SCRIPTS_RUN_PREFIX,
+)
 #: Meta keys whose JSON holds timings (keys ending in ``_s``) beside content.
 TIMED_META = {fs.META_FLOW_SUMMARY, fs.META_FLOW_CHECKPOINT}
 #: Registers compared and hashed per step of the Flow check.

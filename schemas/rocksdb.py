@@ -95,6 +95,17 @@ META_BTC_CHAIN_STATE = b"btc/chain_state"
 #: height, last height, part file], written in the same write as the chunk's checkpoint, so a
 #: commit writes one part, not the list of every part before it.
 META_BTC_CHAIN_PART_PREFIX = b"btc/chain_part/"
+#: Script validation (``--scripts``, pipeline/bitcoin/script_checks.py): how far the applied
+#: chain's scripts are checked, JSON {height, hash (display), assume_valid, blocks, txs,
+#: inputs, assumed_blocks}, written with each checked run's key.
+META_BTC_SCRIPTS = b"btc/scripts"
+#: One key per checked run of best-chain blocks (``scripts_run_key(first height)``): JSON
+#: {first, last, hash (display, of the block at last), assumed, txs, inputs}. A run whose last
+#: block left the best chain is checked again.
+META_BTC_SCRIPTS_RUN_PREFIX = b"btc/scripts_run/"
+#: Blocks found invalid by a script: JSON {display hash: {height, tx_index, txid, input,
+#: reason}} (the reason is also in ``META_BTC_INVALID_BLOCKS``).
+META_BTC_SCRIPT_FAILURES = b"btc/script_failures"
 #: The published full-decode tables' segments: JSON {generation, segments: [{first, last,
 #: hash (display, of the block at last), path, spent (fingerprint)}]} (pipeline/bitcoin/stages/
 #: publish.py).
@@ -159,6 +170,12 @@ def chain_part_key(first: int) -> bytes:
     """``META_BTC_CHAIN_PART_PREFIX`` key of the chain-state part from height ``first``: keys
     in height order."""
     return META_BTC_CHAIN_PART_PREFIX + struct.pack(">I", first)
+
+
+def scripts_run_key(first: int) -> bytes:
+    """``META_BTC_SCRIPTS_RUN_PREFIX`` key of the checked run from height ``first``: keys in
+    height order."""
+    return META_BTC_SCRIPTS_RUN_PREFIX + struct.pack(">I", first)
 
 
 def best_chain_hash(bucket: bytes | None, height: int) -> bytes | None:

@@ -85,6 +85,31 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "engine.stage_checkpointed": (3, 5),
         "store.view_switched": (1,),
     },
+    # A full reindex checking scripts that finds the block at 150 invalid: runs checked, the
+    # link stage invalidated, the chain state unwound to 149, everything after redone.
+    "btc_scripts": {
+        "scan.shard_committed": (),
+        "link.index_reset": (),
+        "link.index_ingested": (LAST,),
+        "link.published": (),
+        "link.summary_written": (),
+        "chain_state.spends_written": (),
+        "chain_state.applied": (),
+        "scripts.run_checked": (1, LAST),
+        "chain_state.unwound": (1,),
+        "store.generation_staged": (),
+        "store.generation_renamed": (),
+        "publish.outputs_shared": (),
+        "publish.manifest_written": (),
+        "indexes.sst_written": (),
+        "indexes.index_reset": (),
+        "indexes.sst_ingested": (),
+        "indexes.record_written": (),
+        "indexes.generations_removed": (),
+        "indexes.summary_written": (),
+        "engine.stage_checkpointed": (),
+        "store.view_switched": (),
+    },
     # A full reindex of a folder indexed before a 6-deep reorg: unwinds, relinks, republishes
     # keeping old segments, and updates the tx index.
     "btc_reorg": {
@@ -275,10 +300,10 @@ class Scenarios:
             )
         return root / "blocks"
 
-    def _btc(self, blocks: Path, mode: str, base: Path | None) -> Scenario:
+    def _btc(self, blocks: Path, mode: str, base: Path | None, *extra: str) -> Scenario:
         def cmd(data: Path) -> list[str]:
             return conftest.reindex_cmd(
-                blocks, data, "--mode", mode, "--workers", "2", "--shard-size", "64K"
+                blocks, data, "--mode", mode, "--workers", "2", "--shard-size", "64K", *extra
             )
 
         prepare = empty_folder("data") if base is None else copy_of(base)
@@ -289,6 +314,26 @@ class Scenarios:
 
     def btc_full(self) -> Scenario:
         return self._btc(self._btc_chain(), "full", None)
+
+    def btc_scripts(self) -> Scenario:
+        """A full reindex checking scripts, small runs (a tiny budget), of a chain whose block
+        at 150 carries a wrong signature: runs are committed, then the block is found invalid
+        and the chain state unwinds to 149."""
+        root = self.root / "scripts-chain"
+        gen_chain(
+            root,
+            "--blocks",
+            "200",
+            "--tx-per-block",
+            "2:8",
+            "--file-size",
+            "120K",
+            "--seed",
+            "12",
+            "--bad-signature",
+            "150",
+        )
+        return self._btc(root / "blocks", "full", None, "--scripts", "--memory-budget", "2M")
 
     def btc_reorg(self) -> Scenario:
         root = self.root / "reorg-chain"

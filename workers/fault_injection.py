@@ -54,6 +54,7 @@ KILL_POINTS: tuple[str, ...] = (
     "chain_state.unwound",
     "chain_state.spends_written",
     "chain_state.applied",
+    "scripts.run_checked",
     "publish.outputs_shared",
     "publish.manifest_written",
     "indexes.sst_written",

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime.budget import budget_share
 from rechain.pipeline.store.datadir import DataDir
 from rechain.schemas import bitcoin as ds
@@ -95,9 +97,41 @@ def empty_spends() -> pa.RecordBatch:
     return batch
 
 
+#: Block-index entries read per multi-get while cutting the best chain into runs.
+INDEX_READ_BLOCKS = 1_024
+
+
 def best_chain(data: DataDir) -> bytes:
     """The best chain's hashes (internal order, 32 bytes per height from 0)."""
     return b"".join(v for _, v in data.items(layout.CF_BTC_BEST))
+
+
+def best_chain_runs(
+    data: DataDir, best: bytes, start: int, tip: int, max_bytes: int, segment: int
+) -> Iterator[tuple[int, list[bytes], list[IndexEntry]]]:
+    """(first height, hashes, block-index entries) of consecutive best-chain runs from
+    ``start`` to ``tip``, each of at most ``max_bytes`` of blocks (or one block), none
+    crossing a multiple of ``segment``."""
+    index = data.cf(layout.CF_BTC_INDEX)
+    first, hashes, entries, size = start, [], [], 0
+    for lo in range(start, tip + 1, INDEX_READ_BLOCKS):
+        heights = range(lo, min(tip + 1, lo + INDEX_READ_BLOCKS))
+        batch = [best[32 * k : 32 * k + 32] for k in heights]
+        for block_hash, value in zip(batch, index[batch], strict=True):
+            if value is None:
+                raise RechainError(
+                    f"the best chain names block {_native.display_hash(block_hash)}, "
+                    "which the block index lacks"
+                )
+            entry = layout.decode_index_value(value)
+            hashes.append(block_hash)
+            entries.append(entry)
+            size += entry.size + 8
+            if size >= max_bytes or (first + len(hashes)) % segment == 0:
+                yield first, hashes, entries
+                first, hashes, entries, size = first + len(hashes), [], [], 0
+    if hashes:
+        yield first, hashes, entries
 
 
 def applied_copies(data: DataDir) -> pa.Table:

@@ -25,6 +25,7 @@ def generate(
     reorg_depth: int = 0,
     reorg_back: bool = False,
     bad_signature: int = 0,
+    bad_signature_branch: bool = False,
 ) -> dict[str, Any]:
     try:
         lo_s, _, hi_s = tx_per_block.partition(":")
@@ -37,6 +38,8 @@ def generate(
         raise RechainError("--reorg DEPTH must be below the chain's length minus one")
     if bad_signature < 0 or bad_signature >= blocks:
         raise RechainError("--bad-signature HEIGHT must be a height of the chain")
+    if bad_signature_branch and not reorg_depth:
+        raise RechainError("--bad-signature-branch damages the reorg branch: add --reorg DEPTH")
     if file_size < 1024:
         raise RechainError("--file-size must be at least 1024 bytes")
     try:
@@ -56,6 +59,7 @@ def generate(
                 reorg_depth=reorg_depth,
                 reorg_back=reorg_back,
                 bad_signature_height=bad_signature,
+                bad_signature_branch=bad_signature_branch,
             ),
         ).as_dict()
     except (OSError, ValueError) as e:

@@ -25,6 +25,7 @@ from rechain.pipeline.bitcoin.plan import (
 )
 from rechain.pipeline.bitcoin.run import PIPELINE, BtcRun
 from rechain.pipeline.bitcoin.scan_log import BtcCommitter, remove_unreferenced_segments
+from rechain.pipeline.bitcoin.script_checks import normalize_assume_valid
 from rechain.pipeline.bitcoin.stages import stages
 from rechain.pipeline.bitcoin.stages.link import check_found_records
 from rechain.pipeline.engine.driver import Driver
@@ -58,6 +59,12 @@ class ReindexOptions:
     core_index: Path | None = None
     #: Rerun the pipeline from this stage on (``--from-stage``), whatever the checkpoints say.
     from_stage: str | None = None
+    #: Verify every input's script with Core's interpreter (full mode); None: the data
+    #: folder's choice (off for a new folder).
+    scripts: bool | None = None
+    #: ``--assume-valid``: a block hash whose ancestors' scripts are skipped, "0" to check
+    #: every script; None: the data folder's (else "0").
+    assume_valid: str | None = None
 
 
 def folder_network(path: Path) -> str:
@@ -83,8 +90,25 @@ def folder_mode(data: DataDir, asked: str | None) -> str:
     return asked
 
 
+def folder_scripts(data: DataDir, opts: ReindexOptions) -> ReindexOptions:
+    """``--scripts`` and ``--assume-valid`` as asked, else as the folder recorded them: a folder
+    whose scripts were checked keeps them checked until a run says ``--no-scripts``."""
+    held = folder_record(data)
+    scripts = bool(held.get("scripts", False)) if opts.scripts is None else opts.scripts
+    if opts.assume_valid is None:
+        assume_valid = held.get("assume_valid")
+    else:
+        assume_valid = normalize_assume_valid(opts.assume_valid)
+    if scripts and opts.mode != "full":
+        raise RechainError(
+            "--scripts checks the transactions of a full reindex: add --mode full "
+            f"(the data folder's mode is {opts.mode})"
+        )
+    return replace(opts, scripts=scripts, assume_valid=assume_valid)
+
+
 #: The stages after the header pass, whose time is the report's ``full_total_s``.
-FULL_STAGES = ("bodies", "chain_state", "publish", "indexes")
+FULL_STAGES = ("bodies", "chain_state", "scripts", "publish", "indexes")
 
 
 def run(opts: ReindexOptions) -> dict[str, Any]:
@@ -102,8 +126,16 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
                 f"{opts.data} holds a {stored} index; this run asked for --network {opts.network}"
             )
         opts = replace(opts, mode=folder_mode(data, opts.mode))
-        claim(data, PIPELINE, network=opts.network, mode=opts.mode)
-        pipeline = stages(opts.mode)
+        opts = folder_scripts(data, opts)
+        claim(
+            data,
+            PIPELINE,
+            network=opts.network,
+            mode=opts.mode,
+            scripts=opts.scripts,
+            assume_valid=opts.assume_valid,
+        )
+        pipeline = stages(opts.mode, scripts=bool(opts.scripts))
         data.write({layout.CF_META: [(layout.META_BTC_NETWORK, opts.network)]})
         committer = BtcCommitter(data, opts.network, root_hash=opts.root_hash)
         committer.forget_missing_files({f.file_no for f in files})

@@ -51,6 +51,10 @@ def status(data_path: Path) -> dict[str, Any]:
                 tables=full["tables"],
                 invalid_blocks=full["invalid_blocks"],
             )
+        checked = data.meta_get(layout.META_BTC_SCRIPTS)
+        if checked is not None:
+            failures = data.meta_get(layout.META_BTC_SCRIPT_FAILURES) or {}
+            out["scripts"] = {**checked, "failures": failures}
         return out
 
 
@@ -138,6 +142,16 @@ def format_status(s: dict[str, Any]) -> str:
             ("hash_serialized_3", s["hash_serialized_3"]),
             ("transactions", f"{s['tables']['transactions']:,}"),
         ]
+    checked = s.get("scripts")
+    if checked:
+        assumed = checked["assumed_blocks"]
+        rows.append(
+            (
+                "scripts",
+                f"checked to height {checked['height']}: {checked['inputs']:,} inputs"
+                + (f", {assumed:,} blocks assumed valid" if assumed else ""),
+            )
+        )
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     for item in s["skipped"][:20]:
@@ -149,6 +163,11 @@ def format_status(s: dict[str, Any]) -> str:
         lines.append(f"  ... {len(s['skipped']) - 20} more (use --json)")
     for item in s["invalid"][:20]:
         lines.append(f"  invalid {item['hash']}: {item['reason']}")
+    for block_hash, f in sorted((checked or {}).get("failures", {}).items()):
+        lines.append(
+            f"  invalid {block_hash} (height {f['height']}): {f['reason']}, "
+            f"transaction {f['txid']} input {f['input']}"
+        )
     run = s.get("run") or {}
     if run:
         lines.append(

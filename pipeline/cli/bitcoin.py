@@ -64,8 +64,15 @@ def add_gen(gen: Subparsers) -> None:
         default=0,
         metavar="HEIGHT",
         help="damage for oracle tests: the first spend of the best-chain block at HEIGHT "
-        "carries a wrong signature (a node checking scripts rejects the block; rechain does "
-        "not check scripts)",
+        "carries a wrong signature (a node checking scripts, and `btc reindex --scripts`, "
+        "rejects the block)",
+    )
+    g.add_argument(
+        "--bad-signature-branch",
+        action="store_true",
+        help="damage for oracle tests: the --reorg branch's first block carries a wrong "
+        "signature, so a node checking scripts keeps the main chain (expected.json describes "
+        "the chain a node that does not check them ends on)",
     )
     g.set_defaults(handler=gen_bitcoin)
 
@@ -114,6 +121,22 @@ def add_commands(sub: Subparsers) -> None:
         "consensus checks, UTXO set (default: the data folder's mode; headers for a new one)",
     )
     r.add_argument(
+        "--scripts",
+        dest="scripts",
+        action="store_true",
+        default=None,
+        help="full mode: verify every input's script with Bitcoin Core's interpreter (the "
+        "data folder remembers it; default: the folder's choice, off for a new one)",
+    )
+    r.add_argument("--no-scripts", dest="scripts", action="store_false")
+    r.add_argument(
+        "--assume-valid",
+        default=None,
+        metavar="HASH",
+        help="with --scripts: skip the scripts of this block and its ancestors, as Core's "
+        "-assumevalid does (0: check every script; default: the folder's, else 0)",
+    )
+    r.add_argument(
         "--core-index",
         type=Path,
         default=None,
@@ -124,7 +147,7 @@ def add_commands(sub: Subparsers) -> None:
         default=None,
         metavar="NAME",
         help="rerun the pipeline from this stage on (scan, link, bodies, chain_state, "
-        "publish, indexes), whatever the checkpoints say",
+        "scripts, publish, indexes), whatever the checkpoints say",
     )
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.set_defaults(handler=reindex)
@@ -172,6 +195,7 @@ def gen_bitcoin(args: argparse.Namespace) -> int:
         reorg_depth=args.reorg,
         reorg_back=args.reorg_back,
         bad_signature=args.bad_signature,
+        bad_signature_branch=args.bad_signature_branch,
     )
     print(
         f"wrote {facts['records']:,} blocks in {facts['files']} file(s) to "

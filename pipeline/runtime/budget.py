@@ -48,6 +48,9 @@ SHARES: dict[str, dict[str, Share]] = {
         "chain_state.rounds": _share(
             "chain_state", 1, 4, "block bytes of a spend-resolution round on Ray"
         ),
+        "scripts.runs": _share(
+            "scripts", 1, 4, "block bytes and undo records of the script runs in flight"
+        ),
         "duckdb": _share("publish,indexes", 1, 2, "DuckDB's buffer pool (it spills past it)"),
         "publish.row_groups": _share("publish", 1, 16, "a published file's open row group"),
         "indexes.txindex": _share("indexes", 1, 8, "the tx index's sorted runs (spilled past it)"),

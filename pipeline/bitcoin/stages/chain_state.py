@@ -83,8 +83,6 @@ MAX_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 4 << 20
 #: Blocks unwound per atomic write.
 UNWIND_BLOCKS = 1_000
-#: Block-index entries read per multi-get while cutting chunks.
-INDEX_READ_BLOCKS = 1_024
 #: Chunks (and so the published tables' segments) never cross a multiple of this many heights:
 #: a fresh run and runs that grew the chain in steps cut the chain at the same heights.
 SEGMENT_BLOCKS = 1_000
@@ -161,7 +159,9 @@ class ChainStateStage(Stage[BtcRun]):
         chunks = budget_share(ctx.opts.memory_budget, "bitcoin", "chain_state.chunks")
         share = chunks // chain_parts.ROWS_IN_FLIGHT
         chunk_bytes = max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, share))
-        chunks = _chunks(data, best, cp["height"] + 1, tip, chunk_bytes)
+        chunks = chain_parts.best_chain_runs(
+            data, best, cp["height"] + 1, tip, chunk_bytes, SEGMENT_BLOCKS
+        )
         if on_ray:
             cp, applied, failure = spend_resolution.apply_range(ctx, cp, list(chunks))
         else:
@@ -373,34 +373,6 @@ def _trim_parts(
                 write_file_atomic(folder / trimmed, write)
             kept.append((first, below, trimmed))
     return kept
-
-
-def _chunks(
-    data: DataDir, best: bytes, start: int, tip: int, max_bytes: int
-) -> Iterator[tuple[int, list[bytes], list[IndexEntry]]]:
-    """(first height, hashes, block-index entries) of consecutive best-chain runs from
-    ``start`` to ``tip``, each of at most ``max_bytes`` of blocks (or one block), none
-    crossing a multiple of ``SEGMENT_BLOCKS``."""
-    index = data.cf(layout.CF_BTC_INDEX)
-    first, hashes, entries, size = start, [], [], 0
-    for lo in range(start, tip + 1, INDEX_READ_BLOCKS):
-        heights = range(lo, min(tip + 1, lo + INDEX_READ_BLOCKS))
-        batch = [best[32 * k : 32 * k + 32] for k in heights]
-        for block_hash, value in zip(batch, index[batch], strict=True):
-            if value is None:
-                raise RechainError(
-                    f"the best chain names block {_native.display_hash(block_hash)}, "
-                    "which the block index lacks"
-                )
-            entry = layout.decode_index_value(value)
-            hashes.append(block_hash)
-            entries.append(entry)
-            size += entry.size + 8
-            if size >= max_bytes or (first + len(hashes)) % SEGMENT_BLOCKS == 0:
-                yield first, hashes, entries
-                first, hashes, entries, size = first + len(hashes), [], [], 0
-    if hashes:
-        yield first, hashes, entries
 
 
 def _load_chunk(ctx: BtcRun, chunk: tuple[int, list[bytes], list[IndexEntry]]) -> Any:

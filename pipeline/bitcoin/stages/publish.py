@@ -233,7 +233,8 @@ def _select_sql(table: str, s: str, where: str) -> str:
         SELECT i.txid, i.vin, i.prev_txid, i.prev_vout,
           {hex_sql("i.script_sig")} AS script_sig, i.sequence, i.witness_items,
           list_transform(i.witness, lambda w: {hex_sql("w")}) AS witness,
-          r.value, i.block_hash, i.tx_position, {context}
+          r.value, NULL::VARCHAR AS prev_script_pubkey, NULL::VARCHAR AS prev_script_type,
+          NULL::VARCHAR AS prev_address, i.block_hash, i.tx_position, {context}
         FROM si{s} i JOIN headers h ON h.hash = i.block_hash
         LEFT JOIN (SELECT height, pos, vin, value FROM res{s}) r
           ON h.in_best_chain AND r.height = h.height AND r.pos = i.tx_position

@@ -53,6 +53,8 @@ result_class! {
         genesis_bits: u32,
         bip34_height: u64,
         halving_interval: u64,
+        minimum_chain_work: &'static str,
+        target_spacing: u64,
     }
 }
 
@@ -67,6 +69,8 @@ fn network_info(py: Python<'_>, name: &str) -> PyResult<NetworkInfo> {
         genesis_bits: n.genesis_bits(),
         bip34_height: n.bip34_height(),
         halving_interval: n.halving_interval(),
+        minimum_chain_work: n.minimum_chain_work_hex(),
+        target_spacing: n.target_spacing(),
     })
 }
 
@@ -367,6 +371,7 @@ struct BtcGenConfig {
     reorg_depth: u64,
     reorg_back: bool,
     bad_signature_height: u64,
+    bad_signature_branch: bool,
 }
 
 #[pymethods]
@@ -374,7 +379,8 @@ impl BtcGenConfig {
     #[new]
     #[pyo3(signature = (*, blocks, network="regtest".to_string(), seed=1, file_size=134_217_728, xor=true,
                         shuffle_window=16, side_branches=0, orphans=0, tx_min=1, tx_max=1,
-                        reorg_depth=0, reorg_back=false, bad_signature_height=0))]
+                        reorg_depth=0, reorg_back=false, bad_signature_height=0,
+                        bad_signature_branch=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         blocks: u64,
@@ -390,6 +396,7 @@ impl BtcGenConfig {
         reorg_depth: u64,
         reorg_back: bool,
         bad_signature_height: u64,
+        bad_signature_branch: bool,
     ) -> Self {
         BtcGenConfig {
             blocks,
@@ -405,6 +412,7 @@ impl BtcGenConfig {
             reorg_depth,
             reorg_back,
             bad_signature_height,
+            bad_signature_branch,
         }
     }
 }
@@ -457,6 +465,7 @@ fn generate_bitcoin(
         reorg_depth: c.reorg_depth,
         reorg_back: c.reorg_back,
         bad_signature_height: c.bad_signature_height,
+        bad_signature_branch: c.bad_signature_branch,
     };
     let dir = outdir.join("blocks");
     let s = py
@@ -530,6 +539,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py::btc_core_index::register(m)?;
     py::btc_headers::register(m)?;
     py::btc_chain_state::register(m)?;
+    py::btc_scripts::register(m)?;
     py::eth::register(m)?;
     py::eth_gen::register(m)?;
     Ok(())

@@ -24,6 +24,7 @@ fn generated_chain_headers_match_rust_bitcoin() {
         reorg_depth: 0,
         reorg_back: false,
         bad_signature_height: 0,
+        bad_signature_branch: false,
     };
     let summary = generate(&cfg, &dir.join("blocks")).unwrap();
     let scan_cfg = ScanConfig {

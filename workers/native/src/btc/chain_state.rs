@@ -63,6 +63,40 @@ pub struct SpendRows {
     pub prev_height: Vec<u32>,
     /// The spent output's row among its block's outputs (see `coin_value`).
     pub prev_row: Vec<u32>,
+    /// The spent output's scriptPubKey, one per spend (for the `inputs` table's `prev_*`).
+    pub prev_script: SpentScripts,
+}
+
+/// Scripts one after another: `ends[i]` is where script `i` ends in `bytes`.
+#[derive(Default, Clone, Debug, PartialEq, Eq)]
+pub struct SpentScripts {
+    pub bytes: Vec<u8>,
+    pub ends: Vec<usize>,
+}
+
+impl SpentScripts {
+    pub fn push(&mut self, script: &[u8]) {
+        self.bytes.extend_from_slice(script);
+        self.ends.push(self.bytes.len());
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn truncate(&mut self, n: usize) {
+        self.ends.truncate(n);
+        self.bytes.truncate(self.ends.last().copied().unwrap_or(0));
+    }
 }
 
 /// What applying a chunk did: the net change to `btc_utxo`, one undo record per applied block,
@@ -153,6 +187,47 @@ fn read_record(
     Ok(data)
 }
 
+/// A block read from its file: (height, hash, block bytes).
+pub type ReadBlock = (u32, [u8; 32], Vec<u8>);
+
+/// Reads `blocks` from their blk files (each record checked to hold the block its hash names),
+/// in the order given.
+pub fn read_blocks(
+    network: Network,
+    xor_key: [u8; 8],
+    blocks: Vec<SourceBlock>,
+) -> Result<Vec<ReadBlock>, ReadError> {
+    let magic = network.magic();
+    let mut open: HashMap<PathBuf, (File, u64)> = HashMap::default();
+    let mut loaded = Vec::with_capacity(blocks.len());
+    for b in blocks {
+        if !open.contains_key(&b.path) {
+            let f = File::open(&b.path).map_err(|source| ReadError::Open {
+                path: b.path.clone(),
+                source,
+            })?;
+            let len = f.metadata().map_err(ReadError::Metadata)?.len();
+            open.insert(b.path.clone(), (f, len));
+        }
+        let (file, len) = &open[&b.path];
+        let at = |problem| ReadError::Record {
+            block: BlockAt {
+                hash: b.hash,
+                height: b.height,
+                path: b.path.clone(),
+                offset: b.offset,
+            },
+            problem,
+        };
+        let data = read_record(file, *len, b.offset, xor_key, magic).map_err(at)?;
+        if data.len() < HEADER_LEN || sha256d(&data[..HEADER_LEN]) != b.hash {
+            return Err(at(RecordProblem::OtherBlock));
+        }
+        loaded.push((b.height, b.hash, data));
+    }
+    Ok(loaded)
+}
+
 impl Chunk {
     /// Reads and frames `blocks` (consecutive heights, ascending) from their blk files.
     pub fn load(
@@ -160,34 +235,7 @@ impl Chunk {
         xor_key: [u8; 8],
         blocks: Vec<SourceBlock>,
     ) -> Result<Chunk, ChainStateError> {
-        let magic = network.magic();
-        let mut open: HashMap<PathBuf, (File, u64)> = HashMap::default();
-        let mut loaded = Vec::with_capacity(blocks.len());
-        for b in blocks {
-            if !open.contains_key(&b.path) {
-                let f = File::open(&b.path).map_err(|source| ReadError::Open {
-                    path: b.path.clone(),
-                    source,
-                })?;
-                let len = f.metadata().map_err(ReadError::Metadata)?.len();
-                open.insert(b.path.clone(), (f, len));
-            }
-            let (file, len) = &open[&b.path];
-            let at = |problem| ReadError::Record {
-                block: BlockAt {
-                    hash: b.hash,
-                    height: b.height,
-                    path: b.path.clone(),
-                    offset: b.offset,
-                },
-                problem,
-            };
-            let data = read_record(file, *len, b.offset, xor_key, magic).map_err(at)?;
-            if data.len() < HEADER_LEN || sha256d(&data[..HEADER_LEN]) != b.hash {
-                return Err(at(RecordProblem::OtherBlock).into());
-            }
-            loaded.push((b.height, b.hash, data));
-        }
+        let loaded = read_blocks(network, xor_key, blocks)?;
         Ok(Chunk::from_blocks(network, loaded))
     }
 
@@ -452,6 +500,7 @@ fn truncate_spends(s: &mut SpendRows, n: usize) {
     s.value.truncate(n);
     s.prev_height.truncate(n);
     s.prev_row.truncate(n);
+    s.prev_script.truncate(n);
 }
 
 /// Applies one block to `view`; the reject reason of the rule it breaks first, in the order
@@ -501,10 +550,11 @@ fn apply_block<'a>(
                 let Some(slot) = view.get_mut(&k) else {
                     return Ok(Some(Reject::InputsMissingOrSpent));
                 };
-                let Some(prev) = slot.coin.as_ref() else {
+                let Some(coin) = slot.coin.as_ref() else {
                     return Ok(Some(Reject::InputsMissingOrSpent));
                 };
-                let prev = prev.head()?;
+                let prev = coin.head()?;
+                spends.prev_script.push(coin.script());
                 premature |= prev.coinbase && b.height - prev.height < COINBASE_MATURITY;
                 in_value += prev.value;
                 spends.height.push(b.height);

@@ -235,6 +235,14 @@ impl Coin<'_> {
         }
     }
 
+    /// The coin's scriptPubKey.
+    pub(crate) fn script(&self) -> &[u8] {
+        match self {
+            Coin::Stored(v) => v.get(COIN_HEAD..).unwrap_or_default(),
+            Coin::Made { script, .. } => script,
+        }
+    }
+
     pub(crate) fn encoded_len(&self) -> usize {
         match self {
             Coin::Stored(v) => v.len(),

@@ -68,6 +68,11 @@ pub(crate) struct TxSpan {
 }
 
 impl TxSpan {
+    /// Where the serialized transaction lies in its block: [start, end).
+    pub(crate) fn bounds(&self) -> (usize, usize) {
+        (self.start, self.end)
+    }
+
     /// (size, weight, vsize) as Core counts them: serialized bytes, 3 * stripped + size, and
     /// weight / 4 rounded up.
     pub(crate) fn sizes(&self) -> (u32, u32, u32) {

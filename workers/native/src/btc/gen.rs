@@ -50,6 +50,9 @@ pub struct GenConfig {
     /// Damage for oracle tests: the first spend of the main-chain block at this height carries
     /// a wrong (well-formed) signature, so a node checking scripts rejects that block (0: none).
     pub bad_signature_height: u64,
+    /// Damage for oracle tests: the reorg branch's first block carries a wrong signature, so a
+    /// node checking scripts keeps the main chain though the branch has more work.
+    pub bad_signature_branch: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -649,7 +652,8 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         for h in fork + 1..=n {
             let time = genesis_time + 600 * h as u32 + 3;
             let k = tx_count(&mut rng);
-            let b = wallet_block(&mut rng, &ring, &mut bw, prev, h, time, k, pow_limit, false);
+            let bad = cfg.bad_signature_branch && h == fork + 1;
+            let b = wallet_block(&mut rng, &ring, &mut bw, prev, h, time, k, pow_limit, bad);
             prev = b.0;
             branch.push(b);
         }

@@ -20,6 +20,7 @@ pub mod link;
 pub mod network;
 pub mod scan;
 pub mod script;
+pub mod scripts;
 pub mod sha256;
 pub mod spend_resolve;
 pub mod txindex;

@@ -126,6 +126,22 @@ impl Network {
         }
     }
 
+    /// Core's `nMinimumChainWork` (hex, big-endian): below it, `-assumevalid` skips nothing.
+    pub fn minimum_chain_work_hex(self) -> &'static str {
+        match self {
+            Network::Main => "1128750f82f4c366153a3a030",
+            Network::Testnet3 => "17dde1c649f3708d14b6",
+            Network::Testnet4 => "9a0fe15d0177d086304",
+            Network::Signet => "b463ea0a4b8",
+            Network::Regtest => "0",
+        }
+    }
+
+    /// Seconds between blocks the difficulty aims at (Core's `nPowTargetSpacing`).
+    pub fn target_spacing(self) -> u64 {
+        600
+    }
+
     /// Blocks between subsidy halvings (regtest halves every 150).
     pub fn halving_interval(self) -> u64 {
         match self {

@@ -7,13 +7,13 @@
 //! chain has spent. Columns are built by name for the schema `schemas/tables.py` declares and
 //! Python hands in, so the declaration stays the one source of the tables' shape.
 
-use crate::btc::chain_state::SpendRows;
+use crate::btc::chain_state::{SpendRows, SpentScripts};
 use crate::btc::columns::StrCol;
 use crate::btc::decode::{coinbase_height, Spans, TxSpan};
 use crate::btc::header::HEADER_LEN;
 use crate::btc::link::EntryState;
 use crate::btc::network::Network;
-use crate::btc::script::{classify, AddressBatch};
+use crate::btc::script::{classify, AddressBatch, ScriptType};
 use crate::datasets::btc_bodies::strings;
 use crate::datasets::hex;
 use arrow_array::{
@@ -280,11 +280,12 @@ const BUILD_ROWS: usize = 16_384;
 
 /// The rows of `table` ("blocks", "transactions", "inputs", or "outputs" unspent) for
 /// `blocks`, as consecutive batches of about `BUILD_ROWS` rows; `values` as for
-/// `transactions`.
+/// `transactions`, `scripts` the spent outputs' scripts in the same order (for `inputs`).
 pub(crate) fn batches<'a>(
     table: &'a str,
     blocks: &'a [ChainBlock<'a>],
     values: &'a [u64],
+    scripts: &'a SpentScripts,
     network: Network,
     schema: SchemaRef,
 ) -> impl Iterator<Item = Result<RecordBatch, RowsError>> + 'a {
@@ -308,7 +309,7 @@ pub(crate) fn batches<'a>(
             (first, rows, first_value) = (i + 1, 0, value_at);
         }
     }
-    let mismatch = (value_at != values.len()).then(|| {
+    let mismatch = (value_at != values.len() || scripts.len() != values.len()).then(|| {
         Err(RowsError::SpendCount {
             table: table.to_string(),
             values: values.len(),
@@ -323,7 +324,7 @@ pub(crate) fn batches<'a>(
             match table {
                 "blocks" => self::blocks(blocks, values, schema),
                 "transactions" => transactions(blocks, values, schema),
-                "inputs" => inputs(blocks, values, schema),
+                "inputs" => inputs(blocks, values, (scripts, vlo), network, schema),
                 "outputs" => outputs(blocks, network, schema),
                 other => Err(RowsError::UnknownTable(other.to_string())),
             }
@@ -571,10 +572,13 @@ pub(crate) fn transactions(
     batch(schema, cols, "transactions")
 }
 
-/// The `inputs` rows of `blocks`; `values` as for `transactions`.
+/// The `inputs` rows of `blocks`; `values` as for `transactions`, and the scripts they spend
+/// from `scripts.0` on (`scripts.1` is where `values` starts among them).
 pub(crate) fn inputs(
     blocks: &[ChainBlock],
     values: &[u64],
+    scripts: (&SpentScripts, usize),
+    network: Network,
     schema: SchemaRef,
 ) -> Result<RecordBatch, RowsError> {
     let n: usize = blocks.iter().map(|b| b.spans.ins.len()).sum();
@@ -602,11 +606,49 @@ pub(crate) fn inputs(
     );
     let mut value = Vec::with_capacity(n);
     let mut spent = values.iter();
+    // The spent output of each input: its script (hex), Core's type for it and its address,
+    // as the `outputs` row of that output has them; null for a coinbase input.
+    let (spent_scripts, first_spent) = scripts;
+    let mut prev_script_pubkey = StrCol::default();
+    let mut prev_script_type = StrCol::default();
+    let mut prev_address = StrCol::default();
+    let mut addresses = AddressBatch::default();
+    let mut kinds: Vec<ScriptType> = Vec::new();
+    let mut next_spent = first_spent;
     // Column by column, as `transactions`; `parse_tx_spans` appends a block's inputs and
     // witness items in block order, so the block's input rows are `spans.ins` whole.
     for b in blocks {
         let (sp, data) = (b.spans, b.data);
         places.push_block(b, sp.ins.len(), |t| t.ins);
+        let coinbase_ins = sp.txs.first().map_or(0, |t| t.ins.1 - t.ins.0);
+        let spent_here = sp.ins.len() - coinbase_ins;
+        if next_spent + spent_here > spent_scripts.len() {
+            return Err(RowsError::TooFewSpends { table: "inputs" });
+        }
+        let block_scripts = || (next_spent..next_spent + spent_here).map(|i| spent_scripts.get(i));
+        kinds.clear();
+        kinds.extend(block_scripts().map(classify));
+        for _ in 0..coinbase_ins {
+            prev_script_pubkey.push_with(|_| false);
+            prev_script_type.push_with(|_| false);
+            prev_address.push_with(|_| false);
+        }
+        for (script, kind) in block_scripts().zip(&kinds) {
+            prev_script_pubkey.push_with(|out| {
+                hex::extend_hex(out, script);
+                true
+            });
+            prev_script_type.push_with(|out| {
+                out.extend_from_slice(kind.name().as_bytes());
+                true
+            });
+        }
+        addresses.push_all(
+            block_scripts().zip(kinds.iter().copied()),
+            network,
+            &mut prev_address,
+        );
+        next_spent += spent_here;
         for (pos, t) in sp.txs.iter().enumerate() {
             let n = t.ins.1 - t.ins.0;
             if pos == 0 {
@@ -647,6 +689,9 @@ pub(crate) fn inputs(
     let rows = txid.len();
     let (mut txid, mut prev_txid, mut block_hash) = (Some(txid), Some(prev_txid), Some(block_hash));
     let (mut script_sig, mut witness) = (Some(script_sig), Some(witness));
+    let mut prev_script_pubkey = Some(prev_script_pubkey);
+    let mut prev_script_type = Some(prev_script_type);
+    let mut prev_address = Some(prev_address);
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for f in schema.fields() {
         let col: ArrayRef = match f.name().as_str() {
@@ -654,6 +699,9 @@ pub(crate) fn inputs(
             "vin" => Arc::new(UInt32Array::from(std::mem::take(&mut vin))),
             "prev_txid" => Arc::new(prev_txid.take().expect("one prev_txid").finish()),
             "prev_vout" => Arc::new(UInt32Array::from(std::mem::take(&mut prev_vout))),
+            "prev_script_pubkey" => strings(prev_script_pubkey.take().expect("one column")),
+            "prev_script_type" => strings(prev_script_type.take().expect("one column")),
+            "prev_address" => strings(prev_address.take().expect("one column")),
             "script_sig" => Arc::new(script_sig.take().expect("one script_sig").finish()),
             "sequence" => Arc::new(UInt32Array::from(std::mem::take(&mut sequence))),
             "witness_items" => Arc::new(UInt32Array::from(std::mem::take(&mut witness_items))),

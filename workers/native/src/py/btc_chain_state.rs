@@ -5,7 +5,7 @@
 use super::btc_error::{chain_state_error, store_error, write_error};
 use super::result::result_class;
 use crate::bounded::map_bounded;
-use crate::btc::chain_state::{self, Chunk, SourceBlock};
+use crate::btc::chain_state::{self, Chunk, SourceBlock, SpentScripts};
 use crate::btc::coin::Key;
 use crate::btc::error::{ChainStateError, StoreError};
 use crate::btc::spend_resolve;
@@ -55,7 +55,7 @@ struct ChainStateChunk {
     places: Vec<(u32, u64)>,
     /// What the last `apply` resolved: blocks applied, and each of their non-coinbase
     /// inputs' value in order (for `write_rows`).
-    resolved: Mutex<Option<(usize, Vec<u64>)>>,
+    resolved: Mutex<Option<(usize, Vec<u64>, SpentScripts)>>,
     /// The set changes of the last `apply` (puts, deletes; sorted), for `overlay` while this
     /// chunk is applied but not committed.
     changes: Mutex<SetChanges>,
@@ -83,8 +83,10 @@ impl ChainStateChunk {
 
     /// What `apply` returns, and what `write_rows` needs of it kept.
     fn applied(&self, py: Python<'_>, a: chain_state::Applied) -> PyResult<ChunkApplied> {
+        let mut a = a;
+        let scripts = std::mem::take(&mut a.spends.prev_script);
         *self.resolved.lock().expect("not poisoned") =
-            Some((a.blocks as usize, a.spends.value.clone()));
+            Some((a.blocks as usize, a.spends.value.clone(), scripts));
         let failure = a.first_failure();
         let failure = failure.map(|f| (f.height, display_hex(&f.hash), f.reason, f.kind.name()));
         let out = ChunkApplied {
@@ -277,7 +279,7 @@ impl ChainStateChunk {
     ) -> PyResult<Vec<u64>> {
         let spends = spends.into_inner();
         let guard = self.resolved.lock().expect("not poisoned");
-        let Some((applied, values)) = guard.as_ref() else {
+        let Some((applied, values, scripts)) = guard.as_ref() else {
             return Err(PyValueError::new_err("write_rows before apply"));
         };
         let specs: Vec<_> = specs
@@ -304,8 +306,14 @@ impl ChainStateChunk {
                 // Which outputs later blocks spend is known only once they are applied:
                 // `outputs` is written unspent here, the publish stage sets `spent`.
                 let network = self.inner.network();
-                let batches =
-                    btc_chain_rows::batches(table, &blocks, values, network, Arc::clone(schema));
+                let batches = btc_chain_rows::batches(
+                    table,
+                    &blocks,
+                    values,
+                    scripts,
+                    network,
+                    Arc::clone(schema),
+                );
                 let groups = RowGroups {
                     rows: *rows,
                     bytes: *bytes,

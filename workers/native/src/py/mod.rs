@@ -8,6 +8,7 @@ pub(crate) mod btc_chain_state;
 pub(crate) mod btc_core_index;
 pub(crate) mod btc_error;
 pub(crate) mod btc_headers;
+pub(crate) mod btc_scripts;
 pub(crate) mod btc_txindex;
 pub(crate) mod eth;
 pub(crate) mod eth_gen;

@@ -244,6 +244,7 @@ pub fn chain_state_seeds() -> Vec<Vec<u8>> {
             reorg_depth: 0,
             reorg_back: false,
             bad_signature_height: 0,
+            bad_signature_branch: false,
         };
         generate(&cfg, &dir).expect("generate a seed chain");
         let file = std::fs::read(dir.join("blk00000.dat")).expect("the generated blk file");
