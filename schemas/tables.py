@@ -437,7 +437,7 @@ TABLES: dict[str, Table] = {
 #: ``inputs`` and ``outputs``, which the publish stage links or copies into those tables'
 #: segments: declared as the tables.
 #: The best-chain spends of a chain-state part, read back once by the publish stage: snappy, and
-#: 1 Mi rows per row group (``SPENDS_GROUP_ROWS`` of ``workers/native/src/py/btc_chain_state.rs``).
+#: 1 Mi rows per row group (the Rust writer, ``ChainStateChunk.write_rows``, is given both).
 BTC_SPENDS = Table(
     "btc_spends", _bitcoin_native("btc_spends"), compression="snappy", row_group_rows=1 << 20
 )

@@ -91,6 +91,16 @@ def test_a_wrong_signature_makes_its_block_invalid_as_core_does(
     assert meta["invalid"] == {best[130]: core_reason(out, best[130])}
     failure = meta["failures"][best[130]]
     assert failure["height"] == 130 and failure["input"] == 0 and failure["tx_index"] == 1
+    # Where the block is, as the headers table places it.
+    [place] = cli_json(
+        "query",
+        "--data",
+        data,
+        f"SELECT file, \"offset\" FROM headers WHERE hash = '{best[130]}'",
+        "--format",
+        "json",
+    )
+    assert (failure["file"], failure["offset"]) == (f"blk{place['file']:05d}.dat", place["offset"])
     assert failure["reason"] == meta["invalid"][best[130]]
     # The headers table and `btc status` show it.
     rows = cli_json(
@@ -142,6 +152,115 @@ def test_a_branch_with_more_work_and_a_wrong_signature_loses(core: Path, tmp_pat
     again = reindex(blocks, data)
     assert again["tip_hash"] == out["tip_hash"]
     assert ran(again) == []
+
+
+# Core's ConnectBlock failure line: block, reason, input, txid.
+CORE_SCRIPT_FAILURE = re.compile(
+    r"ConnectBlock (\w{64}) failed, (block-script-verify-flag-failed \(.*\)), "
+    r"input (\d+) of (\w{64})"
+)
+
+
+def core_failures(out: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every script failure Core logged, by block: its reason, transaction and input."""
+    found = {}
+    for line in out["log_errors"]:
+        m = CORE_SCRIPT_FAILURE.search(line)
+        if m:
+            found[m.group(1)] = {
+                "reason": m.group(2),
+                "input": int(m.group(3)),
+                "txid": m.group(4),
+            }
+    return found
+
+
+# The generator's script kinds and the type the `inputs` table gives the output each spends.
+KIND_TYPES = {
+    "p2pkh": "p2pkh",
+    "p2wpkh": "p2wpkh",
+    "p2tr": "p2tr",
+    "p2pk": "p2pk",
+    "multisig": "multisig",
+    "p2sh-p2wpkh": "p2sh",
+    "p2wsh": "p2wsh",
+    "p2tr-script": "p2tr",
+}
+
+
+def test_every_script_kind_validates_as_core_validates_it(core: Path, tmp_path: Path) -> None:
+    """A chain whose wallet owns and spends every kind the generator signs: Core, checking
+    every script, accepts all of it, and rechain ends where Core does."""
+    expected = gen_chain(
+        tmp_path / "node",
+        "--blocks",
+        "320",
+        "--tx-per-block",
+        "3:8",
+        "--seed",
+        "21",
+        "--script-kinds",
+        "all",
+    )
+    blocks = tmp_path / "node" / "blocks"
+    out = run_core(core, "regtest", "--blocks", blocks, "--assumevalid", "0")
+    assert out["invalid_blocks"] == [] and out["tip_hash"] == expected["tip_hash"]
+    data = tmp_path / "data"
+    reindex(blocks, data, "--mode", "full", "--scripts")
+    assert_same_end(out, data)
+    meta = script_meta(data)
+    assert meta["invalid"] == {} and meta["failures"] == {}
+    assert meta["summary"]["height"] == 319
+    # Every kind was spent, so every kind went through the interpreter.
+    rows = cli_json(
+        "query",
+        "--data",
+        data,
+        "SELECT prev_script_type AS t, count(*) AS n "
+        "FROM inputs WHERE in_best_chain AND prev_script_type IS NOT NULL GROUP BY 1",
+        "--format",
+        "json",
+    )
+    spent = {r["t"]: r["n"] for r in rows}
+    assert set(spent) == set(KIND_TYPES.values()), spent
+    assert min(spent.values()) >= 10, spent
+    assert meta["summary"]["inputs"] == sum(spent.values())
+
+
+@pytest.mark.parametrize("kind", list(KIND_TYPES))
+def test_a_wrong_signature_of_each_kind_fails_where_core_says(
+    core: Path, kind: str, tmp_path: Path
+) -> None:
+    height = 120 + 5 * list(KIND_TYPES).index(kind)
+    expected = gen_chain(
+        tmp_path / "node",
+        "--blocks",
+        str(height + 20),
+        "--tx-per-block",
+        "3:7",
+        "--seed",
+        "8",
+        "--script-kinds",
+        "all",
+        "--bad-signature",
+        str(height),
+        "--bad-signature-kind",
+        kind,
+    )
+    assert expected["bad_signature_kind"] == kind
+    blocks = tmp_path / "node" / "blocks"
+    best = (tmp_path / "node" / "best_chain.txt").read_text().split()
+    out = run_core(core, "regtest", "--blocks", blocks, "--assumevalid", "0")
+    assert out["tip_height"] == height - 1
+    data = tmp_path / "data"
+    reindex(blocks, data, "--mode", "full", "--scripts")
+    assert_same_end(out, data)
+    meta = script_meta(data)
+    failure = meta["failures"][best[height]]
+    assert core_failures(out) == {
+        best[height]: {k: failure[k] for k in ("reason", "input", "txid")}
+    }
+    assert meta["invalid"] == {best[height]: failure["reason"]}
 
 
 def test_a_plain_folder_with_scripts_turned_on_drops_the_invalid_branch(

@@ -68,6 +68,7 @@ def write_part(
                 tmp,
                 tables.TABLES[t].row_group_rows,
                 group_bytes,
+                tables.TABLES[t].compression,
                 list(tables.TABLES[t].unsorted_columns),
                 list(tables.TABLES[t].dictionary_columns),
                 list(tables.TABLES[t].delta_length_columns),
@@ -76,7 +77,7 @@ def write_part(
         ],
         spends,
         tmps[0],
-        group_bytes,
+        (tables.BTC_SPENDS.row_group_rows, group_bytes, tables.BTC_SPENDS.compression),
         threads,
     )
 

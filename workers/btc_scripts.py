@@ -25,8 +25,8 @@ class ScriptsUnit:
 
 
 def check_scripts(unit: ScriptsUnit, threads: int = 1) -> dict[str, Any]:
-    """{blocks, txs, inputs, failure (None or {height, block_hash, tx_index, txid, input,
-    reason})} of the unit's blocks, on at most ``threads`` threads."""
+    """{blocks, txs, inputs, failure (None or {height, block_hash, file, offset, tx_index,
+    txid, input, reason})} of the unit's blocks, on at most ``threads`` threads."""
     spec = unit.spec
     checked = _native.verify_block_scripts(
         spec.network,

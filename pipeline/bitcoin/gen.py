@@ -26,6 +26,8 @@ def generate(
     reorg_back: bool = False,
     bad_signature: int = 0,
     bad_signature_branch: bool = False,
+    bad_signature_kind: str | None = None,
+    script_kinds: str = "wallet",
 ) -> dict[str, Any]:
     try:
         lo_s, _, hi_s = tx_per_block.partition(":")
@@ -40,6 +42,8 @@ def generate(
         raise RechainError("--bad-signature HEIGHT must be a height of the chain")
     if bad_signature_branch and not reorg_depth:
         raise RechainError("--bad-signature-branch damages the reorg branch: add --reorg DEPTH")
+    if bad_signature_kind and not (bad_signature or bad_signature_branch):
+        raise RechainError("--bad-signature-kind needs --bad-signature or --bad-signature-branch")
     if file_size < 1024:
         raise RechainError("--file-size must be at least 1024 bytes")
     try:
@@ -60,6 +64,8 @@ def generate(
                 reorg_back=reorg_back,
                 bad_signature_height=bad_signature,
                 bad_signature_branch=bad_signature_branch,
+                bad_signature_kind=bad_signature_kind,
+                script_kinds=script_kinds,
             ),
         ).as_dict()
     except (OSError, ValueError) as e:

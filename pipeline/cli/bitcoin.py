@@ -74,6 +74,22 @@ def add_gen(gen: Subparsers) -> None:
         "signature, so a node checking scripts keeps the main chain (expected.json describes "
         "the chain a node that does not check them ends on)",
     )
+    g.add_argument(
+        "--bad-signature-kind",
+        default=None,
+        metavar="KIND",
+        help="with --bad-signature or --bad-signature-branch: damage a spend of this kind (p2pkh, "
+        "p2wpkh, p2tr, p2pk, multisig, p2sh-p2wpkh, p2wsh, p2tr-script; expected.json's "
+        "bad_signature_kind names the kind damaged)",
+    )
+    g.add_argument(
+        "--script-kinds",
+        choices=("wallet", "all"),
+        default="wallet",
+        help="the outputs the generated wallet owns and signs spends of: wallet (P2PKH, P2WPKH, "
+        "P2TR key path; the default chains) or all (adds P2PK, bare multisig, P2SH-wrapped "
+        "P2WPKH, P2WSH multisig and P2TR script path)",
+    )
     g.set_defaults(handler=gen_bitcoin)
 
 
@@ -196,6 +212,8 @@ def gen_bitcoin(args: argparse.Namespace) -> int:
         reorg_back=args.reorg_back,
         bad_signature=args.bad_signature,
         bad_signature_branch=args.bad_signature_branch,
+        bad_signature_kind=args.bad_signature_kind,
+        script_kinds=args.script_kinds,
     )
     print(
         f"wrote {facts['records']:,} blocks in {facts['files']} file(s) to "

@@ -200,9 +200,11 @@ class ScriptsStage(Stage[BtcRun]):
             failure["reason"],
         )
         log.warning(
-            "block %s at height %d is invalid: %s (transaction %s, input %d)",
+            "block %s at height %d (%s offset %d) is invalid: %s (transaction %s, input %d)",
             block_hash,
             height,
+            failure["file"],
+            failure["offset"],
             reason,
             failure["txid"],
             failure["input"],
@@ -211,7 +213,8 @@ class ScriptsStage(Stage[BtcRun]):
         invalid[block_hash] = reason
         failures = dict(data.meta_get(layout.META_BTC_SCRIPT_FAILURES) or {})
         failures[block_hash] = {
-            k: failure[k] for k in ("height", "tx_index", "txid", "input", "reason")
+            k: failure[k]
+            for k in ("height", "file", "offset", "tx_index", "txid", "input", "reason")
         }
         data.write(
             {

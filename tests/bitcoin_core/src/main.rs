@@ -15,6 +15,12 @@
 //!
 //! Usage: rechain-core-oracle --network NET (--blocks DIR | --loadblock FILE... | --open DATADIR)
 //!        [--assumevalid HASH] [--datadir DIR] [--threads N] [--list-chain] [--verbose]
+//!        [--log-rejects] [--lookup HASH]...
+//!
+//! `--log-rejects` turns on Core's debug log of its validation and reindex categories and
+//! prints every line as `log_debug`: the reasons Core gives only there (a header it refuses,
+//! a record it cannot deserialize). `--lookup HASH` prints, under `lookups`, the height of
+//! Core's block index entry for each hash asked about, or null where Core kept none.
 
 #![allow(non_upper_case_globals)] // the C API's enum constants, used as patterns
 
@@ -52,6 +58,8 @@ struct Args {
     threads: i32,
     list_chain: bool,
     verbose: bool,
+    log_rejects: bool,
+    lookup: Vec<[u8; 32]>,
 }
 
 fn die(msg: impl std::fmt::Display) -> ! {
@@ -94,6 +102,8 @@ fn parse_args() -> Args {
             .unwrap_or(0),
         list_chain: false,
         verbose: false,
+        log_rejects: false,
+        lookup: Vec::new(),
     };
     let mut it = std::env::args().skip(1).peekable();
     while let Some(arg) = it.next() {
@@ -111,6 +121,8 @@ fn parse_args() -> Args {
             "--threads" => a.threads = value().parse().unwrap_or_else(|e| die(e)),
             "--list-chain" => a.list_chain = true,
             "--verbose" => a.verbose = true,
+            "--log-rejects" => a.log_rejects = true,
+            "--lookup" => a.lookup.push(parse_hash(&value())),
             _ => die(format!("unknown argument {arg}")),
         }
     }
@@ -118,7 +130,8 @@ fn parse_args() -> Args {
     if a.network.is_empty() || sources != 1 || (a.open.is_some() && a.datadir.is_some()) {
         die(
             "usage: --network NET (--blocks DIR | --loadblock FILE... | --open DATADIR) \
-             [--assumevalid HASH] [--datadir DIR] [--threads N] [--list-chain] [--verbose]",
+             [--assumevalid HASH] [--datadir DIR] [--threads N] [--list-chain] [--verbose] \
+             [--log-rejects] [--lookup HASH]...",
         );
     }
     a
@@ -141,6 +154,8 @@ struct Seen {
     invalid: Vec<([u8; 32], u32)>,
     errors: Vec<String>,
     verbose: bool,
+    /// Every line, under `--log-rejects`.
+    debug: Option<Vec<String>>,
 }
 
 static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
@@ -151,6 +166,9 @@ unsafe extern "C" fn on_log(_: *mut c_void, msg: *const c_char, len: usize) {
     let seen = g.get_or_insert_with(Seen::default);
     if seen.verbose {
         eprint!("{text}");
+    }
+    if let Some(debug) = seen.debug.as_mut().filter(|d| d.len() < 100_000) {
+        debug.push(text.trim_end().to_string());
     }
     // Core logs each rejection's reason (ConnectBlock/CheckBlock failures, InvalidChainFound).
     let lower = text.to_lowercase();
@@ -219,7 +237,9 @@ fn main() {
     let args = parse_args();
     {
         let mut g = SEEN.lock().unwrap();
-        g.get_or_insert_with(Seen::default).verbose = args.verbose;
+        let seen = g.get_or_insert_with(Seen::default);
+        seen.verbose = args.verbose;
+        seen.debug = args.log_rejects.then(Vec::new);
     }
     if let Some(open) = &args.open {
         // Without an index Core would start a new one, and nothing would have been read.
@@ -276,6 +296,12 @@ unsafe fn run(args: &Args, datadir: &Path, blocks_dir: &Path, copied: Option<u64
         log_sourcelocations: 0,
         always_print_category_levels: 0,
     });
+    if args.log_rejects {
+        for category in [btck_LogCategory_VALIDATION, btck_LogCategory_REINDEX] {
+            btck_logging_set_level_category(category, btck_LogLevel_DEBUG);
+            btck_logging_enable_category(category);
+        }
+    }
     let log = btck_logging_connection_create(on_log, std::ptr::null_mut(), None);
     let params = btck_chain_parameters_create(chain_type(&args.network));
     let ctx_opts = btck_context_options_create();
@@ -398,6 +424,17 @@ unsafe fn run(args: &Args, datadir: &Path, blocks_dir: &Path, copied: Option<u64
             json!({"hash": display(hash), "height": height, "result": result_name(*result)})
         })
         .collect();
+    let lookups: serde_json::Map<String, Value> = args
+        .lookup
+        .iter()
+        .map(|hash| {
+            let h = btck_block_hash_create(hash.as_ptr());
+            let entry = btck_chainstate_manager_get_block_tree_entry_by_hash(chainman, h);
+            btck_block_hash_destroy(h);
+            let height = (!entry.is_null()).then(|| btck_block_tree_entry_get_height(entry));
+            (display(hash), json!(height))
+        })
+        .collect();
     let mut out = json!({
         "network": args.network,
         "mode": if reindex { "reindex" } else if args.open.is_some() { "open" } else { "loadblock" },
@@ -415,6 +452,8 @@ unsafe fn run(args: &Args, datadir: &Path, blocks_dir: &Path, copied: Option<u64
         "hash_serialized_3": display(&hs),
         "invalid_blocks": invalid,
         "log_errors": seen.errors,
+        "log_debug": seen.debug,
+        "lookups": lookups,
         "import_seconds": import_seconds,
         "utxo_stats_seconds": stats_seconds,
     });

@@ -372,6 +372,9 @@ struct BtcGenConfig {
     reorg_back: bool,
     bad_signature_height: u64,
     bad_signature_branch: bool,
+    /// "wallet" (P2PKH, P2WPKH, P2TR key path: the default chains' bytes) or "all".
+    script_kinds: String,
+    bad_signature_kind: Option<String>,
 }
 
 #[pymethods]
@@ -380,7 +383,8 @@ impl BtcGenConfig {
     #[pyo3(signature = (*, blocks, network="regtest".to_string(), seed=1, file_size=134_217_728, xor=true,
                         shuffle_window=16, side_branches=0, orphans=0, tx_min=1, tx_max=1,
                         reorg_depth=0, reorg_back=false, bad_signature_height=0,
-                        bad_signature_branch=false))]
+                        bad_signature_branch=false, script_kinds="wallet".to_string(),
+                        bad_signature_kind=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         blocks: u64,
@@ -397,6 +401,8 @@ impl BtcGenConfig {
         reorg_back: bool,
         bad_signature_height: u64,
         bad_signature_branch: bool,
+        script_kinds: String,
+        bad_signature_kind: Option<String>,
     ) -> Self {
         BtcGenConfig {
             blocks,
@@ -413,6 +419,8 @@ impl BtcGenConfig {
             reorg_back,
             bad_signature_height,
             bad_signature_branch,
+            script_kinds,
+            bad_signature_kind,
         }
     }
 }
@@ -435,12 +443,13 @@ result_class! {
         records: u64,
         reorg_records: (u64, u64),
         bad_signature_height: Option<u64>,
+        bad_signature_kind: Option<&'static str>,
         files: u32,
         bytes: u64,
         xor_key: String,
         best_chain: Vec<String>,
     }
-    omit_none: [bad_signature_height]
+    omit_none: [bad_signature_height, bad_signature_kind]
 }
 
 /// Generates a test chain under `outdir/blocks`; returns the facts for expected.json.
@@ -451,6 +460,25 @@ fn generate_bitcoin(
     config: Bound<'_, BtcGenConfig>,
 ) -> PyResult<BtcGenSummary> {
     let c = config.get();
+    let all_script_kinds = match c.script_kinds.as_str() {
+        "wallet" => false,
+        "all" => true,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "script kinds: wallet or all, not {other:?}"
+            )))
+        }
+    };
+    let bad_signature_kind = match &c.bad_signature_kind {
+        None => None,
+        Some(name) => Some(btc::gen_keys::Kind::from_name(name).ok_or_else(|| {
+            let known: Vec<&str> = btc::gen_keys::ALL_KINDS.iter().map(|k| k.name()).collect();
+            PyValueError::new_err(format!(
+                "bad signature kind {name:?}: one of {}",
+                known.join(", ")
+            ))
+        })?),
+    };
     let cfg = btc::gen::GenConfig {
         network: network(&c.network)?,
         blocks: c.blocks,
@@ -466,6 +494,8 @@ fn generate_bitcoin(
         reorg_back: c.reorg_back,
         bad_signature_height: c.bad_signature_height,
         bad_signature_branch: c.bad_signature_branch,
+        all_script_kinds,
+        bad_signature_kind,
     };
     let dir = outdir.join("blocks");
     let s = py
@@ -490,6 +520,7 @@ fn generate_bitcoin(
         records: s.records,
         reorg_records: s.reorg_records,
         bad_signature_height: (cfg.bad_signature_height > 0).then_some(cfg.bad_signature_height),
+        bad_signature_kind: s.bad_signature_kind.map(|k| k.name()),
         files: s.files,
         bytes: s.bytes,
         xor_key: s.xor_key.iter().map(|b| format!("{b:02x}")).collect(),

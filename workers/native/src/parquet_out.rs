@@ -98,6 +98,16 @@ pub struct Layout<'a> {
     pub compression: Option<Compression>,
 }
 
+/// The codec of a `compression` name of `schemas/tables.py` (None: not one of them).
+pub fn parquet_codec(name: &str) -> Option<Compression> {
+    match name {
+        "zstd" => Some(Compression::ZSTD(ZstdLevel::default())),
+        "snappy" => Some(Compression::SNAPPY),
+        "none" => Some(Compression::UNCOMPRESSED),
+        _ => None,
+    }
+}
+
 /// One Parquet file being written batch by batch; row groups are closed by its owner.
 pub struct TableWriter {
     writer: ArrowWriter<File>,

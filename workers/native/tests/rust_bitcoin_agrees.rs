@@ -25,6 +25,8 @@ fn generated_chain_headers_match_rust_bitcoin() {
         reorg_back: false,
         bad_signature_height: 0,
         bad_signature_branch: false,
+        all_script_kinds: false,
+        bad_signature_kind: None,
     };
     let summary = generate(&cfg, &dir.join("blocks")).unwrap();
     let scan_cfg = ScanConfig {

@@ -46,6 +46,36 @@ pub struct SourceBlock {
     pub offset: u64,
 }
 
+impl SourceBlock {
+    /// A run of consecutive heights from `first_height`: block `i` is `hashes[i]` (internal
+    /// order), its record at `offsets[i]` of `paths[i]`. None when the lengths differ or a
+    /// hash is not 32 bytes.
+    pub fn run(
+        first_height: u32,
+        hashes: &[Vec<u8>],
+        paths: Vec<PathBuf>,
+        offsets: &[u64],
+    ) -> Option<Vec<SourceBlock>> {
+        if paths.len() != hashes.len() || offsets.len() != hashes.len() {
+            return None;
+        }
+        hashes
+            .iter()
+            .zip(paths)
+            .zip(offsets)
+            .enumerate()
+            .map(|(i, ((h, path), &offset))| {
+                Some(SourceBlock {
+                    height: first_height + i as u32,
+                    hash: h.as_slice().try_into().ok()?,
+                    path,
+                    offset,
+                })
+            })
+            .collect()
+    }
+}
+
 struct LoadedBlock {
     height: u32,
     hash: [u8; 32],

@@ -8,7 +8,7 @@
 
 use super::block::merkle_root;
 use super::encode::write_compact_size;
-use super::gen_keys::{KeyRing, Kind, Owned, KEY_COUNT, KINDS};
+use super::gen_keys::{KeyRing, Kind, Owned, ALL_KINDS, KEY_COUNT, KINDS};
 use super::header::{block_work, check_pow, Header};
 use super::network::Network;
 use super::sha256::sha256d;
@@ -53,6 +53,12 @@ pub struct GenConfig {
     /// Damage for oracle tests: the reorg branch's first block carries a wrong signature, so a
     /// node checking scripts keeps the main chain though the branch has more work.
     pub bad_signature_branch: bool,
+    /// The wallet owns (and signs spends of) every script kind the generator knows, not only
+    /// P2PKH, P2WPKH and P2TR key path; off, the bytes are those of earlier generators.
+    pub all_script_kinds: bool,
+    /// The damaged signature is on a spend of this kind (the first such coin the wallet holds;
+    /// None: whatever the first spend's first input is).
+    pub bad_signature_kind: Option<Kind>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -76,6 +82,8 @@ pub struct GenSummary {
     /// The records the reorg appended last, in order: (branch blocks, main-chain blocks after
     /// it); a folder cut before them holds the chain as it was before the reorg.
     pub reorg_records: (u64, u64),
+    /// The kind of the input whose signature was damaged, main chain first (None: no damage).
+    pub bad_signature_kind: Option<Kind>,
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -354,6 +362,11 @@ struct Wallet {
     spendable: Vec<Owned>,
     immature: std::collections::VecDeque<(u64, Owned)>,
     foreign: (u64, u64),
+    /// The kinds its new outputs take.
+    kinds: &'static [Kind],
+    /// `GenConfig::bad_signature_kind`, and the kind of the input it damaged.
+    bad_kind: Option<Kind>,
+    damaged: Option<Kind>,
 }
 
 impl Wallet {
@@ -378,23 +391,36 @@ impl Wallet {
     /// A signed transaction spending 1-3 random coins into 1-3 outputs: the wallet's own kinds,
     /// now and then a small payment to another standard script (never the last output, which
     /// takes the change), plus an OP_RETURN now and then. Its own outputs are spendable at once
-    /// (in-block chains).
+    /// (in-block chains). With `bad_signature`, the first input's signature is wrong (and when
+    /// a damaged kind is asked for, that input is a coin of that kind, if the wallet has one);
+    /// the flag returned says whether it did damage.
     fn spend(
         &mut self,
         rng: &mut SmallRng,
         ring: &KeyRing,
         bad_signature: bool,
-    ) -> Option<(TxBytes, u64)> {
+    ) -> Option<(TxBytes, u64, bool)> {
         if self.spendable.is_empty() {
             return None;
         }
+        let forced = match (bad_signature, self.bad_kind) {
+            (true, Some(kind)) => self.spendable.iter().position(|c| c.kind == kind),
+            _ => None,
+        };
+        let bad_signature = bad_signature && (self.bad_kind.is_none() || forced.is_some());
         let n_in = rng.gen_range(1..=3usize.min(self.spendable.len()));
         let inputs: Vec<Owned> = (0..n_in)
-            .map(|_| {
-                let i = rng.gen_range(0..self.spendable.len());
+            .map(|j| {
+                let i = match forced {
+                    Some(i) if j == 0 => i,
+                    _ => rng.gen_range(0..self.spendable.len()),
+                };
                 self.spendable.swap_remove(i)
             })
             .collect();
+        if bad_signature {
+            self.damaged.get_or_insert(inputs[0].kind);
+        }
         let total_in: u64 = inputs.iter().map(|c| c.value).sum();
         let fee = rng.gen_range(0..=(total_in / 10).min(50_000));
         let mut n_out = rng.gen_range(1..=3usize);
@@ -408,7 +434,7 @@ impl Wallet {
                 if i + 1 < n_out && rng.gen_bool(0.2) {
                     None
                 } else {
-                    let kind = KINDS[rng.gen_range(0..KINDS.len())];
+                    let kind = self.kinds[rng.gen_range(0..self.kinds.len())];
                     Some((kind, rng.gen_range(0..KEY_COUNT) as u8))
                 }
             })
@@ -456,7 +482,7 @@ impl Wallet {
             txid: signed.txid,
             wtxid: signed.wtxid,
         };
-        Some((tx, fee))
+        Some((tx, fee, bad_signature))
     }
 }
 
@@ -556,17 +582,17 @@ fn wallet_block(
     let spends: Vec<TxBytes> = (1..k)
         .filter_map(|_| {
             let spend = wallet.spend(rng, ring, bad);
-            bad &= spend.is_none();
+            bad &= !matches!(spend, Some((_, _, true)));
             spend
         })
-        .map(|(tx, fee)| {
+        .map(|(tx, fee, _)| {
             fees += fee;
             tx
         })
         .collect();
     let value = generated_subsidy(height) + fees;
     let (kind, key) = (
-        KINDS[rng.gen_range(0..KINDS.len())],
+        wallet.kinds[rng.gen_range(0..wallet.kinds.len())],
         rng.gen_range(0..KEY_COUNT) as u8,
     );
     let payout = ring.script_pubkey(kind, key);
@@ -621,7 +647,15 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     // Main chain, in height order; heights[h] = hash.
     let mut chain: Vec<([u8; 32], Vec<u8>)> = Vec::with_capacity(n as usize);
     chain.push((genesis_hash, genesis));
-    let mut wallet = Wallet::default();
+    let mut wallet = Wallet {
+        kinds: if cfg.all_script_kinds {
+            &ALL_KINDS
+        } else {
+            &KINDS
+        },
+        bad_kind: cfg.bad_signature_kind,
+        ..Default::default()
+    };
     let fork = (cfg.reorg_depth > 0 && cfg.reorg_depth + 1 < n).then(|| n - 1 - cfg.reorg_depth);
     let mut fork_wallet = None;
     for h in 1..n {
@@ -645,6 +679,7 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
     }
     // The reorg: a branch with real spends of the set at the fork, one block longer than the
     // main chain above it; then (reorg_back) two more main-chain blocks.
+    let mut damaged = wallet.damaged;
     let mut branch: Vec<([u8; 32], Vec<u8>)> = Vec::new();
     let mut back: Vec<([u8; 32], Vec<u8>)> = Vec::new();
     if let (Some(fork), Some(mut bw)) = (fork, fork_wallet) {
@@ -657,6 +692,7 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
             prev = b.0;
             branch.push(b);
         }
+        damaged = damaged.or(bw.damaged);
         if cfg.reorg_back {
             let mut prev = chain[n as usize - 1].0;
             for h in n..n + 2 {
@@ -686,6 +722,7 @@ pub fn generate(cfg: &GenConfig, blocks_dir: &Path) -> io::Result<GenSummary> {
         utxo_count: summary_utxo_count,
         utxo_total: summary_utxo_total,
         xor_key: key,
+        bad_signature_kind: damaged,
         tip_height: n - 1,
         tip_hash: chain[n as usize - 1].0,
         ..Default::default()

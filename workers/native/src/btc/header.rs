@@ -90,7 +90,7 @@ pub fn decode_compact(bits: u32) -> CompactTarget {
     }
 }
 
-/// Why a header fails `CheckProofOfWork`; the strings are Core's reject reasons.
+/// Why a header fails `CheckProofOfWork`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PowError {
     /// nBits negative, overflowing, zero or above the network's limit.
@@ -100,10 +100,12 @@ pub enum PowError {
 }
 
 impl PowError {
+    /// Core's reject reason: `CheckBlockHeader` says "high-hash" (proof of work failed) for
+    /// both, as `CheckProofOfWork` does not tell them apart. (Core's "bad-diffbits" is the
+    /// contextual check that nBits is the retarget's, `GetNextWorkRequired`.)
     pub fn reason(self) -> &'static str {
         match self {
-            PowError::BadDiffBits => "bad-diffbits",
-            PowError::HighHash => "high-hash",
+            PowError::BadDiffBits | PowError::HighHash => "high-hash",
         }
     }
 }

@@ -13,7 +13,9 @@ use crate::btc::undo;
 use crate::btc::utxo::SetDigest;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
-use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups, WriteError};
+use crate::parquet_out::{
+    parquet_codec, write_batch, write_batches, Layout, RowGroups, WriteError,
+};
 use crate::{key8, network};
 use arrow_schema::SchemaRef;
 use parquet::basic::Compression;
@@ -23,9 +25,6 @@ use pyo3::types::{PyBytes, PyIterator, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-
-/// Rows per row group of a staged spends file (a chunk's spends are usually one group).
-const SPENDS_GROUP_ROWS: usize = 1 << 20;
 
 fn bytes_list<'py, T: AsRef<[u8]>>(
     py: Python<'py>,
@@ -37,11 +36,6 @@ fn bytes_list<'py, T: AsRef<[u8]>>(
 /// A library error as the `ValueError` (its message) Python has always received.
 fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
-}
-
-fn hash32(b: &[u8]) -> PyResult<[u8; 32]> {
-    b.try_into()
-        .map_err(|_| PyValueError::new_err("block hashes are 32 bytes (internal order)"))
 }
 
 /// An applied chunk's puts and deletes (each sorted by key).
@@ -140,24 +134,15 @@ impl ChainStateChunk {
     ) -> PyResult<Self> {
         let net = network(network_name)?;
         let key = key8(xor_key)?;
-        if hashes.len() != paths.len()
-            || hashes.len() != offsets.len()
-            || hashes.len() != files.len()
-        {
-            return Err(PyValueError::new_err(
-                "hashes, paths, files and offsets differ in length",
-            ));
-        }
+        let blocks = SourceBlock::run(first_height, &hashes, paths, &offsets)
+            .filter(|_| files.len() == hashes.len())
+            .ok_or_else(|| {
+                PyValueError::new_err(
+                    "hashes, paths, files and offsets differ in length, or a hash is not 32 \
+                     bytes (internal order)",
+                )
+            })?;
         let places = files.into_iter().zip(offsets.iter().copied()).collect();
-        let mut blocks = Vec::with_capacity(hashes.len());
-        for (i, ((h, path), offset)) in hashes.iter().zip(paths).zip(offsets).enumerate() {
-            blocks.push(SourceBlock {
-                height: first_height + i as u32,
-                hash: hash32(h)?,
-                path,
-                offset,
-            });
-        }
         let inner = py
             .detach(|| Chunk::load(net, key, blocks))
             .map_err(|e| chain_state_error(py, &e))?;
@@ -264,20 +249,23 @@ impl ChainStateChunk {
     /// the blocks the last `apply` applied, on at most `threads` threads (the tables are
     /// started in the order given, so put the largest first). A spec is (table, its
     /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
-    /// a row group closes early, columns written without statistics, columns
-    /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded). Beside them, `spends`
-    /// (the batch `apply` returned) goes to `spends_path`. Returns the rows written: the
-    /// spends', then each spec's.
+    /// a row group closes early, codec, columns written without statistics, columns
+    /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded), as `schemas/tables.py`
+    /// declares the table. Beside them, `spends` (the batch `apply` returned) goes to
+    /// `spends_path` with `spends_layout` (rows per row group, bytes, codec: the declared
+    /// `btc_spends`). Returns the rows written: the spends', then each spec's.
     fn write_rows(
         &self,
         py: Python<'_>,
         specs: Vec<RowsSpec>,
         spends: PyRecordBatch,
         spends_path: PathBuf,
-        spends_group_bytes: usize,
+        spends_layout: (usize, usize, String),
         threads: usize,
     ) -> PyResult<Vec<u64>> {
         let spends = spends.into_inner();
+        let (spends_rows, spends_bytes, spends_codec) = spends_layout;
+        let spends_codec = codec(&spends_codec)?;
         let guard = self.resolved.lock().expect("not poisoned");
         let Some((applied, values, scripts)) = guard.as_ref() else {
             return Err(PyValueError::new_err("write_rows before apply"));
@@ -285,24 +273,45 @@ impl ChainStateChunk {
         let specs: Vec<_> = specs
             .into_iter()
             .map(
-                |(t, schema, path, rows, bytes, unsorted, dictionary, delta_length)| {
-                    (
+                |(
+                    t,
+                    schema,
+                    path,
+                    rows,
+                    bytes,
+                    compression,
+                    unsorted,
+                    dictionary,
+                    delta_length,
+                )| {
+                    Ok((
                         t,
                         schema.into_inner(),
                         path,
                         rows,
                         bytes,
+                        codec(&compression)?,
                         unsorted,
                         dictionary,
                         delta_length,
-                    )
+                    ))
                 },
             )
-            .collect();
+            .collect::<PyResult<_>>()?;
         py.detach(|| {
             let blocks = self.chain_blocks(*applied);
             let write = |spec: &TableSpec| {
-                let (table, schema, path, rows, bytes, unsorted, dictionary, delta_length) = spec;
+                let (
+                    table,
+                    schema,
+                    path,
+                    rows,
+                    bytes,
+                    compression,
+                    unsorted,
+                    dictionary,
+                    delta_length,
+                ) = spec;
                 // Which outputs later blocks spend is known only once they are applied:
                 // `outputs` is written unspent here, the publish stage sets `spent`.
                 let network = self.inner.network();
@@ -326,6 +335,7 @@ impl ChainStateChunk {
                     dictionary: &dictionary,
                     unsorted: &unsorted,
                     delta_length: &delta_length,
+                    compression: Some(*compression),
                     ..Layout::default()
                 };
                 let batches = batches.map(|b| b.map_err(WriteError::rows));
@@ -334,12 +344,12 @@ impl ChainStateChunk {
             // The spends are staged for the publish stage, which reads them back once.
             let write_spends = || {
                 let layout = Layout {
-                    compression: Some(Compression::SNAPPY),
+                    compression: Some(spends_codec),
                     ..Layout::default()
                 };
                 let groups = RowGroups {
-                    rows: SPENDS_GROUP_ROWS,
-                    bytes: spends_group_bytes,
+                    rows: spends_rows,
+                    bytes: spends_bytes,
                 };
                 write_batch(&spends_path, &spends, &layout, groups)
             };
@@ -358,20 +368,28 @@ impl ChainStateChunk {
 }
 
 /// A table `ChainStateChunk.write_rows` writes: (table, declared schema, Parquet file, rows
-/// per row group, bytes at which a group closes early, columns without statistics, columns
-/// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded).
-type Spec<S> = (
+/// per row group, bytes at which a group closes early, codec, columns without statistics,
+/// columns dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded).
+type Spec<S, C> = (
     String,
     S,
     PathBuf,
     usize,
     usize,
+    C,
     Vec<String>,
     Vec<String>,
     Vec<String>,
 );
-type RowsSpec = Spec<PySchema>;
-type TableSpec = Spec<SchemaRef>;
+type RowsSpec = Spec<PySchema, String>;
+type TableSpec = Spec<SchemaRef, Compression>;
+
+/// The codec a table of `schemas/tables.py` names (its `compression`).
+fn codec(name: &str) -> PyResult<Compression> {
+    parquet_codec(name).ok_or_else(|| {
+        PyValueError::new_err(format!("no Parquet codec {name:?} (zstd, snappy or none)"))
+    })
+}
 
 /// The outputs the best chain spent, given as two equal-length uint32 arrays: the height each
 /// was created at and its row among that block's outputs.

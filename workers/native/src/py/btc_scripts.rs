@@ -18,10 +18,13 @@ use pyo3::types::PyDict;
 use std::path::PathBuf;
 
 result_class! {
-    /// The first input of a run of blocks that fails its script, with Core's reject reason.
+    /// The first input of a run of blocks that fails its script, with Core's reject reason and
+    /// where the block is (its blk file's name and the record's offset).
     ScriptFailure {
         height: u32,
         block_hash: String,
+        file: String,
+        offset: u64,
         tx_index: u32,
         txid: String,
         input: u32,
@@ -72,25 +75,23 @@ fn verify_block_scripts(
 ) -> PyResult<ScriptsChecked> {
     let net = network(network_name)?;
     let key = key8(xor_key)?;
-    let n = hashes.len();
-    if paths.len() != n || offsets.len() != n || undos.len() != n {
-        return Err(PyValueError::new_err(
-            "hashes, paths, offsets and undos differ in length",
-        ));
-    }
-    let mut blocks = Vec::with_capacity(n);
-    for (i, ((h, path), offset)) in hashes.iter().zip(paths).zip(offsets).enumerate() {
-        let hash: [u8; 32] = h
-            .as_slice()
-            .try_into()
-            .map_err(|_| PyValueError::new_err("block hashes are 32 bytes (internal order)"))?;
-        blocks.push(SourceBlock {
-            height: first_height + i as u32,
-            hash,
-            path,
-            offset,
-        });
-    }
+    let files: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let blocks = SourceBlock::run(first_height, &hashes, paths, &offsets)
+        .filter(|_| undos.len() == hashes.len())
+        .ok_or_else(|| {
+            PyValueError::new_err(
+                "hashes, paths, offsets and undos differ in length, or a hash is not 32 bytes \
+                 (internal order)",
+            )
+        })?;
     let loaded = py
         .detach(|| read_blocks(net, key, blocks))
         .map_err(|e| read_error(py, &e))?;
@@ -118,7 +119,7 @@ fn verify_block_scripts(
         inputs: 0,
         failure: None,
     };
-    for ((height, hash, _), verdict) in loaded.iter().zip(verdicts) {
+    for (i, ((height, hash, _), verdict)) in loaded.iter().zip(verdicts).enumerate() {
         let v = verdict.map_err(|e| scripts_error(py, *height, hash, &e))?;
         if v.failure.is_none() {
             checked.blocks += 1;
@@ -129,6 +130,8 @@ fn verify_block_scripts(
             let failure = ScriptFailure {
                 height: *height,
                 block_hash: display_hex(hash),
+                file: files[i].clone(),
+                offset: offsets[i],
                 tx_index: f.tx_index,
                 txid: display_hex(&f.txid),
                 input: f.input,

@@ -245,6 +245,8 @@ pub fn chain_state_seeds() -> Vec<Vec<u8>> {
             reorg_back: false,
             bad_signature_height: 0,
             bad_signature_branch: false,
+            all_script_kinds: false,
+            bad_signature_kind: None,
         };
         generate(&cfg, &dir).expect("generate a seed chain");
         let file = std::fs::read(dir.join("blk00000.dat")).expect("the generated blk file");
