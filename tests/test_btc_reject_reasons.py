@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,6 +205,22 @@ CASES: dict[str, Callable[[Base], list[bytes]]] = {
         with_coinbase(b, spend(b.mature, [(b.mature[2] - 1000, OP_TRUE)]))
     ],
     "bad-prevblk": on_an_invalid_block,
+    # Core's contextual header and block checks.
+    "time-too-old": lambda b: [
+        craft.block(b.tip, [craft.coinbase(b.next_height, subsidy(b.next_height))], 1_000_000_000)
+    ],
+    "time-too-new": lambda b: [
+        craft.block(
+            b.tip,
+            [craft.coinbase(b.next_height, subsidy(b.next_height))],
+            int(time.time()) + 10 * 3600,
+        )
+    ],
+    "bad-version(0x00000001)": lambda b: [with_coinbase(b, version=1)],
+    # A lock time far above the block's height, with a sequence that does not waive it.
+    "bad-txns-nonfinal": lambda b: [
+        with_coinbase(b, Tx([TxIn(b.mature[0], 0, sequence=0)], [(1000, OP_TRUE)], locktime=10**6))
+    ],
 }
 
 
@@ -214,7 +231,9 @@ LOG_REJECTS = "--log-rejects"
 def core_reason(out: dict[str, Any], block_hash: str) -> str:
     """The reject reason Core logged for ``block_hash``: the first reason-shaped word of a log
     line naming the block, or of the line its AcceptBlock/CheckBlock failure printed."""
-    reasons = re.compile(r"\b((?:bad|high|unexpected|block-script)-[a-z0-9-]+)")
+    reasons = re.compile(
+        r"\b((?:bad|high|unexpected|block-script|time)-[a-z0-9-]+(?:\(0x[0-9a-f]+\))?)"
+    )
     for line in out["log_errors"] + (out["log_debug"] or []):
         if block_hash in line:
             # AcceptBlockHeader's line for a header whose parent is invalid names no reason.
@@ -246,8 +265,11 @@ def rechain_reason(data: Path, block_hash: str, file: str) -> tuple[str, str]:
 
 #: Rules rechain does not check yet: the case fails until it does (strict).
 NOT_CHECKED = {
-    "bad-diffbits": "rechain checks nBits against the network's limit only, not against the "
-    "retarget (Core's ContextualCheckBlockHeader, GetNextWorkRequired)",
+    "time-too-new": "rechain does not compare a header's time with the clock: a reindex of the "
+    "same files ends the same whenever it runs (Core does not keep such a block invalid either, "
+    "BLOCK_TIME_FUTURE)",
+    "bad-txns-nonfinal": "rechain does not check transactions' lock times (ContextualCheckBlock, "
+    "IsFinalTx) nor BIP68 sequence locks",
 }
 
 

@@ -90,6 +90,22 @@ pub fn decode_compact(bits: u32) -> CompactTarget {
     }
 }
 
+/// The compact form of a non-negative target (Core's `arith_uint256::GetCompact`).
+pub fn encode_compact(target: U256) -> u32 {
+    let mut size = target.bits().div_ceil(8);
+    let mut compact = if size <= 3 {
+        (target.low_u64() << (8 * (3 - size))) as u32
+    } else {
+        (target >> (8 * (size - 3))).low_u64() as u32
+    };
+    // The 0x00800000 bit is the sign: a mantissa using it moves up a byte.
+    if compact & 0x0080_0000 != 0 {
+        compact >>= 8;
+        size += 1;
+    }
+    compact | ((size as u32) << 24)
+}
+
 /// Why a header fails `CheckProofOfWork`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PowError {
@@ -187,6 +203,23 @@ mod tests {
         (0..s.len() / 2)
             .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn encode_compact_is_cores_get_compact() {
+        for bits in [0x03123456u32, 0x04123456, 0x05009234, 0x20123456] {
+            assert_eq!(encode_compact(decode_compact(bits).target), bits);
+        }
+        assert_eq!(encode_compact(U256::zero()), 0);
+        assert_eq!(encode_compact(U256::from(0x12)), 0x01120000);
+        assert_eq!(encode_compact(U256::from(0x1234)), 0x02123400);
+        // 0x80 would set the sign bit: the mantissa moves up a byte.
+        assert_eq!(encode_compact(U256::from(0x80)), 0x02008000);
+        use crate::btc::network::Network;
+        for n in crate::btc::network::ALL_NETWORKS {
+            assert_eq!(encode_compact(n.pow_limit()), n.genesis_bits(), "{n:?}");
+        }
+        assert_eq!(encode_compact(Network::Main.pow_limit()), 0x1d00ffff);
     }
 
     #[test]

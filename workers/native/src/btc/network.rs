@@ -3,6 +3,30 @@
 
 use primitive_types::U256;
 
+/// The consensus parameters of Core's difficulty adjustment (`GetNextWorkRequired`).
+#[derive(Clone, Copy, Debug)]
+pub struct PowRules {
+    /// Seconds between blocks aimed at (`nPowTargetSpacing`).
+    pub spacing: i64,
+    /// Seconds a retarget period aims at (`nPowTargetTimespan`); the period is
+    /// `timespan / spacing` blocks.
+    pub timespan: i64,
+    /// Testnets: a block more than two spacings after its parent may use the limit's bits.
+    pub allow_min_difficulty: bool,
+    /// Regtest: the target never changes.
+    pub no_retargeting: bool,
+    /// Testnet4 (BIP94): a retarget starts from the period's first block's bits.
+    pub bip94: bool,
+    pub pow_limit: U256,
+}
+
+impl PowRules {
+    /// Blocks per retarget period (`DifficultyAdjustmentInterval`).
+    pub fn interval(&self) -> u32 {
+        (self.timespan / self.spacing) as u32
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Network {
     Main,
@@ -123,6 +147,43 @@ impl Network {
             Network::Main => 227_931,
             Network::Testnet3 => 21_111,
             Network::Testnet4 | Network::Signet | Network::Regtest => 1,
+        }
+    }
+
+    /// First height whose header must have version 3 or more (BIP66, also DERSIG's script flag).
+    pub fn bip66_height(self) -> u32 {
+        match self {
+            Network::Main => 363_725,
+            Network::Testnet3 => 330_776,
+            Network::Testnet4 | Network::Signet | Network::Regtest => 1,
+        }
+    }
+
+    /// First height whose header must have version 4 or more (BIP65, also CHECKLOCKTIMEVERIFY's).
+    pub fn bip65_height(self) -> u32 {
+        match self {
+            Network::Main => 388_381,
+            Network::Testnet3 => 581_885,
+            Network::Testnet4 | Network::Signet | Network::Regtest => 1,
+        }
+    }
+
+    /// Core's difficulty rules for this network (`GetNextWorkRequired`'s consensus params).
+    pub fn pow_rules(self) -> PowRules {
+        let two_weeks = 14 * 24 * 60 * 60;
+        let (timespan, allow_min_difficulty, no_retargeting, bip94) = match self {
+            Network::Main | Network::Signet => (two_weeks, false, false, false),
+            Network::Testnet3 => (two_weeks, true, false, false),
+            Network::Testnet4 => (two_weeks, true, false, true),
+            Network::Regtest => (24 * 60 * 60, true, true, false),
+        };
+        PowRules {
+            spacing: self.target_spacing() as i64,
+            timespan,
+            allow_min_difficulty,
+            no_retargeting,
+            bip94,
+            pow_limit: self.pow_limit(),
         }
     }
 

@@ -6,7 +6,8 @@
 //! every output at once. The scan log stays in its chunks (no concatenated copy).
 
 use super::hex::{display_hex_into, forward_hex_into};
-use crate::btc::link::{link, EntryState, LinkInput, LinkOutput};
+use crate::btc::link::{link, EntryState, HeaderContext, LinkInput, LinkOutput};
+use crate::btc::network::Network;
 use crate::btc::scan::RecordStatus;
 use crate::store::{best_chain_key, IndexValue, BEST_CHAIN_BUCKET};
 use arrow_array::builder::{
@@ -246,17 +247,27 @@ pub struct LinkedTree {
 }
 
 impl LinkedTree {
-    pub fn new(chunks: Vec<RecordBatch>, root: [u8; 32]) -> Result<LinkedTree, ArrowError> {
+    /// The tree of `network`'s records from `root`; Core's contextual header checks run when
+    /// the root is the network's genesis.
+    pub fn new(
+        chunks: Vec<RecordBatch>,
+        root: [u8; 32],
+        network: Network,
+    ) -> Result<LinkedTree, ArrowError> {
         let mut starts = vec![0usize];
         let mut hashes: Vec<[u8; 32]> = Vec::new();
         let mut prevs: Vec<[u8; 32]> = Vec::new();
         let mut bits: Vec<u32> = Vec::new();
+        let mut times: Vec<u32> = Vec::new();
+        let mut versions: Vec<i32> = Vec::new();
         let mut statuses: Vec<RecordStatus> = Vec::new();
         for chunk in &chunks {
             let v = ChunkView::new(chunk)?;
             hashes.extend_from_slice(v.hashes);
             prevs.extend_from_slice(v.prevs);
             bits.extend_from_slice(v.bits.values());
+            times.extend_from_slice(v.time.values());
+            versions.extend_from_slice(v.version.values());
             let status = col(chunk, "status")?
                 .as_string_opt::<i32>()
                 .ok_or_else(|| ArrowError::SchemaError("status is not Utf8".into()))?;
@@ -269,8 +280,13 @@ impl LinkedTree {
             bits: &bits,
             status: &statuses,
             root,
+            context: (root == network.genesis_hash()).then_some(HeaderContext {
+                network,
+                times: &times,
+                versions: &versions,
+            }),
         });
-        drop((prevs, bits));
+        drop((prevs, bits, times, versions));
         let m = link.record.len();
         // Three independent products of the linked tree, built side by side.
         let (order, by_hash, index_values) = std::thread::scope(|s| {

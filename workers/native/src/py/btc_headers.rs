@@ -64,7 +64,7 @@ impl HeaderTree {
         };
         let chunks: Vec<_> = records.into_iter().map(|b| b.into_inner()).collect();
         let inner = py
-            .detach(|| LinkedTree::new(chunks, root))
+            .detach(|| LinkedTree::new(chunks, root, net))
             .map_err(arrow_err)?;
         Ok(HeaderTree { inner })
     }

@@ -51,26 +51,26 @@ struct Heights {
 fn heights(network: Network) -> Heights {
     match network {
         Network::Main => Heights {
-            dersig: 363_725,
-            cltv: 388_381,
+            dersig: network.bip66_height(),
+            cltv: network.bip65_height(),
             csv: 419_328,
             segwit: 481_824,
         },
         Network::Testnet3 => Heights {
-            dersig: 330_776,
-            cltv: 581_885,
+            dersig: network.bip66_height(),
+            cltv: network.bip65_height(),
             csv: 770_112,
             segwit: 834_624,
         },
         Network::Testnet4 | Network::Signet => Heights {
-            dersig: 1,
-            cltv: 1,
+            dersig: network.bip66_height(),
+            cltv: network.bip65_height(),
             csv: 1,
             segwit: 1,
         },
         Network::Regtest => Heights {
-            dersig: 1,
-            cltv: 1,
+            dersig: network.bip66_height(),
+            cltv: network.bip65_height(),
             csv: 1,
             segwit: 0,
         },
