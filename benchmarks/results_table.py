@@ -164,6 +164,21 @@ def btc_publish_prints(r: Result) -> Cells:
     )
 
 
+def btc_scripts(r: Result) -> Cells:
+    ra, t, c = r["ratios"], r["targets"], r["chain"]
+    higher = ("core_over_rechain_full_scripts", "stage_1_over_2_workers")
+    met = [ra[k] >= t[k] if k in higher else ra[k] <= t[k] for k in t]
+    return (
+        f"{c['inputs'] / 1e6:.2f} M inputs ({c['bytes'] / 1e9:.2f} GB): full --scripts "
+        f"{r['rechain_full_scripts']['wall_s']:.0f} s, scripts stage "
+        f"{r['scripts_stage_2_workers_s']:.0f} s, floor {r['floor_2_threads']['wall_s']:.0f} s",
+        f"{x(ra['core_over_rechain_full_scripts'])} Core -assumevalid=0; stage "
+        f"{x(ra['stage_over_floor'])} its floor; 1 -> 2 workers {x(ra['stage_1_over_2_workers'])}"
+        f"; peak RSS {x(ra['peak_rss_over_baseline_plus_budget'])} baseline + budget",
+        met,
+    )
+
+
 def eth_headers(r: Result) -> Cells:
     h, e = r["header_import"], r["ethash"]
     return (
@@ -268,6 +283,7 @@ HANDLERS: dict[str, Callable[[Result], Cells]] = {
     "btc_headers": btc_headers,
     "btc_incremental": btc_incremental,
     "btc_publish_prints": btc_publish_prints,
+    "btc_scripts": btc_scripts,
     "eth_headers": eth_headers,
     "flow_checkpoint": flow_checkpoint,
     "flow_replay": flow_replay,
