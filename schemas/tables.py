@@ -46,6 +46,10 @@ class Table:
     #: Columns written without min/max statistics (by the Rust core, and by the Ethereum
     #: workers' pyarrow writer): random hashes and scripts, whose ranges prune nothing.
     unsorted_columns: tuple[str, ...] = ()
+    #: Columns stored uncompressed whatever ``compression`` says (by the Rust core): random
+    #: bytes (hashes, paths that are hashes), which zstd cannot shrink and spends as long on as
+    #: on any other page.
+    uncompressed_columns: tuple[str, ...] = ()
     #: Columns of hashes' hex written DELTA_LENGTH_BYTE_ARRAY (by the Rust core): the lengths
     #: are packed apart, so zstd sees only the digits. Plain encoding puts a 4-byte length
     #: before each value, which zstd takes for short matches and spends longer on than on
@@ -68,6 +72,24 @@ class Table:
     def schema(self) -> pa.Schema:
         return _schema(self.name)
 
+    def native_layout(self, row_group_bytes: int | None = None) -> Any:
+        """The declared layout as the Rust writers take it (``_native.ParquetLayout``), a row
+        group closing early at ``row_group_bytes`` (default: the declared bytes)."""
+        from rechain.workers import _native
+
+        group_bytes = row_group_bytes or self.row_group_bytes
+        assert group_bytes, f"{self.name}: no row-group bytes declared or given"
+        assert self.dictionary_columns != ALL_COLUMNS, self.name
+        return _native.ParquetLayout(
+            compression=self.compression,
+            row_group_rows=self.row_group_rows,
+            row_group_bytes=group_bytes,
+            dictionary=list(self.dictionary_columns),
+            unsorted=list(self.unsorted_columns),
+            uncompressed=list(self.uncompressed_columns),
+            delta_length=list(self.delta_length_columns),
+        )
+
     def pyarrow_options(self) -> dict[str, Any]:
         """The declared layout as ``pyarrow.parquet.write_table``'s options (also
         ``ParquetWriter``'s, but for ``row_group_size``, which its ``write`` takes), for a file
@@ -77,7 +99,8 @@ class Table:
 
         fields = list(self.schema)
         if self.pages == "pyarrow":
-            assert not self.delta_length_columns, self.name  # declared for the Rust writer
+            # Declared for the Rust writer only.
+            assert not (self.delta_length_columns or self.uncompressed_columns), self.name
             every = self.dictionary_columns == ALL_COLUMNS
             return {
                 "compression": self.compression,
@@ -89,8 +112,14 @@ class Table:
         assert self.dictionary_columns != ALL_COLUMNS, self.name
         # Nested columns (lists) keep pyarrow's encoding: PLAIN, unless declared dictionary.
         flat = [f.name for f in fields if not pa.types.is_nested(f.type)]
+        compression: str | dict[str, str] = self.compression
+        if self.uncompressed_columns:
+            compression = {
+                f.name: "none" if f.name in self.uncompressed_columns else self.compression
+                for f in fields
+            }
         return {
-            "compression": self.compression,
+            "compression": compression,
             "row_group_size": self.row_group_rows,
             "use_dictionary": list(self.dictionary_columns) or False,
             "write_statistics": [f.name for f in fields if f.name not in self.unsorted_columns],
@@ -296,15 +325,22 @@ TRIE_UPDATES = Table(
     row_group_bytes=1 << 20,
 )
 #: ``registers`` and ``register_hashes`` are written side by side with the same row groups.
+#: ``path`` is a hash: stored as it is, with statistics (the rows are in path order); values
+#: are in no order.
 REGISTERS = Table(
     fs.REGISTERS,
     _flow_native(fs.REGISTERS),
+    unsorted_columns=("value",),
+    uncompressed_columns=("path",),
     row_group_rows=65_536,
     row_group_bytes=1 << 20,
 )
+#: Every column but ``height`` is a hash; only ``path`` is in order.
 REGISTER_HASHES = Table(
     fs.REGISTER_HASHES,
     _flow_native(fs.REGISTER_HASHES),
+    unsorted_columns=("leaf_hash", "node_hash"),
+    uncompressed_columns=("path", "leaf_hash", "node_hash"),
     row_group_rows=REGISTERS.row_group_rows,
     row_group_bytes=REGISTERS.row_group_bytes,
 )

@@ -62,22 +62,12 @@ def write_part(
     files = reversed(list(zip(ROW_TABLES, tmps[1:], strict=True)))
     chunk.write_rows(
         [
-            (
-                t,
-                tables.TABLES[t].schema,
-                tmp,
-                tables.TABLES[t].row_group_rows,
-                group_bytes,
-                tables.TABLES[t].compression,
-                list(tables.TABLES[t].unsorted_columns),
-                list(tables.TABLES[t].dictionary_columns),
-                list(tables.TABLES[t].delta_length_columns),
-            )
+            (t, tables.TABLES[t].schema, tmp, tables.TABLES[t].native_layout(group_bytes))
             for t, tmp in files
         ],
         spends,
         tmps[0],
-        (tables.BTC_SPENDS.row_group_rows, group_bytes, tables.BTC_SPENDS.compression),
+        tables.BTC_SPENDS.native_layout(group_bytes),
         threads,
     )
 

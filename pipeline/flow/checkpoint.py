@@ -293,10 +293,10 @@ def _read_streaming(
                 name,
                 files[fs.REGISTERS],
                 files[fs.REGISTER_HASHES],
+                tables.REGISTERS.native_layout(min(tables.REGISTERS.row_group_bytes, share)),
+                tables.REGISTER_HASHES.native_layout(),
                 threads=threads,
                 verify=verify,
-                row_group_rows=tables.REGISTERS.row_group_rows,
-                row_group_bytes=min(tables.REGISTERS.row_group_bytes, share),
                 batch_bytes=share,
                 sst_dir=str(sst_dir),
                 sst_memory=max(

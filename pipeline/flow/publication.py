@@ -45,8 +45,8 @@ def publish_forest(
         register_rows, files = forest.write_registers(
             str(parts[0]),
             str(parts[1]),
-            tables.REGISTERS.row_group_rows,
-            tables.REGISTERS.row_group_bytes,
+            tables.REGISTERS.native_layout(),
+            tables.REGISTER_HASHES.native_layout(),
             sst_dir=str(sst_dir),
             # An SST file closes once its filter's key hashes and index take this share.
             sst_memory=budget_share(memory_budget, "flow", "publish.sst"),
@@ -57,12 +57,7 @@ def publish_forest(
     data.stage_parquet_files(
         [fs.TRIE_UPDATES],
         generation,
-        lambda parts: forest.write_trie_updates(
-            str(parts[0]),
-            tables.TRIE_UPDATES.row_group_rows,
-            tables.TRIE_UPDATES.row_group_bytes,
-            list(tables.TRIE_UPDATES.dictionary_columns),
-        ),
+        lambda parts: forest.write_trie_updates(str(parts[0]), tables.TRIE_UPDATES.native_layout()),
     )
     # Each step's buffers go back to the OS before the next: freed heap pages are otherwise
     # kept, and the steps' transients would add up on top of the forest.
@@ -123,12 +118,7 @@ def publish_staged_registers(
     data.stage_parquet_files(
         [fs.TRIE_UPDATES],
         generation,
-        lambda parts: empty.write_trie_updates(
-            str(parts[0]),
-            tables.TRIE_UPDATES.row_group_rows,
-            tables.TRIE_UPDATES.row_group_bytes,
-            list(tables.TRIE_UPDATES.dictionary_columns),
-        ),
+        lambda parts: empty.write_trie_updates(str(parts[0]), tables.TRIE_UPDATES.native_layout()),
     )
     for table in (fs.REGISTERS, fs.REGISTER_HASHES):
         data.publish_generation(table, generation, staged[table])

@@ -21,10 +21,6 @@ fn thread_cpu_s() -> f64 {
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
-fn names(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let out_dir = std::path::PathBuf::from(args.next().expect("output folder"));
@@ -62,17 +58,11 @@ fn main() {
                 delta_length.push(top(c));
             }
         }
-        let (d, u, c, l) = (
-            names(&dictionary),
-            names(&unsorted),
-            names(&uncompressed),
-            names(&delta_length),
-        );
         let layout = Layout {
-            dictionary: &d,
-            unsorted: &u,
-            uncompressed: &c,
-            delta_length: &l,
+            dictionary,
+            unsorted,
+            uncompressed,
+            delta_length,
             compression: None,
         };
         let rows = (0..meta.num_row_groups())

@@ -546,6 +546,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_blk_bodies, m)?)?;
     m.add_function(wrap_pyfunction!(decode_blk_verdicts, m)?)?;
     m.add_class::<py::sst::SstWriter>()?;
+    m.add_class::<py::parquet_layout::ParquetLayout>()?;
     m.add_function(wrap_pyfunction!(py::sst::merge_sorted_runs, m)?)?;
     m.add_function(wrap_pyfunction!(py::btc_txindex::write_txindex, m)?)?;
     m.add_function(wrap_pyfunction!(py::btc_txindex::hashes_from_hex, m)?)?;

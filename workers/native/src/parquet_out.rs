@@ -80,22 +80,28 @@ pub struct RowGroups {
 }
 
 /// How a table's columns are encoded where they differ from the defaults (zstd, min/max
-/// statistics, no dictionary), by column name.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Layout<'a> {
+/// statistics, no dictionary), by column name: each table's is declared in
+/// `schemas/tables.py` and reaches the writers from there (`Table.native_layout`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Layout {
     /// Dictionary-encoded.
-    pub dictionary: &'a [&'a str],
+    pub dictionary: Vec<String>,
     /// Without min/max statistics: values such as random hashes or scripts, whose ranges per
     /// page and row group prune nothing and cost a comparison per value.
-    pub unsorted: &'a [&'a str],
+    pub unsorted: Vec<String>,
     /// Stored uncompressed: random bytes (hashes, and paths that are hashes), which zstd
     /// cannot shrink and spends as long on as on any other page.
-    pub uncompressed: &'a [&'a str],
+    pub uncompressed: Vec<String>,
     /// Encoded DELTA_LENGTH_BYTE_ARRAY (see `delta_length_columns` in `schemas/tables.py`).
-    pub delta_length: &'a [&'a str],
+    pub delta_length: Vec<String>,
     /// Every other column's codec where it is not zstd: a staged file read back once is
     /// cheaper to write with snappy than to keep small.
     pub compression: Option<Compression>,
+}
+
+/// Column names as a [`Layout`] holds them.
+pub fn columns(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
 }
 
 /// The codec of a `compression` name of `schemas/tables.py` (None: not one of them).
@@ -179,16 +185,16 @@ fn properties(
             _ => vec![c.to_string()],
         }))
     };
-    for c in layout.dictionary {
+    for c in &layout.dictionary {
         props = props.set_column_dictionary_enabled(leaf(c)?, true);
     }
-    for c in layout.unsorted {
+    for c in &layout.unsorted {
         props = props.set_column_statistics_enabled(leaf(c)?, EnabledStatistics::None);
     }
-    for c in layout.uncompressed {
+    for c in &layout.uncompressed {
         props = props.set_column_compression(leaf(c)?, Compression::UNCOMPRESSED);
     }
-    for c in layout.delta_length {
+    for c in &layout.delta_length {
         props = props.set_column_encoding(leaf(c)?, Encoding::DELTA_LENGTH_BYTE_ARRAY);
     }
     Ok(props)
@@ -462,7 +468,7 @@ mod tests {
             meta.row_groups().iter().map(|g| g.num_rows()).collect()
         };
         let dictionary_s = Layout {
-            dictionary: &["s"],
+            dictionary: columns(&["s"]),
             ..Layout::default()
         };
         let write = |name: &str, limits: RowGroups| {
@@ -528,8 +534,8 @@ mod tests {
             bytes: usize::MAX,
         };
         let layout = Layout {
-            dictionary: &["s"],
-            unsorted: &["s"],
+            dictionary: columns(&["s"]),
+            unsorted: columns(&["s"]),
             ..Layout::default()
         };
         write_batch(&src, &batch, &layout, groups).unwrap();

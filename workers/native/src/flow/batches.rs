@@ -49,7 +49,7 @@ use super::node::{Node, Register};
 use super::record::{Payload, TrieUpdate, WalRecord, KEY_PART_KEY, KEY_PART_OWNER};
 use super::register_stats::{OwnerRow, Sizes, TrieStats};
 use super::{ErrorKind, OutputError};
-use crate::parquet_out::{Layout, TableWriter};
+use crate::parquet_out::{Layout, RowGroups, TableWriter};
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, FixedSizeBinaryBuilder, ListBuilder, StringBuilder, UInt16Builder,
     UInt32Builder, UInt64Builder,
@@ -436,35 +436,37 @@ pub fn registers_batch<R: AsRef<Register>>(regs: &[R]) -> RecordBatch {
     RecordBatch::try_new(registers_schema(), cols).expect("registers columns match the schema")
 }
 
-/// `registers`' Parquet layout: `path` is a hash (random bytes: stored as they are; its
-/// statistics are kept, as the rows are in path order) and values are in no order.
-const REGISTERS_LAYOUT: Layout = Layout {
-    dictionary: &[],
-    unsorted: &["value"],
-    uncompressed: &["path"],
-    delta_length: &[],
-    compression: None,
-};
+/// The declared layouts (`schemas/tables.py`) of a trie's `registers` file and of its
+/// `register_hashes` file beside it, which are written with the same row groups.
+#[derive(Debug, Clone)]
+pub struct RegisterLayouts {
+    pub registers: Layout,
+    pub hashes: Layout,
+    pub groups: RowGroups,
+}
 
-/// `register_hashes`' Parquet layout: every column but `height` is a hash; only `path` is
-/// in order.
-const REGISTER_HASHES_LAYOUT: Layout = Layout {
-    dictionary: &[],
-    unsorted: &["leaf_hash", "node_hash"],
-    uncompressed: &["path", "leaf_hash", "node_hash"],
-    delta_length: &[],
-    compression: None,
-};
+impl RegisterLayouts {
+    /// Both files with the default column encodings: for tests and fuzzing, which read rows,
+    /// not layouts.
+    pub fn plain(groups: RowGroups) -> RegisterLayouts {
+        RegisterLayouts {
+            registers: Layout::default(),
+            hashes: Layout::default(),
+            groups,
+        }
+    }
+}
 
 /// The writers of a trie's `registers` file and of its `register_hashes` file beside it
 /// (written side by side, as [`AlignedTables`](crate::parquet_out::AlignedTables)).
 pub fn register_tables(
     registers: &FsPath,
     hashes: &FsPath,
+    layouts: &RegisterLayouts,
 ) -> Result<Vec<TableWriter>, OutputError> {
     Ok(vec![
-        TableWriter::create(registers, registers_schema(), &REGISTERS_LAYOUT)?,
-        TableWriter::create(hashes, leaf_hashes_schema(), &REGISTER_HASHES_LAYOUT)?,
+        TableWriter::create(registers, registers_schema(), &layouts.registers)?,
+        TableWriter::create(hashes, leaf_hashes_schema(), &layouts.hashes)?,
     ])
 }
 

@@ -4,7 +4,7 @@
 
 use super::batches::{
     leaf_hashes_batch, register_tables, registers_batch, trie_updates_batch, trie_updates_schema,
-    LoggedUpdate, RecordRow,
+    LoggedUpdate, RecordRow, RegisterLayouts,
 };
 use super::hash::{empty_root, Hash};
 use super::mtrie::{Forest, Trie, DEFAULT_CAPACITY};
@@ -198,18 +198,15 @@ impl ReplayState {
         }
     }
 
-    /// Writes the update log as a `trie_updates` Parquet file; returns its rows.
+    /// Writes the update log as a `trie_updates` Parquet file (its declared `layout`); returns
+    /// its rows.
     pub fn write_trie_updates(
         &self,
         path: &Path,
+        layout: &Layout,
         groups: RowGroups,
-        dictionary_columns: &[&str],
     ) -> Result<u64, OutputError> {
-        let layout = Layout {
-            dictionary: dictionary_columns,
-            ..Layout::default()
-        };
-        let table = TableWriter::create(path, trie_updates_schema(), &layout)?;
+        let table = TableWriter::create(path, trie_updates_schema(), layout)?;
         let mut out = AlignedTables::new(vec![table], groups);
         let log = &self.log;
         let mut done = 0;
@@ -232,14 +229,17 @@ impl ReplayState {
         root: Option<Hash>,
         registers_path: &Path,
         hashes_path: &Path,
-        groups: RowGroups,
+        layouts: &RegisterLayouts,
         sst: Option<RegisterSst>,
     ) -> Result<(u64, Vec<PathBuf>), PublishError> {
         if let Some(store) = self.forest.store() {
             store.clear_cache();
         }
         let mut cursor = self.trie(root)?.leaves();
-        let mut out = AlignedTables::new(register_tables(registers_path, hashes_path)?, groups);
+        let mut out = AlignedTables::new(
+            register_tables(registers_path, hashes_path, layouts)?,
+            layouts.groups,
+        );
         let mut writer = sst.as_ref().map(|s| s.writer("")).transpose()?;
         loop {
             let leaves = cursor

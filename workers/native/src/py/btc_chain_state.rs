@@ -3,6 +3,7 @@
 //! `hash_serialized_3` over the stored set.
 
 use super::btc_error::{chain_state_error, store_error, write_error};
+use super::parquet_layout::ParquetLayout;
 use super::result::result_class;
 use crate::bounded::map_bounded;
 use crate::btc::chain_state::{self, Chunk, SourceBlock, SpentScripts};
@@ -13,12 +14,9 @@ use crate::btc::undo;
 use crate::btc::utxo::SetDigest;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
-use crate::parquet_out::{
-    parquet_codec, write_batch, write_batches, Layout, RowGroups, WriteError,
-};
+use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups, WriteError};
 use crate::{key8, network};
 use arrow_schema::SchemaRef;
-use parquet::basic::Compression;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList};
@@ -248,111 +246,54 @@ impl ChainStateChunk {
     /// "outputs", the last with every `spent` flag false) for
     /// the blocks the last `apply` applied, on at most `threads` threads (the tables are
     /// started in the order given, so put the largest first). A spec is (table, its
-    /// declared schema, the Parquet file to write, rows per row group, encoded bytes at which
-    /// a row group closes early, codec, columns written without statistics, columns
-    /// dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded), as `schemas/tables.py`
-    /// declares the table. Beside them, `spends` (the batch `apply` returned) goes to
-    /// `spends_path` with `spends_layout` (rows per row group, bytes, codec: the declared
-    /// `btc_spends`). Returns the rows written: the spends', then each spec's.
+    /// declared schema, the Parquet file to write, its declared `ParquetLayout`). Beside them,
+    /// `spends` (the batch `apply` returned) goes to `spends_path` with `spends_layout` (the
+    /// declared `btc_spends`). Returns the rows written: the spends', then each spec's.
     fn write_rows(
         &self,
         py: Python<'_>,
-        specs: Vec<RowsSpec>,
+        specs: Vec<(String, PySchema, PathBuf, PyRef<'_, ParquetLayout>)>,
         spends: PyRecordBatch,
         spends_path: PathBuf,
-        spends_layout: (usize, usize, String),
+        spends_layout: PyRef<'_, ParquetLayout>,
         threads: usize,
     ) -> PyResult<Vec<u64>> {
         let spends = spends.into_inner();
-        let (spends_rows, spends_bytes, spends_codec) = spends_layout;
-        let spends_codec = codec(&spends_codec)?;
         let guard = self.resolved.lock().expect("not poisoned");
         let Some((applied, values, scripts)) = guard.as_ref() else {
             return Err(PyValueError::new_err("write_rows before apply"));
         };
-        let specs: Vec<_> = specs
+        let specs: Vec<TableFile> = specs
             .into_iter()
-            .map(
-                |(
-                    t,
-                    schema,
-                    path,
-                    rows,
-                    bytes,
-                    compression,
-                    unsorted,
-                    dictionary,
-                    delta_length,
-                )| {
-                    Ok((
-                        t,
-                        schema.into_inner(),
-                        path,
-                        rows,
-                        bytes,
-                        codec(&compression)?,
-                        unsorted,
-                        dictionary,
-                        delta_length,
-                    ))
-                },
-            )
-            .collect::<PyResult<_>>()?;
+            .map(|(table, schema, path, layout)| TableFile {
+                table,
+                schema: schema.into_inner(),
+                path,
+                layout: layout.layout.clone(),
+                groups: layout.groups,
+            })
+            .collect();
+        let (spends_layout, spends_groups) = (spends_layout.layout.clone(), spends_layout.groups);
         py.detach(|| {
             let blocks = self.chain_blocks(*applied);
-            let write = |spec: &TableSpec| {
-                let (
-                    table,
-                    schema,
-                    path,
-                    rows,
-                    bytes,
-                    compression,
-                    unsorted,
-                    dictionary,
-                    delta_length,
-                ) = spec;
+            let write = |spec: &TableFile| {
                 // Which outputs later blocks spend is known only once they are applied:
                 // `outputs` is written unspent here, the publish stage sets `spent`.
                 let network = self.inner.network();
                 let batches = btc_chain_rows::batches(
-                    table,
+                    &spec.table,
                     &blocks,
                     values,
                     scripts,
                     network,
-                    Arc::clone(schema),
+                    Arc::clone(&spec.schema),
                 );
-                let groups = RowGroups {
-                    rows: *rows,
-                    bytes: *bytes,
-                };
-                let unsorted: Vec<&str> = unsorted.iter().map(String::as_str).collect();
-                let dictionary: Vec<&str> = dictionary.iter().map(String::as_str).collect();
-                let delta_length: Vec<&str> = delta_length.iter().map(String::as_str).collect();
-                let schema = Arc::clone(schema);
-                let layout = Layout {
-                    dictionary: &dictionary,
-                    unsorted: &unsorted,
-                    delta_length: &delta_length,
-                    compression: Some(*compression),
-                    ..Layout::default()
-                };
                 let batches = batches.map(|b| b.map_err(WriteError::rows));
-                write_batches(path, schema, batches, &layout, groups)
+                let schema = Arc::clone(&spec.schema);
+                write_batches(&spec.path, schema, batches, &spec.layout, spec.groups)
             };
             // The spends are staged for the publish stage, which reads them back once.
-            let write_spends = || {
-                let layout = Layout {
-                    compression: Some(spends_codec),
-                    ..Layout::default()
-                };
-                let groups = RowGroups {
-                    rows: spends_rows,
-                    bytes: spends_bytes,
-                };
-                write_batch(&spends_path, &spends, &layout, groups)
-            };
+            let write_spends = || write_batch(&spends_path, &spends, &spends_layout, spends_groups);
             // The tables in the order given, then the spends.
             let mut written = map_bounded(specs.len() + 1, threads, |i| match specs.get(i) {
                 Some(spec) => write(spec),
@@ -367,28 +308,14 @@ impl ChainStateChunk {
     }
 }
 
-/// A table `ChainStateChunk.write_rows` writes: (table, declared schema, Parquet file, rows
-/// per row group, bytes at which a group closes early, codec, columns without statistics,
-/// columns dictionary-encoded, columns DELTA_LENGTH_BYTE_ARRAY-encoded).
-type Spec<S, C> = (
-    String,
-    S,
-    PathBuf,
-    usize,
-    usize,
-    C,
-    Vec<String>,
-    Vec<String>,
-    Vec<String>,
-);
-type RowsSpec = Spec<PySchema, String>;
-type TableSpec = Spec<SchemaRef, Compression>;
-
-/// The codec a table of `schemas/tables.py` names (its `compression`).
-fn codec(name: &str) -> PyResult<Compression> {
-    parquet_codec(name).ok_or_else(|| {
-        PyValueError::new_err(format!("no Parquet codec {name:?} (zstd, snappy or none)"))
-    })
+/// A table `ChainStateChunk.write_rows` writes: its name, declared schema, Parquet file and
+/// declared layout.
+struct TableFile {
+    table: String,
+    schema: SchemaRef,
+    path: PathBuf,
+    layout: Layout,
+    groups: RowGroups,
 }
 
 /// The outputs the best chain spent, given as two equal-length uint32 arrays: the height each

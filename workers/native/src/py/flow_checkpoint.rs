@@ -25,7 +25,8 @@
 //!
 //! Results are frozen classes (`super::result`) with `as_dict()`.
 
-use super::flow_types::FlowForest;
+use super::flow_types::{register_layouts, FlowForest};
+use super::parquet_layout::ParquetLayout;
 use super::result::result_class;
 use crate::flow::batches::{
     checkpoint_depths_batch, checkpoint_kinds_batch, checkpoint_owners_batch,
@@ -48,7 +49,6 @@ use crate::flow::node_store::NodeStore;
 use crate::flow::register_sst::{split_register_values, RegisterSst};
 use crate::flow::replay::ReplayState;
 use crate::flow::ErrorKind;
-use crate::parquet_out::RowGroups;
 use arrow_array::{Array, ArrayRef, BinaryArray};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -332,7 +332,8 @@ fn flow_checkpoint_load(
 }
 
 /// Streams v6 checkpoint `name` of `dir` (one trie) into 16 `registers` and 16
-/// `register_hashes` files (one per subtrie part, path order) on `threads` threads, in memory
+/// `register_hashes` files (one per subtrie part, path order, laid out as `registers_layout` and
+/// `hashes_layout` declare) on `threads` threads, in memory
 /// bounded by `batch_bytes` per part: `verify` is `full`, `interior` (trust leaf hashes) or
 /// `none` (trust every stored hash). With `sst_dir`, each part also writes RocksDB's
 /// `flow_registers` entries (values of `sst_version`) as SST files there, each closed once it
@@ -341,9 +342,8 @@ fn flow_checkpoint_load(
 /// read it with `flow_checkpoint_load`); the files are only valid if it returns.
 #[pyfunction]
 #[pyo3(signature = (
-    dir, name, registers, hashes, threads=None, verify="full", row_group_rows=65_536,
-    row_group_bytes=1 << 20, batch_bytes=1 << 20, sst_dir=None, sst_memory=1 << 20,
-    sst_version=0
+    dir, name, registers, hashes, registers_layout, hashes_layout, threads=None, verify="full",
+    batch_bytes=1 << 20, sst_dir=None, sst_memory=1 << 20, sst_version=0
 ))]
 #[allow(clippy::too_many_arguments)]
 fn flow_checkpoint_stream(
@@ -352,10 +352,10 @@ fn flow_checkpoint_stream(
     name: String,
     registers: Vec<PathBuf>,
     hashes: Vec<PathBuf>,
+    registers_layout: PyRef<'_, ParquetLayout>,
+    hashes_layout: PyRef<'_, ParquetLayout>,
     threads: Option<usize>,
     verify: &str,
-    row_group_rows: usize,
-    row_group_bytes: usize,
     batch_bytes: usize,
     sst_dir: Option<PathBuf>,
     sst_memory: usize,
@@ -367,10 +367,7 @@ fn flow_checkpoint_stream(
         verify,
         registers,
         hashes,
-        groups: RowGroups {
-            rows: row_group_rows,
-            bytes: row_group_bytes,
-        },
+        layouts: register_layouts(&registers_layout, &hashes_layout),
         batch_bytes,
         sst: sst_dir.map(|dir| RegisterSst {
             dir,

@@ -3,8 +3,9 @@
 //! exception it raises, and the segment result it returns. Registered by `super::flow`; a
 //! binding module imports these rather than another binding module.
 
+use super::parquet_layout::ParquetLayout;
 use super::result::result_class;
-use crate::flow::batches::{registers_batch, rows_from_batch};
+use crate::flow::batches::{registers_batch, rows_from_batch, RegisterLayouts};
 use crate::flow::hash::Hash;
 use crate::flow::mtrie::{Forest, LeafCursor, DEFAULT_CAPACITY};
 use crate::flow::node_store::NodeStore;
@@ -12,7 +13,6 @@ use crate::flow::paging::StoreError;
 use crate::flow::register_sst::RegisterSst;
 use crate::flow::replay::ReplayState;
 use crate::flow::{ErrorKind, FlowError};
-use crate::parquet_out::RowGroups;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -221,35 +221,28 @@ impl FlowForest {
         self.state.log().len()
     }
 
-    /// Writes the update log as a `trie_updates` Parquet file; returns its rows.
-    #[pyo3(signature = (path, row_group_rows, row_group_bytes, dictionary_columns=vec![]))]
+    /// Writes the update log as a `trie_updates` Parquet file laid out as `layout` (the
+    /// declared `ParquetLayout`); returns its rows.
     fn write_trie_updates(
         &self,
         py: Python<'_>,
         path: PathBuf,
-        row_group_rows: usize,
-        row_group_bytes: usize,
-        dictionary_columns: Vec<String>,
+        layout: PyRef<'_, ParquetLayout>,
     ) -> PyResult<u64> {
-        let groups = RowGroups {
-            rows: row_group_rows,
-            bytes: row_group_bytes,
-        };
+        let (columns, groups) = (layout.layout.clone(), layout.groups);
         let state = &self.state;
-        py.detach(|| {
-            let dict: Vec<&str> = dictionary_columns.iter().map(String::as_str).collect();
-            state.write_trie_updates(&path, groups, &dict)
-        })
-        .map_err(|e| PyValueError::new_err(e.to_string()))
+        py.detach(|| state.write_trie_updates(&path, &columns, groups))
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// Writes a trie's registers (default: the current trie) as a `registers` Parquet file and
-    /// their `register_hashes` file beside it, with the same row groups (a checkpoint writer
-    /// reads them group by group), and, with `sst_dir`, RocksDB's `flow_registers` entries
+    /// their `register_hashes` file beside it, laid out as declared (`registers_layout` and
+    /// `hashes_layout`), with the registers' row groups in both (a checkpoint writer reads them
+    /// group by group), and, with `sst_dir`, RocksDB's `flow_registers` entries
     /// (values of `sst_version`) as SST files there, each closed once it holds `sst_memory`
     /// bytes, from the same walk of the trie. Returns the rows of each table and the SST files.
     #[pyo3(signature = (
-        registers_path, hashes_path, row_group_rows, row_group_bytes, root=None,
+        registers_path, hashes_path, registers_layout, hashes_layout, root=None,
         sst_dir=None, sst_memory=1 << 20, sst_version=0, sst_compress=true
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -258,8 +251,8 @@ impl FlowForest {
         py: Python<'_>,
         registers_path: PathBuf,
         hashes_path: PathBuf,
-        row_group_rows: usize,
-        row_group_bytes: usize,
+        registers_layout: PyRef<'_, ParquetLayout>,
+        hashes_layout: PyRef<'_, ParquetLayout>,
         root: Option<&str>,
         sst_dir: Option<PathBuf>,
         sst_memory: usize,
@@ -267,10 +260,7 @@ impl FlowForest {
         sst_compress: bool,
     ) -> PyResult<(u64, Vec<PathBuf>)> {
         let root = root.map(parse_root).transpose()?;
-        let groups = RowGroups {
-            rows: row_group_rows,
-            bytes: row_group_bytes,
-        };
+        let layouts = register_layouts(&registers_layout, &hashes_layout);
         let sst = sst_dir.map(|dir| RegisterSst {
             dir,
             max_held: sst_memory,
@@ -278,7 +268,7 @@ impl FlowForest {
             compress: sst_compress,
         });
         let state = &self.state;
-        py.detach(|| state.write_registers(root, &registers_path, &hashes_path, groups, sst))
+        py.detach(|| state.write_registers(root, &registers_path, &hashes_path, &layouts, sst))
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
@@ -443,5 +433,18 @@ impl FlowPayloads {
             .map_err(store_err)?
             .map(|b| PyRecordBatch::new(b).into_pyarrow(py))
             .transpose()
+    }
+}
+
+/// The declared layouts of a `registers` file and of the `register_hashes` file written beside
+/// it, with the registers' row groups for both (the files' row groups line up).
+pub(crate) fn register_layouts(
+    registers: &ParquetLayout,
+    hashes: &ParquetLayout,
+) -> RegisterLayouts {
+    RegisterLayouts {
+        registers: registers.layout.clone(),
+        hashes: hashes.layout.clone(),
+        groups: registers.groups,
     }
 }

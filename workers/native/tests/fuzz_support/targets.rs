@@ -13,6 +13,7 @@ use rechain_native::btc::encode::Cursor;
 use rechain_native::btc::error::ChainStateError;
 use rechain_native::btc::network::Network;
 use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
+use rechain_native::flow::batches::RegisterLayouts;
 use rechain_native::flow::checkpoint::page_in::page_in;
 use rechain_native::flow::checkpoint::stream::{
     stream, verify as verify_only, StreamOptions, Walk,
@@ -661,10 +662,10 @@ pub fn checkpoint_input_streams(data: &[u8]) -> bool {
         verify,
         registers: files("registers"),
         hashes: files("hashes"),
-        groups: RowGroups {
+        layouts: RegisterLayouts::plain(RowGroups {
             rows: 64,
             bytes: 1 << 16,
-        },
+        }),
         batch_bytes: 1 << 10,
         sst: Some(RegisterSst {
             dir: out.join("sst"),

@@ -35,7 +35,7 @@ use super::format::{
 use super::read::{first_interior_mismatch, InteriorCheck, LEAF_BATCH};
 use crate::bounded::map_bounded;
 use crate::flow::batches::{
-    leaf_hashes_batch, leaf_hashes_batch_with, register_tables, registers_batch,
+    leaf_hashes_batch, leaf_hashes_batch_with, register_tables, registers_batch, RegisterLayouts,
 };
 use crate::flow::hash::{
     compact_values_from, default_hash, empty_root, hash_leaves, Hash, LeafJob, Path, MAX_HEIGHT,
@@ -43,7 +43,7 @@ use crate::flow::hash::{
 use crate::flow::node::{Node, Register};
 use crate::flow::register_sst::{RegisterSst, RegisterSstWriter};
 use crate::flow::OutputError;
-use crate::parquet_out::{AlignedTables, RowGroups};
+use crate::parquet_out::AlignedTables;
 use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,7 +66,7 @@ pub struct StreamOptions {
     /// One `registers` and one `register_hashes` file per subtrie part (16 each, path order).
     pub registers: Vec<PathBuf>,
     pub hashes: Vec<PathBuf>,
-    pub groups: RowGroups,
+    pub layouts: RegisterLayouts,
     /// Bytes of register payloads a part buffers before writing them out.
     pub batch_bytes: usize,
     /// RocksDB's `flow_registers` entries as SST files too, each part's own (prefix `NN-`).
@@ -800,7 +800,8 @@ pub fn stream(
     };
     let (info, done) = stream_into(dir, name, walk, |index, file| {
         let io = |m: OutputError| CheckpointError::new(file, 0, "io", m.to_string());
-        let tables = register_tables(&opts.registers[index], &opts.hashes[index]).map_err(io)?;
+        let tables = register_tables(&opts.registers[index], &opts.hashes[index], &opts.layouts)
+            .map_err(io)?;
         let sst = opts
             .sst
             .as_ref()
@@ -808,7 +809,7 @@ pub fn stream(
             .transpose()
             .map_err(io)?;
         Ok(RegisterFiles {
-            tables: AlignedTables::new(tables, opts.groups),
+            tables: AlignedTables::new(tables, opts.layouts.groups),
             sst,
         })
     })?;

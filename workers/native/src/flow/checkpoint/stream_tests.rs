@@ -8,6 +8,7 @@ use crate::flow::mtrie::Trie;
 use crate::flow::node_store::NodeStore;
 use crate::flow::record::tests::payload;
 use crate::flow::record::TrieUpdate;
+use crate::parquet_out::RowGroups;
 
 fn tmp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("rechain-cps-{tag}-{}", std::process::id()));
@@ -60,10 +61,10 @@ fn opts(dir: &FsPath, verify: Verify) -> StreamOptions {
         verify,
         registers: files("r"),
         hashes: files("h"),
-        groups: RowGroups {
+        layouts: RegisterLayouts::plain(RowGroups {
             rows: 64,
             bytes: 1 << 16,
-        },
+        }),
         batch_bytes: 1 << 10,
         sst: Some(RegisterSst {
             dir: dir.join("sst"),
