@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,20 @@ def _check_best_chain(
             return
     if hashes and (hashes[-1] != summary["tip_hash"] or works[-1] != summary["chainwork"]):
         problems.append("manifest tip differs from the best chain's last block")
+    # Each height's median time past: the median of its block's time and the ten before.
+    times = best.column("time").to_pylist()
+    stored_mtp = b"".join(v for _, v in data.items(layout.CF_BTC_BEST_MTP))
+    if len(stored_mtp) != 4 * len(times):
+        problems.append(
+            f"RocksDB has {len(stored_mtp) // 4} median times past, the best chain "
+            f"{len(times)} blocks"
+        )
+        return
+    for i, mtp in enumerate(struct.iter_unpack("<I", stored_mtp)):
+        window = sorted(times[max(0, i - 10) : i + 1])
+        if mtp[0] != window[len(window) // 2]:
+            problems.append(f"median time past at height {i} is {mtp[0]}, recomputed otherwise")
+            return
 
 
 def _parquet_rows(data: DataDir, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:

@@ -26,6 +26,9 @@ CF_BTC_INDEX = "btc_index"
 #: Best chain: bucket of heights (u32 big-endian) -> their hashes (internal order), see
 #: ``best_chain_hash``.
 CF_BTC_BEST = "btc_best"
+#: The best chain's median times past (Core's ``GetMedianTimePast``): the keys of ``btc_best``
+#: -> each height's as u32 little-endian (4 bytes a height), for lock times and BIP68.
+CF_BTC_BEST_MTP = "btc_best_mtp"
 
 #: Full decode: staged body parts (part name -> JSON {file, records, tables}), see
 #: pipeline/bitcoin/body_parts.
@@ -63,6 +66,7 @@ COLUMN_FAMILIES = (
     CF_BTC_SCAN,
     CF_BTC_INDEX,
     CF_BTC_BEST,
+    CF_BTC_BEST_MTP,
     CF_BTC_BODIES,
     CF_BTC_UTXO,
     CF_BTC_UNDO,
@@ -74,7 +78,7 @@ COLUMN_FAMILIES = (
     CF_ETH_TD,
 )
 #: Column families rebuilt whole by every link phase.
-DERIVED_COLUMN_FAMILIES = (CF_BTC_INDEX, CF_BTC_BEST)
+DERIVED_COLUMN_FAMILIES = (CF_BTC_INDEX, CF_BTC_BEST, CF_BTC_BEST_MTP)
 
 META_LAYOUT = b"layout"
 #: What the folder holds: JSON {pipeline ("bitcoin", "flow" or "eth"), and the settings a

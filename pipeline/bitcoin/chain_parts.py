@@ -106,6 +106,12 @@ def best_chain(data: DataDir) -> bytes:
     return b"".join(v for _, v in data.items(layout.CF_BTC_BEST))
 
 
+def best_chain_median_times(data: DataDir) -> bytes:
+    """The best chain's median times past (u32 little-endian, 4 bytes per height from 0), as
+    the link wrote them beside ``best_chain``."""
+    return b"".join(v for _, v in data.items(layout.CF_BTC_BEST_MTP))
+
+
 def best_chain_runs(
     data: DataDir, best: bytes, start: int, tip: int, max_bytes: int, segment: int
 ) -> Iterator[tuple[int, list[bytes], list[IndexEntry]]]:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -529,6 +530,12 @@ class BtcCommitter:
             )
             self.data.ingest_sorted_slices(
                 layout.CF_BTC_BEST, tree.best_buckets(), tree.best_entries, compress=False
+            )
+            self.data.ingest_sorted_slices(
+                layout.CF_BTC_BEST_MTP,
+                tree.best_buckets(),
+                partial(tree.best_entries, median_times=True),
+                compress=False,
             )
             kill_point("link.index_ingested")
             timings["index_s"] = time.perf_counter() - t

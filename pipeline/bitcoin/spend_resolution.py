@@ -117,9 +117,13 @@ class _Round:
 
 
 def apply_range(
-    ctx: BtcRun, cp: dict[str, Any], chunks: list[tuple[int, list[bytes], list[dict[str, Any]]]]
+    ctx: BtcRun,
+    cp: dict[str, Any],
+    chunks: list[tuple[int, list[bytes], list[dict[str, Any]]]],
+    median_times: bytes,
 ) -> tuple[dict[str, Any], int, chain_parts.BlockFailure | None]:
-    """Applies ``chunks`` (consecutive, from the checkpoint's height + 1) on Ray, in rounds of
+    """Applies ``chunks`` (consecutive, from the checkpoint's height + 1) on Ray, the best
+    chain's ``median_times`` past put in the object store once for every task, in rounds of
     at most a quarter of the memory budget of blocks (a round's partitions are what Ray's
     object store holds; the next round's are resolved while this one applies, and its
     stored coins read once this one is committed); returns the last checkpoint, the blocks
@@ -141,6 +145,7 @@ def apply_range(
     group_bytes = chain_parts.row_group_bytes(ctx)
     folder = str(ctx.data.path) if shared else None
     store = ctx.data.cf(layout.CF_BTC_UTXO)
+    times = ray.put(median_times)
     applied = 0
     failure: chain_parts.BlockFailure | None = None
     t0 = time.perf_counter()
@@ -158,7 +163,7 @@ def apply_range(
                 values = store[stored] if stored else []
                 yield spec, current.coins(c), stored, values
 
-        results = ordered_results(_apply_task, units(), window, STAGE, group_bytes, folder)
+        results = ordered_results(_apply_task, units(), window, STAGE, group_bytes, folder, times)
         for unit, result in results:
             if isinstance(result, Exception):
                 raise RechainError(f"chain state: chunk from height {unit[0].first}: {result}")
@@ -184,6 +189,7 @@ def _apply_task(
     unit: tuple[ChunkSpec, list[Any], list[bytes], list[bytes | None]],
     group_bytes: int,
     data_path: str | None,
+    median_times: bytes,
 ) -> dict[str, Any]:
     """A chunk applied to its resolved coins and its part written: into the data folder under
     temporary names (``data_path``: the worker shares the coordinator's file system), else as
@@ -197,7 +203,8 @@ def _apply_task(
     t1 = time.perf_counter()
     chunk = load_chunk(spec)
     t2 = time.perf_counter()
-    result: dict[str, Any] = chunk.apply_resolved(resolved, stored_keys, stored_values).as_dict()
+    applied = chunk.apply_resolved(resolved, stored_keys, stored_values, median_times)
+    result: dict[str, Any] = applied.as_dict()
     t3 = time.perf_counter()
     spends = result.pop("spends")
     blocks = int(result["blocks"])

@@ -149,6 +149,12 @@ class ChainStateStage(Stage[BtcRun]):
         _remove_unlisted_parts(data, chain_parts.parts(data))
         best = chain_parts.best_chain(data)
         tip = len(best) // 32 - 1
+        median_times = chain_parts.best_chain_median_times(data)
+        if len(median_times) != 4 * (tip + 1):
+            raise RechainError(
+                f"the best chain has {tip + 1} block(s) but {len(median_times) // 4} median "
+                "time(s) past: rerun with --from-stage link"
+            )
         fork = _fork_point(data, cp, best, tip)
         unwound = 0
         if fork < cp["height"]:
@@ -163,12 +169,12 @@ class ChainStateStage(Stage[BtcRun]):
             data, best, cp["height"] + 1, tip, chunk_bytes, SEGMENT_BLOCKS
         )
         if on_ray:
-            cp, applied, failure = spend_resolution.apply_range(ctx, cp, list(chunks))
+            cp, applied, failure = spend_resolution.apply_range(ctx, cp, list(chunks), median_times)
         else:
             bar = Progress(
                 tip - cp["height"], enabled=ctx.opts.progress, label="chain state", unit="blocks"
             )
-            cp, applied, failure = _apply_in_order(ctx, cp, chunks, bar)
+            cp, applied, failure = _apply_in_order(ctx, cp, chunks, median_times, bar)
             bar.close()
         release_unused_memory()
         ctx.add({"chain_state_s": time.perf_counter() - t0})
@@ -214,10 +220,12 @@ def _apply_in_order(
     ctx: BtcRun,
     cp: dict[str, Any],
     chunks: Iterator[tuple[int, list[bytes], list[IndexEntry]]],
+    median_times: bytes,
     progress: Progress,
 ) -> tuple[dict[str, Any], int, chain_parts.BlockFailure | None]:
-    """Applies ``chunks`` in height order on this process; returns the last checkpoint, the
-    blocks applied and the first failure (``BlockFailure``) or None."""
+    """Applies ``chunks`` in height order on this process, the best chain's
+    ``median_times`` past beside them; returns the last checkpoint, the blocks applied and
+    the first failure (``BlockFailure``) or None."""
     applied = 0
     failure: chain_parts.BlockFailure | None = None
     # The next chunk is read and framed (GIL released) while this one is applied, and
@@ -232,7 +240,7 @@ def _apply_in_order(
         for (first, _, _), chunk in loads:
             if isinstance(chunk, Exception):
                 raise chunk
-            result = _apply_chunk(ctx, chunk, pending)
+            result = _apply_chunk(ctx, chunk, pending, median_times)
             while pending and (len(pending) >= max(in_flight, 1) or pending[0].rows.done()):
                 cp = _commit_chunk(ctx, cp, pending.popleft())
             applied += int(result["blocks"])
@@ -393,7 +401,9 @@ class Pending:
     rows: Future[None]
 
 
-def _apply_chunk(ctx: BtcRun, chunk: Any, pending: deque[Pending]) -> dict[str, Any]:
+def _apply_chunk(
+    ctx: BtcRun, chunk: Any, pending: deque[Pending], median_times: bytes
+) -> dict[str, Any]:
     """Applies one chunk to the stored set, seen through the changes of the chunks before it
     that are not committed yet (oldest first)."""
     t1 = time.perf_counter()
@@ -402,7 +412,7 @@ def _apply_chunk(ctx: BtcRun, chunk: Any, pending: deque[Pending]) -> dict[str, 
     if needed and pending:
         coins = chunk.overlay(coins, [before.chunk for before in pending])
     t2 = time.perf_counter()
-    result: dict[str, Any] = chunk.apply(coins).as_dict()
+    result: dict[str, Any] = chunk.apply(coins, median_times).as_dict()
     ctx.add({"chain_state_get_s": t2 - t1, "chain_state_apply_s": time.perf_counter() - t2})
     return result
 

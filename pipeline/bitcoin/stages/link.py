@@ -2,7 +2,8 @@
 chain in RocksDB and publishes the ``headers`` table (``BtcCommitter.link_and_publish``).
 
 It runs when the scan changed the log (the committer's durable dirty flag), when nothing was
-ever linked, or when a later stage invalidated it: a copy of a block that failed its body
+ever linked, when a folder linked before the best chain's median times were kept lacks them,
+or when a later stage invalidated it: a copy of a block that failed its body
 checks, or a block that breaks a consensus rule, changes which copy and which chain win.
 """
 
@@ -23,8 +24,14 @@ class LinkStage(Stage[BtcRun]):
 
     def pending(self, ctx: BtcRun) -> bool:
         data = ctx.data
-        return bool(data.meta_get(layout.META_BTC_DIRTY)) or (
-            data.meta_get(layout.META_BTC_SUMMARY) is None
+        first = layout.best_chain_key(0)
+        return (
+            bool(data.meta_get(layout.META_BTC_DIRTY))
+            or data.meta_get(layout.META_BTC_SUMMARY) is None
+            or (
+                data.get(layout.CF_BTC_BEST, first) is not None
+                and data.get(layout.CF_BTC_BEST_MTP, first) is None
+            )
         )
 
     def output(self, ctx: BtcRun) -> Any:

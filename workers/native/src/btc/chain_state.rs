@@ -1,5 +1,6 @@
 //! The chain state: the UTXO set advanced block by block in height order, with the consensus
-//! rules that need it (Core's `CheckTxInputs`, BIP34's coinbase height, the coinbase amount)
+//! rules that need it or the chain's median times past (Core's `CheckTxInputs`, BIP34's
+//! coinbase height, the coinbase amount, lock times and BIP68's sequence locks: `locktime.rs`)
 //! and per-block undo data, so that a reorg rolls the set back exactly (Core's `rev*.dat`).
 //!
 //! The set itself lives in RocksDB (`btc_utxo`, keys and values as in `utxo.rs`); a `Chunk`
@@ -15,6 +16,7 @@ use super::error::{
     BlockAt, ChainStateError, Failure, FailureKind, ReadError, RecordProblem, Reject, StoreError,
 };
 use super::header::HEADER_LEN;
+use super::locktime::{enforces_sequence_locks, is_final, MedianTimes, SequenceLock};
 use super::network::Network;
 use super::scan::xor_in_place;
 use super::sha256::sha256d;
@@ -356,8 +358,13 @@ impl Chunk {
 
     /// Applies the blocks in order to the coins read for `needed` (`values[i]` is the stored
     /// value of `needed[i]`, None if absent), stopping before the first block that breaks a
-    /// rule.
-    pub fn apply(&self, values: Vec<Option<Vec<u8>>>) -> Result<Applied, ChainStateError> {
+    /// rule. `times` holds the best chain's median times past up to the chunk's last block's
+    /// parent at least.
+    pub fn apply(
+        &self,
+        values: Vec<Option<Vec<u8>>>,
+        times: MedianTimes,
+    ) -> Result<Applied, ChainStateError> {
         if values.len() != self.needed.len() {
             return Err(ChainStateError::ValueCount {
                 given: values.len(),
@@ -382,8 +389,12 @@ impl Chunk {
             );
         }
         let mut out = Applied::default();
-        let bip34 = self.network.bip34_height();
-        let halving = self.network.halving_interval();
+        let rules = ConnectRules {
+            bip34: self.network.bip34_height(),
+            halving: self.network.halving_interval(),
+            csv: self.network.csv_height(),
+            times,
+        };
         // One list for every block's changes, cleared between blocks.
         let most = self
             .blocks
@@ -394,7 +405,7 @@ impl Chunk {
         for b in &self.blocks {
             block.0.clear();
             let spends_mark = out.spends.height.len();
-            let failure = apply_block(b, &mut view, &mut block, &mut out.spends, bip34, halving)?;
+            let failure = apply_block(b, &mut view, &mut block, &mut out.spends, &rules)?;
             if let Some(reason) = failure {
                 block.roll_back(&mut view);
                 truncate_spends(&mut out.spends, spends_mark);
@@ -533,16 +544,34 @@ fn truncate_spends(s: &mut SpendRows, n: usize) {
     s.prev_script.truncate(n);
 }
 
+/// What the consensus rules of `apply_block` need besides the block and the coins.
+struct ConnectRules<'t> {
+    bip34: u64,
+    halving: u64,
+    csv: u32,
+    times: MedianTimes<'t>,
+}
+
+impl ConnectRules<'_> {
+    /// The median time past at `height` (of the best chain), which the block at `needed_by`
+    /// needs.
+    fn median_time(&self, height: u32, needed_by: u32) -> Result<u32, ChainStateError> {
+        self.times
+            .at(height)
+            .ok_or(ChainStateError::MedianTimeMissing { height: needed_by })
+    }
+}
+
 /// Applies one block to `view`; the reject reason of the rule it breaks first, in the order
-/// rechain has always reported them: BIP34 height, missing or spent input, premature coinbase
-/// spend, inputs below outputs, coinbase amount.
+/// rechain has always reported them: a lock time not reached and BIP34 height (Core's
+/// contextual block checks), missing or spent input, premature coinbase spend, inputs below
+/// outputs, a BIP68 sequence lock not reached, coinbase amount.
 fn apply_block<'a>(
     b: &'a LoadedBlock,
     view: &mut View<'a>,
     block: &mut BlockChanges<'a>,
     spends: &mut SpendRows,
-    bip34: u64,
-    halving: u64,
+    rules: &ConnectRules,
 ) -> Result<Option<Reject>, ChainStateError> {
     let sp = &b.spans;
     let data = &b.data;
@@ -556,14 +585,30 @@ fn apply_block<'a>(
     if first.len() != 1 || !is_null_prevout(&data[first[0].prev..]) {
         return Ok(Some(Reject::CbMissing));
     }
-    if b.height as u64 >= bip34 {
+    // Lock times are measured against the parent's median time past from BIP113 (the CSV
+    // deployment) on, before against the block's own time. The genesis block has no context.
+    let parent_mtp = match b.height.checked_sub(1) {
+        Some(parent) if b.height >= rules.csv => Some(rules.median_time(parent, b.height)?),
+        _ => None,
+    };
+    if b.height > 0 {
+        let own_time = u32::from_le_bytes(data[68..72].try_into().unwrap());
+        let cutoff = parent_mtp.unwrap_or(own_time);
+        for tx in &sp.txs {
+            let sequences = sp.ins[tx.ins.0..tx.ins.1].iter().map(|i| i.sequence);
+            if !is_final(tx.lock_time, sequences, b.height, cutoff) {
+                return Ok(Some(Reject::TxnsNonFinal));
+            }
+        }
+    }
+    if b.height as u64 >= rules.bip34 {
         let first = &first[0];
         let sig = &data[first.script.0..first.script.1];
         if coinbase_height(sig) != Some(b.height as i64) {
             return Ok(Some(Reject::CbHeight));
         }
     }
-    let (mut premature, mut below_out) = (false, false);
+    let (mut premature, mut below_out, mut nonfinal) = (false, false, false);
     let mut fees: u64 = 0;
     let mut coinbase_out: u64 = 0;
     for (t, tx) in sp.txs.iter().enumerate() {
@@ -573,6 +618,8 @@ fn apply_block<'a>(
             coinbase_out = out_value;
         } else {
             let mut in_value: u64 = 0;
+            let relative = enforces_sequence_locks(tx.version, b.height, rules.csv);
+            let mut lock = SequenceLock::default();
             for (vin, inp) in sp.ins[tx.ins.0..tx.ins.1].iter().enumerate() {
                 let p = &data[inp.prev..inp.prev + 36];
                 let vout = u32::from_le_bytes(p[32..36].try_into().unwrap());
@@ -584,6 +631,10 @@ fn apply_block<'a>(
                     return Ok(Some(Reject::InputsMissingOrSpent));
                 };
                 let prev = coin.head()?;
+                if relative {
+                    lock.add(inp.sequence, prev.height, |h| rules.times.at(h))
+                        .ok_or(ChainStateError::MedianTimeMissing { height: b.height })?;
+                }
                 spends.prev_script.push(coin.script());
                 premature |= prev.coinbase && b.height - prev.height < COINBASE_MATURITY;
                 in_value += prev.value;
@@ -600,6 +651,8 @@ fn apply_block<'a>(
             } else {
                 fees += in_value - out_value;
             }
+            // `relative` holds only from the CSV height on, where the parent's time is known.
+            nonfinal |= relative && !lock.satisfied(b.height, parent_mtp.unwrap_or(0));
         }
         for (vout, o) in outs.iter().enumerate() {
             let script = &data[o.script.0..o.script.1];
@@ -627,7 +680,10 @@ fn apply_block<'a>(
     if below_out {
         return Ok(Some(Reject::InBelowOut));
     }
-    if coinbase_out > fees + subsidy(b.height, halving) {
+    if nonfinal {
+        return Ok(Some(Reject::TxnsNonFinal));
+    }
+    if coinbase_out > fees + subsidy(b.height, rules.halving) {
         return Ok(Some(Reject::CbAmount));
     }
     Ok(None)
@@ -842,7 +898,8 @@ mod tests {
                 .collect(),
         );
         let values = chunk.needed.iter().map(|k| set.get(k).cloned()).collect();
-        let a = chunk.apply(values).unwrap();
+        // Below mainnet's CSV height: lock times are measured against the blocks' own times.
+        let a = chunk.apply(values, MedianTimes(&[])).unwrap();
         for k in &a.deletes {
             set.remove(k);
         }
@@ -1022,7 +1079,9 @@ mod tests {
             assert!(why.contains(reason), "{why} is not {reason}");
             // The blocks before it apply; nothing of it or after it is read.
             assert_eq!(chunk.blocks().count(), 1);
-            let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
+            let a = chunk
+                .apply(vec![None; chunk.needed.len()], MedianTimes(&[]))
+                .unwrap();
             assert_eq!(
                 (a.failure, a.blocks, a.tip),
                 (None, 1, Some((1, [1u8; 32])))
@@ -1032,17 +1091,23 @@ mod tests {
 
     #[test]
     fn bip34_height_is_checked_where_active() {
+        // Regtest checks lock times from height 1: the parent's median time (any; none set).
+        let times = [0u8; 4 * 5];
         let chunk = Chunk::from_blocks(
             Network::Regtest,
             vec![(5, [5u8; 32], block(&[&coinbase(b"\x01\x06", 50 * COIN)]))],
         );
-        let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
+        let a = chunk
+            .apply(vec![None; chunk.needed.len()], MedianTimes(&times))
+            .unwrap();
         assert_eq!(a.failure.map(|f| f.2.reason()), Some("bad-cb-height"));
         let chunk = Chunk::from_blocks(
             Network::Regtest,
             vec![(5, [5u8; 32], block(&[&coinbase(b"\x55\x00", 50 * COIN)]))],
         );
-        let a = chunk.apply(vec![None; chunk.needed.len()]).unwrap();
+        let a = chunk
+            .apply(vec![None; chunk.needed.len()], MedianTimes(&times))
+            .unwrap();
         assert_eq!((a.failure, a.blocks, a.count_delta), (None, 1, 1));
     }
 
@@ -1051,5 +1116,40 @@ mod tests {
         assert_eq!(subsidy(0, 150), 5_000_000_000);
         assert_eq!(subsidy(150, 150), 2_500_000_000);
         assert_eq!(subsidy(150 * 64, 150), 0);
+    }
+
+    #[test]
+    fn a_lock_time_not_reached_refuses_the_block_by_its_parents_median_time() {
+        // Regtest: BIP113 from height 1, so a block's cutoff is its parent's median time past.
+        // A coinbase at height 1 (BIP34's push OP_1, then OP_0: a coinbase's script is at least
+        // two bytes), its input not final, locked until `lock`.
+        let block_at_1 = |lock: u32| {
+            let mut cb = coinbase(b"\x51\x00", 50 * COIN);
+            let sequence = 4 + 1 + 36 + 1 + 2;
+            cb[sequence..sequence + 4].copy_from_slice(&0u32.to_le_bytes());
+            let end = cb.len();
+            cb[end - 4..].copy_from_slice(&lock.to_le_bytes());
+            let chunk = Chunk::from_blocks(Network::Regtest, vec![(1, [1; 32], block(&[&cb]))]);
+            let values = vec![None; chunk.needed.len()];
+            move |times: &[u8]| chunk.apply(values.clone(), MedianTimes(times))
+        };
+        let parent_mtp = 1_600_000_000u32.to_le_bytes();
+        // Without the parent's median time the block is an error, never a pass.
+        let missing = block_at_1(0)(&[]).err().unwrap();
+        assert!(matches!(
+            missing,
+            ChainStateError::MedianTimeMissing { height: 1 }
+        ));
+        assert!(block_at_1(0)(&parent_mtp).unwrap().failure.is_none());
+        // A height lock: 1 is not below 1; a time lock: not below the median time.
+        for lock in [1, 1_600_000_000] {
+            let a = block_at_1(lock)(&parent_mtp).unwrap();
+            assert_eq!(a.failure.map(|f| f.2), Some(Reject::TxnsNonFinal), "{lock}");
+            assert_eq!(a.blocks, 0);
+        }
+        assert!(block_at_1(1_599_999_999)(&parent_mtp)
+            .unwrap()
+            .failure
+            .is_none());
     }
 }

@@ -28,6 +28,9 @@ pub enum Reject {
     InBelowOut,
     /// The coinbase pays more than the subsidy and the fees.
     CbAmount,
+    /// A transaction's lock time is not reached (`IsFinalTx`), or, from BIP68 on, an input's
+    /// relative lock is not (`SequenceLocks`).
+    TxnsNonFinal,
 }
 
 impl Reject {
@@ -40,6 +43,7 @@ impl Reject {
             Reject::PrematureSpendOfCoinbase => "bad-txns-premature-spend-of-coinbase",
             Reject::InBelowOut => "bad-txns-in-belowout",
             Reject::CbAmount => "bad-cb-amount",
+            Reject::TxnsNonFinal => "bad-txns-nonfinal",
         }
     }
 }
@@ -242,6 +246,11 @@ pub enum ChainStateError {
     NoTransactions {
         hash: [u8; 32],
     },
+    /// The block at `height` needs a median time past the best chain's list lacks (it ends
+    /// below, or was made for another chain).
+    MedianTimeMissing {
+        height: u32,
+    },
 }
 
 impl fmt::Display for ChainStateError {
@@ -256,6 +265,11 @@ impl fmt::Display for ChainStateError {
                 f,
                 "block {} has no transactions",
                 crate::datasets::hex::display_hex(hash)
+            ),
+            ChainStateError::MedianTimeMissing { height } => write!(
+                f,
+                "the best chain's median times past end below what the block at height \
+                 {height} needs"
             ),
         }
     }

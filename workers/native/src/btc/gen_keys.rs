@@ -359,26 +359,29 @@ impl KeyRing {
     }
 }
 
+/// A spend of one coin of each kind the default wallet signs (`KINDS`), its first signature
+/// wrong with `bad_first`, and the coins it spends: for the tests here and the interpreter's.
+#[cfg(test)]
+pub(crate) fn spend_of_each_kind(ring: &KeyRing, bad_first: bool) -> (Signed, Vec<Owned>) {
+    let inputs: Vec<Owned> = KINDS
+        .iter()
+        .enumerate()
+        .map(|(i, &kind)| Owned {
+            txid: [i as u8 + 1; 32],
+            vout: i as u32,
+            value: 10_000 * (i as u64 + 1),
+            kind,
+            key: i as u8 * 5,
+        })
+        .collect();
+    let outputs = vec![(55_000, ring.script_pubkey(Kind::P2tr, 3))];
+    (ring.sign(&inputs, &outputs, bad_first), inputs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bitcoin::consensus::encode::deserialize;
-
-    fn spend_of_each_kind(ring: &KeyRing) -> Signed {
-        let inputs: Vec<Owned> = KINDS
-            .iter()
-            .enumerate()
-            .map(|(i, &kind)| Owned {
-                txid: [i as u8 + 1; 32],
-                vout: i as u32,
-                value: 10_000 * (i as u64 + 1),
-                kind,
-                key: i as u8 * 5,
-            })
-            .collect();
-        let outputs = vec![(55_000, ring.script_pubkey(Kind::P2tr, 3))];
-        ring.sign(&inputs, &outputs, false)
-    }
 
     /// A spend of every kind passes Bitcoin Core's interpreter with every consensus and policy
     /// flag on (the generated chains are standard as well as valid); a wrong digest on the first
@@ -441,9 +444,9 @@ mod tests {
 
     #[test]
     fn same_seed_same_bytes_other_seed_other_keys() {
-        let a = spend_of_each_kind(&KeyRing::new(7));
-        let b = spend_of_each_kind(&KeyRing::new(7));
-        let c = spend_of_each_kind(&KeyRing::new(8));
+        let a = spend_of_each_kind(&KeyRing::new(7), false).0;
+        let b = spend_of_each_kind(&KeyRing::new(7), false).0;
+        let c = spend_of_each_kind(&KeyRing::new(8), false).0;
         assert_eq!(a.bytes, b.bytes);
         assert_ne!(a.bytes, c.bytes);
         assert_ne!(a.txid, a.wtxid, "segwit inputs give a witness");
@@ -455,7 +458,7 @@ mod tests {
     fn signatures_verify() {
         use bitcoin::secp256k1::{ecdsa, schnorr, PublicKey, XOnlyPublicKey};
         let ring = KeyRing::new(42);
-        let signed = spend_of_each_kind(&ring);
+        let signed = spend_of_each_kind(&ring, false).0;
         let tx: Transaction = deserialize(&signed.bytes).unwrap();
         assert_eq!(tx.compute_txid().to_byte_array(), signed.txid);
         let prevouts: Vec<TxOut> = (0..3)

@@ -7,6 +7,7 @@
 //! block is re-read (the lesson of Core's reindex: most blocks arrive before their parent).
 
 use super::header::{block_work, decode_compact, encode_compact};
+use super::locktime::{median_time_past, MEDIAN_TIME_SPAN};
 use super::network::{Network, PowRules};
 use super::scan::RecordStatus;
 use primitive_types::U256;
@@ -148,14 +149,15 @@ fn contextual_reason(
     if bits[record] != expected {
         return Some("bad-diffbits");
     }
-    let mut past = Vec::with_capacity(11);
+    let mut past = [0u32; MEDIAN_TIME_SPAN];
+    let mut n = 0;
     let mut e = Some(p);
-    while let Some(x) = e.filter(|_| past.len() < 11) {
-        past.push(time(x));
+    while let Some(x) = e.filter(|_| n < MEDIAN_TIME_SPAN) {
+        past[n] = ctx.times[rec(x)];
+        n += 1;
         e = up(x);
     }
-    past.sort_unstable();
-    if own_time <= past[past.len() / 2] {
+    if own_time <= i64::from(median_time_past(&mut past[..n])) {
         return Some("time-too-old");
     }
     if rules.bip94 && height.is_multiple_of(interval) && own_time < time(p) - 600 {
@@ -397,6 +399,31 @@ pub fn link(input: &LinkInput) -> LinkOutput {
 mod tests {
     use super::*;
 
+    /// `link` of intact records with Core's contextual checks on `network`.
+    fn link_intact(
+        network: Network,
+        root: [u8; 32],
+        hashes: &[[u8; 32]],
+        prevs: &[[u8; 32]],
+        bits: &[u32],
+        times: &[u32],
+        versions: &[i32],
+    ) -> LinkOutput {
+        let status = vec![RecordStatus::Ok; hashes.len()];
+        link(&LinkInput {
+            hashes,
+            prevs,
+            bits,
+            status: &status,
+            root,
+            context: Some(HeaderContext {
+                network,
+                times,
+                versions,
+            }),
+        })
+    }
+
     /// Core's pow_tests.cpp: `CalculateNextWorkRequired` on mainnet.
     #[test]
     fn retarget_matches_cores_vectors() {
@@ -455,19 +482,7 @@ mod tests {
         bits.push(limit);
         times.push(last + 600 + 1800);
         let versions = vec![4i32; hashes.len()];
-        let status = vec![RecordStatus::Ok; hashes.len()];
-        let out = link(&LinkInput {
-            hashes: &hashes,
-            prevs: &prevs,
-            bits: &bits,
-            status: &status,
-            root: id(0),
-            context: Some(HeaderContext {
-                network: net,
-                times: &times,
-                versions: &versions,
-            }),
-        });
+        let out = link_intact(net, id(0), &hashes, &prevs, &bits, &times, &versions);
         for (k, &(_, _, reason)) in cases.iter().enumerate() {
             assert_eq!(out.invalid_reason[n as usize + k], reason, "case {k}");
         }
@@ -514,19 +529,15 @@ mod tests {
             times.extend([t, t + 600]);
             versions.extend([v, 4]);
         }
-        let status = vec![RecordStatus::Ok; hashes.len()];
-        let out = link(&LinkInput {
-            hashes: &hashes,
-            prevs: &prevs,
-            bits: &bits,
-            status: &status,
-            root: h(0),
-            context: Some(HeaderContext {
-                network: Network::Regtest,
-                times: &times,
-                versions: &versions,
-            }),
-        });
+        let out = link_intact(
+            Network::Regtest,
+            h(0),
+            &hashes,
+            &prevs,
+            &bits,
+            &times,
+            &versions,
+        );
         for (i, &(_, _, _, _, reason)) in broken.iter().enumerate() {
             let (e, child) = (n as usize + 2 * i, n as usize + 2 * i + 1);
             if reason.is_empty() {

@@ -17,6 +17,7 @@ pub mod gen;
 pub mod gen_keys;
 pub mod header;
 pub mod link;
+pub mod locktime;
 pub mod network;
 pub mod scan;
 pub mod script;

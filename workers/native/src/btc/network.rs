@@ -168,6 +168,16 @@ impl Network {
         }
     }
 
+    /// First height of BIP68, BIP112 and BIP113 (Core's `CSVHeight`): sequence locks, the
+    /// CHECKSEQUENCEVERIFY script flag, and lock times measured against the median time past.
+    pub fn csv_height(self) -> u32 {
+        match self {
+            Network::Main => 419_328,
+            Network::Testnet3 => 770_112,
+            Network::Testnet4 | Network::Signet | Network::Regtest => 1,
+        }
+    }
+
     /// Core's difficulty rules for this network (`GetNextWorkRequired`'s consensus params).
     pub fn pow_rules(self) -> PowRules {
         let two_weeks = 14 * 24 * 60 * 60;

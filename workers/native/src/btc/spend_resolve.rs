@@ -271,6 +271,7 @@ pub fn resolve(events: &[&[u8]]) -> Result<Vec<Vec<u8>>, StoreError> {
 mod tests {
     use super::*;
     use crate::btc::chain_state::fixtures::{block, coinbase, tx, txid, COIN};
+    use crate::btc::locktime::MedianTimes;
     use crate::btc::network::Network;
 
     /// Applies `blocks` (height, bytes) as chunks of `sizes` blocks: in order against one
@@ -296,7 +297,10 @@ mod tests {
         let mut sequential = Vec::new();
         for c in &chunks {
             let a = c
-                .apply(c.needed.iter().map(|k| set.get(k).cloned()).collect())
+                .apply(
+                    c.needed.iter().map(|k| set.get(k).cloned()).collect(),
+                    MedianTimes(&[]),
+                )
                 .unwrap();
             for k in &a.deletes {
                 set.remove(k);
@@ -327,7 +331,9 @@ mod tests {
                 .flat_map(|r| stored_keys(r).unwrap())
                 .map(|k| (k, None))
                 .collect();
-            let b = c.apply(c.coins_from(&recs, &stored).unwrap()).unwrap();
+            let b = c
+                .apply(c.coins_from(&recs, &stored).unwrap(), MedianTimes(&[]))
+                .unwrap();
             assert_eq!(a.failure, b.failure, "chunk {idx}");
             assert_eq!(a.puts, b.puts, "chunk {idx}");
             assert_eq!(a.deletes, b.deletes, "chunk {idx}");

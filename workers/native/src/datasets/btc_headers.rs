@@ -7,6 +7,7 @@
 
 use super::hex::{display_hex_into, forward_hex_into};
 use crate::btc::link::{link, EntryState, HeaderContext, LinkInput, LinkOutput};
+use crate::btc::locktime::{median_time_past, MEDIAN_TIME_SPAN};
 use crate::btc::network::Network;
 use crate::btc::scan::RecordStatus;
 use crate::store::{best_chain_key, IndexValue, BEST_CHAIN_BUCKET};
@@ -19,6 +20,7 @@ use arrow_array::{
     Array, ArrayRef, BinaryArray, BooleanArray, PrimitiveArray, RecordBatch, StringArray,
 };
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub fn schema() -> SchemaRef {
@@ -522,29 +524,75 @@ impl LinkedTree {
         Ok((keys.finish(), values.finish()))
     }
 
-    /// Best-chain buckets `lo..hi` (see `store.rs`): (bucket keys, concatenated hashes).
+    /// Best-chain buckets `lo..hi` (see `store.rs`) as (bucket keys, values): `value` appends
+    /// the `width` bytes of each height (in order, from the bucket's first) to its bucket's.
+    fn best_buckets_of(
+        &self,
+        lo: usize,
+        hi: usize,
+        width: usize,
+        mut value: impl FnMut(usize, &mut Vec<u8>),
+    ) -> (BinaryArray, BinaryArray) {
+        let per = BEST_CHAIN_BUCKET as usize;
+        let (lo, hi) = (lo.min(self.best_buckets()), hi.min(self.best_buckets()));
+        let heights = (lo * per).min(self.best.len())..(hi * per).min(self.best.len());
+        let mut keys = BinaryBuilder::with_capacity(hi - lo, (hi - lo) * 4);
+        let mut values = BinaryBuilder::with_capacity(hi - lo, heights.len() * width);
+        let mut bucket = Vec::with_capacity(per * width);
+        for (k, start) in heights.clone().step_by(per).enumerate() {
+            bucket.clear();
+            for h in start..(start + per).min(heights.end) {
+                value(h, &mut bucket);
+            }
+            keys.append_value(best_chain_key(((lo + k) * per) as u32));
+            values.append_value(&bucket);
+        }
+        (keys.finish(), values.finish())
+    }
+
+    /// Best-chain buckets `lo..hi`: (bucket keys, concatenated hashes).
     pub fn best_entries(
         &self,
         lo: usize,
         hi: usize,
     ) -> Result<(BinaryArray, BinaryArray), ArrowError> {
         let views = self.views()?;
-        let per = BEST_CHAIN_BUCKET as usize;
-        let (lo, hi) = (lo.min(self.best_buckets()), hi.min(self.best_buckets()));
-        let heights = (lo * per).min(self.best.len())..(hi * per).min(self.best.len());
-        let mut keys = BinaryBuilder::with_capacity(hi - lo, (hi - lo) * 4);
-        let mut values = BinaryBuilder::with_capacity(hi - lo, heights.len() * 32);
-        let mut bucket = Vec::with_capacity(per * 32);
-        for (k, chunk) in self.best[heights].chunks(per).enumerate() {
-            bucket.clear();
-            for &e in chunk {
-                let (c, i) = self.locate(e as usize);
-                bucket.extend_from_slice(&views[c].hashes[i]);
+        Ok(self.best_buckets_of(lo, hi, 32, |h, bucket| {
+            let (c, i) = self.locate(self.best[h] as usize);
+            bucket.extend_from_slice(&views[c].hashes[i]);
+        }))
+    }
+
+    /// Best-chain median times past, buckets `lo..hi` (the keys of `best_entries`): each
+    /// height's as u32 little-endian, the median of its block's time and the ten before.
+    pub fn best_mtp_entries(
+        &self,
+        lo: usize,
+        hi: usize,
+    ) -> Result<(BinaryArray, BinaryArray), ArrowError> {
+        let views = self.views()?;
+        let time = |h: usize| {
+            let (c, i) = self.locate(self.best[h] as usize);
+            views[c].time.value(i)
+        };
+        // The last eleven times, oldest first, each read once (the first height's ten before
+        // it read up front).
+        let first = (lo * BEST_CHAIN_BUCKET as usize).min(self.best.len());
+        let mut last: VecDeque<u32> = (first.saturating_sub(MEDIAN_TIME_SPAN - 1)..first)
+            .map(time)
+            .collect();
+        let mut window = [0u32; MEDIAN_TIME_SPAN];
+        Ok(self.best_buckets_of(lo, hi, 4, |h, bucket| {
+            if last.len() == MEDIAN_TIME_SPAN {
+                last.pop_front();
             }
-            keys.append_value(best_chain_key(((lo + k) * per) as u32));
-            values.append_value(&bucket);
-        }
-        Ok((keys.finish(), values.finish()))
+            last.push_back(time(h));
+            let n = last.len();
+            for (slot, t) in window.iter_mut().zip(&last) {
+                *slot = *t;
+            }
+            bucket.extend_from_slice(&median_time_past(&mut window[..n]).to_le_bytes());
+        }))
     }
 }
 

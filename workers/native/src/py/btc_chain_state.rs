@@ -9,6 +9,7 @@ use crate::bounded::map_bounded;
 use crate::btc::chain_state::{self, Chunk, SourceBlock, SpentScripts};
 use crate::btc::coin::Key;
 use crate::btc::error::{ChainStateError, StoreError};
+use crate::btc::locktime::MedianTimes;
 use crate::btc::spend_resolve;
 use crate::btc::undo;
 use crate::btc::utxo::SetDigest;
@@ -197,10 +198,17 @@ impl ChainStateChunk {
     /// `ChunkApplied`: blocks, tip (height, display hash) or None, puts (keys, values), deletes,
     /// undo (keys, values), spends (record batch), count_delta, amount_delta, failure
     /// (height, display hash, reason, "block" for a consensus rule the block breaks or
-    /// "body" for a copy that failed its body checks) or None.
-    fn apply(&self, py: Python<'_>, values: Vec<Option<Vec<u8>>>) -> PyResult<ChunkApplied> {
+    /// "body" for a copy that failed its body checks) or None. `median_times` holds the best
+    /// chain's median times past by height, 4 bytes (u32 LE) each (`btc_best_mtp`), at least
+    /// up to the chunk's last block's parent.
+    fn apply(
+        &self,
+        py: Python<'_>,
+        values: Vec<Option<Vec<u8>>>,
+        median_times: &[u8],
+    ) -> PyResult<ChunkApplied> {
         let a = py
-            .detach(|| self.inner.apply(values))
+            .detach(|| self.inner.apply(values, MedianTimes(median_times)))
             .map_err(|e| chain_state_error(py, &e))?;
         self.applied(py, a)
     }
@@ -214,13 +222,14 @@ impl ChainStateChunk {
 
     /// `apply` to the coins the spend resolution gave this chunk (`resolved`: its records
     /// from every partition) and the stored values of the keys it left to the set
-    /// (`stored_keys`, `stored_values`: None where absent).
+    /// (`stored_keys`, `stored_values`: None where absent), with `median_times` as `apply`'s.
     fn apply_resolved(
         &self,
         py: Python<'_>,
         resolved: Vec<Vec<u8>>,
         stored_keys: Vec<Vec<u8>>,
         stored_values: Vec<Option<Vec<u8>>>,
+        median_times: &[u8],
     ) -> PyResult<ChunkApplied> {
         if stored_keys.len() != stored_values.len() {
             return Err(PyValueError::new_err(
@@ -236,7 +245,7 @@ impl ChainStateChunk {
                 }
                 let bufs: Vec<&[u8]> = resolved.iter().map(Vec::as_slice).collect();
                 let values = self.inner.coins_from(&bufs, &stored)?;
-                self.inner.apply(values)
+                self.inner.apply(values, MedianTimes(median_times))
             })
             .map_err(|e| chain_state_error(py, &e))?;
         self.applied(py, a)

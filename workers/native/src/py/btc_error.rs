@@ -142,6 +142,16 @@ pub(crate) fn chain_state_error(py: Python<'_>, e: &ChainStateError) -> PyErr {
                 ..Where::default()
             },
         ),
+        ChainStateError::MedianTimeMissing { height } => btc_error(
+            py,
+            "median_time_missing",
+            e.to_string(),
+            Where {
+                height: Some(*height),
+                reason: Some(e.to_string()),
+                ..Where::default()
+            },
+        ),
         ChainStateError::NoTransactions { hash } => btc_error(
             py,
             "no_transactions",

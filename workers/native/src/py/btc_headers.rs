@@ -156,15 +156,24 @@ impl HeaderTree {
         Ok((binary(py, k)?, binary(py, v)?))
     }
 
-    /// Best-chain buckets `lo..hi`: (keys, values) binary arrays.
+    /// Best-chain buckets `lo..hi`: (keys, values) binary arrays, the values each height's hash
+    /// (`btc_best`) or, with `median_times`, its median time past (`btc_best_mtp`).
+    #[pyo3(signature = (lo, hi, median_times=false))]
     fn best_entries<'py>(
         &self,
         py: Python<'py>,
         lo: usize,
         hi: usize,
+        median_times: bool,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         let (k, v) = py
-            .detach(|| self.inner.best_entries(lo, hi))
+            .detach(|| {
+                if median_times {
+                    self.inner.best_mtp_entries(lo, hi)
+                } else {
+                    self.inner.best_entries(lo, hi)
+                }
+            })
             .map_err(arrow_err)?;
         Ok((binary(py, k)?, binary(py, v)?))
     }

@@ -11,6 +11,7 @@ use rechain_native::btc::coin::Key;
 use rechain_native::btc::decode::{BodyDecoder, Rows};
 use rechain_native::btc::encode::Cursor;
 use rechain_native::btc::error::ChainStateError;
+use rechain_native::btc::locktime::MedianTimes;
 use rechain_native::btc::network::Network;
 use rechain_native::btc::scan::{Record, ScanConfig, Scanner, ShardScan};
 use rechain_native::flow::batches::RegisterLayouts;
@@ -793,6 +794,12 @@ fn frame_chunk(first: usize, blocks: &[Vec<u8>]) -> Chunk {
     Chunk::from_blocks(Network::Regtest, framed)
 }
 
+/// Median times past for heights below `end`: all zero (the fuzzed blocks' lock times are
+/// measured against them, the same on every path).
+fn zero_times(end: usize) -> Vec<u8> {
+    vec![0u8; 4 * end]
+}
+
 /// A chunk of `blocks` (from `first`) applied to `set` as the stage applies one to RocksDB:
 /// its needed coins read, its net change written.
 fn apply_chunk(
@@ -802,7 +809,8 @@ fn apply_chunk(
 ) -> Result<Applied, ChainStateError> {
     let chunk = frame_chunk(first, blocks);
     let values = chunk.needed.iter().map(|k| set.get(k).cloned()).collect();
-    let applied = chunk.apply(values);
+    let times = zero_times(first + blocks.len());
+    let applied = chunk.apply(values, MedianTimes(&times));
     if let Ok(a) = &applied {
         write_change(set, &a.puts, &a.deletes);
     }
@@ -988,6 +996,7 @@ fn partitioned(
         frame_chunk(0, &blocks[..cut]),
         frame_chunk(cut, &blocks[cut..]),
     ];
+    let times = zero_times(blocks.len());
     let events: Vec<Vec<Vec<u8>>> = chunks.iter().map(|c| c.events(partitions)).collect();
     let folded: Vec<Vec<Vec<u8>>> = (0..partitions)
         .map(|p| {
@@ -1006,7 +1015,7 @@ fn partitioned(
                     stored.insert(k, None); // the range starts on the empty set
                 }
             }
-            chunk.apply(chunk.coins_from(&bufs, &stored)?)
+            chunk.apply(chunk.coins_from(&bufs, &stored)?, MedianTimes(&times))
         })
         .collect()
 }

@@ -53,25 +53,25 @@ fn heights(network: Network) -> Heights {
         Network::Main => Heights {
             dersig: network.bip66_height(),
             cltv: network.bip65_height(),
-            csv: 419_328,
+            csv: network.csv_height(),
             segwit: 481_824,
         },
         Network::Testnet3 => Heights {
             dersig: network.bip66_height(),
             cltv: network.bip65_height(),
-            csv: 770_112,
+            csv: network.csv_height(),
             segwit: 834_624,
         },
         Network::Testnet4 | Network::Signet => Heights {
             dersig: network.bip66_height(),
             cltv: network.bip65_height(),
-            csv: 1,
+            csv: network.csv_height(),
             segwit: 1,
         },
         Network::Regtest => Heights {
             dersig: network.bip66_height(),
             cltv: network.bip65_height(),
-            csv: 1,
+            csv: network.csv_height(),
             segwit: 0,
         },
     }

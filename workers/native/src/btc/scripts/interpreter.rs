@@ -94,7 +94,7 @@ pub fn verify_tx(tx: &[u8], spent: &[Spent], flags: u32) -> TxVerdict {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::gen_keys::{KeyRing, Kind, Owned, KINDS};
+    use super::super::super::gen_keys::{spend_of_each_kind, KeyRing};
     use super::super::flags::{VERIFY_P2SH, VERIFY_TAPROOT, VERIFY_WITNESS};
     use super::*;
 
@@ -103,19 +103,7 @@ mod tests {
     /// A spend of one coin of each kind the generator's wallet signs (P2PKH, P2WPKH, P2TR),
     /// with the scripts and amounts of the coins it spends.
     fn spend(ring: &KeyRing, bad_first: bool) -> (Vec<u8>, Vec<(u64, Vec<u8>)>) {
-        let inputs: Vec<Owned> = KINDS
-            .iter()
-            .enumerate()
-            .map(|(i, &kind)| Owned {
-                txid: [i as u8 + 1; 32],
-                vout: i as u32,
-                value: 10_000 * (i as u64 + 1),
-                kind,
-                key: i as u8 * 5,
-            })
-            .collect();
-        let outputs = vec![(55_000, ring.script_pubkey(Kind::P2tr, 3))];
-        let signed = ring.sign(&inputs, &outputs, bad_first);
+        let (signed, inputs) = spend_of_each_kind(ring, bad_first);
         let spent = inputs
             .iter()
             .map(|o| (o.value, ring.script_pubkey(o.kind, o.key)))
