@@ -466,6 +466,29 @@ TABLES: dict[str, Table] = {
 }
 
 
+#: ``btc dump-utxo --format parquet``: the UTXO set at a height, one row per coin in chainstate
+#: key order (txid, then vout), written as ``part-NNNNN.parquet`` files to the folder the user
+#: names, outside any data folder. Hashes and scripts are hex, amounts satoshis, as above.
+UTXO = Table(
+    "utxo",
+    _fields(
+        ("txid", _STR),
+        ("vout", _U32),
+        ("value", _U64),
+        ("height", _U32),
+        ("coinbase", _BOOL),
+        ("script_pubkey", _STR),
+        ("script_type", _STR),
+        ("address", _STR),
+    ),
+    dictionary_columns=("script_type",),
+    unsorted_columns=("script_pubkey", "address"),
+    delta_length_columns=("txid",),
+)
+#: Tables a command exports to a folder of the user's choosing (not published in a data folder).
+EXPORTS: dict[str, Table] = {t.name: t for t in (UTXO,)}
+
+
 #: Staged datasets: files a stage writes under ``DATADIR/stage`` (or ``DATADIR/tmp``) for a later
 #: stage to read, never published, declared here beside the tables so that every writer of one
 #: (the Rust core's, pyarrow's, and an unwind's rewrite of a part it cuts) has the one layout. A
@@ -512,7 +535,7 @@ STAGED: dict[str, Table] = {
 
 @cache
 def _schema(name: str) -> pa.Schema:
-    return (TABLES.get(name) or STAGED[name]).declared()
+    return (TABLES.get(name) or EXPORTS.get(name) or STAGED[name]).declared()
 
 
 def _duckdb_type(t: pa.DataType) -> str:

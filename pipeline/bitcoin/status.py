@@ -73,8 +73,9 @@ def recorded_utxo_set_info(data: DataDir) -> dict[str, Any]:
         recorded = json.loads(path.read_text())
     except (OSError, ValueError):
         recorded = {}
-    if recorded.get("state") == state and "hash_serialized_3" in recorded:
-        return {k: recorded[k] for k in ("utxo_count", "total_amount", "hash_serialized_3")}
+    fields = ("utxo_count", "total_amount", "hash_serialized_3", "muhash")
+    if recorded.get("state") == state and all(k in recorded for k in fields):
+        return {k: recorded[k] for k in fields}
     info = utxo_set_info(data)
     try:
         data.write_report(UTXO_SET_REPORT, {**info, "state": state})
@@ -84,11 +85,11 @@ def recorded_utxo_set_info(data: DataDir) -> dict[str, Any]:
 
 
 def utxo_set_info(data: DataDir) -> dict[str, Any]:
-    """Count, amount and ``hash_serialized_3`` of ``btc_utxo``, computed over the whole set
+    """Count, amount, ``hash_serialized_3`` and MuHash of ``btc_utxo``, computed over the whole set
     in key order as Core's ``gettxoutsetinfo`` does (on demand: a reindex keeps only the
     running count and amount, so its work grows with the new blocks, not with the set). The
     set must agree with the chain state's running figures."""
-    digest, count, total = _native.hash_utxo_entries(data.cf(layout.CF_BTC_UTXO).items())
+    digest, muhash, count, total = _native.hash_utxo_entries(data.cf(layout.CF_BTC_UTXO).items())
     cp = chain_parts.checkpoint(data) or {"utxo_count": 0, "total_amount": 0}
     if (count, total) != (cp["utxo_count"], cp["total_amount"]):
         raise RechainError(
@@ -96,7 +97,12 @@ def utxo_set_info(data: DataDir) -> dict[str, Any]:
             f"{cp['utxo_count']} / {cp['total_amount']}: rerun the reindex with "
             "--from-stage chain_state"
         )
-    return {"utxo_count": count, "total_amount": total, "hash_serialized_3": digest}
+    return {
+        "utxo_count": count,
+        "total_amount": total,
+        "hash_serialized_3": digest,
+        "muhash": muhash,
+    }
 
 
 def block(
@@ -140,6 +146,7 @@ def format_status(s: dict[str, Any]) -> str:
         rows += [
             ("utxo set", f"{s['utxo_count']:,} outputs, {s['total_amount']:,} sat"),
             ("hash_serialized_3", s["hash_serialized_3"]),
+            ("muhash", s["muhash"]),
             ("transactions", f"{s['tables']['transactions']:,}"),
         ]
     checked = s.get("scripts")

@@ -1,5 +1,6 @@
 """Bitcoin's commands: `gen bitcoin` (a generated blocks/ folder) and `btc reindex`,
-`btc export-core-index`, `btc status`, `btc block`, `btc tx`: their parsers and handlers.
+`btc export-core-index`, `btc status`, `btc dump-utxo`, `btc check-utxo`, `btc block`,
+`btc tx`: their parsers and handlers.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rechain.pipeline.cli.common import (
     add_memory_budget,
@@ -179,6 +180,31 @@ def add_commands(sub: Subparsers) -> None:
     s.add_argument("--json", action="store_true")
     s.set_defaults(handler=status)
 
+    d = btc.add_parser(
+        "dump-utxo",
+        help="the UTXO set at a height of the best chain, in Core's snapshot format",
+    )
+    d.add_argument("--data", type=Path, required=True)
+    d.add_argument("--height", type=int, default=None, help="default: the applied tip")
+    d.add_argument(
+        "--out", type=Path, default=None,
+        help="the snapshot file (core) or table folder (parquet) to write; none: figures only",
+    )  # fmt: skip
+    d.add_argument(
+        "--format", choices=("core", "parquet"), default="core",
+        help="core: Bitcoin Core's dumptxoutset format; parquet: the utxo table",
+    )  # fmt: skip
+    add_memory_budget(d, help="bytes held for the blocks rewound (spilled to disk past it)")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(handler=dump_utxo)
+
+    c = btc.add_parser("check-utxo", help="read a UTXO snapshot in Core's format and check it")
+    c.add_argument("file", type=Path)
+    c.add_argument("--data", type=Path, default=None, help="compare with this data folder's set")
+    add_memory_budget(c)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(handler=check_utxo)
+
     b = btc.add_parser("block", help="one block from the index")
     b.add_argument("--data", type=Path, required=True)
     grp = b.add_mutually_exclusive_group(required=True)
@@ -268,6 +294,54 @@ def status(args: argparse.Namespace) -> int:
     st = btc_status.status(args.data)
     print_json(st) if args.json else print(btc_status.format_status(st))
     return 1 if st["problems"] else 0
+
+
+def _set_rows(res: dict[str, Any]) -> str:
+    from rechain.pipeline.human import rows
+
+    height = "" if res["height"] is None else f" (height {res['height']})"
+    chain_tx = res["chain_tx_count"]
+    return rows(
+        {
+            "block": f"{res['block_hash']}{height}",
+            "coins": f"{res['coins']:,}",
+            "total amount": f"{res['total_amount']:,} sat",
+            "chain tx count": "-" if chain_tx is None else f"{chain_tx:,}",
+            "hash_serialized_3": res["hash_serialized_3"],
+            "muhash": res["muhash"],
+        }
+    )
+
+
+def dump_utxo(args: argparse.Namespace) -> int:
+    from rechain.pipeline.bitcoin.utxo_snapshot import set_at
+
+    res = set_at(
+        args.data, args.height, memory_budget=args.memory_budget, snapshot=args.out, fmt=args.format
+    )
+    if args.json:
+        print_json(res)
+    else:
+        print(_set_rows(res))
+        if res["out"]:
+            print(f"wrote {res['coins']:,} coins to {res['out']} in {res['seconds']:.2f}s")
+    return 0
+
+
+def check_utxo(args: argparse.Namespace) -> int:
+    from rechain.pipeline.bitcoin.utxo_snapshot import check
+
+    res = check(args.file, args.data, memory_budget=args.memory_budget)
+    if args.json:
+        print_json(res)
+    else:
+        print(_set_rows(res))
+        if args.data is not None:
+            same = res["matches"]
+            print("equals the data folder's set" if same else "differs from the data folder's set:")
+            for line in res["mismatch"]:
+                print(f"  {line}")
+    return 0 if res.get("matches", True) else 1
 
 
 def block(args: argparse.Namespace) -> int:

@@ -55,6 +55,10 @@ SHARES: dict[str, dict[str, Share]] = {
         "publish.row_groups": _share("publish", 1, 16, "a published file's open row group"),
         "indexes.txindex": _share("indexes", 1, 8, "the tx index's sorted runs (spilled past it)"),
         "indexes.sst": _share("indexes", 1, 16, "open SST files' filters and indexes"),
+        "dump_utxo.rewind": _share(
+            "dump-utxo", 1, 2, "the net change of the blocks rewound (spilled past it)"
+        ),
+        "dump_utxo.rows": _share("dump-utxo", 1, 8, "a utxo Parquet file's rows before writing"),
     },
     "flow": {
         "replay.decoded": _share(

@@ -469,6 +469,16 @@ def land_files(moves: list[tuple[Path, Path]]) -> None:
         fsync_dir(folder)
 
 
+def land_folder(tmp: Path, final: Path) -> None:
+    """``land_files`` for a written folder of files: each fsynced, the folder renamed into
+    place, then its parent fsynced."""
+    for f in tmp.iterdir():
+        _fsync_file(f)
+    fsync_dir(tmp)
+    os.rename(tmp, final)
+    fsync_dir(final.parent)
+
+
 def land_worker_files(moves: list[tuple[bytes | str | Path, Path, Path]]) -> None:
     """Lands what workers staged: (content, temp, final) where content is the file's bytes
     (a worker on another machine returned them; written here to ``temp``) or the path the

@@ -15,7 +15,12 @@
 //!
 //! Usage: rechain-core-oracle --network NET (--blocks DIR | --loadblock FILE... | --open DATADIR)
 //!        [--assumevalid HASH] [--datadir DIR] [--threads N] [--list-chain] [--verbose]
-//!        [--log-rejects] [--lookup HASH]...
+//!        [--log-rejects] [--lookup HASH]... [--muhash]
+//!        rechain-core-oracle --network NET --read-snapshot FILE
+//!
+//! `--muhash` adds the set's MuHash3072 (gettxoutsetinfo muhash). `--read-snapshot FILE` reads a
+//! UTXO snapshot (dumptxoutset's format) with Core's own deserializer, as loadtxoutset does, and
+//! prints its base block, coin count, amount, hash_serialized_3 and MuHash, or Core's error.
 //!
 //! `--log-rejects` turns on Core's debug log of its validation and reindex categories and
 //! prints every line as `log_debug`: the reasons Core gives only there (a header it refuses,
@@ -46,6 +51,24 @@ extern "C" {
         height: *mut i32,
     ) -> c_int;
     fn btck_block_tree_entry_get_chainwork(entry: *const btck_BlockTreeEntry, out: *mut c_uchar);
+    fn btck_chainstate_manager_get_utxo_muhash(
+        chainman: *mut btck_ChainstateManager,
+        muhash: *mut c_uchar,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    fn btck_read_utxo_snapshot(
+        path: *const c_char,
+        path_len: usize,
+        network_magic: *const c_uchar,
+        base_blockhash: *mut c_uchar,
+        coins_count: *mut u64,
+        coins_read: *mut u64,
+        total_amount: *mut i64,
+        hash_serialized: *mut c_uchar,
+        muhash: *mut c_uchar,
+        error: *mut c_char,
+        error_len: usize,
+    ) -> c_int;
 }
 
 struct Args {
@@ -60,6 +83,8 @@ struct Args {
     verbose: bool,
     log_rejects: bool,
     lookup: Vec<[u8; 32]>,
+    muhash: bool,
+    read_snapshot: Option<PathBuf>,
 }
 
 fn die(msg: impl std::fmt::Display) -> ! {
@@ -104,6 +129,8 @@ fn parse_args() -> Args {
         verbose: false,
         log_rejects: false,
         lookup: Vec::new(),
+        muhash: false,
+        read_snapshot: None,
     };
     let mut it = std::env::args().skip(1).peekable();
     while let Some(arg) = it.next() {
@@ -123,15 +150,20 @@ fn parse_args() -> Args {
             "--verbose" => a.verbose = true,
             "--log-rejects" => a.log_rejects = true,
             "--lookup" => a.lookup.push(parse_hash(&value())),
+            "--muhash" => a.muhash = true,
+            "--read-snapshot" => a.read_snapshot = Some(PathBuf::from(value())),
             _ => die(format!("unknown argument {arg}")),
         }
     }
-    let sources = a.blocks.is_some() as u8 + !a.loadblock.is_empty() as u8 + a.open.is_some() as u8;
+    let sources = a.blocks.is_some() as u8
+        + !a.loadblock.is_empty() as u8
+        + a.open.is_some() as u8
+        + a.read_snapshot.is_some() as u8;
     if a.network.is_empty() || sources != 1 || (a.open.is_some() && a.datadir.is_some()) {
         die(
-            "usage: --network NET (--blocks DIR | --loadblock FILE... | --open DATADIR) \
-             [--assumevalid HASH] [--datadir DIR] [--threads N] [--list-chain] [--verbose] \
-             [--log-rejects] [--lookup HASH]...",
+            "usage: --network NET (--blocks DIR | --loadblock FILE... | --open DATADIR \
+             | --read-snapshot FILE) [--assumevalid HASH] [--datadir DIR] [--threads N] \
+             [--list-chain] [--verbose] [--log-rejects] [--lookup HASH]... [--muhash]",
         );
     }
     a
@@ -233,8 +265,62 @@ fn copy_blocks(src: &Path, dest: &Path) -> u64 {
     n
 }
 
+/// The network's message start, which a snapshot's metadata carries (Core's chainparams.cpp).
+fn network_magic(network: &str) -> [u8; 4] {
+    match network {
+        "main" | "mainnet" => [0xf9, 0xbe, 0xb4, 0xd9],
+        "testnet" | "testnet3" => [0x0b, 0x11, 0x09, 0x07],
+        "testnet4" => [0x1c, 0x16, 0x3f, 0x28],
+        "signet" => [0x0a, 0x03, 0xcf, 0x40],
+        "regtest" => [0xfa, 0xbf, 0xb5, 0xda],
+        _ => die(format!("unknown network {network}")),
+    }
+}
+
+/// `--read-snapshot`: Core's deserializer reads the file as loadtxoutset does.
+fn read_snapshot(network: &str, path: &Path) -> Value {
+    let path_bytes = path.to_string_lossy().into_owned();
+    let magic = network_magic(network);
+    let (mut base, mut hs, mut mu) = ([0u8; 32], [0u8; 32], [0u8; 32]);
+    let (mut count, mut read, mut amount) = (0u64, 0u64, 0i64);
+    let mut error = vec![0u8; 512];
+    let rc = unsafe {
+        btck_read_utxo_snapshot(
+            path_bytes.as_ptr() as *const c_char,
+            path_bytes.len(),
+            magic.as_ptr(),
+            base.as_mut_ptr(),
+            &mut count,
+            &mut read,
+            &mut amount,
+            hs.as_mut_ptr(),
+            mu.as_mut_ptr(),
+            error.as_mut_ptr() as *mut c_char,
+            error.len(),
+        )
+    };
+    let end = error.iter().position(|&b| b == 0).unwrap_or(error.len());
+    json!({
+        "network": network,
+        "base_hash": display(&base),
+        "coins_count": count,
+        "coins_read": read,
+        "total_amount": amount,
+        "hash_serialized_3": (rc == 0).then(|| display(&hs)),
+        "muhash": (rc == 0).then(|| display(&mu)),
+        "error": (rc != 0).then(|| String::from_utf8_lossy(&error[..end]).into_owned()),
+    })
+}
+
 fn main() {
     let args = parse_args();
+    if let Some(path) = &args.read_snapshot {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&read_snapshot(&args.network, path)).unwrap()
+        );
+        return;
+    }
     {
         let mut g = SEEN.lock().unwrap();
         let seen = g.get_or_insert_with(Seen::default);
@@ -411,6 +497,10 @@ unsafe fn run(args: &Args, datadir: &Path, blocks_dir: &Path, copied: Option<u64
         die("Core could not compute the UTXO statistics (see --verbose)");
     }
     let stats_seconds = stats_start.elapsed().as_secs_f64();
+    let mut mu = [0u8; 32];
+    if args.muhash && btck_chainstate_manager_get_utxo_muhash(chainman, mu.as_mut_ptr()) != 0 {
+        die("Core could not compute the UTXO MuHash (see --verbose)");
+    }
 
     let seen = SEEN.lock().unwrap().take().unwrap_or_default();
     let invalid: Vec<Value> = seen
@@ -459,6 +549,9 @@ unsafe fn run(args: &Args, datadir: &Path, blocks_dir: &Path, copied: Option<u64
     });
     if args.list_chain {
         out["best_chain"] = json!(hashes);
+    }
+    if args.muhash {
+        out["muhash"] = json!(display(&mu));
     }
     btck_chainstate_manager_destroy(chainman);
     btck_chainstate_manager_options_destroy(opts);

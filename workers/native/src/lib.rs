@@ -572,6 +572,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py::btc_headers::register(m)?;
     py::btc_chain_state::register(m)?;
     py::btc_scripts::register(m)?;
+    py::btc_utxo::register(m)?;
     py::eth::register(m)?;
     py::eth_gen::register(m)?;
     Ok(())

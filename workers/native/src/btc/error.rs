@@ -117,12 +117,15 @@ pub enum StoreError {
     NoStoredValue(Vec<u8>),
     /// A needed key the resolution gave nothing for (its bytes).
     NoResolvedCoin(Vec<u8>),
+    /// A spill file (path and the OS error) that could not be written or read back.
+    Spill(String),
 }
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::CoinValue { len } => write!(f, "UTXO value of {len} bytes"),
+            StoreError::Spill(what) => write!(f, "spill file {what}"),
             StoreError::UtxoEntry { key } => write!(f, "malformed btc_utxo entry {key:02x?}"),
             StoreError::UtxoKey { len } => write!(f, "a btc_utxo key of {len} bytes"),
             StoreError::Undo { len } => write!(f, "undo record of {len} bytes is malformed"),

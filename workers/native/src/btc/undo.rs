@@ -52,6 +52,15 @@ pub struct Undo {
     pub restored: Vec<(Key, Vec<u8>)>,
 }
 
+impl Undo {
+    /// What unwinding the block does to each key, in order: its created coins go, then the
+    /// coins it spent or overwrote come back (a key in both ends restored).
+    pub fn net_changes(self) -> impl Iterator<Item = (Key, Option<Vec<u8>>)> {
+        let created = self.created.into_iter().map(|(k, _)| (k, None));
+        created.chain(self.restored.into_iter().map(|(k, v)| (k, Some(v))))
+    }
+}
+
 pub fn decode_undo(b: &[u8]) -> Result<Undo, StoreError> {
     let bad = || StoreError::Undo { len: b.len() };
     let mut at = 0usize;
@@ -99,17 +108,15 @@ pub fn unwind(undos_descending: &[Vec<u8>]) -> Result<Unwound, StoreError> {
     let (mut count, mut amount) = (0i64, 0i128);
     for raw in undos_descending {
         let u = decode_undo(raw)?;
-        for (k, value) in u.created {
+        for (_, value) in &u.created {
             count -= 1;
-            amount -= value as i128;
-            net.insert(k, None);
+            amount -= *value as i128;
         }
-        for (k, v) in u.restored {
-            let value = coin_fields(&v)?.value;
+        for (_, v) in &u.restored {
             count += 1;
-            amount += value as i128;
-            net.insert(k, Some(v));
+            amount += coin_fields(v)?.value as i128;
         }
+        net.extend(u.net_changes());
     }
     let mut changes: Vec<_> = net.into_iter().collect();
     changes.sort_unstable_by_key(|c| c.0);

@@ -2,7 +2,8 @@
 //! `gettxoutsetinfo` reports (Core's `kernel/coinstats.cpp`): coins visited in chainstate key
 //! order (`'C'` | txid, internal order | VARINT(vout)), each serialized as outpoint (txid | vout
 //! u32 LE) | u32 LE (height * 2 + coinbase) | value i64 LE | CompactSize script length | script,
-//! all fed to one double-SHA256.
+//! all fed to one double-SHA256; and MuHash3072 (`gettxoutsetinfo muhash`), each coin's same
+//! serialization one element of the set.
 //!
 //! RocksDB (`btc_utxo`) uses the chainstate key and rechain's value (`coin::coin_value`),
 //! which holds Core's coin and the output's row in its block.
@@ -10,15 +11,23 @@
 use super::coin::{coin_fields, COIN_HEAD, UTXO_KEY_PREFIX};
 use super::encode::{read_core_varint, write_compact_size};
 use super::error::StoreError;
+use super::muhash::MuHash3072;
 use sha2::{Digest, Sha256};
 
-/// `hash_serialized_3` over `btc_utxo` entries pushed in key order.
+/// `hash_serialized_3` and MuHash3072 over coins pushed in key order.
 #[derive(Default)]
 pub struct SetDigest {
     sha: Sha256,
+    muhash: MuHash3072,
     ser: Vec<u8>,
     pub count: u64,
     pub total: u64,
+}
+
+/// The commitments of a set: (hash_serialized_3, MuHash3072), both in display order.
+pub struct SetCommitments {
+    pub hash_serialized_3: [u8; 32],
+    pub muhash: [u8; 32],
 }
 
 impl SetDigest {
@@ -34,18 +43,41 @@ impl SetDigest {
             return Err(bad());
         }
         // Core's coin: code and amount as stored, then the script; the row is rechain's own.
-        let script = &value[COIN_HEAD..];
+        let code = u32::from_le_bytes(value[..4].try_into().unwrap());
+        self.push_coin(
+            &key[1..33],
+            vout as u32,
+            code,
+            coin.value,
+            &value[COIN_HEAD..],
+        );
+        Ok(())
+    }
+
+    /// Adds one coin: `code` is height * 2 + coinbase.
+    pub fn push_coin(&mut self, txid: &[u8], vout: u32, code: u32, value: u64, script: &[u8]) {
         let ser = &mut self.ser;
         ser.clear();
-        ser.extend_from_slice(&key[1..33]);
-        ser.extend_from_slice(&(vout as u32).to_le_bytes());
-        ser.extend_from_slice(&value[..12]);
+        ser.extend_from_slice(txid);
+        ser.extend_from_slice(&vout.to_le_bytes());
+        ser.extend_from_slice(&code.to_le_bytes());
+        ser.extend_from_slice(&value.to_le_bytes());
         write_compact_size(ser, script.len() as u64);
         ser.extend_from_slice(script);
         self.sha.update(&*ser);
+        self.muhash.insert(ser);
         self.count += 1;
-        self.total += coin.value;
-        Ok(())
+        self.total += value;
+    }
+
+    /// Both commitments in Core's display order.
+    pub fn commitments(self) -> SetCommitments {
+        let mut muhash = self.muhash.finish();
+        muhash.reverse();
+        SetCommitments {
+            muhash,
+            hash_serialized_3: self.finish(),
+        }
     }
 
     /// The digest in Core's display order.

@@ -38,13 +38,13 @@ pub(crate) struct ChainBlock<'a> {
 
 /// A string column filled with lower-case hex without a per-value allocation.
 #[derive(Default)]
-struct HexCol {
+pub(crate) struct HexCol {
     data: Vec<u8>,
     offsets: Vec<i32>,
 }
 
 impl HexCol {
-    fn with_capacity(rows: usize, bytes: usize) -> HexCol {
+    pub(crate) fn with_capacity(rows: usize, bytes: usize) -> HexCol {
         let mut offsets = Vec::with_capacity(rows + 1);
         offsets.push(0);
         HexCol {
@@ -54,13 +54,13 @@ impl HexCol {
     }
 
     /// Bytes in order (scripts, witness items).
-    fn push(&mut self, bytes: &[u8]) {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
         hex::extend_hex(&mut self.data, bytes);
         self.offsets.push(self.data.len() as i32);
     }
 
     /// A 32-byte hash in display (byte-reversed) order.
-    fn push_display(&mut self, hash: &[u8]) {
+    pub(crate) fn push_display(&mut self, hash: &[u8]) {
         hex::extend_display_hex(&mut self.data, hash);
         self.offsets.push(self.data.len() as i32);
     }
@@ -80,7 +80,7 @@ impl HexCol {
     }
 
     /// Text as it is (short names).
-    fn push_str(&mut self, text: &str) {
+    pub(crate) fn push_str(&mut self, text: &str) {
         self.data.extend_from_slice(text.as_bytes());
         self.offsets.push(self.data.len() as i32);
     }
@@ -89,7 +89,7 @@ impl HexCol {
         self.offsets.len() - 1
     }
 
-    fn finish(self) -> StringArray {
+    pub(crate) fn finish(self) -> StringArray {
         debug_assert!(std::str::from_utf8(&self.data).is_ok());
         // SAFETY: `data` holds only hex digits and whole `&str`s (`push_str`), so every
         // offset is a character boundary of valid UTF-8; the offsets only grow from 0 to

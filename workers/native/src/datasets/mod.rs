@@ -7,4 +7,5 @@ pub mod btc_events;
 pub mod btc_headers;
 pub mod btc_records;
 pub mod btc_txids;
+pub mod btc_utxo;
 pub mod hex;

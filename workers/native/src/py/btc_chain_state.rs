@@ -1,6 +1,6 @@
 //! Python entry points for the chain state (`btc::chain_state`): a chunk of best-chain blocks
-//! applied to coins the caller read from RocksDB, unwinding by undo records, and Core's
-//! `hash_serialized_3` over the stored set.
+//! applied to coins the caller read from RocksDB, and unwinding by undo records (the set's
+//! commitments are `btc_utxo`'s).
 
 use super::btc_error::{chain_state_error, store_error, write_error};
 use super::parquet_layout::ParquetLayout;
@@ -12,7 +12,6 @@ use crate::btc::error::{ChainStateError, StoreError};
 use crate::btc::locktime::MedianTimes;
 use crate::btc::spend_resolve;
 use crate::btc::undo;
-use crate::btc::utxo::SetDigest;
 use crate::datasets::btc_chain_rows::{self, ChainBlock};
 use crate::datasets::hex::display_hex;
 use crate::parquet_out::{write_batch, write_batches, Layout, RowGroups, WriteError};
@@ -20,7 +19,7 @@ use crate::{key8, network};
 use arrow_schema::SchemaRef;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyIterator, PyList};
+use pyo3::types::{PyBytes, PyList};
 use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -457,21 +456,6 @@ fn undo_block_hash(py: Python<'_>, undo: &[u8]) -> PyResult<String> {
         .map_err(|e| store_error(py, &e))
 }
 
-/// Core's `hash_serialized_3` of the `btc_utxo` entries yielded in key order by `items`
-/// ((key, value) pairs): (display hex, count, total amount).
-#[pyfunction]
-fn hash_utxo_entries(items: &Bound<'_, PyAny>) -> PyResult<(String, u64, u64)> {
-    let mut digest = SetDigest::default();
-    for item in PyIterator::from_object(items)? {
-        let (k, v): (Vec<u8>, Vec<u8>) = item?.extract()?;
-        digest
-            .push(&k, &v)
-            .map_err(|e| store_error(items.py(), &e))?;
-    }
-    let (count, total) = (digest.count, digest.total);
-    Ok((crate::datasets::hex::to_hex(&digest.finish()), count, total))
-}
-
 /// One partition's spend resolution: `events` holds that partition's buffer of every chunk
 /// (`ChainStateChunk.events`), chunks in height order; returns each chunk's records for
 /// `ChainStateChunk.apply_resolved`.
@@ -501,7 +485,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(unwind_chain_state, m)?)?;
     m.add_function(wrap_pyfunction!(respend_outputs, m)?)?;
     m.add_function(wrap_pyfunction!(undo_block_hash, m)?)?;
-    m.add_function(wrap_pyfunction!(hash_utxo_entries, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_spends, m)?)?;
     m.add_function(wrap_pyfunction!(resolved_stored_keys, m)?)?;
     Ok(())

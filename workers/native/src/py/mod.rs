@@ -11,6 +11,7 @@ pub(crate) mod btc_error;
 pub(crate) mod btc_headers;
 pub(crate) mod btc_scripts;
 pub(crate) mod btc_txindex;
+pub(crate) mod btc_utxo;
 pub(crate) mod eth;
 pub(crate) mod eth_gen;
 pub(crate) mod flow;

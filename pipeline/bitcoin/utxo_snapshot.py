@@ -1,0 +1,201 @@
+"""UTXO snapshots (``btc dump-utxo``, ``btc check-utxo``): the set at any height of the applied
+best chain, in Bitcoin Core's snapshot format (``dumptxoutset``/``loadtxoutset``) or as the
+``utxo`` Parquet table, with the commitments Core reports for it (``hash_serialized_3``,
+MuHash3072, ``m_chain_tx_count``).
+
+A past height is reached by reading the undo records of the blocks above it into a net change
+(held within the memory budget, spilled to ``tmp/`` past it) merged with the live set in key
+order: the data folder is never rewound or written, bar its ``tmp/`` folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rechain.pipeline.bitcoin import chain_parts
+from rechain.pipeline.errors import RechainError
+from rechain.pipeline.runtime.budget import budget_share
+from rechain.pipeline.store.datadir import DataDir, land_files, land_folder, tmp_path
+from rechain.schemas import rocksdb as layout
+from rechain.schemas import tables
+from rechain.workers import _native
+
+#: The figures `dump-utxo --json` and `check-utxo --json` print (a contract).
+SET_FIELDS = (
+    "block_hash",
+    "height",
+    "coins",
+    "total_amount",
+    "chain_tx_count",
+    "hash_serialized_3",
+    "muhash",
+)
+
+
+def _chain_tx_count(data: DataDir, best: bytes, height: int) -> int:
+    """Core's ``m_chain_tx_count`` of the block at ``height``: transactions from genesis to it."""
+    index = data.cf(layout.CF_BTC_INDEX)
+    total = 0
+    step = 4096
+    for lo in range(0, height + 1, step):
+        keys = [best[32 * h : 32 * h + 32] for h in range(lo, min(height + 1, lo + step))]
+        for key, value in zip(keys, index[keys], strict=True):
+            if value is None:
+                raise RechainError(f"best-chain block {key[::-1].hex()} is not in the index")
+            n_tx = layout.decode_index_value(bytes(value)).n_tx
+            if n_tx is None:
+                raise RechainError(f"best-chain block {key[::-1].hex()} has no body checked")
+            total += n_tx
+    return total
+
+
+def _undos(data: DataDir, best: bytes, tip: int, height: int) -> Iterator[tuple[int, bytes, bytes]]:
+    """(height, best-chain hash, undo record) from the tip down to ``height + 1``."""
+    for h in range(tip, height, -1):
+        raw = data.get(layout.CF_BTC_UNDO, layout.undo_key(h))
+        if raw is None:
+            raise RechainError(f"no undo record for height {h}: rerun the reindex")
+        yield h, best[32 * h : 32 * h + 32], raw
+
+
+def set_at(
+    data_path: Path,
+    height: int | None,
+    *,
+    memory_budget: int,
+    snapshot: Path | None = None,
+    fmt: str = "core",
+) -> dict[str, Any]:
+    """The UTXO set at ``height`` (default: the applied tip): its figures, and with
+    ``snapshot`` the set written there: a file in Core's format (``fmt`` "core") or a folder of
+    the ``utxo`` table (``fmt`` "parquet"), atomically (a temporary name, then renamed)."""
+    if fmt not in ("core", "parquet"):
+        raise RechainError(f"no UTXO format {fmt!r} (core or parquet)")
+    t0 = time.perf_counter()
+    with DataDir(data_path, readonly=True) as data:
+        summary = data.meta_get(layout.META_BTC_SUMMARY) or {}
+        cp = chain_parts.checkpoint(data)
+        if not cp or cp["height"] < 0 or data.meta_get(layout.META_BTC_FULL) is None:
+            raise RechainError(
+                f"{data_path}: no applied chain state here (btc reindex --mode full)"
+            )
+        tip = int(cp["height"])
+        height = tip if height is None else height
+        if not 0 <= height <= tip:
+            raise RechainError(f"height {height} is not on the applied chain (0 to {tip})")
+        best = chain_parts.best_chain(data)
+        if len(best) < 32 * (tip + 1) or best[32 * tip : 32 * tip + 32][::-1].hex() != cp["hash"]:
+            raise RechainError(
+                f"{data_path}: the best chain is ahead of the chain state: rerun the reindex"
+            )
+        block_hash = best[32 * height : 32 * height + 32]
+        spill = data_path / "tmp" / f"utxo-rewind-{time.time_ns()}"
+        if snapshot is not None and snapshot.exists():
+            raise RechainError(f"{snapshot} exists: name a new file or folder")
+        target = tmp_path(snapshot) if snapshot is not None else None
+        parquet = None
+        if target is not None and fmt == "parquet":
+            target.mkdir(parents=True)
+            row_bytes = budget_share(memory_budget, "bitcoin", "dump_utxo.rows")
+            group_bytes = max(row_bytes // 4, 1 << 12)
+            parquet = (
+                target,
+                tables.UTXO.schema,
+                tables.UTXO.native_layout(group_bytes),
+                max(row_bytes, 1 << 12),
+            )
+        try:
+            figures = _native.utxo_set_at(
+                data.cf(layout.CF_BTC_UTXO).items(),
+                _undos(data, best, tip, height),
+                height=height,
+                budget=budget_share(memory_budget, "bitcoin", "dump_utxo.rewind"),
+                spill_dir=spill,
+                network=summary["network"],
+                base_hash=block_hash,
+                snapshot=target if fmt == "core" else None,
+                parquet=parquet,
+            )
+            if target is not None and snapshot is not None:
+                if fmt == "parquet":
+                    land_folder(target, snapshot)
+                else:
+                    land_files([(target, snapshot)])
+        except OSError as e:  # BtcError: stored bytes that do not decode, a file not written
+            raise RechainError(str(e)) from e
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+            if target is not None and target.is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            elif target is not None:
+                target.unlink(missing_ok=True)
+        chain_tx = _chain_tx_count(data, best, height)
+    return {
+        "block_hash": block_hash[::-1].hex(),
+        "height": height,
+        "coins": figures["coins"],
+        "total_amount": figures["total_amount"],
+        "chain_tx_count": chain_tx,
+        "hash_serialized_3": figures["hash_serialized_3"],
+        "muhash": figures["muhash"],
+        "network": summary["network"],
+        "tip_height": tip,
+        "blocks_rewound": figures["blocks_rewound"],
+        "spilled_runs": figures["spilled_runs"],
+        "format": fmt,
+        "parquet_files": figures["parquet_files"],
+        "out": None if snapshot is None else str(snapshot),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def check(path: Path, data_path: Path | None = None, *, memory_budget: int) -> dict[str, Any]:
+    """A snapshot in Core's format read through: its base block, coin count and commitments;
+    with ``data_path``, whether they equal rechain's set at that block."""
+    try:
+        read = _native.read_utxo_snapshot(path)
+    except OSError as e:  # BtcError: a damaged file names its byte offset, a missing one its path
+        raise RechainError(str(e)) from e
+    out: dict[str, Any] = {
+        "file": str(path),
+        "block_hash": read["block_hash"],
+        "height": None,
+        "coins": read["coins"],
+        "total_amount": read["total_amount"],
+        "chain_tx_count": None,
+        "hash_serialized_3": read["hash_serialized_3"],
+        "muhash": read["muhash"],
+        "network_magic": read["network_magic"],
+        "bytes": read["bytes"],
+    }
+    if data_path is None:
+        return out
+    with DataDir(data_path, readonly=True) as data:
+        best = chain_parts.best_chain(data)
+        summary = data.meta_get(layout.META_BTC_SUMMARY) or {}
+    key = bytes.fromhex(read["block_hash"])[::-1]
+    heights = [h for h in range(len(best) // 32) if best[32 * h : 32 * h + 32] == key]
+    if not heights:
+        out["matches"] = False
+        out["mismatch"] = ["block_hash: not on this data folder's best chain"]
+        return out
+    ours = set_at(data_path, heights[0], memory_budget=memory_budget)
+    magic = _native.network_info(summary["network"]).magic.hex()
+    mismatch = [
+        f"{k}: snapshot {out[k]}, data folder {ours[k]}"
+        for k in ("coins", "total_amount", "hash_serialized_3", "muhash")
+        if out[k] != ours[k]
+    ]
+    if read["network_magic"] != magic:
+        mismatch.append(f"network_magic: snapshot {read['network_magic']}, data folder {magic}")
+    out.update(
+        height=ours["height"],
+        chain_tx_count=ours["chain_tx_count"],
+        matches=not mismatch,
+        mismatch=mismatch,
+    )
+    return out
