@@ -191,6 +191,22 @@ TABLE_DOCS: dict[str, TableDoc] = {
         },
         (_HEIGHT_RANGE,),
     ),
+    "utxo": TableDoc(
+        "Bitcoin",
+        "one coin of the UTXO set at a height of the best chain, in chainstate key order",
+        "`btc dump-utxo --format parquet` (to the folder `--out` names)",
+        {
+            "txid": (HEX, "the transaction that created it"),
+            "vout": ("", "its output index"),
+            "value": (SAT, "amount"),
+            "height": ("", "height of the block that created it"),
+            "coinbase": ("", "created by a coinbase (spendable 100 blocks later)"),
+            "script_pubkey": (HEX, "scriptPubKey"),
+            "script_type": ("", "as in `outputs`"),
+            "address": ("", "as in `outputs`; null for types without one"),
+        },
+        ("Files `part-NNNNN.parquet` in key order; read them as `read_parquet('DIR/*.parquet')`.",),
+    ),
     "trie_updates": TableDoc(
         "Flow",
         "one WAL record applied to the trie forest, in WAL order",

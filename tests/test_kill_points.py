@@ -168,6 +168,8 @@ SCENARIOS: dict[str, dict[str, tuple[int, ...]]] = {
         "flow_checkpoint.writing": (1,),
         "flow_checkpoint.written": (1,),
     },
+    # A snapshot at a past height of the btc_full chain, spilling at a tiny budget.
+    "btc_dump_utxo": {"utxo_dump.written": (1,)},
     # Three era1 files, one unit each.
     "eth_import": {
         "eth.parts_renamed": (2,),
@@ -445,6 +447,25 @@ class Scenarios:
             lambda out: cli_cmd("flow", "checkpoint", "write", "--data", state, "--out", out),
             checkpoint_files,
         )
+
+    def btc_dump_utxo(self) -> Scenario:
+        """The snapshot file (and nothing else in its folder) equals the uninterrupted run's;
+        the data folder it reads is the btc_full reference run's, whose state is checked too."""
+        self.get("btc_full")
+        data = self.root / "btc_full-ref" / "data"
+        before = data_state(data)
+
+        def cmd(out: Path) -> list[str]:
+            return cli_cmd(
+                "btc", "dump-utxo", "--data", data, "--height", "200", "--memory-budget", "8K",
+                "--out", out / "at-200.utxo",
+            )  # fmt: skip
+
+        def state(out: Path) -> dict[str, Any]:
+            assert data_state(data) == before
+            return checkpoint_files(out)
+
+        return Scenario(empty_folder("out"), cmd, state)
 
     def eth_import(self) -> Scenario:
         root = self.root / "eth-chain"

@@ -20,16 +20,18 @@ from typing import Any
 
 import pytest
 from rechain.pipeline.query import connect
-from rechain.schemas.readme_tables import render, splice
+from rechain.schemas.readme_tables import DOCUMENTED, render, splice
 from rechain.schemas.table_docs import TABLE_DOCS
-from rechain.schemas.tables import TABLES
 
 from tests.conftest import REPO, cli
 
 README = REPO / "README.md"
-#: Commands that build the data folders: the fixture runs them (as the README or `make demo`
-#: does), the tests do not run them again.
-BUILDERS = ("gen ", "btc reindex ", "eth import ", "flow replay ", "flow checkpoint stats ")
+#: Commands that build the data folders and the exports the queries read: the fixture runs them
+#: (as the README or `make demo` does), the tests do not run them again.
+BUILDERS = (
+    "gen ", "btc reindex ", "eth import ", "flow replay ", "flow checkpoint stats ",
+    "btc dump-utxo ",
+)  # fmt: skip
 #: Paths only a real node or a cluster has.
 ELSEWHERE = ("~/", "/data/", "HEAD")
 #: Queries that look for trouble, which the generated chains do not have.
@@ -133,12 +135,16 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     ], "the README's Flow walkthrough: gen flow, flow replay, flow checkpoint stats"
     for cmd in flow:
         run_ok(*demo.argv(cmd))
+    # The UTXO snapshots and table the README's later commands and queries read.
+    for cmd in shell_commands(readme()):
+        if cmd.line.startswith("$R btc dump-utxo "):
+            run_ok(*demo.argv(cmd))
     yield demo
 
 
 def test_every_registry_column_is_documented() -> None:
-    assert set(TABLE_DOCS) == set(TABLES)
-    for name, table in TABLES.items():
+    assert set(TABLE_DOCS) == set(DOCUMENTED)
+    for name, table in DOCUMENTED.items():
         cols = [f.name for f in table.schema]
         assert list(TABLE_DOCS[name].columns) == cols, name
         for col, (_, meaning) in TABLE_DOCS[name].columns.items():

@@ -64,6 +64,8 @@ KILL_POINTS: tuple[str, ...] = (
     "indexes.record_written",
     "indexes.generations_removed",
     "indexes.summary_written",
+    # A UTXO snapshot written in full under its temporary name, before it is landed.
+    "utxo_dump.written",
     # Flow.
     "flow_replay.checkpoint_writing",
     "flow_replay.checkpoint_written",

@@ -10,6 +10,7 @@ order: the data folder is never rewound or written, bar its ``tmp/`` folder.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -23,17 +24,35 @@ from rechain.pipeline.store.datadir import DataDir, land_files, land_folder, tmp
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
+from rechain.workers.fault_injection import kill_point
 
-#: The figures `dump-utxo --json` and `check-utxo --json` print (a contract).
-SET_FIELDS = (
-    "block_hash",
-    "height",
-    "coins",
-    "total_amount",
-    "chain_tx_count",
-    "hash_serialized_3",
-    "muhash",
-)
+#: A dump's spill folder under ``DATADIR/tmp``, named by its process id.
+SPILL_PREFIX = "utxo-rewind-"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _remove_stale_spills(tmp: Path) -> None:
+    """Spill folders of dumps that were killed (their process is gone)."""
+    for folder in tmp.glob(f"{SPILL_PREFIX}*"):
+        pid = folder.name.removeprefix(SPILL_PREFIX)
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _chain_tx_count(data: DataDir, best: bytes, height: int) -> int:
@@ -93,13 +112,18 @@ def set_at(
                 f"{data_path}: the best chain is ahead of the chain state: rerun the reindex"
             )
         block_hash = best[32 * height : 32 * height + 32]
-        spill = data_path / "tmp" / f"utxo-rewind-{time.time_ns()}"
+        spill = data_path / "tmp" / f"{SPILL_PREFIX}{os.getpid()}"
         if snapshot is not None and snapshot.exists():
             raise RechainError(f"{snapshot} exists: name a new file or folder")
         target = tmp_path(snapshot) if snapshot is not None else None
+        if target is not None:
+            # What a killed dump left under the temporary name is started again.
+            _remove(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_spills(data_path / "tmp")
         parquet = None
         if target is not None and fmt == "parquet":
-            target.mkdir(parents=True)
+            target.mkdir()
             row_bytes = budget_share(memory_budget, "bitcoin", "dump_utxo.rows")
             group_bytes = max(row_bytes // 4, 1 << 12)
             parquet = (
@@ -121,6 +145,7 @@ def set_at(
                 parquet=parquet,
             )
             if target is not None and snapshot is not None:
+                kill_point("utxo_dump.written")
                 if fmt == "parquet":
                     land_folder(target, snapshot)
                 else:
@@ -129,10 +154,8 @@ def set_at(
             raise RechainError(str(e)) from e
         finally:
             shutil.rmtree(spill, ignore_errors=True)
-            if target is not None and target.is_dir():
-                shutil.rmtree(target, ignore_errors=True)
-            elif target is not None:
-                target.unlink(missing_ok=True)
+            if target is not None:
+                _remove(target)
         chain_tx = _chain_tx_count(data, best, height)
     return {
         "block_hash": block_hash[::-1].hex(),

@@ -11,14 +11,14 @@
 use super::coin::{coin_fields, COIN_HEAD, UTXO_KEY_PREFIX};
 use super::encode::{read_core_varint, write_compact_size};
 use super::error::StoreError;
-use super::muhash::MuHash3072;
+use super::muhash::ParallelMuHash;
 use sha2::{Digest, Sha256};
 
-/// `hash_serialized_3` and MuHash3072 over coins pushed in key order.
-#[derive(Default)]
+/// `hash_serialized_3` and MuHash3072 over coins pushed in key order (MuHash on worker
+/// threads, see `ParallelMuHash`).
 pub struct SetDigest {
     sha: Sha256,
-    muhash: MuHash3072,
+    muhash: ParallelMuHash,
     ser: Vec<u8>,
     pub count: u64,
     pub total: u64,
@@ -28,6 +28,20 @@ pub struct SetDigest {
 pub struct SetCommitments {
     pub hash_serialized_3: [u8; 32],
     pub muhash: [u8; 32],
+}
+
+impl Default for SetDigest {
+    /// MuHash on a thread per core.
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        SetDigest {
+            sha: Sha256::default(),
+            muhash: ParallelMuHash::new(cores),
+            ser: Vec::new(),
+            count: 0,
+            total: 0,
+        }
+    }
 }
 
 impl SetDigest {
@@ -72,11 +86,13 @@ impl SetDigest {
 
     /// Both commitments in Core's display order.
     pub fn commitments(self) -> SetCommitments {
-        let mut muhash = self.muhash.finish();
+        let mut muhash = self.muhash.finish().finish();
         muhash.reverse();
+        let mut hash_serialized_3: [u8; 32] = Sha256::digest(self.sha.finalize()).into();
+        hash_serialized_3.reverse();
         SetCommitments {
+            hash_serialized_3,
             muhash,
-            hash_serialized_3: self.finish(),
         }
     }
 
