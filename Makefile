@@ -56,6 +56,7 @@ bench: setup
 	$(BIN)/python benchmarks/btc_incremental.py
 	$(BIN)/python benchmarks/btc_core_index.py
 	$(BIN)/python benchmarks/btc_scripts.py
+	$(BIN)/python benchmarks/btc_utxo.py
 	$(BIN)/python benchmarks/flow_replay.py
 	$(BIN)/python benchmarks/flow_checkpoint.py
 	$(BIN)/python benchmarks/eth_headers.py

@@ -179,6 +179,20 @@ def btc_scripts(r: Result) -> Cells:
     )
 
 
+def btc_utxo(r: Result) -> Cells:
+    ra, t, c = r["ratios"], r["targets"], r["chain"]
+    tip, past = r["dump_at_tip"], r["dump_10pct_below_tip"]
+    return (
+        f"{tip['coins']:,} coins ({c['bytes'] / 1e9:.2f} GB chain): snapshot at the tip "
+        f"{tip['wall_s']:.2f} s, 10% below {past['wall_s']:.2f} s; Parquet "
+        f"{r['parquet_coins_per_wall_s'] / 1e3:.0f}k coins/s",
+        f"{x(ra['tip_dump_over_reindex'])} the full reindex; Parquet per core "
+        f"{x(ra['parquet_coins_per_cpu_s_over_utxo_to_parquet'])} utxo-to-parquet; peak RSS "
+        f"{x(ra['past_peak_rss_over_baseline_plus_budget'])} baseline + budget",
+        [ra[k] <= t[k] for k in t],
+    )
+
+
 def eth_headers(r: Result) -> Cells:
     h, e = r["header_import"], r["ethash"]
     return (
@@ -284,6 +298,7 @@ HANDLERS: dict[str, Callable[[Result], Cells]] = {
     "btc_incremental": btc_incremental,
     "btc_publish_prints": btc_publish_prints,
     "btc_scripts": btc_scripts,
+    "btc_utxo": btc_utxo,
     "eth_headers": eth_headers,
     "flow_checkpoint": flow_checkpoint,
     "flow_replay": flow_replay,

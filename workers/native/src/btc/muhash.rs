@@ -246,7 +246,8 @@ impl ParallelMuHash {
     }
 
     pub fn insert(&mut self, data: &[u8]) {
-        self.batch.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        self.batch
+            .extend_from_slice(&(data.len() as u32).to_le_bytes());
         self.batch.extend_from_slice(data);
         self.in_batch += 1;
         if self.in_batch == BATCH_ELEMENTS {
@@ -259,7 +260,8 @@ impl ParallelMuHash {
         self.in_batch = 0;
         if let Some(tx) = &self.tx {
             // A worker only stops when the channel closes, so the send cannot fail.
-            tx.send(batch).expect("MuHash workers run until the channel closes");
+            tx.send(batch)
+                .expect("MuHash workers run until the channel closes");
         }
     }
 
@@ -352,7 +354,10 @@ mod tests {
             par.insert(&e);
         }
         assert_eq!(par.finish().finish(), seq.finish());
-        assert_eq!(ParallelMuHash::new(2).finish().finish(), MuHash3072::default().finish());
+        assert_eq!(
+            ParallelMuHash::new(2).finish().finish(),
+            MuHash3072::default().finish()
+        );
     }
 
     #[test]
