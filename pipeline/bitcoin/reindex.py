@@ -31,7 +31,8 @@ from rechain.pipeline.bitcoin.stages.link import check_found_records
 from rechain.pipeline.engine.driver import Driver
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime import placement
-from rechain.pipeline.store.datadir import DataDir
+from rechain.pipeline.runtime.budget import budget_share
+from rechain.pipeline.store.datadir import DataDir, memtable_bytes
 from rechain.pipeline.store.folder import claim, folder_record
 from rechain.schemas import rocksdb as layout
 from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
@@ -119,7 +120,8 @@ def run(opts: ReindexOptions) -> dict[str, Any]:
     key = read_xor_key(opts.blocks)
     check_network(files, opts.network, key)
     workers = opts.workers or os.cpu_count() or 1
-    with DataDir(opts.data) as data:
+    memtables = memtable_bytes(budget_share(opts.memory_budget, "bitcoin", "rocksdb.memtables"))
+    with DataDir(opts.data, memtables=memtables) as data:
         stored = data.meta_get(layout.META_BTC_NETWORK)
         if stored is not None and stored != opts.network:
             raise RechainError(

@@ -55,6 +55,12 @@ SHARES: dict[str, dict[str, Share]] = {
         "publish.row_groups": _share("publish", 1, 16, "a published file's open row group"),
         "indexes.txindex": _share("indexes", 1, 8, "the tx index's sorted runs (spilled past it)"),
         "indexes.sst": _share("indexes", 1, 16, "open SST files' filters and indexes"),
+        "rocksdb.memtables": _share(
+            "scan,link,bodies,chain_state,scripts,publish,indexes",
+            1,
+            8,
+            "RocksDB's memtables (at most 32 MiB, at least 4 MiB: datadir.memtable_bytes)",
+        ),  # fmt: skip
         "dump_utxo.rewind": _share(
             "dump-utxo", 1, 2, "the net change of the blocks rewound (spilled past it)"
         ),

@@ -49,8 +49,17 @@ KeyColumn: TypeAlias = "pa.Array | list[bytes]"
 #: for a whole slice (its loop runs in C), so slices stay a few milliseconds long: threads
 #: writing Parquet beside it get the GIL back between slices.
 INGEST_SLICE_ROWS = 8_192
-#: RocksDB memtables, all column families together (each flushes at a quarter of it).
+#: RocksDB memtables, all column families together (each flushes at a quarter of it): at most
+#: this, less when a run's memory budget gives them less (``memtable_bytes``).
 MEMTABLE_BYTES = 32 << 20
+MIN_MEMTABLE_BYTES = 4 << 20
+
+
+def memtable_bytes(share: int) -> int:
+    """The memtables of a run whose budget gives RocksDB ``share`` bytes for them."""
+    return min(MEMTABLE_BYTES, max(MIN_MEMTABLE_BYTES, share))
+
+
 #: Bloom filter bits per key of every column family; the Rust SST writer's
 #: ``FILTER_MILLIBITS_PER_KEY`` writes the same filter for ingested files.
 BLOOM_BITS_PER_KEY = 10
@@ -65,9 +74,17 @@ BLOCK_CACHE_BYTES = 16 << 20
 class DataDir:
     """Opens DATADIR for one run (read-write, locked) or for reading (no lock, read-only)."""
 
-    def __init__(self, path: str | Path, *, readonly: bool = False, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        readonly: bool = False,
+        create: bool = True,
+        memtables: int = MEMTABLE_BYTES,
+    ) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self._memtables = memtables
         self._lock_fd: int | None = None
         if readonly:
             if not (self.path / "rocksdb").exists():
@@ -99,7 +116,7 @@ class DataDir:
         # Memtables of every column family together: the chain state writes its set and undo
         # data through them, and RocksDB's defaults (64 MiB per family, two each) would take
         # more than a small --memory-budget.
-        opts.set_db_write_buffer_size(MEMTABLE_BYTES)
+        opts.set_db_write_buffer_size(self._memtables)
         path = str(self.path / "rocksdb")
         try:
             existing = (
@@ -419,7 +436,7 @@ class DataDir:
         # a lookup of an absent key (most new txids) reads no data block.
         table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
         opts = Options(raw_mode=True)
-        opts.set_write_buffer_size(MEMTABLE_BYTES // 4)
+        opts.set_write_buffer_size(self._memtables // 4)
         opts.set_block_based_table_factory(table)
         return opts
 
