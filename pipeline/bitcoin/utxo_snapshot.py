@@ -14,17 +14,20 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rechain.pipeline.bitcoin import chain_parts
 from rechain.pipeline.errors import RechainError
 from rechain.pipeline.runtime.budget import budget_share
+from rechain.pipeline.runtime.executor import Executor
 from rechain.pipeline.store.datadir import DataDir, land_files, land_folder, tmp_path
 from rechain.schemas import rocksdb as layout
 from rechain.schemas import tables
 from rechain.workers import _native
 from rechain.workers.fault_injection import kill_point
+from rocksdict import ReadOptions
 
 #: A dump's spill folder under ``DATADIR/tmp``, named by its process id.
 SPILL_PREFIX = "utxo-rewind-"
@@ -72,13 +75,97 @@ def _chain_tx_count(data: DataDir, best: bytes, height: int) -> int:
     return total
 
 
-def _undos(data: DataDir, best: bytes, tip: int, height: int) -> Iterator[tuple[int, bytes, bytes]]:
-    """(height, best-chain hash, undo record) from the tip down to ``height + 1``."""
-    for h in range(tip, height, -1):
+def _undos(data: DataDir, above: bytes, height: int) -> Iterator[tuple[int, bytes, bytes]]:
+    """(height, best-chain hash, undo record) from the tip down to ``height + 1``; ``above``
+    holds the best chain's hashes of the heights above ``height``, in height order."""
+    for k in range(len(above) // 32 - 1, -1, -1):
+        h = height + 1 + k
         raw = data.get(layout.CF_BTC_UNDO, layout.undo_key(h))
         if raw is None:
             raise RechainError(f"no undo record for height {h}: rerun the reindex")
-        yield h, best[32 * h : 32 * h + 32], raw
+        yield h, above[32 * k : 32 * k + 32], raw
+
+
+@dataclass(frozen=True)
+class DumpJob:
+    """What every part of a split dump needs (plain values: a part may run as a Ray task)."""
+
+    data: str
+    height: int
+    #: The best chain's hashes above ``height``.
+    above: bytes
+    network: str
+    base_hash: bytes
+    #: Bytes each part may hold for its rewind, and for a Parquet file's rows.
+    rewind_budget: int
+    row_bytes: int
+    spill: str
+    #: The folder the parts (and, for Parquet, the table's files) are written to.
+    out: str
+    fmt: str
+
+
+def _parquet_spec(folder: str | Path, row_bytes: int, prefix: str) -> tuple[Any, ...]:
+    group_bytes = max(row_bytes // 4, 1 << 12)
+    layout_ = tables.UTXO.native_layout(group_bytes)
+    return (Path(folder), tables.UTXO.schema, layout_, max(row_bytes, 1 << 12), prefix)
+
+
+def dump_part(unit: tuple[int, bytes, bytes], job: DumpJob) -> dict[str, Any]:
+    """One key range of a split dump: its coins as a snapshot part (and the table's files of
+    the range), its count, amount and MuHash state."""
+    index, lo, hi = unit
+    with DataDir(Path(job.data), readonly=True) as data:
+        read = ReadOptions()
+        if hi:
+            read.set_iterate_upper_bound(hi)
+        part = Path(job.out) / f"part-{index:04d}.coins"
+        figures: dict[str, Any] = _native.utxo_set_at(
+            data.cf(layout.CF_BTC_UTXO).items(from_key=lo, read_opt=read),
+            _undos(data, job.above, job.height),
+            height=job.height,
+            budget=job.rewind_budget,
+            spill_dir=Path(job.spill) / f"part-{index:04d}",
+            network=job.network,
+            base_hash=job.base_hash,
+            snapshot=part,
+            parquet=_parquet_spec(job.out, job.row_bytes, f"part-{index:04d}-")
+            if job.fmt == "parquet"
+            else None,
+            key_range=(lo, hi),
+        )
+    return figures | {"part": str(part)}
+
+
+def _split_dump(
+    job: DumpJob, parts: int, executor: Executor, snapshot: Path | None
+) -> dict[str, Any]:
+    """The dump cut into key ranges, run on the executor's threads or Ray tasks, then put
+    together in key order: the snapshot (metadata, then the parts), ``hash_serialized_3``
+    read through the parts, MuHash from their states."""
+    Path(job.spill, "parts").mkdir(parents=True, exist_ok=True)
+    executor.start()
+    units = [(i, lo, hi) for i, (lo, hi) in enumerate(_native.utxo_key_ranges(parts))]
+    done = []
+    for _, result in executor.ordered(dump_part, units, executor.workers, "dump_utxo", job):
+        if isinstance(result, BaseException):
+            raise result
+        done.append(result)
+    whole: dict[str, Any] = _native.assemble_utxo_snapshot(
+        [(Path(r["part"]), r["coins"]) for r in done],
+        [r["muhash_state"] for r in done],
+        network=job.network,
+        base_hash=job.base_hash,
+        out=snapshot,
+    )
+    for r in done:
+        Path(r["part"]).unlink(missing_ok=True)
+    assert whole["coins"] == sum(r["coins"] for r in done)
+    return whole | {
+        "blocks_rewound": done[0]["blocks_rewound"],
+        "spilled_runs": sum(r["spilled_runs"] for r in done),
+        "parquet_files": sum(r["parquet_files"] for r in done),
+    }
 
 
 def set_at(
@@ -88,6 +175,8 @@ def set_at(
     memory_budget: int,
     snapshot: Path | None = None,
     fmt: str = "core",
+    workers: int = 1,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """The UTXO set at ``height`` (default: the applied tip): its figures, and with
     ``snapshot`` the set written there: a file in Core's format (``fmt`` "core") or a folder of
@@ -95,6 +184,13 @@ def set_at(
     if fmt not in ("core", "parquet"):
         raise RechainError(f"no UTXO format {fmt!r} (core or parquet)")
     t0 = time.perf_counter()
+    executor = Executor.choose(ray_address, workers)
+    # A part per worker, a few more on Ray so that a lost node costs a small one.
+    parts = (
+        1
+        if executor.workers == 1 and not executor.on_ray
+        else executor.workers * (4 if executor.on_ray else 1)
+    )
     with DataDir(data_path, readonly=True) as data:
         summary = data.meta_get(layout.META_BTC_SUMMARY) or {}
         cp = chain_parts.checkpoint(data)
@@ -121,29 +217,37 @@ def set_at(
             _remove(target)
             target.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_spills(data_path / "tmp")
-        parquet = None
+        job = DumpJob(
+            data=str(data_path),
+            height=height,
+            above=best[32 * (height + 1) : 32 * (tip + 1)],
+            network=summary["network"],
+            base_hash=block_hash,
+            rewind_budget=budget_share(memory_budget, "bitcoin", "dump_utxo.rewind") // parts,
+            row_bytes=budget_share(memory_budget, "bitcoin", "dump_utxo.rows") // parts,
+            spill=str(spill),
+            out=str(target if fmt == "parquet" and target is not None else spill / "parts"),
+            fmt=fmt if target is not None else "core",
+        )
         if target is not None and fmt == "parquet":
             target.mkdir()
-            row_bytes = budget_share(memory_budget, "bitcoin", "dump_utxo.rows")
-            group_bytes = max(row_bytes // 4, 1 << 12)
-            parquet = (
-                target,
-                tables.UTXO.schema,
-                tables.UTXO.native_layout(group_bytes),
-                max(row_bytes, 1 << 12),
-            )
         try:
-            figures = _native.utxo_set_at(
-                data.cf(layout.CF_BTC_UTXO).items(),
-                _undos(data, best, tip, height),
-                height=height,
-                budget=budget_share(memory_budget, "bitcoin", "dump_utxo.rewind"),
-                spill_dir=spill,
-                network=summary["network"],
-                base_hash=block_hash,
-                snapshot=target if fmt == "core" else None,
-                parquet=parquet,
-            )
+            if parts == 1:
+                figures = _native.utxo_set_at(
+                    data.cf(layout.CF_BTC_UTXO).items(),
+                    _undos(data, job.above, height),
+                    height=height,
+                    budget=job.rewind_budget,
+                    spill_dir=spill,
+                    network=job.network,
+                    base_hash=block_hash,
+                    snapshot=target if fmt == "core" else None,
+                    parquet=_parquet_spec(target, job.row_bytes, "part-")
+                    if target is not None and fmt == "parquet"
+                    else None,
+                )
+            else:
+                figures = _split_dump(job, parts, executor, target if fmt == "core" else None)
             if target is not None and snapshot is not None:
                 kill_point("utxo_dump.written")
                 if fmt == "parquet":
@@ -171,6 +275,8 @@ def set_at(
         "spilled_runs": figures["spilled_runs"],
         "format": fmt,
         "parquet_files": figures["parquet_files"],
+        "parts": parts,
+        "execution": executor.kind,
         "out": None if snapshot is None else str(snapshot),
         "seconds": round(time.perf_counter() - t0, 3),
     }

@@ -195,6 +195,15 @@ def add_commands(sub: Subparsers) -> None:
         help="core: Bitcoin Core's dumptxoutset format; parquet: the utxo table",
     )  # fmt: skip
     add_memory_budget(d, help="bytes held for the blocks rewound (spilled to disk past it)")
+    d.add_argument(
+        "--workers", type=int, default=1, metavar="N",
+        help="split the set into txid ranges over N parallel tasks (default 1)",
+    )  # fmt: skip
+    d.add_argument(
+        "--ray-address", default=None,
+        help="run the ranges as tasks of this Ray cluster (every node must see --data at the "
+        "same path)",
+    )  # fmt: skip
     d.add_argument("--json", action="store_true")
     d.set_defaults(handler=dump_utxo)
 
@@ -317,7 +326,13 @@ def dump_utxo(args: argparse.Namespace) -> int:
     from rechain.pipeline.bitcoin.utxo_snapshot import set_at
 
     res = set_at(
-        args.data, args.height, memory_budget=args.memory_budget, snapshot=args.out, fmt=args.format
+        args.data,
+        args.height,
+        memory_budget=args.memory_budget,
+        snapshot=args.out,
+        fmt=args.format,
+        workers=args.workers,
+        ray_address=args.ray_address,
     )
     if args.json:
         print_json(res)

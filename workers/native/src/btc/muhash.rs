@@ -190,6 +190,23 @@ impl MuHash3072 {
         self.denominator = self.denominator.mul(&other.denominator);
     }
 
+    /// The accumulator as Core serializes it: numerator then denominator, 384 bytes each.
+    pub fn to_state(&self) -> Vec<u8> {
+        [self.numerator.to_bytes(), self.denominator.to_bytes()].concat()
+    }
+
+    /// An accumulator from `to_state`'s bytes (None unless 768 of them).
+    pub fn from_state(b: &[u8]) -> Option<MuHash3072> {
+        if b.len() != 2 * BYTE_SIZE {
+            return None;
+        }
+        let half = |at: usize| Num3072::from_bytes(b[at..at + BYTE_SIZE].try_into().unwrap());
+        Some(MuHash3072 {
+            numerator: half(0),
+            denominator: half(BYTE_SIZE),
+        })
+    }
+
     /// The set's digest, internal byte order (Core's uint256; display reverses it).
     pub fn finish(&self) -> [u8; 32] {
         let value = self.numerator.mul(&self.denominator.inverse());
@@ -342,6 +359,8 @@ mod tests {
              bbf9f75b1864d9f95005314593905c0109b71f703d49944ae94477b51dac10a816bb6d1c700bafabc8bd86fac8df24be519a2f2836b16392e18036cb13e48c5c"
         );
         assert_eq!(ser.denominator, Num3072::ONE);
+        // Core's serialization of it is numerator then denominator.
+        assert_eq!(MuHash3072::from_state(&ser.to_state()), Some(ser));
     }
 
     #[test]

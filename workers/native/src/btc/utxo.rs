@@ -18,7 +18,8 @@ use sha2::{Digest, Sha256};
 /// threads, see `ParallelMuHash`).
 pub struct SetDigest {
     sha: Sha256,
-    muhash: ParallelMuHash,
+    /// None: `hash_serialized_3` only (the MuHash comes from elsewhere, see `hash_only`).
+    muhash: Option<ParallelMuHash>,
     ser: Vec<u8>,
     pub count: u64,
     pub total: u64,
@@ -36,7 +37,7 @@ impl Default for SetDigest {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         SetDigest {
             sha: Sha256::default(),
-            muhash: ParallelMuHash::new(cores),
+            muhash: Some(ParallelMuHash::new(cores)),
             ser: Vec::new(),
             count: 0,
             total: 0,
@@ -45,6 +46,18 @@ impl Default for SetDigest {
 }
 
 impl SetDigest {
+    /// A digest of `hash_serialized_3`, count and total only: for parts whose MuHash was
+    /// computed where they were made.
+    pub fn hash_only() -> Self {
+        SetDigest {
+            sha: Sha256::default(),
+            muhash: None,
+            ser: Vec::new(),
+            count: 0,
+            total: 0,
+        }
+    }
+
     /// Adds one entry (key, stored value; see `coin::coin_value`).
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         let bad = || StoreError::UtxoEntry { key: key.to_vec() };
@@ -79,14 +92,28 @@ impl SetDigest {
         write_compact_size(ser, script.len() as u64);
         ser.extend_from_slice(script);
         self.sha.update(&*ser);
-        self.muhash.insert(ser);
+        if let Some(m) = self.muhash.as_mut() {
+            m.insert(ser);
+        }
         self.count += 1;
         self.total += value;
     }
 
+    /// What a part of a set (a key range) contributes: count, total and the MuHash
+    /// accumulator's state (`MuHash3072::to_state`). `hash_serialized_3` hashes the whole set
+    /// in order, so a part gives none.
+    pub fn partial(self) -> (u64, u64, Vec<u8>) {
+        let muhash = self.muhash.map(ParallelMuHash::finish).unwrap_or_default();
+        (self.count, self.total, muhash.to_state())
+    }
+
     /// Both commitments in Core's display order.
     pub fn commitments(self) -> SetCommitments {
-        let mut muhash = self.muhash.finish().finish();
+        let mut muhash = self
+            .muhash
+            .map(ParallelMuHash::finish)
+            .unwrap_or_default()
+            .finish();
         muhash.reverse();
         let mut hash_serialized_3: [u8; 32] = Sha256::digest(self.sha.finalize()).into();
         hash_serialized_3.reverse();

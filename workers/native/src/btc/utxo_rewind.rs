@@ -28,6 +28,8 @@ pub struct Rewind {
     spill_dir: PathBuf,
     /// Sorted run files, oldest (highest blocks) first.
     runs: Vec<PathBuf>,
+    /// Keys kept: `[lo, hi)` (a part of the set), or every key.
+    range: Option<(Vec<u8>, Vec<u8>)>,
     pub blocks: u64,
 }
 
@@ -39,7 +41,21 @@ impl Rewind {
             budget: budget.max(1 << 12),
             spill_dir: spill_dir.to_path_buf(),
             runs: Vec::new(),
+            range: None,
             blocks: 0,
+        }
+    }
+
+    /// Keeps only the changes to keys in `[lo, hi)` (an empty `hi`: no upper bound).
+    pub fn with_range(mut self, lo: Vec<u8>, hi: Vec<u8>) -> Self {
+        self.range = Some((lo, hi));
+        self
+    }
+
+    fn in_range(&self, key: &[u8]) -> bool {
+        match &self.range {
+            None => true,
+            Some((lo, hi)) => key >= lo.as_slice() && (hi.is_empty() || key < hi.as_slice()),
         }
     }
 
@@ -48,6 +64,9 @@ impl Rewind {
         let undo = decode_undo(raw)?;
         let hash = undo.hash;
         for (key, change) in undo.net_changes() {
+            if !self.in_range(&key) {
+                continue;
+            }
             self.held += ENTRY_OVERHEAD + change.as_ref().map_or(0, Vec::len);
             self.net.insert(key, change);
         }

@@ -51,6 +51,19 @@ impl SnapshotMeta {
     }
 }
 
+/// A coin of a set with its outpoint, borrowed: what the snapshot writer and the `utxo` table
+/// take.
+#[derive(Clone, Copy, Debug)]
+pub struct SetCoin<'a> {
+    /// Internal order.
+    pub txid: &'a [u8; 32],
+    pub vout: u32,
+    pub height: u32,
+    pub coinbase: bool,
+    pub value: u64,
+    pub script: &'a [u8],
+}
+
 /// A coin as a snapshot carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotCoin {
@@ -144,6 +157,8 @@ pub fn write_coin(out: &mut Vec<u8>, height: u32, coinbase: bool, value: u64, sc
 /// time. The coin count is written when the file is finished.
 pub struct SnapshotWriter<W: Write + std::io::Seek> {
     out: W,
+    /// A part: coin groups only, no metadata (see `part`).
+    is_part: bool,
     txid: Option<[u8; 32]>,
     group: Vec<u8>,
     group_coins: u64,
@@ -160,11 +175,25 @@ impl<W: Write + std::io::Seek> SnapshotWriter<W> {
         out.write_all(&meta.encode())?;
         Ok(SnapshotWriter {
             out,
+            is_part: false,
             txid: None,
             group: Vec::new(),
             group_coins: 0,
             coins: 0,
         })
+    }
+
+    /// A part of a snapshot: the coin groups of a key range, which `assemble` puts after the
+    /// metadata in range order (a txid's coins never straddle two ranges of txids).
+    pub fn part(out: W) -> Self {
+        SnapshotWriter {
+            out,
+            is_part: true,
+            txid: None,
+            group: Vec::new(),
+            group_coins: 0,
+            coins: 0,
+        }
     }
 
     fn flush_group(&mut self) -> std::io::Result<()> {
@@ -180,21 +209,13 @@ impl<W: Write + std::io::Seek> SnapshotWriter<W> {
         Ok(())
     }
 
-    pub fn push(
-        &mut self,
-        txid: &[u8; 32],
-        vout: u32,
-        height: u32,
-        coinbase: bool,
-        value: u64,
-        script: &[u8],
-    ) -> std::io::Result<()> {
-        if self.txid.as_ref() != Some(txid) {
+    pub fn push(&mut self, c: SetCoin<'_>) -> std::io::Result<()> {
+        if self.txid.as_ref() != Some(c.txid) {
             self.flush_group()?;
-            self.txid = Some(*txid);
+            self.txid = Some(*c.txid);
         }
-        write_compact_size(&mut self.group, vout as u64);
-        write_coin(&mut self.group, height, coinbase, value, script);
+        write_compact_size(&mut self.group, c.vout as u64);
+        write_coin(&mut self.group, c.height, c.coinbase, c.value, c.script);
         self.group_coins += 1;
         self.coins += 1;
         Ok(())
@@ -203,9 +224,11 @@ impl<W: Write + std::io::Seek> SnapshotWriter<W> {
     /// Writes the last group and the coin count; returns the writer.
     pub fn finish(mut self) -> std::io::Result<W> {
         self.flush_group()?;
-        self.out.seek(std::io::SeekFrom::Start(COUNT_OFFSET))?;
-        self.out.write_all(&self.coins.to_le_bytes())?;
-        self.out.seek(std::io::SeekFrom::End(0))?;
+        if !self.is_part {
+            self.out.seek(std::io::SeekFrom::Start(COUNT_OFFSET))?;
+            self.out.write_all(&self.coins.to_le_bytes())?;
+            self.out.seek(std::io::SeekFrom::End(0))?;
+        }
         self.out.flush()?;
         Ok(self.out)
     }
@@ -267,6 +290,27 @@ impl<R: Read> SnapshotReader<R> {
         };
         r.coins_left = r.meta.coins;
         Ok(r)
+    }
+
+    /// A part's coin groups (`SnapshotWriter::part`), `coins` of them, offsets from its start.
+    pub fn part(input: R, coins: u64) -> Self {
+        SnapshotReader {
+            input,
+            offset: 0,
+            meta: SnapshotMeta {
+                network_magic: [0; 4],
+                base_hash: [0; 32],
+                coins,
+            },
+            coins_left: coins,
+            group_left: 0,
+            txid: [0; 32],
+        }
+    }
+
+    /// The stream it read from.
+    pub fn into_inner(self) -> R {
+        self.input
     }
 
     fn error_at(&self, offset: u64, reason: impl Into<String>) -> SnapshotError {
@@ -468,7 +512,15 @@ mod tests {
     fn round_trip(script: &[u8]) -> (Vec<u8>, Vec<u8>) {
         let mut out = Cursor::new(Vec::new());
         let mut w = SnapshotWriter::new(&mut out, [1, 2, 3, 4], [7; 32]).unwrap();
-        w.push(&[9; 32], 3, 100, true, 50, script).unwrap();
+        let coin = SetCoin {
+            txid: &[9; 32],
+            vout: 3,
+            height: 100,
+            coinbase: true,
+            value: 50,
+            script,
+        };
+        w.push(coin).unwrap();
         w.finish().unwrap();
         let bytes = out.into_inner();
         let mut r = SnapshotReader::new(Cursor::new(bytes.clone())).unwrap();

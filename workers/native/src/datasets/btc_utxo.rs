@@ -5,6 +5,7 @@
 use crate::btc::columns::StrCol;
 use crate::btc::network::Network;
 use crate::btc::script::{classify, AddressBatch};
+use crate::btc::utxo_snapshot::SetCoin;
 use crate::datasets::btc_bodies::strings;
 use crate::datasets::btc_chain_rows::HexCol;
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array};
@@ -37,21 +38,13 @@ impl Default for UtxoRows {
 }
 
 impl UtxoRows {
-    pub fn push(
-        &mut self,
-        txid: &[u8; 32],
-        vout: u32,
-        height: u32,
-        coinbase: bool,
-        value: u64,
-        script: &[u8],
-    ) {
-        self.txid.push_display(txid);
-        self.vout.push(vout);
-        self.value.push(value);
-        self.height.push(height);
-        self.coinbase.push(coinbase);
-        self.scripts.extend_from_slice(script);
+    pub fn push(&mut self, c: SetCoin<'_>) {
+        self.txid.push_display(c.txid);
+        self.vout.push(c.vout);
+        self.value.push(c.value);
+        self.height.push(c.height);
+        self.coinbase.push(c.coinbase);
+        self.scripts.extend_from_slice(c.script);
         self.script_ends.push(self.scripts.len());
     }
 

@@ -4,22 +4,26 @@
 
 use super::btc_error::{btc_error, io_error, store_error, Where};
 use super::parquet_layout::ParquetLayout;
-use crate::btc::coin::{coin_fields, COIN_HEAD};
+use crate::btc::coin::{coin_fields, COIN_HEAD, UTXO_KEY_PREFIX};
 use crate::btc::encode::read_core_varint;
 use crate::btc::error::StoreError;
+use crate::btc::muhash::MuHash3072;
 use crate::btc::network::Network;
 use crate::btc::utxo::SetDigest;
 use crate::btc::utxo_rewind::Rewind;
-use crate::btc::utxo_snapshot::{SnapshotError, SnapshotReader, SnapshotWriter};
+use crate::btc::utxo_snapshot::{
+    SetCoin, SnapshotError, SnapshotMeta, SnapshotReader, SnapshotWriter,
+};
 use crate::datasets::btc_utxo::UtxoRows;
 use crate::datasets::hex::{display_hex, to_hex};
 use crate::parquet_out::{write_batch, Layout, RowGroups};
 use arrow_schema::SchemaRef;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyIterator};
+use pyo3::types::{PyBytes, PyDict, PyIterator};
 use pyo3_arrow::PySchema;
 use std::fs::File;
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 fn pairs<'py>(
@@ -83,6 +87,8 @@ struct ParquetSink {
     groups: RowGroups,
     network: Network,
     max_bytes: usize,
+    /// File names: prefix, then the file's number.
+    prefix: String,
     rows: UtxoRows,
     files: u32,
 }
@@ -96,7 +102,9 @@ impl ParquetSink {
             .rows
             .finish(self.schema.clone(), self.network)
             .map_err(|e| e.to_string())?;
-        let path = self.dir.join(format!("part-{:05}.parquet", self.files));
+        let path = self
+            .dir
+            .join(format!("{}{:05}.parquet", self.prefix, self.files));
         write_batch(&path, &batch, &self.layout, self.groups)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         self.files += 1;
@@ -110,12 +118,16 @@ impl ParquetSink {
 /// blocks is held within `budget` bytes and spilled to `spill_dir` past it. Every coin goes
 /// through the digests; with `snapshot` (a path) into a snapshot in Core's format whose base
 /// block is `base_hash` (internal order); with `parquet` = (folder, schema, layout, bytes a
-/// file's rows may hold) into the `utxo` table, `part-NNNNN.parquet` files in key order.
+/// file's rows may hold, file name prefix) into the `utxo` table, `PREFIXNNNNN.parquet` files
+/// in key order.
 /// Returns coins, total_amount, hash_serialized_3, muhash, blocks_rewound, spilled_runs and
-/// parquet_files.
+/// parquet_files. With `key_range` = (lo, hi) only the keys in `[lo, hi)` (hi empty: no
+/// bound) are taken, `snapshot` is a part (`SnapshotWriter::part`) and the MuHash comes back
+/// as `muhash_state` (bytes) in place of both digests, for `assemble_utxo_snapshot`.
 #[pyfunction]
 #[pyo3(signature = (
-    items, undos, *, height, budget, spill_dir, network, base_hash, snapshot=None, parquet=None
+    items, undos, *, height, budget, spill_dir, network, base_hash, snapshot=None, parquet=None,
+    key_range=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn utxo_set_at<'py>(
@@ -128,10 +140,15 @@ fn utxo_set_at<'py>(
     network: &str,
     base_hash: [u8; 32],
     snapshot: Option<PathBuf>,
-    parquet: Option<(PathBuf, PySchema, PyRef<'py, ParquetLayout>, usize)>,
+    parquet: Option<(PathBuf, PySchema, PyRef<'py, ParquetLayout>, usize, String)>,
+    key_range: Option<(Vec<u8>, Vec<u8>)>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let network = crate::network(network)?;
+    let is_part = key_range.is_some();
     let mut rewind = Rewind::new(budget, &spill_dir);
+    if let Some((lo, hi)) = key_range {
+        rewind = rewind.with_range(lo, hi);
+    }
     for item in PyIterator::from_object(undos)? {
         let (at, expected, raw): (u32, [u8; 32], Vec<u8>) = item?.extract()?;
         let named = py
@@ -156,23 +173,25 @@ fn utxo_set_at<'py>(
     let mut snapshot = match snapshot {
         Some(path) => {
             let file = File::create(&path).map_err(|e| io_error(py, &path, &e))?;
-            let w = SnapshotWriter::new(
-                BufWriter::with_capacity(1 << 20, file),
-                network.magic(),
-                base_hash,
-            )
-            .map_err(|e| io_error(py, &path, &e))?;
+            let out = BufWriter::with_capacity(1 << 20, file);
+            let w = if is_part {
+                SnapshotWriter::part(out)
+            } else {
+                SnapshotWriter::new(out, network.magic(), base_hash)
+                    .map_err(|e| io_error(py, &path, &e))?
+            };
             Some((w, path))
         }
         None => None,
     };
-    let mut table = parquet.map(|(dir, schema, layout, max_bytes)| ParquetSink {
+    let mut table = parquet.map(|(dir, schema, layout, max_bytes, prefix)| ParquetSink {
         dir,
         schema: schema.into_inner(),
         layout: layout.layout.clone(),
         groups: layout.groups,
         network,
         max_bytes,
+        prefix,
         rows: UtxoRows::default(),
         files: 0,
     });
@@ -189,30 +208,22 @@ fn utxo_set_at<'py>(
         digest.push(key, value)?;
         let txid: [u8; 32] = key.get(1..33).ok_or_else(bad)?.try_into().unwrap();
         let (vout, _) = read_core_varint(&key[33..]).ok_or_else(bad)?;
-        let script = &value[COIN_HEAD..];
+        let coin = SetCoin {
+            txid: &txid,
+            vout: vout as u32,
+            height: head.height,
+            coinbase: head.coinbase,
+            value: head.value,
+            script: &value[COIN_HEAD..],
+        };
         if let Some((w, path)) = snapshot.as_mut() {
-            let pushed = w.push(
-                &txid,
-                vout as u32,
-                head.height,
-                head.coinbase,
-                head.value,
-                script,
-            );
-            if let Err(e) = pushed {
+            if let Err(e) = w.push(coin) {
                 failed = Some(io_error(py, path, &e));
                 return Err(StoreError::Spill("(snapshot)".into()));
             }
         }
         if let Some(t) = table.as_mut() {
-            t.rows.push(
-                &txid,
-                vout as u32,
-                head.height,
-                head.coinbase,
-                head.value,
-                script,
-            );
+            t.rows.push(coin);
             if t.rows.bytes() >= t.max_bytes {
                 if let Err(e) = t.flush() {
                     failed = Some(write_failure(py, e));
@@ -237,9 +248,14 @@ fn utxo_set_at<'py>(
     let out = PyDict::new(py);
     out.set_item("coins", digest.count)?;
     out.set_item("total_amount", digest.total)?;
-    let c = digest.commitments();
-    out.set_item("hash_serialized_3", to_hex(&c.hash_serialized_3))?;
-    out.set_item("muhash", to_hex(&c.muhash))?;
+    if is_part {
+        let (_, _, state) = digest.partial();
+        out.set_item("muhash_state", PyBytes::new(py, &state))?;
+    } else {
+        let c = digest.commitments();
+        out.set_item("hash_serialized_3", to_hex(&c.hash_serialized_3))?;
+        out.set_item("muhash", to_hex(&c.muhash))?;
+    }
     out.set_item("blocks_rewound", blocks)?;
     out.set_item("spilled_runs", runs)?;
     out.set_item("parquet_files", files)?;
@@ -279,7 +295,127 @@ fn read_utxo_snapshot<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py
     Ok(out)
 }
 
+/// Reads what counts as one `Read` and copies it to `out` as it goes.
+struct Tee<R: Read, W: Write> {
+    input: R,
+    out: Option<W>,
+    failed: Option<std::io::Error>,
+}
+
+impl<R: Read, W: Write> Read for Tee<R, W> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.input.read(buf)?;
+        if let Some(out) = self.out.as_mut() {
+            if let Err(e) = out.write_all(&buf[..n]) {
+                self.failed = Some(e);
+                return Err(std::io::Error::other("the snapshot could not be written"));
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The whole set from the parts of a split dump (`utxo_set_at` with `key_range`), in key
+/// order: `parts` = (part file or None, coins) and `states` their MuHash states. Reads every
+/// part through for `hash_serialized_3`, and with `out` writes the snapshot there (metadata,
+/// then the parts). Returns coins, total_amount, hash_serialized_3 and muhash.
+#[pyfunction]
+#[pyo3(signature = (parts, states, *, network, base_hash, out=None))]
+fn assemble_utxo_snapshot<'py>(
+    py: Python<'py>,
+    parts: Vec<(PathBuf, u64)>,
+    states: Vec<Vec<u8>>,
+    network: &str,
+    base_hash: [u8; 32],
+    out: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let network = crate::network(network)?;
+    let mut muhash = MuHash3072::default();
+    for state in &states {
+        let part = MuHash3072::from_state(state)
+            .ok_or_else(|| PyValueError::new_err("a MuHash state is 768 bytes"))?;
+        muhash.combine(&part);
+    }
+    let total_coins: u64 = parts.iter().map(|(_, n)| n).sum();
+    let mut writer = match &out {
+        Some(path) => {
+            let file = File::create(path).map_err(|e| io_error(py, path, &e))?;
+            let mut w = BufWriter::with_capacity(1 << 20, file);
+            let meta = SnapshotMeta {
+                network_magic: network.magic(),
+                base_hash,
+                coins: total_coins,
+            };
+            w.write_all(&meta.encode())
+                .map_err(|e| io_error(py, path, &e))?;
+            Some(w)
+        }
+        None => None,
+    };
+    let mut digest = SetDigest::hash_only();
+    for (path, coins) in &parts {
+        let file = File::open(path).map_err(|e| io_error(py, path, &e))?;
+        let tee = Tee {
+            input: BufReader::with_capacity(1 << 20, file),
+            out: writer.as_mut(),
+            failed: None,
+        };
+        let mut reader = SnapshotReader::part(tee, *coins);
+        let read = py.detach(|| -> Result<(), SnapshotError> {
+            while let Some(c) = reader.next_coin()? {
+                let code = c.height * 2 + c.coinbase as u32;
+                digest.push_coin(&c.txid, c.vout, code, c.value, &c.script);
+            }
+            Ok(())
+        });
+        let mut tee = reader.into_inner();
+        if let Some(e) = tee.failed.take() {
+            return Err(io_error(py, out.as_deref().unwrap_or(path), &e));
+        }
+        read.map_err(|e| snapshot_error(py, path, &e))?;
+    }
+    if let (Some(mut w), Some(path)) = (writer, &out) {
+        w.flush().map_err(|e| io_error(py, path, &e))?;
+    }
+    let d = PyDict::new(py);
+    d.set_item("coins", digest.count)?;
+    d.set_item("total_amount", digest.total)?;
+    d.set_item("hash_serialized_3", to_hex(&digest.finish()))?;
+    let mut mu = muhash.finish();
+    mu.reverse();
+    d.set_item("muhash", to_hex(&mu))?;
+    Ok(d)
+}
+
+/// `parts` ranges of `btc_utxo` keys, (lo, hi) in key order, cut by the txid's first two
+/// bytes (txids are hashes, so each holds about as many coins); the last one's `hi` is empty
+/// (no bound).
+#[pyfunction]
+fn utxo_key_ranges(parts: u32) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    if !(1..=65_536).contains(&parts) {
+        return Err(PyValueError::new_err("1 to 65,536 key ranges"));
+    }
+    let cut = |i: u32| {
+        let at = (i as u64 * 65_536 / parts as u64) as u16;
+        [&[UTXO_KEY_PREFIX][..], &at.to_be_bytes()].concat()
+    };
+    Ok((0..parts)
+        .map(|i| {
+            (
+                cut(i),
+                if i + 1 < parts {
+                    cut(i + 1)
+                } else {
+                    Vec::new()
+                },
+            )
+        })
+        .collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(utxo_key_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(assemble_utxo_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(hash_utxo_entries, m)?)?;
     m.add_function(wrap_pyfunction!(utxo_set_at, m)?)?;
     m.add_function(wrap_pyfunction!(read_utxo_snapshot, m)?)?;
