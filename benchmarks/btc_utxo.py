@@ -8,6 +8,8 @@
 * the ``utxo`` Parquet table at the tip: coins per CPU second (per core) against
   utxo-to-parquet's published rate (177.5 M coins in 5 min 50 s on one thread, from Core's
   dump, which it needs Core to make first);
+* the snapshot at the tip split into txid ranges over 2 workers (``--workers 2``), which must
+  be byte for byte the single task's file: its speed-up;
 * ``check-utxo --data`` of the past snapshot: its digests read back equal the data folder's.
 
     .venv/bin/python benchmarks/btc_utxo.py [--blocks 13500] [--tx-per-block 100:400]
@@ -100,6 +102,9 @@ def main() -> None:
         budget = ["--memory-budget", f"{budget_mib}M"]
         at_tip = dump(data, "--out", work / "tip.utxo", *budget)
         at_past = dump(data, "--height", past, "--out", work / "past.utxo", *budget)
+        split = dump(data, "--out", work / "tip-split.utxo", "--workers", 2, *budget)
+        same = (work / "tip-split.utxo").read_bytes() == (work / "tip.utxo").read_bytes()
+        assert same, "the split dump's file differs from the single task's"
         table = dump(data, "--format", "parquet", "--out", work / "utxo", *budget)
         checked = measured(
             [str(BIN), "btc", "check-utxo", str(work / "past.utxo"), "--data", str(data),
@@ -124,9 +129,11 @@ def main() -> None:
             "dump_at_tip": at_tip,
             "dump_10pct_below_tip": at_past,
             "parquet_at_tip": table,
+            "dump_at_tip_2_workers": split,
             "check_utxo_past": {k: checked[k] for k in ("matches", "wall_s", "cpu_s")},
             "ratios": {
                 "tip_dump_over_reindex": at_tip["wall_s"] / reindex["wall_s"],
+                "tip_dump_1_over_2_workers": at_tip["wall_s"] / split["wall_s"],
                 "past_dump_over_reindex": at_past["wall_s"] / reindex["wall_s"],
                 "tip_peak_rss_over_baseline_plus_budget": at_tip["peak_rss_mib"] / limit,
                 "past_peak_rss_over_baseline_plus_budget": at_past["peak_rss_mib"] / limit,
