@@ -100,8 +100,8 @@ class DumpJob:
     rewind_budget: int
     row_bytes: int
     spill: str
-    #: The folder the parts (and, for Parquet, the table's files) are written to.
-    out: str
+    #: The folder the table's files are written to (``fmt`` "parquet").
+    table: str
     fmt: str
 
 
@@ -119,7 +119,7 @@ def dump_part(unit: tuple[int, bytes, bytes], job: DumpJob) -> dict[str, Any]:
         read = ReadOptions()
         if hi:
             read.set_iterate_upper_bound(hi)
-        part = Path(job.out) / f"part-{index:04d}.coins"
+        part = Path(job.spill) / "parts" / f"part-{index:04d}.coins"
         figures: dict[str, Any] = _native.utxo_set_at(
             data.cf(layout.CF_BTC_UTXO).items(from_key=lo, read_opt=read),
             _undos(data, job.above, job.height),
@@ -129,7 +129,7 @@ def dump_part(unit: tuple[int, bytes, bytes], job: DumpJob) -> dict[str, Any]:
             network=job.network,
             base_hash=job.base_hash,
             snapshot=part,
-            parquet=_parquet_spec(job.out, job.row_bytes, f"part-{index:04d}-")
+            parquet=_parquet_spec(job.table, job.row_bytes, f"part-{index:04d}-")
             if job.fmt == "parquet"
             else None,
             key_range=(lo, hi),
@@ -226,7 +226,7 @@ def set_at(
             rewind_budget=budget_share(memory_budget, "bitcoin", "dump_utxo.rewind") // parts,
             row_bytes=budget_share(memory_budget, "bitcoin", "dump_utxo.rows") // parts,
             spill=str(spill),
-            out=str(target if fmt == "parquet" and target is not None else spill / "parts"),
+            table=str(target),
             fmt=fmt if target is not None else "core",
         )
         if target is not None and fmt == "parquet":
