@@ -11,12 +11,11 @@
 use super::decode::TxSpan;
 use super::encode::core_varint;
 use super::error::StoreError;
+use super::script::MAX_SCRIPT_SIZE;
 
 /// First byte of every `btc_utxo` key (Core's chainstate `DB_COIN`).
 pub const UTXO_KEY_PREFIX: u8 = b'C';
 
-/// Scripts longer than this (bytes) are unspendable (Core's MAX_SCRIPT_SIZE).
-pub const MAX_SCRIPT_SIZE: usize = 10_000;
 const OP_RETURN: u8 = 0x6a;
 
 /// Longest `btc_utxo` key: prefix, txid and a 5-byte VARINT.

@@ -13,7 +13,9 @@
 //!           the low bit the parity of y), else VARINT(len + 6) | script
 //! ```
 
+use super::decode::MAX_MONEY;
 use super::encode::{read_core_varint, write_compact_size, write_core_varint};
+use super::script::MAX_SCRIPT_SIZE;
 use bitcoin::secp256k1::PublicKey;
 use std::io::{Read, Write};
 
@@ -24,10 +26,6 @@ pub const METADATA_LEN: usize = 5 + 2 + 4 + 32 + 8;
 const COUNT_OFFSET: u64 = (METADATA_LEN - 8) as u64;
 /// Special script forms 0 to 5; a plain script's size is stored plus this.
 const SPECIAL_SCRIPTS: u64 = 6;
-/// Core's MAX_SCRIPT_SIZE: a longer stored script reads back as OP_RETURN.
-const MAX_SCRIPT_SIZE: u64 = 10_000;
-/// Core's MAX_MONEY in satoshis.
-pub const MAX_MONEY: u64 = 21_000_000 * 100_000_000;
 const OP_RETURN: u8 = 0x6a;
 
 /// The metadata at the head of a snapshot.
@@ -407,7 +405,7 @@ impl<R: Read> SnapshotReader<R> {
             }
             n => {
                 let n = n - SPECIAL_SCRIPTS;
-                if n > MAX_SCRIPT_SIZE {
+                if n > MAX_SCRIPT_SIZE as u64 {
                     // Core reads such a script as OP_RETURN and skips its bytes.
                     let mut left = n;
                     let mut sink = [0u8; 4096];
