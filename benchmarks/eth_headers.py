@@ -11,8 +11,17 @@
    ``rechain eth import`` (with everything else an import does) on 1 and 2 workers, and by
    go-ethereum v1.11.6's ethash (the last with it; `gethethash` in tests/geth_ethash) on 1 and 2
    threads. Headers per second per core, and the scaling from 1 to 2.
+3. Ere: a generated ``devmerge`` chain of ``--ere-blocks`` blocks with transactions across the
+   merge, Shanghai, Cancun and Prague (``gen eth --format ere``), imported by ``rechain eth
+   import --ere`` (every block, body and receipt checked, five tables written) and by
+   go-ethereum's own history import of the same files (``ImportHistory`` with its Ere reader:
+   ``gethharness ere --mode import``; timed is its ImportHistory call alone). Both must reach
+   the same tip. The read-and-hash floor as in 1. Proof checks: a pre-merge stretch of the same
+   network written with block proofs (profile ``full``) and without (``noproofs``), imported by
+   both sides: rechain checks each proof against the accumulator, geth's import reads past them.
 
-    .venv/bin/python benchmarks/eth_headers.py [--headers 1000000] [--workers 2]
+    .venv/bin/python benchmarks/eth_headers.py [--headers 1000000] [--ere-blocks 100000]
+        [--workers 2] [--only ere]
 """
 
 from __future__ import annotations
@@ -59,14 +68,16 @@ def go_json(cmd: list[str]) -> tuple[dict[str, Any], float, int]:
     return out, wall, rss.peak_tree >> 20
 
 
-def rechain_import(era: Path, data: Path, network: str, workers: int, *extra: str) -> Any:
+def rechain_import(
+    era: Path, data: Path, network: str, workers: int, *extra: str, kind: str = "--era1"
+) -> Any:
     shutil.rmtree(data, ignore_errors=True)
     done, rss, wall = run_measured(
         [
             str(BIN),
             "eth",
             "import",
-            "--era1",
+            kind,
             str(era),
             "--data",
             str(data),
@@ -82,18 +93,19 @@ def rechain_import(era: Path, data: Path, network: str, workers: int, *extra: st
     return json.loads(done.stdout), wall, rss.peak_tree >> 20
 
 
-def decode_hash_floor(era: Path, workers: int) -> tuple[float, str]:
-    """The least an import does, timed in this process: every era1 file read, its layout
+def decode_hash_floor(era: Path, workers: int, suffix: str = ".era1") -> tuple[float, str]:
+    """The least an import does, timed in this process: every archive read, its layout
     checked, every header decompressed and hashed (Rust, on ``workers`` threads). Returns the
     seconds and the last header's hash."""
     from concurrent.futures import ThreadPoolExecutor
 
     from rechain.workers import _native
 
-    files = sorted(era.glob("*.era1"))
+    files = sorted(era.glob("*" + suffix))
+    hashes = _native.eth_era1_header_hashes if suffix == ".era1" else _native.eth_ere_header_hashes
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        out = list(pool.map(lambda p: _native.eth_era1_header_hashes(str(p)), files))
+        out = list(pool.map(lambda p: hashes(str(p)), files))
     seconds = time.perf_counter() - t0
     assert sum(n for n, _ in out) > 0
     return seconds, out[-1][1]
@@ -195,6 +207,71 @@ def header_import(work: Path, headers: int, workers: int, geth: Path) -> dict[st
     }
 
 
+def gen_devmerge(out: Path, blocks: int, *extra: str) -> Path:
+    """A generated devmerge chain as Ere files; returns their folder (genesis.json beside)."""
+    subprocess.run(
+        [str(BIN), "gen", "eth", str(out), "--blocks", str(blocks), "--format", "ere"]
+        + ["--network", "devmerge", "--tx-per-block", "0:3", *extra],
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
+    return out / "ere"
+
+
+def geth_ere_import(geth: Path, ere: Path) -> tuple[dict[str, Any], float]:
+    theirs, wall, rss = go_json(
+        [str(geth), "ere", "--dir", str(ere), "--network", "devmerge", "--mode", "import"]
+        + ["--genesis", str(ere.parent / "genesis.json"), "--blocks=false"]
+    )
+    return theirs, float(theirs["import_seconds"])
+
+
+def ere_import(work: Path, blocks: int, workers: int, geth: Path) -> dict[str, Any]:
+    ere = gen_devmerge(work / "ere-gen", blocks)
+    mine, wall, rss = rechain_import(
+        ere, work / "ere-data", "devmerge", workers, "--no-pow", kind="--ere"
+    )
+    assert mine["failed"] == 0 and mine["blocks"] == blocks, mine["verdicts"][:3]
+    theirs, geth_s = geth_ere_import(geth, ere)
+    floor_s, floor_tip = decode_hash_floor(ere, workers, ".ere")
+    assert floor_tip == mine["tip_hash"], (floor_tip, mine["tip_hash"])
+    # Proofs: the pre-merge stretch (the merge comes near block 12,000) with and without them.
+    pre = 11_000
+    proofs: dict[str, Any] = {"blocks": pre}
+    for profile in ("full", "noproofs"):
+        folder = gen_devmerge(work / f"ere-{profile}", pre, "--ere-profile", profile)
+        r, w, _ = rechain_import(
+            folder, work / f"ere-{profile}-data", "devmerge", workers, "--no-pow", kind="--ere"
+        )
+        assert r["failed"] == 0 and r["blocks"] == pre, r["verdicts"][:3]
+        _, g = geth_ere_import(geth, folder)
+        proofs[f"{profile}_bytes"] = sum(p.stat().st_size for p in folder.iterdir())
+        proofs[f"rechain_{profile}_wall_s"] = round(w, 3)
+        proofs[f"geth_{profile}_import_s"] = round(g, 3)
+    proofs["rechain_proof_cost_s"] = round(
+        proofs["rechain_full_wall_s"] - proofs["rechain_noproofs_wall_s"], 3
+    )
+    return {
+        "blocks": blocks,
+        "transactions": mine["counts"].get("eth_transactions", 0),
+        "ere_bytes": sum(p.stat().st_size for p in ere.iterdir()),
+        "same_tip": theirs.get("head") == blocks - 1
+        and theirs["files"][-1]["last_hash"] == mine["tip_hash"].removeprefix("0x"),
+        "rechain_wall_s": round(wall, 3),
+        "rechain_worker_s": round(mine["run"]["worker_s"], 3),
+        "rechain_commit_s": round(mine["run"]["commit_s"], 3),
+        "rechain_blocks_per_s": round(blocks / wall),
+        "rechain_peak_rss_mib": rss,
+        "geth_import_s": round(geth_s, 3),
+        "geth_blocks_per_s": round(blocks / geth_s),
+        "speedup_vs_geth_import": round(geth_s / wall, 3),
+        "decode_hash_floor_s": round(floor_s, 3),
+        "floor_speedup_vs_geth_import": round(geth_s / floor_s, 3),
+        "proofs": proofs,
+    }
+
+
 def ethash(work: Path, geth: Path, ethash_bin: Path) -> dict[str, Any]:
     era = work / "mainnet"
     era.mkdir()
@@ -236,17 +313,27 @@ def ethash(work: Path, geth: Path, ethash_bin: Path) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--headers", type=int, default=1_000_000)
+    ap.add_argument("--ere-blocks", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--only", choices=["ere"], default=None, help="run one section, keep the others' figures"
+    )
     args = ap.parse_args()
     geth, ethash_bin = oracle("geth"), oracle("geth_ethash")
     work = Path(tempfile.mkdtemp(prefix="rechain-eth-bench-"))
     try:
-        result = {
-            "benchmark": "eth_headers",
-            "machine": machine(),
-            "header_import": header_import(work, args.headers, args.workers, geth),
-            "ethash": ethash(work, geth, ethash_bin),
-        }
+        if args.only == "ere":
+            previous = REPO / "benchmarks" / "results" / "eth_headers.json"
+            result = json.loads(previous.read_text()) if previous.exists() else {}
+            result["ere_machine"] = machine()
+        else:
+            result = {
+                "benchmark": "eth_headers",
+                "machine": machine(),
+                "header_import": header_import(work, args.headers, args.workers, geth),
+                "ethash": ethash(work, geth, ethash_bin),
+            }
+        result["ere_import"] = ere_import(work, args.ere_blocks, args.workers, geth)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     path = write_result("eth_headers", result)

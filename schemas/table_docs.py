@@ -320,7 +320,7 @@ TABLE_DOCS: dict[str, TableDoc] = {
             "body_pruned": ("", "the source holds no body for it"),
             "valid": ("", "passed every check"),
             "invalid_reason": ("", "the failed rule and detail; null when valid"),
-            "source": ("", "era1 file or freezer range it was read from"),
+            "source": ("", "era1 or Ere file, or freezer range, it was read from"),
             "offset": (BYTES, "offset of the block in its source; null where none"),
         },
         ("Amounts, difficulties and TD are DECIMAL(38,0); byte strings are 0x-prefixed hex.",),

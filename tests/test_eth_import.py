@@ -314,12 +314,14 @@ def test_readme_queries(tmp_path: Path) -> None:
         for line in examples.splitlines()
         if line.startswith("$R query --data DATA ")
     ]
-    assert len(sqls) == 4
-    per_day, senders, transfers, invalid = (query(data, q) for q in sqls)
+    assert len(sqls) == 5
+    per_day, senders, transfers, invalid, eras = (query(data, q) for q in sqls)
     assert sum(r[1] for r in per_day) == 8192 and sum(r[2] for r in per_day) == 93
     assert senders and all(r[0].startswith("0x") and r[2] >= 0 for r in senders)
     assert isinstance(transfers, list)
     assert invalid == []
+    # Before the merge: one era (the query across it runs in test_eth_ere).
+    assert [(r[0], r[1], r[2]) for r in eras] == [("pow", 8192, 172_032)]
 
 
 def gen_eth(out: Path, blocks: int, fmt: str, *extra: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The Ethereum import task: one unit (an era1 file, or a range of a geth freezer) read,
+"""The Ethereum import task: one unit (an era1 or Ere file, or a range of a geth freezer) read,
 checked and converted by the Rust core (``eth::import``), its five tables encoded as Parquet.
 
 Pure and stateless like the Bitcoin body task, so Ray may retry it anywhere. The tables are
@@ -26,13 +26,14 @@ class EthUnit:
     """One unit of work; ``seq`` orders commits (block order)."""
 
     seq: int
-    #: "era1" or "freezer".
+    #: "era1", "ere" or "freezer".
     kind: str
     path: str
     #: Freezer blocks ``first..end`` (an era1 file is read whole).
     first: int
     end: int
-    #: The unit's key in the import's records (era1: the file name; freezer: its first block).
+    #: The unit's key in the import's records (archives: the file name; freezer: its first
+    #: block).
     key: str
     network: str
     pow: bool
@@ -45,7 +46,7 @@ class EthUnit:
     @property
     def part(self) -> str:
         """Name of the unit's Parquet part in every table (unique per unit key)."""
-        return self.key.removesuffix(".era1")
+        return self.key.removesuffix(".era1").removesuffix(".ere")
 
 
 @dataclass

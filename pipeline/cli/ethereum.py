@@ -1,5 +1,6 @@
-"""Ethereum's commands: `gen eth` (a generated chain as era1 files or a geth freezer) and
-`eth import`, `eth export-era1`, `eth status`: their parsers, handlers and text output.
+"""Ethereum's commands: `gen eth` (a generated chain as era1 or Ere files or a geth freezer)
+and `eth import`, `eth export-era1`, `eth export-ere`, `eth status`: their parsers, handlers
+and text output.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from rechain.pipeline.cli.common import (
     parse_size,
     print_json,
 )
+from rechain.pipeline.ethereum import archives
+from rechain.pipeline.ethereum import gen as eth_gen
+from rechain.pipeline.ethereum.export import ERE_PROFILES
 
 if TYPE_CHECKING:
     from rechain.pipeline.cli.common import Subparsers
@@ -24,12 +28,24 @@ def add_gen(gen: Subparsers) -> None:
     """`gen eth`."""
     ge = gen.add_parser(
         "eth",
-        help="an Ethereum chain from genesis as era1 files or a geth freezer, + expected.json",
+        help="an Ethereum chain from genesis as era1 or Ere files or a geth freezer, "
+        "+ expected.json",
     )
     ge.add_argument("outdir", type=Path)
     ge.add_argument("--blocks", type=int, required=True, help="chain length incl. genesis")
-    ge.add_argument("--format", dest="eth_format", default="era1", choices=["era1", "freezer"])
-    ge.add_argument("--network", default="mainnet", choices=["mainnet", "sepolia", "dev"])
+    ge.add_argument("--format", dest="eth_format", default="era1", choices=list(eth_gen.FORMATS))
+    ge.add_argument(
+        "--network",
+        default="mainnet",
+        choices=list(archives.NETWORKS),
+        help="devmerge: dev through the merge, Shanghai, Cancun and Prague (use with ere)",
+    )
+    ge.add_argument(
+        "--ere-profile",
+        default="noproofs",
+        choices=list(ERE_PROFILES),
+        help="format ere: noproofs (geth's), noreceipts, full (proofs: pre-merge blocks only)",
+    )
     ge.add_argument("--seed", type=int, default=1)
     ge.add_argument("--tx-per-block", default="0:4", metavar="MIN:MAX")
     ge.add_argument(
@@ -49,18 +65,19 @@ def add_gen(gen: Subparsers) -> None:
 
 def add_commands(sub: Subparsers) -> None:
     """`eth import`, `eth export-era1`, `eth status`."""
-    eth = sub.add_parser("eth", help="Ethereum history (era1 archives, geth's freezer)")
+    eth = sub.add_parser("eth", help="Ethereum history (era1 and Ere archives, geth's freezer)")
     eth_sub = eth.add_subparsers(dest="action", required=True)
-    ei = eth_sub.add_parser("import", help="import era1 files or a geth freezer, checked")
+    ei = eth_sub.add_parser("import", help="import era1 or Ere files or a geth freezer, checked")
     src = ei.add_mutually_exclusive_group(required=True)
-    src.add_argument("--era1", type=Path, help="folder of .era1 files")
+    src.add_argument("--era1", type=Path, help="folder of .era1 files (.ere files too)")
+    src.add_argument("--ere", type=Path, help="folder of .ere files (.era1 files too)")
     src.add_argument("--freezer", type=Path, help="geth's ancient folder (or its chain/)")
     ei.add_argument("--data", type=Path, required=True)
     ei.add_argument(
         "--network",
         default=None,
-        choices=["mainnet", "sepolia", "dev"],
-        help="default: the data folder's, else the era1 file names', else mainnet",
+        choices=list(archives.NETWORKS),
+        help="default: the data folder's, else the archive names', else mainnet",
     )
     add_workers(ei)
     ei.add_argument("--ray-address", default=None)
@@ -86,6 +103,19 @@ def add_commands(sub: Subparsers) -> None:
     ex.add_argument("--to", dest="last", type=int, default=None, metavar="M", help="inclusive")
     ex.add_argument("--json", action="store_true")
     ex.set_defaults(handler=export_era1)
+    xe = eth_sub.add_parser("export-ere", help="Ere files of an imported chain, as geth's")
+    xe.add_argument("--data", type=Path, required=True)
+    xe.add_argument("--out", type=Path, required=True)
+    xe.add_argument("--from", dest="first", type=int, default=None, metavar="N")
+    xe.add_argument("--to", dest="last", type=int, default=None, metavar="M", help="inclusive")
+    xe.add_argument(
+        "--profile",
+        default="noproofs",
+        choices=list(ERE_PROFILES),
+        help="noproofs (geth's), noreceipts, full (proofs: pre-merge blocks only)",
+    )
+    xe.add_argument("--json", action="store_true")
+    xe.set_defaults(handler=export_ere)
     es = eth_sub.add_parser("status", help="summary of a data folder's Ethereum import")
     es.add_argument("--data", type=Path, required=True)
     es.add_argument("--json", action="store_true")
@@ -93,8 +123,6 @@ def add_commands(sub: Subparsers) -> None:
 
 
 def gen_eth(args: argparse.Namespace) -> int:
-    from rechain.pipeline.ethereum import gen as eth_gen
-
     efacts = eth_gen.generate(
         args.outdir,
         blocks=args.blocks,
@@ -104,6 +132,7 @@ def gen_eth(args: argparse.Namespace) -> int:
         tx_per_block=args.tx_per_block,
         freezer_version=args.freezer_version,
         max_file_size=args.max_file_size,
+        ere_profile=args.ere_profile,
     )
     print(
         f"wrote {efacts['blocks']:,} {args.network} blocks ({efacts['transactions']:,} txs) "
@@ -134,6 +163,20 @@ def export_era1(args: argparse.Namespace) -> int:
         print_json(res)
     else:
         print(f"wrote {res['blocks']:,} blocks in {len(res['files'])} era1 file(s) to {res['out']}")
+    return 0
+
+
+def export_ere(args: argparse.Namespace) -> int:
+    from rechain.pipeline.ethereum import export
+
+    res = export.export_ere(args.data, args.out, args.first, args.last, args.profile)
+    if args.json:
+        print_json(res)
+    else:
+        print(
+            f"wrote {res['blocks']:,} blocks in {len(res['files'])} Ere file(s) "
+            f"({res['profile']}) to {res['out']}"
+        )
     return 0
 
 

@@ -1,4 +1,5 @@
-"""``rechain eth import``: plans the units of an era1 folder or a geth freezer and runs the
+"""``rechain eth import``: plans the units of an archive folder (era1 and Ere files, alone or
+mixed) or a geth freezer and runs the
 Ethereum pipeline's stages (``pipeline/ethereum/stages/``); ``rechain eth status``."""
 
 from __future__ import annotations
@@ -6,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any
 
 from rechain.pipeline.engine.driver import Driver
 from rechain.pipeline.errors import RechainError
+from rechain.pipeline.ethereum import archives
 from rechain.pipeline.ethereum.run import PIPELINE, EthRun
 from rechain.pipeline.ethereum.stages import stages
 from rechain.pipeline.ethereum.units import committed_units
@@ -25,19 +26,18 @@ from rechain.workers import _native
 from rechain.workers.eth_import import EthUnit
 from rechain.workers.memory import DEFAULT_MEMORY_BUDGET
 
-#: Blocks per era1 file (``era.MaxSize``) and per freezer unit.
-UNIT_BLOCKS = 8192
-#: `<network>-<epoch:05>-<first 4 bytes of the accumulator root>.era1`.
-ERA1_NAME = re.compile(r"^(?P<network>[a-z0-9-]+?)-(?P<epoch>\d{5,})-(?P<root>[0-9a-f]{8})\.era1$")
-NETWORKS = ("mainnet", "sepolia", "dev")
+#: Blocks per freezer unit (an archive's).
+UNIT_BLOCKS = archives.FILE_BLOCKS
 
 
 @dataclass
 class ImportOptions:
     data: Path
     era1: Path | None = None
+    #: A folder of Ere files (``--ere``); like ``era1``, it may mix both formats.
+    ere: Path | None = None
     freezer: Path | None = None
-    #: None: the data folder's network, else the era1 files' (their names carry it), else
+    #: None: the data folder's network, else the archives' (their names carry it), else
     #: mainnet.
     network: str | None = None
     workers: int = 0
@@ -53,11 +53,13 @@ class ImportOptions:
 
     @property
     def kind(self) -> str:
-        return "era1" if self.era1 is not None else "freezer"
+        if self.era1 is not None:
+            return "era1"
+        return "ere" if self.ere is not None else "freezer"
 
     @property
     def source(self) -> Path:
-        src = self.era1 if self.era1 is not None else self.freezer
+        src = self.era1 or self.ere or self.freezer
         assert src is not None
         return src
 
@@ -67,40 +69,23 @@ class ImportOptions:
         return (1 << 63) if self.last is None else self.last + 1
 
 
-def _era1_units(opts: ImportOptions) -> list[EthUnit]:
-    folder = opts.source
-    if not folder.is_dir():
-        raise RechainError(f"{folder}: era1 folder not found")
-    found: dict[int, Path] = {}
-    for path in sorted(folder.glob("*.era1")):
-        m = ERA1_NAME.match(path.name)
-        if m is None:
-            raise RechainError(f"{path}: not an era1 file name (<network>-<epoch>-<root>.era1)")
-        if m["network"] != opts.network:
-            raise RechainError(
-                f"{path.name} is a {m['network']} file; this import is --network {opts.network}"
-            )
-        epoch = int(m["epoch"])
-        if epoch in found:
-            raise RechainError(f"two files for epoch {epoch}: {found[epoch].name}, {path.name}")
-        found[epoch] = path
-    if not found:
-        raise RechainError(f"{folder}: no .era1 files")
+def _archive_units(opts: ImportOptions) -> list[EthUnit]:
+    """One unit per era1 or Ere file of the folder (geth refuses a folder mixing the two;
+    histories across the merge come that way)."""
     units: list[EthUnit] = []
     lo, hi = opts.first or 0, opts.to_block
-    for epoch in sorted(found):
-        first = epoch * UNIT_BLOCKS
-        if first + UNIT_BLOCKS <= lo or first >= hi:
+    for a in archives.scan(opts.source, opts.network):
+        if a.end <= lo or a.first >= hi:
             continue
         units.append(
             EthUnit(
                 seq=len(units),
-                kind="era1",
-                path=str(found[epoch]),
-                first=first,
-                end=first + UNIT_BLOCKS,
-                key=found[epoch].name,
-                network=opts.network,
+                kind=a.kind,
+                path=str(a.path),
+                first=a.first,
+                end=a.end,
+                key=a.path.name,
+                network=a.network,
                 pow=opts.pow,
                 from_block=lo,
                 to_block=hi,
@@ -139,7 +124,7 @@ def _freezer_units(opts: ImportOptions) -> list[EthUnit]:
 def _fingerprint(unit: EthUnit) -> str:
     """What a unit's result depends on: its input's bytes (size and modification time of its
     file, or its block range) and the options."""
-    if unit.kind == "era1":
+    if unit.kind != "freezer":
         st = os.stat(unit.path)
         src: list[Any] = [st.st_size, st.st_mtime_ns]
     else:
@@ -171,21 +156,21 @@ def default_network(opts: ImportOptions) -> str:
             have = data.meta_get(layout.META_ETH_IMPORT)
         if have is not None:
             return str(have["network"])
-    if opts.era1 is not None and opts.era1.is_dir():
-        names = {m["network"] for p in opts.era1.glob("*.era1") if (m := ERA1_NAME.match(p.name))}
-        if len(names) == 1:
-            return names.pop()
+    if opts.kind != "freezer":
+        named = archives.folder_network(opts.source)
+        if named is not None:
+            return named
     return "mainnet"
 
 
 def run(opts: ImportOptions) -> dict[str, Any]:
     t_start = time.perf_counter()
     opts = replace(opts, network=opts.network or default_network(opts))
-    if opts.network not in NETWORKS:
-        raise RechainError(f"unknown network {opts.network!r} ({', '.join(NETWORKS)})")
+    if opts.network not in archives.NETWORKS:
+        raise RechainError(f"unknown network {opts.network!r} ({', '.join(archives.NETWORKS)})")
     if opts.first is not None and opts.last is not None and opts.last < opts.first:
         raise RechainError(f"--to {opts.last} is below --from {opts.first}")
-    units = _era1_units(opts) if opts.kind == "era1" else _freezer_units(opts)
+    units = _freezer_units(opts) if opts.kind == "freezer" else _archive_units(opts)
     workers = opts.workers or os.cpu_count() or 1
     with DataDir(opts.data) as data:
         claim(data, PIPELINE)

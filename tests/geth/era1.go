@@ -34,6 +34,9 @@ type eraBlock struct {
 	Txs      int    `json:"txs"`
 	Uncles   int    `json:"uncles"`
 	Receipts int    `json:"receipts"`
+	// --detail only: the block's transactions and receipts.
+	Transactions   *[]txDetail      `json:"transactions,omitempty"`
+	ReceiptDetails *[]receiptDetail `json:"receipt_details,omitempty"`
 }
 
 type eraFile struct {
@@ -66,6 +69,7 @@ type era1Result struct {
 	GethVersion string     `json:"geth_version"`
 	Files       []*eraFile `json:"files"`
 	ImportError *string    `json:"import_error,omitempty"`
+	Export      *ereExport `json:"export,omitempty"`
 	Datadir     string     `json:"datadir,omitempty"`
 	Seconds     float64    `json:"seconds"`
 }
@@ -97,11 +101,17 @@ func runEra1(args []string) error {
 	genesis := fs.String("genesis", "", "genesis JSON for import mode (needed for networks other than mainnet and sepolia)")
 	datadir := fs.String("datadir", "", "import mode: keep the datadir here (must not exist); default a removed temporary directory")
 	blocks := fs.Bool("blocks", true, "list every block")
+	detail := fs.Bool("detail", false, "list every block's transactions and receipts (test-size inputs)")
+	var export exportFlags
+	export.register(fs, "export-ere")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *dir == "" {
 		return errors.New("era1: --dir is required")
+	}
+	if err := export.check(*mode); err != nil {
+		return fmt.Errorf("era1: %w", err)
 	}
 	names, err := listEra1(*dir, *network)
 	if err != nil {
@@ -112,16 +122,16 @@ func runEra1(args []string) error {
 	switch *mode {
 	case "read":
 		for _, name := range names {
-			res.Files = append(res.Files, readEra1File(filepath.Join(*dir, name), *blocks))
+			res.Files = append(res.Files, readEra1File(filepath.Join(*dir, name), *blocks, *detail))
 		}
 	case "import":
-		if err := importEra1(res, names, *genesis, *datadir, *blocks); err != nil {
+		if err := importEra1(res, names, *genesis, *datadir, *blocks, *detail, export); err != nil {
 			return err
 		}
 	default:
 		return fmt.Errorf("era1: unknown --mode %q (expected read or import)", *mode)
 	}
-	res.OK = res.ImportError == nil
+	res.OK = res.ImportError == nil && (res.Export == nil || res.Export.Error == nil)
 	for _, f := range res.Files {
 		if f.Error != nil {
 			res.OK = false
@@ -160,9 +170,9 @@ func fileNetwork(name string) string {
 	return network
 }
 
-func readEra1File(path string, keepBlocks bool) *eraFile {
+func readEra1File(path string, keepBlocks, detail bool) *eraFile {
 	res := &eraFile{File: filepath.Base(path)}
-	if err := guard(func() error { return readEra1(path, res, keepBlocks) }); err != nil {
+	if err := guard(func() error { return readEra1(path, res, keepBlocks, detail) }); err != nil {
 		res.fail(err)
 	}
 	return res
@@ -170,7 +180,7 @@ func readEra1File(path string, keepBlocks bool) *eraFile {
 
 // readEra1 iterates a file with go-ethereum's era1 reader and makes the checks of go-ethereum's
 // `era verify` (tx and receipt roots, recomputed accumulator) and a few more.
-func readEra1(path string, res *eraFile, keepBlocks bool) error {
+func readEra1(path string, res *eraFile, keepBlocks, detail bool) error {
 	e, err := onedb.Open(path)
 	if err != nil {
 		return err
@@ -214,10 +224,17 @@ func readEra1(path string, res *eraFile, keepBlocks bool) error {
 			return fmt.Errorf("block %d: total difficulty: %w", n, err)
 		}
 		hash := block.Hash()
-		res.add(eraBlock{
+		b := eraBlock{
 			Number: n, Hash: hexHash(hash), TD: decimal(td),
 			Txs: len(block.Transactions()), Uncles: len(block.Uncles()), Receipts: len(receipts),
-		}, keepBlocks)
+		}
+		if detail {
+			if b.Transactions, err = txDetails(block.Transactions()); err != nil {
+				return fmt.Errorf("block %d: %w", n, err)
+			}
+			b.ReceiptDetails = receiptDetails(receipts)
+		}
+		res.add(b, keepBlocks)
 		res.FinalTD = decimal(td)
 		if block.NumberU64() != n {
 			return fmt.Errorf("block %d: the header says number %d", n, block.NumberU64())
@@ -271,7 +288,7 @@ func checkAccumulator(res *eraFile, stored common.Hash, hashes []common.Hash, td
 
 // importEra1 runs geth's history import over the files that form a chain from epoch 0 and
 // reads the result back from the database.
-func importEra1(res *era1Result, names []string, genesisFile, keepDir string, keepBlocks bool) error {
+func importEra1(res *era1Result, names []string, genesisFile, keepDir string, keepBlocks, detail bool, export exportFlags) error {
 	if res.Network == "" {
 		res.Network = fileNetwork(names[0])
 		for _, name := range names {
@@ -382,12 +399,15 @@ func importEra1(res *era1Result, names []string, genesisFile, keepDir string, ke
 		return err
 	}
 	importErr := guard(func() error { return utils.ImportHistory(chain, staging, res.Network, onedb.From) })
-	chain.Stop()
 	if importErr != nil {
 		msg := importErr.Error()
 		res.ImportError = &msg
 	}
-	return readImported(db, files[:len(importable)], importErr, keepBlocks)
+	if export.dir != "" {
+		res.Export = exportEre(chain, res.Network, export, chain.CurrentSnapBlock().Number.Uint64())
+	}
+	chain.Stop()
+	return readImported(db, files[:len(importable)], importErr, keepBlocks, detail)
 }
 
 // readEra1Meta reads what the import does not keep: the file's range and stored accumulator.
@@ -410,11 +430,11 @@ func readEra1Meta(path string, f *eraFile) error {
 
 // readImported reads the imported chain back with core/rawdb, file by file. TD is the running
 // sum of the stored headers' difficulties (go-ethereum >= 1.15 keeps no TD).
-func readImported(db ethdb.Reader, files []*eraFile, importErr error, keepBlocks bool) error {
+func readImported(db ethdb.Reader, files []*eraFile, importErr error, keepBlocks, detail bool) error {
 	td := new(big.Int)
 	n := uint64(0)
 	for i, f := range files {
-		if err := readImportedFile(db, f, &n, td, importErr, keepBlocks); err != nil {
+		if err := readImportedFile(db, f, &n, td, importErr, keepBlocks, detail); err != nil {
 			if f.Error == nil {
 				f.fail(err)
 			}
@@ -431,7 +451,7 @@ func readImported(db ethdb.Reader, files []*eraFile, importErr error, keepBlocks
 	return nil
 }
 
-func readImportedFile(db ethdb.Reader, f *eraFile, n *uint64, td *big.Int, importErr error, keepBlocks bool) error {
+func readImportedFile(db ethdb.Reader, f *eraFile, n *uint64, td *big.Int, importErr error, keepBlocks, detail bool) error {
 	if f.Error != nil {
 		return errors.New(*f.Error)
 	}
@@ -441,7 +461,7 @@ func readImportedFile(db ethdb.Reader, f *eraFile, n *uint64, td *big.Int, impor
 	)
 	f.InitialTD = td.String()
 	for ; *n < f.Start+f.Count; *n++ {
-		b, diff, err := readImportedBlock(db, *n)
+		b, diff, err := readImportedBlock(db, *n, detail)
 		if err != nil {
 			if importErr != nil {
 				err = fmt.Errorf("%w (the import failed: %v)", err, importErr)
@@ -461,33 +481,61 @@ func readImportedFile(db ethdb.Reader, f *eraFile, n *uint64, td *big.Int, impor
 }
 
 // readImportedBlock reads canonical block n from the database: hash, header, body, receipts.
-func readImportedBlock(db ethdb.Reader, n uint64) (eraBlock, *big.Int, error) {
+func readImportedBlock(db ethdb.Reader, n uint64, detail bool) (eraBlock, *big.Int, error) {
+	d, err := readDBBlock(db, n, detail)
+	if err != nil {
+		return eraBlock{}, nil, err
+	}
+	return eraBlock{
+		Number: n, Hash: hexHash(d.hash),
+		Txs: len(d.body.Transactions), Uncles: len(d.body.Uncles), Receipts: len(d.receipts),
+		Transactions: d.txs, ReceiptDetails: d.receiptDetails,
+	}, d.header.Difficulty, nil
+}
+
+// dbBlock is a canonical block as core/rawdb reads it from a database go-ethereum wrote.
+type dbBlock struct {
+	hash           common.Hash
+	header         *types.Header
+	body           *types.Body
+	receipts       types.Receipts
+	txs            *[]txDetail      // --detail only
+	receiptDetails *[]receiptDetail // --detail only
+}
+
+// readDBBlock reads canonical block n: hash, header, body, receipts (and their details).
+func readDBBlock(db ethdb.Reader, n uint64, detail bool) (*dbBlock, error) {
 	hash := rawdb.ReadCanonicalHash(db, n)
 	if hash == (common.Hash{}) {
-		return eraBlock{}, nil, fmt.Errorf("block %d: no canonical hash in the database", n)
+		return nil, fmt.Errorf("block %d: no canonical hash in the database", n)
 	}
 	header := rawdb.ReadHeader(db, hash, n)
 	if header == nil {
-		return eraBlock{}, nil, fmt.Errorf("block %d: no header %x in the database", n, hash)
+		return nil, fmt.Errorf("block %d: no header %x in the database", n, hash)
 	}
 	if got := header.Hash(); got != hash {
-		return eraBlock{}, nil, fmt.Errorf("block %d: header hashes to %x, canonical hash %x", n, got, hash)
+		return nil, fmt.Errorf("block %d: header hashes to %x, canonical hash %x", n, got, hash)
 	}
 	body := rawdb.ReadBody(db, hash, n)
 	if body == nil {
-		return eraBlock{}, nil, fmt.Errorf("block %d: no body in the database", n)
+		return nil, fmt.Errorf("block %d: no body in the database", n)
 	}
 	if len(rawdb.ReadReceiptsRLP(db, hash, n)) == 0 {
-		return eraBlock{}, nil, fmt.Errorf("block %d: no receipts in the database", n)
+		return nil, fmt.Errorf("block %d: no receipts in the database", n)
 	}
 	receipts := rawdb.ReadRawReceipts(db, hash, n)
 	if receipts == nil {
-		return eraBlock{}, nil, fmt.Errorf("block %d: receipts in the database do not decode", n)
+		return nil, fmt.Errorf("block %d: receipts in the database do not decode", n)
 	}
-	return eraBlock{
-		Number: n, Hash: hexHash(hash),
-		Txs: len(body.Transactions), Uncles: len(body.Uncles), Receipts: len(receipts),
-	}, header.Difficulty, nil
+	d := &dbBlock{hash: hash, header: header, body: body, receipts: receipts}
+	if detail {
+		var err error
+		if d.txs, err = txDetails(body.Transactions); err != nil {
+			return nil, fmt.Errorf("block %d: %w", n, err)
+		}
+		d.receiptDetails = receiptDetails(receipts)
+	}
+	return d, nil
 }
 
 // networkGenesis is the genesis import mode starts from: a genesis JSON file, else the network's.

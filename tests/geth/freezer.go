@@ -30,6 +30,9 @@ type freezerBlock struct {
 	Uncles        *int    `json:"uncles"`
 	Receipts      *int    `json:"receipts"`
 	Error         *string `json:"error"`
+	// --detail only: the block's transactions and receipts.
+	Transactions   *[]txDetail      `json:"transactions,omitempty"`
+	ReceiptDetails *[]receiptDetail `json:"receipt_details,omitempty"`
 }
 
 type freezerResult struct {
@@ -51,6 +54,7 @@ func runFreezer(args []string) error {
 	dir := fs.String("dir", "", "ancient directory (holding chain/) or a chain freezer directory")
 	inPlace := fs.Bool("in-place", false, "open DIR itself read-only instead of a copy (needs a writable DIR for geth's FLOCK; no read-write fallback)")
 	blocks := fs.Bool("blocks", true, "list every block")
+	detail := fs.Bool("detail", false, "list every block's transactions and receipts (test-size inputs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -105,7 +109,7 @@ func runFreezer(args []string) error {
 	}
 	for n := uint64(0); n < res.Ancients; n++ {
 		var b freezerBlock
-		if err := guard(func() error { b = readFreezerBlock(db, n); return nil }); err != nil {
+		if err := guard(func() error { b = readFreezerBlock(db, n, *detail); return nil }); err != nil {
 			msg := err.Error()
 			b = freezerBlock{Number: n, Error: &msg}
 		}
@@ -121,7 +125,7 @@ func runFreezer(args []string) error {
 }
 
 // readFreezerBlock reads item n of the chain tables through core/rawdb's accessors.
-func readFreezerBlock(db ethdb.Database, n uint64) freezerBlock {
+func readFreezerBlock(db ethdb.Database, n uint64, detail bool) freezerBlock {
 	b := freezerBlock{Number: n}
 	fail := func(format string, args ...any) freezerBlock {
 		msg := fmt.Sprintf(format, args...)
@@ -164,6 +168,12 @@ func readFreezerBlock(db ethdb.Database, n uint64) freezerBlock {
 	b.Receipts = &count
 	if count != txs {
 		return fail("%d receipts for %d transactions", count, txs)
+	}
+	if detail {
+		if b.Transactions, err = txDetails(body.Transactions); err != nil {
+			return fail("%v", err)
+		}
+		b.ReceiptDetails = receiptDetails(receipts)
 	}
 	return b
 }

@@ -1,11 +1,16 @@
 // Command gethharness is rechain's go-ethereum oracle: go-ethereum v1.17.10's own code reads
-// era1 archives and freezers and imports headers, so rechain's Ethereum importer can be checked
-// against the real thing. Each command prints one JSON object on stdout. Hashes are lower-case
-// hex without 0x; total difficulties are decimal strings.
+// era1 and Ere archives and freezers, imports and exports history and imports headers, so
+// rechain's Ethereum importer can be checked against the real thing. Each command prints one
+// JSON object on stdout. Hashes, addresses and byte strings are lower-case hex without 0x;
+// total difficulties and values are decimal strings.
 //
 //	gethharness era1 --dir DIR [--network mainnet|sepolia|dev] [--mode read|import]
-//	                 [--genesis genesis.json] [--datadir DIR] [--blocks=false]
-//	gethharness freezer --dir ANCIENT_DIR [--blocks=false]
+//	                 [--genesis genesis.json] [--datadir DIR] [--detail] [--blocks=false]
+//	                 [--export-ere OUTDIR [--first N] [--last M] [--export-via history|loop]]
+//	gethharness ere --dir DIR --network NAME [--mode read|import] [--genesis genesis.json]
+//	                 [--datadir DIR] [--detail] [--blocks=false]
+//	                 [--export OUTDIR [--first N] [--last M] [--export-via history|loop]]
+//	gethharness freezer --dir ANCIENT_DIR [--detail] [--blocks=false]
 //	gethharness headerimport (--era1 DIR|FILE | --headers FILE) [--count N] [--network ...]
 //	                 [--genesis genesis.json] [--batch 2048] [--db pebble|memory]
 //	gethharness headers --era1 DIR|FILE --out FILE [--count N] [--network ...]
@@ -28,8 +33,57 @@
 // wants a checksums.txt beside the files; the harness writes one from the files' SHA-256.
 // --datadir keeps the datadir (its chaindata/ancient/chain is a freezer written by geth).
 //
+// era1, --export-ere OUTDIR (import mode): the imported chain is then exported as Ere files,
+// as `geth export-history --era.format ere` does after `geth import-history`; see ere's export.
+//
 // A file go-ethereum rejects gives "error": "<file>: <go-ethereum's message>" in its entry
 // (blocks read before the failure are kept); the command still exits 0 with "ok": false.
+//
+// ere, mode read (default): every *.ere file of DIR whose name starts with NETWORK- (in name
+// order) is opened with go-ethereum's Ere reader (internal/era/execdb.Open) and iterated with
+// its iterator: per block number, hash, td (null when the file has no TD component: post-merge
+// epochs), tx, uncle and withdrawal counts and the receipt count (null when the file has no
+// receipts component, execdb's HasReceipts: the "noreceipts" profile); per file its range,
+// "components" (the index's component count, from the file's last 16 bytes), has_receipts,
+// has_td, pre_merge_blocks (difficulty > 0), the stored accumulator (null when the file has
+// none: post-merge epochs) and the one era.ComputeAccumulator gives over the pre-merge blocks'
+// (hash, TD) ("accumulator_ok", null without an accumulator), and name_ok: the name is
+// execdb.Filename(NETWORK, epoch, last block's hash), which always ends in -noproofs.ere. The
+// checks of go-ethereum's `era verify` are made per block: tx root and, with receipts, the
+// receipts root (execdb's iterator turns the bloom-less slim receipts into full ones,
+// recomputing each bloom: types.CreateBloom), and more: uncle hash, withdrawals root, parent
+// links and TD = previous TD + difficulty (a transition epoch's post-merge blocks keep the
+// final TD). A failed check or read is the file's "error", as in era1.
+//
+// ere, mode import: go-ethereum's history import (utils.ImportHistory with execdb.From, what
+// `geth import-history --era.format ere` runs) into a fresh temporary datadir (Pebble +
+// freezer) with the network's genesis or --genesis FILE (needed for any network but mainnet
+// and sepolia, e.g. the genesis.json `rechain gen eth --format ere` writes), then read back
+// with core/rawdb as era1's import mode does ("td" = sum of difficulties from genesis, the
+// accumulator recomputed from the database). geth reads DIR through a staging directory of
+// links to DIR's .ere and .era1 files (of every network: geth's era.ReadDir sees what DIR holds
+// and refuses a directory mixing .era1 and .ere; its message is "import_error") plus the
+// checksums.txt ImportHistory wants. geth's import skips block 0 of the files and keeps the
+// genesis it was given: the database's blocks are compared with the files' headers, a
+// difference is the file's error. "head" is the imported chain's snap-sync head.
+//
+// ere, --export OUTDIR (import mode): blocks --first..--last (default: to "head") of the
+// imported chain are written as Ere files (execdb.NewBuilder, one file per 8,192 blocks from
+// --first) with checksums.txt; "export" lists each file's name, size and SHA-256. geth names
+// the files after the chain id's network name ("unknown" for a chain id it does not know); the
+// harness names them after NETWORK from the command line (execdb.Filename). --export-via
+// history (default) calls utils.ExportHistory, which first lowers --last to the chain's current
+// block; a history import moves only the snap-sync head, so the current block is still the
+// genesis ("head_block": 0) and ExportHistory writes block 0 only ("effective_last"). --export-via
+// loop runs ExportHistory's loop itself, without that first step, over the same chain
+// accessors (GetBlockByNumber, GetReceiptsByHash): exportLoop in ere.go.
+//
+// --detail (era1, ere, freezer): per block also "transactions" (hash, from: the sender
+// recovered with types.Sender and types.LatestSignerForChainID of the transaction's chain id,
+// or types.HomesteadSigner for a legacy transaction without one; to, null for a contract
+// creation; nonce, value, type, gas) and "receipt_details" ("receipts" is the count): status,
+// or null with post_state for a pre-Byzantium receipt; cumulative_gas; gas_used, the
+// difference of cumulative gas; logs [{address, topics, data}]. For test-size inputs.
 //
 // freezer: the chain freezer under ANCIENT_DIR (a directory holding `chain/` or the tables) is
 // copied to a temporary directory (geth takes a FLOCK file in it, and the source may be
@@ -58,11 +112,14 @@
 // The first build took 7 minutes on 2 busy cores (5 minutes of CPU); later ones only link.
 //
 // Why the module path lies under github.com/ethereum/go-ethereum: the Go toolchain decides who
-// may import an internal package by import path, and go-ethereum's era1 reader
-// (internal/era/onedb), its accumulator (internal/era) and the reader ImportHistory must be
-// given (onedb.From) are internal. go-ethereum exports no other way to read an era1 file's
-// headers, TDs and accumulator. So go-ethereum's own code, unmodified and not copied, does the
-// reading; nothing here is part of go-ethereum.
+// may import an internal package by import path, and go-ethereum's era1 and Ere readers
+// (internal/era/onedb, internal/era/execdb), its accumulator (internal/era) and the readers
+// and the builder ImportHistory and ExportHistory must be given (onedb.From, execdb.From,
+// execdb.NewBuilder) are internal. go-ethereum exports no other way to read an era1 or Ere
+// file's headers, TDs and accumulator. So go-ethereum's own code, unmodified and not copied,
+// does the reading and writing; the one piece that follows go-ethereum's code rather than
+// calling it is exportLoop (ere.go), which says what it leaves out. Nothing here is part of
+// go-ethereum.
 package main
 
 import (
@@ -78,13 +135,15 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gethharness era1|freezer|headerimport|headers [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gethharness era1|ere|freezer|headerimport|headers [flags]")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "era1":
 		err = runEra1(os.Args[2:])
+	case "ere":
+		err = runEre(os.Args[2:])
 	case "freezer":
 		err = runFreezer(os.Args[2:])
 	case "headerimport":
@@ -92,7 +151,7 @@ func main() {
 	case "headers":
 		err = runHeaders(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (expected era1, freezer, headerimport or headers)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (expected era1, ere, freezer, headerimport or headers)", os.Args[1])
 	}
 	if err != nil {
 		// A failure of the command itself (bad arguments, unreadable input, geth refusing the

@@ -160,7 +160,7 @@ class BlocksStage(Stage[EthRun]):
 
 
 def _unit_bytes(unit: EthUnit) -> int:
-    if unit.kind == "era1":
+    if unit.kind != "freezer":
         try:
             return os.path.getsize(unit.path)
         except OSError:
@@ -175,9 +175,9 @@ def _results(
     if not units:
         return
     data, opts, workers = ctx.data, ctx.opts, ctx.workers
-    # The window keeps the units in flight (an era1 file each, up to a few hundred MiB) within
+    # The window keeps the units in flight (an archive file each, up to a few hundred MiB) within
     # the budget.
-    biggest = max(_unit_bytes(u) if u.kind == "era1" else 64 << 20 for u in units)
+    biggest = max(_unit_bytes(u) if u.kind != "freezer" else 64 << 20 for u in units)
     cost = UNIT_BYTES_PER_FILE_BYTE * biggest
     in_flight = budget_share(opts.memory_budget, "eth", "blocks.units")
     window = max(1, min(2 * workers, in_flight // max(1, cost)))

@@ -327,6 +327,7 @@ const DEV: ChainConfig = ChainConfig {
     osaka_time: None,
     bpo1_time: None,
     bpo2_time: None,
+    merge_block: None,
 };
 
 #[test]

@@ -1,6 +1,7 @@
-//! Ethereum chain configurations: the fork schedule of mainnet, Sepolia and rechain's `dev`
-//! chain (block-number and timestamp activations) and the blob schedule each fork sets. The
-//! rules (`rules.rs`) read them; nothing here checks a block.
+//! Ethereum chain configurations: the fork schedule of mainnet, Sepolia and rechain's generated
+//! `dev` and `devmerge` chains (block-number and timestamp activations, the first proof-of-stake
+//! block where it is known) and the blob schedule each fork sets. The rules (`rules.rs`) read
+//! them; nothing here checks a block.
 
 /// Block-number and timestamp fork activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,9 @@ pub struct ChainConfig {
     pub osaka_time: Option<u64>,
     pub bpo1_time: Option<u64>,
     pub bpo2_time: Option<u64>,
+    /// The first proof-of-stake block, where the network's history fixes it (mainnet, spec
+    /// §3.2). From it on a header with difficulty is not a block of this chain.
+    pub merge_block: Option<u64>,
 }
 
 /// `params/config.go: MainnetChainConfig` (spec §3.2).
@@ -37,6 +41,7 @@ pub const MAINNET: ChainConfig = ChainConfig {
     osaka_time: Some(1_764_798_551),
     bpo1_time: Some(1_765_290_071),
     bpo2_time: Some(1_767_747_671),
+    merge_block: Some(15_537_394),
 };
 
 /// `params/config.go: SepoliaChainConfig`: every block fork through London at genesis, no
@@ -56,6 +61,7 @@ pub const SEPOLIA: ChainConfig = ChainConfig {
     osaka_time: None,
     bpo1_time: None,
     bpo2_time: None,
+    merge_block: None,
 };
 
 /// rechain's `dev` network (`eth::gen`): every pre-merge block fork at genesis (London's base
@@ -75,11 +81,26 @@ pub const DEV: ChainConfig = ChainConfig {
     osaka_time: None,
     bpo1_time: None,
     bpo2_time: None,
+    merge_block: None,
 };
 
 pub(crate) fn at(fork: Option<u64>, x: u64) -> bool {
     fork.is_some_and(|f| x >= f)
 }
+
+/// Start of `devmerge`'s genesis (the same as `dev`'s); its time forks are offsets from it.
+pub const DEVMERGE_GENESIS_TIME: u64 = 1_700_000_000;
+
+/// rechain's `devmerge` network (`eth::gen`): `dev`'s block forks, then Shanghai (where the
+/// generator switches to proof of stake: about block 12,000), Cancun (about 16,200) and Prague
+/// (about 18,700), so a 20,000-block chain crosses the merge and both blob schedules in three
+/// Ere files: one before the merge, one transition epoch, one after.
+pub const DEVMERGE: ChainConfig = ChainConfig {
+    shanghai_time: Some(DEVMERGE_GENESIS_TIME + 150_000),
+    cancun_time: Some(DEVMERGE_GENESIS_TIME + 200_000),
+    prague_time: Some(DEVMERGE_GENESIS_TIME + 230_000),
+    ..DEV
+};
 
 impl ChainConfig {
     pub fn by_name(name: &str) -> Option<ChainConfig> {
@@ -87,6 +108,7 @@ impl ChainConfig {
             "mainnet" => Some(MAINNET),
             "sepolia" => Some(SEPOLIA),
             "dev" => Some(DEV),
+            "devmerge" => Some(DEVMERGE),
             _ => None,
         }
     }

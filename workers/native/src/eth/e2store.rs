@@ -19,6 +19,12 @@ pub const COMPRESSED_RECEIPTS: [u8; 2] = [0x05, 0x00];
 pub const TOTAL_DIFFICULTY: [u8; 2] = [0x06, 0x00];
 pub const ACCUMULATOR: [u8; 2] = [0x07, 0x00];
 pub const BLOCK_INDEX: [u8; 2] = [0x66, 0x32];
+/// Ere: `[txType, statusOrPostState, cumulativeGasUsed, logs]` per receipt, framed snappy.
+pub const COMPRESSED_SLIM_RECEIPTS: [u8; 2] = [0x0a, 0x00];
+/// Ere: framed snappy of `rlp([proofType, ssz(proof)])`.
+pub const PROOF: [u8; 2] = [0x0b, 0x00];
+/// Ere: `start | offsets[count][components] | components | count`.
+pub const DYNAMIC_BLOCK_INDEX: [u8; 2] = [0x67, 0x32];
 
 /// One record, borrowed from the buffer it was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,11 +32,13 @@
 //! data fits from about block 2,000); the generator fills blocks with what fits.
 
 use super::accumulator::EPOCH_SIZE;
-use super::chain_config::{ChainConfig, DEV, MAINNET, SEPOLIA};
+use super::chain_config::{ChainConfig, DEV, DEVMERGE, DEVMERGE_GENESIS_TIME, MAINNET, SEPOLIA};
 use super::era1_writer::Era1DirWriter;
+use super::ere_writer::{EreDirWriter, EreProfile};
 use super::error::{Error, ErrorKind, Result};
 use super::freezer_writer::{FreezerBlock, FreezerOptions, FreezerWriter};
-use super::header::{EMPTY_OMMERS_HASH, EMPTY_REQUESTS_HASH, EMPTY_ROOT_HASH};
+use super::header::{decode_header, EMPTY_OMMERS_HASH, EMPTY_REQUESTS_HASH, EMPTY_ROOT_HASH};
+use super::receipt::slim_from_storage;
 use super::rules::{
     calc_base_fee, calc_difficulty, calc_excess_blob_gas, fake_exponential, DAO_EXTRA_DATA,
     GAS_PER_BLOB, MINIMUM_DIFFICULTY, MIN_GAS_LIMIT,
@@ -58,6 +60,8 @@ use std::path::{Path, PathBuf};
 
 /// `dev`: chain id of geth's `--dev` mode.
 pub const DEV_CHAIN_ID: u64 = 1337;
+/// `devmerge`: `dev`'s chain id plus one (a chain of its own).
+pub const DEVMERGE_CHAIN_ID: u64 = 1338;
 /// Gas limit the generator steers towards.
 pub const TARGET_GAS_LIMIT: u64 = 30_000_000;
 /// Extra data of generated proof-of-work headers.
@@ -74,6 +78,8 @@ pub enum OutputFormat {
     Era1,
     /// A geth chain freezer in the output directory (the `chain/` folder of `ancient/`).
     Freezer(FreezerOptions),
+    /// Ere files of 8192 blocks in the output directory, across the merge.
+    Ere(EreProfile),
 }
 
 /// What to generate.
@@ -107,9 +113,10 @@ impl EthGenConfig {
             "mainnet" => (MAINNET, 1, mainnet_genesis()),
             "sepolia" => (SEPOLIA, 11_155_111, sepolia_genesis()),
             "dev" => (DEV, DEV_CHAIN_ID, dev_genesis(&DEV, 1_700_000_000)),
+            "devmerge" => (DEVMERGE, DEVMERGE_CHAIN_ID, devmerge_genesis()),
             _ => {
                 return Err(Error::new(ErrorKind::Layout(format!(
-                    "unknown network {name:?} (mainnet, sepolia, dev)"
+                    "unknown network {name:?} (mainnet, sepolia, dev, devmerge)"
                 ))))
             }
         };
@@ -175,6 +182,70 @@ pub fn dev_genesis(chain: &ChainConfig, timestamp: u64) -> Header {
     }
 }
 
+/// `devmerge`'s genesis: `dev`'s, with the empty state root, so that geth builds the same
+/// block from [`geth_genesis_json`] (an empty allocation).
+pub fn devmerge_genesis() -> Header {
+    Header {
+        state_root: EMPTY_ROOT_HASH,
+        ..dev_genesis(&DEVMERGE, DEVMERGE_GENESIS_TIME)
+    }
+}
+
+/// The genesis file geth needs to hold a generated `devmerge` chain (`geth init`, or the
+/// history import of the geth harness): the schedule of [`DEVMERGE`] in geth's JSON names,
+/// `terminal_td` the TD of the last proof-of-work block, the genesis fields of
+/// [`devmerge_genesis`] and no allocation.
+pub fn geth_genesis_json(cfg: &EthGenConfig, terminal_td: U256) -> String {
+    let c = &cfg.chain;
+    let g = &cfg.genesis;
+    let time = |t: Option<u64>| t.map_or("null".to_string(), |t| t.to_string());
+    let blob = |name: &str, t: Option<u64>| {
+        t.and_then(|t| c.blob_config(t)).map(|b| {
+            format!(
+                "\"{name}\": {{\"target\": {}, \"max\": {}, \"baseFeeUpdateFraction\": {}}}",
+                b.target, b.max, b.update_fraction
+            )
+        })
+    };
+    let schedule: Vec<String> = [blob("cancun", c.cancun_time), blob("prague", c.prague_time)]
+        .into_iter()
+        .flatten()
+        .collect();
+    let blocks = [
+        "homesteadBlock",
+        "eip150Block",
+        "eip155Block",
+        "eip158Block",
+        "byzantiumBlock",
+        "constantinopleBlock",
+        "petersburgBlock",
+        "istanbulBlock",
+        "muirGlacierBlock",
+        "berlinBlock",
+        "londonBlock",
+        "arrowGlacierBlock",
+        "grayGlacierBlock",
+    ]
+    .iter()
+    .map(|k| format!("    \"{k}\": 0,\n"))
+    .collect::<String>();
+    format!(
+        "{{\n  \"config\": {{\n    \"chainId\": {},\n{blocks}    \"terminalTotalDifficulty\": {terminal_td},\n    \"shanghaiTime\": {},\n    \"cancunTime\": {},\n    \"pragueTime\": {},\n    \"blobSchedule\": {{{}}}\n  }},\n  \"nonce\": \"0x0\",\n  \"timestamp\": \"{:#x}\",\n  \"extraData\": \"0x{}\",\n  \"gasLimit\": \"{:#x}\",\n  \"difficulty\": \"{:#x}\",\n  \"mixHash\": \"{}\",\n  \"coinbase\": \"{}\",\n  \"baseFeePerGas\": \"{:#x}\",\n  \"alloc\": {{}}\n}}\n",
+        cfg.chain_id,
+        time(c.shanghai_time),
+        time(c.cancun_time),
+        time(c.prague_time),
+        schedule.join(", "),
+        g.timestamp,
+        alloy_primitives::hex::encode(&g.extra_data),
+        g.gas_limit,
+        g.difficulty,
+        g.mix_hash,
+        g.beneficiary,
+        g.base_fee_per_gas.unwrap_or(0),
+    )
+}
+
 fn empty_header() -> Header {
     Header {
         ommers_hash: EMPTY_OMMERS_HASH,
@@ -217,6 +288,8 @@ pub struct EthGenSummary {
     /// Addresses of the signing keys (what sender recovery must return).
     pub senders: Vec<Address>,
     pub files: Vec<GenFile>,
+    /// Ere output: the genesis file geth needs to hold the chain ([`geth_genesis_json`]).
+    pub geth_genesis: Option<String>,
 }
 
 /// One generated block, encoded.
@@ -816,6 +889,43 @@ pub fn generate(cfg: &EthGenConfig, out_dir: &Path) -> Result<EthGenSummary> {
                 .iter()
                 .all(|f| f.blocks <= EPOCH_SIZE as u64));
         }
+        OutputFormat::Ere(profile) => {
+            let mut w = EreDirWriter::new(out_dir, &cfg.network, profile)?;
+            let mut terminal_td = None;
+            for _ in 0..cfg.blocks {
+                let b = chain.next_block()?;
+                let pow = !decode_header(&b.header)?.header.difficulty.is_zero();
+                if pow {
+                    terminal_td = Some(b.td);
+                }
+                let types: Vec<u8> = super::body::decode_body(&b.body)?
+                    .transactions
+                    .iter()
+                    .map(|t| t.tx_type)
+                    .collect();
+                let slim = slim_from_storage(&b.storage_receipts, &types)?;
+                w.add_block(
+                    b.number,
+                    b.hash,
+                    &b.header,
+                    &b.body,
+                    &slim,
+                    pow.then_some(b.td),
+                )?;
+            }
+            chain.summary.files = w
+                .finish()?
+                .into_iter()
+                .map(|f| GenFile {
+                    path: f.path,
+                    first_block: f.first_block,
+                    blocks: f.blocks,
+                    accumulator: f.accumulator,
+                })
+                .collect();
+            chain.summary.geth_genesis =
+                Some(geth_genesis_json(cfg, terminal_td.unwrap_or_default()));
+        }
         OutputFormat::Freezer(opts) => {
             let mut w = FreezerWriter::create(out_dir, opts)?;
             for _ in 0..cfg.blocks {
@@ -945,6 +1055,109 @@ mod tests {
         );
         std::fs::remove_dir_all(d).unwrap();
         std::fs::remove_dir_all(d2).unwrap();
+    }
+
+    /// The merge, Shanghai, Cancun and Prague in Ere files of every profile: each reads back
+    /// with no violation, the transition epoch carries TDs (the final one after the merge)
+    /// and an accumulator over its pre-merge blocks; proofs are refused past the merge and
+    /// lead to the accumulator before it; a damaged proof or receipt is reported.
+    #[test]
+    fn ere_through_the_merge_verifies_in_every_profile() {
+        use crate::eth::ere::{Component, Ere};
+        use crate::eth::validate::verify_ere_into;
+        let t0 = 1_700_000_000;
+        let chain = ChainConfig {
+            shanghai_time: Some(t0 + 2_000),
+            cancun_time: Some(t0 + 2_600),
+            prague_time: Some(t0 + 3_000),
+            ..DEV
+        };
+        let base = EthGenConfig {
+            chain,
+            genesis: dev_genesis(&chain, t0),
+            ..EthGenConfig::for_network("dev", 400, 5, 1, 4, OutputFormat::Era1).unwrap()
+        };
+        for (name, profile) in [("noproofs", true), ("noreceipts", false)] {
+            let cfg = EthGenConfig {
+                format: OutputFormat::Ere(EreProfile::by_name(name).unwrap()),
+                ..base.clone()
+            };
+            let d = scratch(&format!("ere-{name}"));
+            let s = generate(&cfg, &d).unwrap();
+            assert!(s.pos_blocks > 100 && s.pos_blocks < 399, "{}", s.pos_blocks);
+            assert!(s.blobs > 0 && s.withdrawals > 0);
+            let f = &s.files[0];
+            assert!(f.path.to_string_lossy().ends_with(&format!("-{name}.ere")));
+            let ere = Ere::open(&f.path).unwrap();
+            assert_eq!((ere.start(), ere.count()), (0, 400));
+            assert_eq!(ere.has(Component::Receipts), profile);
+            assert!(ere.has(Component::TotalDifficulty));
+            assert_eq!(ere.accumulator(), f.accumulator);
+            let last = ere.block(399).unwrap();
+            assert_eq!(last.total_difficulty, Some(s.final_td));
+            let mut seen = 0;
+            let r = verify_ere_into(
+                &ere,
+                &chain,
+                f.path.file_name().and_then(|n| n.to_str()),
+                None,
+                &mut |b, _| {
+                    seen += 1;
+                    assert_eq!(b.receipts.is_some(), profile);
+                },
+            );
+            assert_eq!(r.violations, vec![], "{name}");
+            assert_eq!((seen, r.transactions), (400, s.transactions));
+            assert_eq!(r.accumulator, f.accumulator);
+            std::fs::remove_dir_all(d).unwrap();
+        }
+        // Proofs: refused past the merge, checked before it.
+        let full = EreProfile::by_name("full").unwrap();
+        let d = scratch("ere-full");
+        let cfg = EthGenConfig {
+            format: OutputFormat::Ere(full),
+            ..base.clone()
+        };
+        let err = generate(&cfg, &d).unwrap_err().to_string();
+        assert!(err.contains("beacon chain"), "{err}");
+        let _ = std::fs::remove_dir_all(&d);
+        let cfg = EthGenConfig {
+            blocks: 120,
+            format: OutputFormat::Ere(full),
+            ..base.clone()
+        };
+        let s = generate(&cfg, &d).unwrap();
+        let path = &s.files[0].path;
+        assert!(!path.to_string_lossy().contains("-no"));
+        let ere = Ere::open(path).unwrap();
+        assert_eq!(ere.components(), 5);
+        let name = path.file_name().and_then(|n| n.to_str()).map(String::from);
+        let r = verify_ere_into(&ere, &chain, name.as_deref(), None, &mut |_, _| {});
+        assert_eq!(
+            (r.violations.len(), r.proofs, r.proofs_checked),
+            (0, 120, 120)
+        );
+        // A proof with one byte changed: that block's proof fails, nothing else.
+        let mut bytes = std::fs::read(path).unwrap();
+        let proof_rec = crate::eth::e2store::Records::new(&bytes)
+            .map(|r| r.unwrap())
+            .find(|r| r.typ == crate::eth::e2store::PROOF)
+            .unwrap()
+            .offset as usize;
+        // The first proof's value is a framed snappy stream: a byte flipped inside it fails
+        // its chunk's checksum, a decode violation for block 0 alone (the accumulator cannot
+        // be recomputed without it; the other proofs still lead to the file's record).
+        bytes[proof_rec + 8 + 30] ^= 1;
+        let ere = Ere::from_bytes(bytes).unwrap();
+        let r = verify_ere_into(&ere, &chain, None, None, &mut |_, _| {});
+        let rules: Vec<(u64, Rule)> = r.violations.iter().map(|v| (v.block, v.rule)).collect();
+        assert_eq!(
+            rules,
+            vec![(0, Rule::Decode), (0, Rule::AccumulatorRecord)],
+            "{:?} at {proof_rec}",
+            r.violations
+        );
+        std::fs::remove_dir_all(d).unwrap();
     }
 
     /// A schedule reaching the merge, Shanghai, Cancun and Prague in a freezer: PoS headers,

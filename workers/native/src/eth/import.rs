@@ -10,12 +10,13 @@
 use super::accumulator::{self, HistoricalRoots};
 use super::chain_config::ChainConfig;
 use super::era1::Era1;
+use super::ere::Ere;
 use super::ethash::{self, Cache};
 use super::freezer::Freezer;
 use super::header::{decode_header, DecodedHeader, KeccakBatch};
 use super::rules::{check_header, check_pow, check_total_difficulty, Rule, Violation};
 use super::tables::Rows;
-use super::validate::{verify_era1_into, verify_freezer_into, Checked};
+use super::validate::{verify_era1_into, verify_ere_into, verify_freezer_into, Checked};
 use super::{Error, B256, U256};
 use alloy_primitives::hex;
 use arrow_array::{
@@ -30,6 +31,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub enum Source {
     /// One era1 file, whole.
     Era1(PathBuf),
+    /// One Ere file, whole.
+    Ere(PathBuf),
     /// Blocks `first..end` of the freezer at `dir` (the `ancient` folder or its `chain/`).
     Freezer { dir: PathBuf, first: u64, end: u64 },
 }
@@ -65,7 +68,7 @@ pub struct Unit {
     /// The source holds no TD (a freezer without `diffs`): `total_difficulty` holds the sum of
     /// difficulties from the unit's first block, to be rebased on its parent's TD.
     pub td_relative: bool,
-    /// era1: the accumulator recomputed.
+    /// era1, Ere with pre-merge blocks: the accumulator recomputed.
     pub accumulator: Option<B256>,
     pub transactions: u64,
     pub pow_checked: u64,
@@ -106,7 +109,7 @@ fn cache_for(epoch: u64) -> Arc<Cache> {
 /// violation and the blocks around it are kept.
 pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
     let (label, bytes) = match source {
-        Source::Era1(p) => (
+        Source::Era1(p) | Source::Ere(p) => (
             p.file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
             std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
@@ -114,7 +117,7 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
         Source::Freezer { .. } => ("freezer".to_string(), 0),
     };
     let expected = match source {
-        Source::Era1(_) => super::era1::MAX_BLOCKS,
+        Source::Era1(_) | Source::Ere(_) => super::era1::MAX_BLOCKS,
         Source::Freezer { first, end, .. } => end.saturating_sub(*first),
     };
     let mut rows = Rows::with_capacity(label.clone(), expected as usize);
@@ -163,6 +166,11 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
             let era = Era1::open(path)?;
             let r = verify_era1_into(&era, &opts.cfg, Some(&label), opts.list, &mut sink);
             (r.violations, Some(r.accumulator), r.transactions)
+        }
+        Source::Ere(path) => {
+            let ere = Ere::open(path)?;
+            let r = verify_ere_into(&ere, &opts.cfg, Some(&label), opts.list, &mut sink);
+            (r.violations, r.accumulator, r.transactions)
         }
         Source::Freezer { dir, first, end } => {
             let f = Freezer::open(dir)?;
@@ -411,6 +419,28 @@ pub fn era1_header_hashes(path: &Path) -> Result<(u64, B256), Error> {
         .last()
         .map_or(B256::ZERO, |h| B256::from(*h));
     Ok((era.count(), last))
+}
+
+/// The first and one-past-last block numbers an Ere file holds, from its index.
+pub fn ere_extent(path: &Path) -> Result<(u64, u64), Error> {
+    let ere = Ere::open(path)?;
+    Ok((ere.start(), ere.end()))
+}
+
+/// [`era1_header_hashes`] for an Ere file: index and layout read, every header decompressed
+/// and hashed.
+pub fn ere_header_hashes(path: &Path) -> Result<(u64, B256), Error> {
+    let ere = Ere::open(path)?;
+    let headers = (ere.start()..ere.end())
+        .map(|n| ere.header(n))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let raws: Vec<&[u8]> = headers.iter().map(Vec::as_slice).collect();
+    let mut hasher = KeccakBatch::default();
+    let last = hasher
+        .hash(&raws)
+        .last()
+        .map_or(B256::ZERO, |h| B256::from(*h));
+    Ok((ere.count(), last))
 }
 
 /// The accumulator list of `network`, where one is shipped (mainnet).

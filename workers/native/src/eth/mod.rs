@@ -7,6 +7,8 @@
 //! * [`snappy`]: both snappy flavours — the framed stream of e2store values (chunk CRCs checked)
 //!   and the raw blocks of geth's freezer (§1.6, §2.5).
 //! * [`era1`]: era1 archives — layout, block index, block tuples, TD and accumulator records (§2.2–2.3).
+//! * [`ere`]: Ere archives across the merge — dynamic block index and its layout, slim receipts,
+//!   TDs, accumulator, block proofs (§2.8); [`ere_writer`] writes them as geth does.
 //! * [`freezer`]: geth's "ancient" tables, read-only, both directory layouts, index entries,
 //!   tails, `.meta` versions, raw and compressed tables (§1).
 //! * [`header`]: header RLP of every fork (15/16/17/20/21 fields) and the hash of the bytes read (§3.1).
@@ -19,7 +21,7 @@
 //! * [`accumulator`]: era1 epoch accumulator roots and the EIP-7643 list of 1,897 roots (§2.6).
 //! * [`tables`]: the Parquet tables (`eth_blocks`, `eth_transactions`, ...) and their rows.
 //! * [`import`]: one unit of `rechain eth import` (a file or freezer range checked into rows).
-//! * [`export`]: `rechain eth export-era1` (era1 files from an era1 folder or a freezer).
+//! * [`export`]: `rechain eth export-era1` and `export-ere` (archives from what an import read).
 //!
 //! Every reader takes bytes or paths and returns plain structs or an [`Error`] naming the file,
 //! the byte offset (or block / item number) and the rule that failed; bad input never panics.
@@ -30,6 +32,8 @@ pub mod chain_config;
 pub mod e2store;
 pub mod era1;
 pub mod era1_writer;
+pub mod ere;
+pub mod ere_writer;
 mod error;
 pub mod ethash;
 pub mod export;

@@ -15,6 +15,7 @@
 //! once the transaction type is known ([`Receipt::consensus_encoding`], [`set_types`]).
 
 use super::error::{Error, Result};
+use super::gen::rlp_list;
 use super::header::{list_items, string_payload};
 use alloy_consensus::{Eip658Value, ReceiptEnvelope, ReceiptWithBloom, TxType};
 use alloy_eips::eip2718::Encodable2718;
@@ -103,6 +104,86 @@ pub fn decode_slim_receipts(raw: &[u8]) -> Result<Vec<Receipt>> {
         });
     }
     Ok(out)
+}
+
+/// The slim list (Ere) of storage-form receipts (freezer) given their transactions' types:
+/// each `[status, cumulativeGas, logs]` becomes `[type, status, cumulativeGas, logs]`, the
+/// fields' bytes kept as they are (geth's `SlimReceipt` writes the same encodings).
+pub fn slim_from_storage(raw: &[u8], types: &[u8]) -> Result<Vec<u8>> {
+    let items = list_items(raw).map_err(|e| Error::rlp("storage receipts", e))?;
+    if items.len() != types.len() {
+        return Err(Error::rlp(
+            "storage receipts",
+            alloy_rlp::Error::Custom("receipt count differs from the transactions'"),
+        ));
+    }
+    let slim = items
+        .iter()
+        .zip(types)
+        .map(|(item, ty)| {
+            let f = list_items(item).map_err(|e| Error::rlp("storage receipt", e))?;
+            if f.len() != 3 {
+                return Err(Error::rlp(
+                    "storage receipt",
+                    alloy_rlp::Error::Custom("a storage receipt has 3 fields"),
+                ));
+            }
+            Ok(slim_item(*ty, f[0], f[1], f[2]))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(rlp_list(&slim))
+}
+
+/// The slim list (Ere) of a consensus-form receipt list (era1): the type moves into the list
+/// and the bloom goes.
+pub fn slim_from_consensus(raw: &[u8]) -> Result<Vec<u8>> {
+    let items = list_items(raw).map_err(|e| Error::rlp("receipts", e))?;
+    let slim = items
+        .iter()
+        .map(|item| {
+            let (ty, fields) = match item.first() {
+                Some(b) if *b >= 0xc0 => (0u8, *item),
+                _ => {
+                    let p = string_payload(item).map_err(|e| Error::rlp("typed receipt", e))?;
+                    match p.split_first() {
+                        Some((t, rest)) if *t < 0x80 => (*t, rest),
+                        _ => {
+                            return Err(Error::rlp(
+                                "typed receipt",
+                                alloy_rlp::Error::Custom("typed receipt without a type byte"),
+                            ))
+                        }
+                    }
+                }
+            };
+            let f = list_items(fields).map_err(|e| Error::rlp("receipt", e))?;
+            if f.len() != 4 {
+                return Err(Error::rlp(
+                    "receipt",
+                    alloy_rlp::Error::Custom("a consensus receipt has 4 fields"),
+                ));
+            }
+            Ok(slim_item(ty, f[0], f[1], f[3]))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(rlp_list(&slim))
+}
+
+/// `[type, status, cumulativeGas, logs]` from the fields' encodings.
+fn slim_item(ty: u8, status: &[u8], cumulative_gas: &[u8], logs: &[u8]) -> Vec<u8> {
+    let mut fields = Vec::with_capacity(1 + status.len() + cumulative_gas.len() + logs.len());
+    alloy_rlp::Encodable::encode(&ty, &mut fields);
+    fields.extend_from_slice(status);
+    fields.extend_from_slice(cumulative_gas);
+    fields.extend_from_slice(logs);
+    let mut out = Vec::with_capacity(fields.len() + 9);
+    alloy_rlp::Header {
+        list: true,
+        payload_length: fields.len(),
+    }
+    .encode(&mut out);
+    out.extend_from_slice(&fields);
+    out
 }
 
 /// Decode a consensus-form receipt list (era1, portal, devp2p).

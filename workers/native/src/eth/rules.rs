@@ -5,9 +5,11 @@
 //! * [`check_header`]: a header against its parent — parent link (hash of the bytes read),
 //!   number, timestamp, extra-data size, gas limit bounds, gas used, base fee, fork fields present
 //!   iff their fork is active, difficulty (PoW) or the PoS constants (difficulty 0, nonce 0,
-//!   empty ommers), DAO extra-data, blob gas.
+//!   empty ommers) where the parent or the schedule ([`must_be_pos`]) makes the header proof of
+//!   stake, DAO extra-data, blob gas.
 //! * [`check_block`]: a header against its body and receipts — ommers hash, uncle count,
-//!   transactions root, withdrawals root, receipts root, logs bloom, gas used.
+//!   transactions root, withdrawals root, blob gas used against the body's blobs, receipt count,
+//!   receipts root, each receipt's stored bloom, logs bloom, cumulative gas rising, gas used.
 //! * [`check_uncles`]: uncles not reused, not ancestors, parent within 7 generations, and each
 //!   uncle header valid against its parent.
 //! * [`check_total_difficulty`], [`check_hash`], [`check_pow`] (ethash, [`super::ethash`]).
@@ -44,7 +46,10 @@ pub enum Rule {
     ForkFields,
     Difficulty,
     DaoExtraData,
+    /// A header with difficulty whose parent is proof of stake (difficulty 0).
     PowAfterPos,
+    /// A header with difficulty where the schedule wants proof of stake ([`must_be_pos`]) and
+    /// the parent is proof of work (after a proof-of-stake parent it is [`Rule::PowAfterPos`]).
     PosDifficulty,
     PosNonce,
     PosOmmers,
@@ -57,6 +62,8 @@ pub enum Rule {
     ReceiptCount,
     ReceiptsRoot,
     ReceiptBloom,
+    /// A receipt's cumulative gas not above the one before it (every transaction uses gas).
+    ReceiptCumulativeGas,
     LogsBloom,
     TotalDifficulty,
     /// A header, body or receipt list that does not decode (detail: the reader error).
@@ -81,6 +88,11 @@ pub enum Rule {
     PowMixHash,
     /// Ethash: the hashimoto result exceeds `2^256 / difficulty`.
     PowTarget,
+    /// An Ere file name whose epoch or short hash is not its first block's epoch or its last
+    /// block's hash.
+    FileName,
+    /// An Ere block proof that does not lead to its epoch's accumulator root.
+    Proof,
 }
 
 impl Rule {
@@ -111,6 +123,7 @@ impl Rule {
             Rule::ReceiptCount => "receipt_count",
             Rule::ReceiptsRoot => "receipts_root",
             Rule::ReceiptBloom => "receipt_bloom",
+            Rule::ReceiptCumulativeGas => "receipt_cumulative_gas",
             Rule::LogsBloom => "logs_bloom",
             Rule::TotalDifficulty => "total_difficulty",
             Rule::Decode => "decode",
@@ -124,6 +137,8 @@ impl Rule {
             Rule::UncleHeader => "uncle_header",
             Rule::PowMixHash => "pow_mix_hash",
             Rule::PowTarget => "pow_target",
+            Rule::FileName => "file_name",
+            Rule::Proof => "proof",
         }
     }
 }
@@ -288,6 +303,14 @@ fn gas_limit_bound(out: &mut Out<'_>, parent_limit: u64, limit: u64) {
     });
 }
 
+/// Whether the fork schedule makes a header proof of stake whatever its parent: from
+/// `cfg.merge_block` on (where the network's history fixes it), and at or after Shanghai (every
+/// network merged before Shanghai; rechain's generator switches there). Before that only the
+/// header's difficulty (0) or its parent's tells (spec §3.4: geth's split rule).
+pub fn must_be_pos(cfg: &ChainConfig, number: u64, time: u64) -> bool {
+    at(cfg.merge_block, number) || cfg.is_shanghai(time)
+}
+
 /// Check `child` against `parent` (both decoded from the bytes read).
 pub fn check_header(
     cfg: &ChainConfig,
@@ -372,11 +395,10 @@ pub fn check_header(
         gas_limit_bound(&mut out, p.gas_limit, h.gas_limit);
     }
 
-    if h.difficulty > U256::ZERO {
+    let parent_pos = p.difficulty.is_zero();
+    let scheduled_pos = must_be_pos(cfg, h.number, h.timestamp);
+    if h.difficulty > U256::ZERO && !parent_pos && !scheduled_pos {
         // Proof of work (ethash) header.
-        out.check(p.difficulty > U256::ZERO, Rule::PowAfterPos, || {
-            "proof-of-work header after a proof-of-stake parent".into()
-        });
         let want = calc_difficulty(cfg, h.timestamp, p);
         out.check(h.difficulty == want, Rule::Difficulty, || {
             format!("difficulty {}, expected {want}", h.difficulty)
@@ -391,7 +413,29 @@ pub fn check_header(
             }
         }
     } else {
-        // Proof of stake header.
+        // Proof of stake header: by its zero difficulty, or its place (after a proof-of-stake
+        // parent, or where the schedule wants proof of stake) whatever difficulty it carries.
+        // Such a header has no difficulty formula: a difficulty is the one fault, reported once.
+        if h.difficulty > U256::ZERO {
+            if parent_pos {
+                out.fail(
+                    Rule::PowAfterPos,
+                    format!(
+                        "difficulty {} after a proof-of-stake parent (difficulty 0)",
+                        h.difficulty
+                    ),
+                );
+            } else {
+                out.fail(
+                    Rule::PosDifficulty,
+                    format!(
+                        "difficulty {} where the schedule wants proof of stake (block {}, \
+                         time {}; merge block {:?}, Shanghai time {:?})",
+                        h.difficulty, h.number, h.timestamp, cfg.merge_block, cfg.shanghai_time
+                    ),
+                );
+            }
+        }
         out.check(h.nonce.is_zero(), Rule::PosNonce, || {
             format!("nonce {}", h.nonce)
         });
@@ -470,6 +514,29 @@ pub fn check_block(
             format!("body withdrawals {:?}, header root {hr:?}", b.is_some()),
         ),
     }
+    // geth's `ValidateBody`: the header's blob gas is GAS_PER_BLOB per versioned hash of the
+    // body's (type-3) transactions; a header without the field allows no blobs.
+    let blobs: u64 = body
+        .transactions
+        .iter()
+        .map(|t| {
+            use alloy_consensus::Transaction as _;
+            t.envelope
+                .blob_versioned_hashes()
+                .map_or(0, |b| b.len() as u64)
+        })
+        .sum();
+    let blob_gas = blobs as u128 * GAS_PER_BLOB as u128;
+    out.check(
+        blob_gas == h.blob_gas_used.unwrap_or(0) as u128,
+        Rule::BlobGasUsed,
+        || {
+            format!(
+                "{blobs} blobs in the body need {blob_gas} blob gas, header has {:?}",
+                h.blob_gas_used
+            )
+        },
+    );
     if let Some(rs) = receipts {
         out.check(
             rs.len() == body.transactions.len(),
@@ -492,7 +559,20 @@ pub fn check_block(
             ),
         }
         let mut bloom = Bloom::ZERO;
+        let mut before = 0u64;
         for (i, r) in rs.iter().enumerate() {
+            // Every transaction uses gas (its 21,000 intrinsic, less a refund of at most half).
+            out.check(
+                r.cumulative_gas_used > before,
+                Rule::ReceiptCumulativeGas,
+                || {
+                    format!(
+                        "receipt {i}: cumulative gas {} not above the {before} before it",
+                        r.cumulative_gas_used
+                    )
+                },
+            );
+            before = r.cumulative_gas_used;
             let b = r.logs_bloom();
             if let Some(stored) = r.bloom {
                 out.check(stored == b, Rule::ReceiptBloom, || {
@@ -701,3 +781,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod rules_tests;

@@ -5,11 +5,15 @@
 use super::accumulator::{epoch_root, HistoricalRoots, EPOCH_SIZE};
 use super::body::{decode_body, Body};
 use super::era1::{parse_name, Era1, Era1Block};
+use super::ere::{
+    accumulator_proof_root, decode_proof, parse_name as parse_ere_name, Component, Ere, EreBlock,
+    PROOF_HISTORICAL_HASHES_ACCUMULATOR,
+};
 use super::freezer::Freezer;
 use super::header::DecodedHeader;
 use super::header::{decode_header_hashed, KeccakBatch};
-use super::receipt::decode_consensus_receipts;
 use super::receipt::Receipt;
+use super::receipt::{decode_consensus_receipts, decode_slim_receipts};
 use super::receipt::{decode_storage_receipts, set_types};
 use alloy_primitives::{B256, U256};
 
@@ -328,6 +332,237 @@ pub fn verify_era1_into(
         accumulator,
         violations,
     }
+}
+
+/// What [`verify_ere`] found in one Ere file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EreReport {
+    pub first_block: u64,
+    pub blocks: u64,
+    pub last_hash: B256,
+    pub transactions: u64,
+    /// Accumulator recomputed over the file's pre-merge blocks, if it has any.
+    pub accumulator: Option<B256>,
+    /// Block proofs read, and how many of them were checked against an accumulator root.
+    pub proofs: u64,
+    pub proofs_checked: u64,
+    pub violations: Vec<Violation>,
+}
+
+/// An Ere block's header RLP.
+fn ere_header(b: &EreBlock) -> &[u8] {
+    &b.header
+}
+
+/// Check an Ere file completely: every header, body and slim receipt list decodes; the
+/// [`ChainWalk`] checks between neighbours (the TDs where the file has them: after the merge
+/// they stay at the final TD); a pre-merge block must have its TD; the accumulator over the
+/// pre-merge blocks equals the record (and, for mainnet, the EIP-7643 list's root of the
+/// epoch), and a file without pre-merge blocks has none; each historical-hashes-accumulator
+/// proof leads to that root; the name carries the epoch of the first block and the last
+/// block's hash. Proofs against beacon roots (types 1–3) are counted, not checked: no beacon
+/// state is at hand.
+pub fn verify_ere_into(
+    ere: &Ere,
+    cfg: &ChainConfig,
+    name: Option<&str>,
+    list: Option<&HistoricalRoots>,
+    sink: &mut Sink<'_>,
+) -> EreReport {
+    let mut violations = Vec::new();
+    let mut walk = ChainWalk::new(cfg);
+    let mut pre_merge: Vec<(B256, U256)> = Vec::new();
+    // Proofs of pre-merge blocks: (position in the epoch record list, block hash, proof).
+    let mut acc_proofs: Vec<(u64, u64, B256, Vec<u8>)> = Vec::new();
+    let mut report = EreReport {
+        first_block: ere.start(),
+        blocks: ere.count(),
+        last_hash: B256::ZERO,
+        transactions: 0,
+        accumulator: None,
+        proofs: 0,
+        proofs_checked: 0,
+        violations: Vec::new(),
+    };
+    let mut ahead = ReadAhead::new(ere.start(), ere.end());
+    while let Some((n, block)) = ahead.next(|n| ere.block(n), ere_header) {
+        let decoded = block.and_then(|(b, hash)| {
+            let h = decode_header_hashed(&b.header, hash).map_err(|e| e.for_block(n))?;
+            let body = decode_body(&b.body).map_err(|e| e.for_block(n))?;
+            let rs = match &b.receipts {
+                Some(raw) => Some(decode_slim_receipts(raw).map_err(|e| e.for_block(n))?),
+                None => None,
+            };
+            let proof = match &b.proof {
+                Some(raw) => Some(decode_proof(raw).map_err(|e| e.for_block(n))?),
+                None => None,
+            };
+            Ok((b, h, body, rs, proof))
+        });
+        let (b, h, body, rs, proof) = match decoded {
+            Ok(x) => x,
+            Err(e) => {
+                violations.push(Violation {
+                    block: n,
+                    rule: Rule::Decode,
+                    detail: e.to_string(),
+                });
+                // Keeps the records' positions: the recomputed accumulator then differs.
+                if ere.accumulator().is_some() {
+                    pre_merge.push((B256::ZERO, U256::ZERO));
+                }
+                walk.gap();
+                continue;
+            }
+        };
+        if h.header.number != n {
+            violations.push(Violation {
+                block: n,
+                rule: Rule::Number,
+                detail: format!("header number {} at index position {n}", h.header.number),
+            });
+        }
+        let td = b.total_difficulty;
+        let pow = !h.header.difficulty.is_zero();
+        if pow {
+            match td {
+                Some(td) => pre_merge.push((h.hash, td)),
+                None => violations.push(Violation {
+                    block: n,
+                    rule: Rule::TotalDifficulty,
+                    detail: "a pre-merge block in an Ere file without TD records".into(),
+                }),
+            }
+        }
+        if n == 0 && td.is_some_and(|t| t != h.header.difficulty) {
+            violations.push(Violation {
+                block: 0,
+                rule: Rule::TotalDifficulty,
+                detail: format!("genesis TD {td:?} differs from its difficulty"),
+            });
+        }
+        if let Some(p) = proof {
+            report.proofs += 1;
+            if p.proof_type == PROOF_HISTORICAL_HASHES_ACCUMULATOR && pow {
+                acc_proofs.push((n, n - ere.start(), h.hash, p.data));
+            } else if p.proof_type == PROOF_HISTORICAL_HASHES_ACCUMULATOR {
+                violations.push(Violation {
+                    block: n,
+                    rule: Rule::Proof,
+                    detail: "an accumulator proof for a post-merge block".into(),
+                });
+            }
+        }
+        let checked = Checked {
+            offset: Some(b.offset),
+            raw_header: &b.header,
+            header: &h,
+            body: Some(&body),
+            body_payload_len: super::header::list_payload_len(&b.body),
+            receipts: rs.as_deref(),
+            td,
+        };
+        walk.block(&checked, &mut violations);
+        sink(&checked, &mut violations);
+        report.transactions += body.transactions.len() as u64;
+        report.last_hash = h.hash;
+    }
+    let first = ere.start();
+    let mut fail = |block: u64, rule: Rule, detail: String| {
+        violations.push(Violation {
+            block,
+            rule,
+            detail,
+        })
+    };
+    let epoch = first / EPOCH_SIZE as u64;
+    if pre_merge.is_empty() {
+        if let Some(acc) = ere.accumulator() {
+            fail(
+                first,
+                Rule::AccumulatorRecord,
+                format!("an Accumulator record {acc} in a file without pre-merge blocks"),
+            );
+        }
+    } else {
+        let root = epoch_root(&pre_merge).unwrap_or_default();
+        report.accumulator = Some(root);
+        match ere.accumulator() {
+            Some(r) if r == root => {}
+            r => fail(
+                first,
+                Rule::AccumulatorRecord,
+                format!("recomputed {root}, record {r:?}"),
+            ),
+        }
+        // The list holds whole epochs: a file cut elsewhere cannot be compared with it.
+        let listed = list
+            .filter(|_| first.is_multiple_of(EPOCH_SIZE as u64))
+            .and_then(|l| l.epoch(epoch));
+        if list.is_some() && first.is_multiple_of(EPOCH_SIZE as u64) && listed != Some(root) {
+            fail(
+                first,
+                Rule::AccumulatorList,
+                format!("epoch {epoch} root in the list {listed:?}, recomputed {root}"),
+            );
+        }
+        // A proof leads to the public root where there is one, else to the file's record:
+        // one block that does not decode leaves the other proofs checkable.
+        let target = listed.or(ere.accumulator()).unwrap_or(root);
+        for (n, pos, hash, data) in &acc_proofs {
+            report.proofs_checked += 1;
+            if accumulator_proof_root(hash, *pos, data) != Some(target) {
+                fail(
+                    *n,
+                    Rule::Proof,
+                    format!("the accumulator proof of {hash} does not lead to {target}"),
+                );
+            }
+        }
+    }
+    if let Some(name) = name {
+        match parse_ere_name(name) {
+            Some(parsed) => {
+                if parsed.short_hash[..] != report.last_hash[..4] {
+                    fail(
+                        first,
+                        Rule::FileName,
+                        format!("{name} but the last block's hash is {}", report.last_hash),
+                    );
+                }
+                if parsed.epoch != epoch {
+                    fail(
+                        first,
+                        Rule::EpochStart,
+                        format!("{name} but the first block is {first}"),
+                    );
+                }
+                let has = |c| ere.has(c);
+                let named = |p: &str| parsed.profiles.iter().any(|x| x == p);
+                if named("noproofs") == has(Component::Proof)
+                    || named("noreceipts") == has(Component::Receipts)
+                {
+                    fail(
+                        first,
+                        Rule::FileName,
+                        format!(
+                            "{name}: profiles {:?} but the file has proofs {}, receipts {}",
+                            parsed.profiles,
+                            has(Component::Proof),
+                            has(Component::Receipts)
+                        ),
+                    );
+                }
+            }
+            None => fail(
+                first,
+                Rule::FileName,
+                format!("{name} is not an Ere file name"),
+            ),
+        }
+    }
+    report.violations = violations;
+    report
 }
 
 /// What [`verify_freezer`] found in a range of a geth freezer.

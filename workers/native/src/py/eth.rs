@@ -83,6 +83,7 @@ fn eth_import_unit<'py>(
 ) -> PyResult<(Bound<'py, PyDict>, ImportUnitInfo)> {
     let source = match kind {
         "era1" => Source::Era1(path),
+        "ere" => Source::Ere(path),
         "freezer" => Source::Freezer {
             dir: path,
             first,
@@ -212,6 +213,21 @@ fn eth_era1_header_hashes(py: Python<'_>, path: PathBuf) -> PyResult<(u64, Strin
     Ok((n, tables::hex0x(last.as_slice())))
 }
 
+/// `(first block, one past the last)` of an Ere file, from its index.
+#[pyfunction]
+fn eth_ere_extent(path: PathBuf) -> PyResult<(u64, u64)> {
+    import::ere_extent(&path).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// `(headers, last hash hex)` of an Ere file after only decompressing and hashing its headers.
+#[pyfunction]
+fn eth_ere_header_hashes(py: Python<'_>, path: PathBuf) -> PyResult<(u64, String)> {
+    let (n, last) = py
+        .detach(|| import::ere_header_hashes(&path))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((n, tables::hex0x(last.as_slice())))
+}
+
 /// `(tail, head)` of a geth freezer: the blocks `tail..head` it holds headers for, and the
 /// chain folder it resolved to.
 #[pyfunction]
@@ -243,16 +259,8 @@ fn eth_export_era1(
     to_block: u64,
     td_before: Option<&str>,
 ) -> PyResult<Vec<(String, u64, u64, String)>> {
-    use crate::eth::export::{export_era1, ExportSource};
-    let source = match (kind, paths.first()) {
-        ("era1", _) => ExportSource::Era1(paths.clone()),
-        ("freezer", Some(p)) => ExportSource::Freezer(p.clone()),
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "cannot export from {kind:?}"
-            )))
-        }
-    };
+    use crate::eth::export::export_era1;
+    let source = export_source(kind, &paths)?;
     let td = parse_td(td_before)?;
     let written = py
         .detach(|| export_era1(&source, network, &out, from_block, to_block, td))
@@ -270,8 +278,70 @@ fn eth_export_era1(
         .collect())
 }
 
+/// An import's source as an export reads it: `kind` "era1" or "ere" (`paths`: the archives in
+/// block order, either format), "freezer" (`paths[0]`).
+fn export_source(kind: &str, paths: &[PathBuf]) -> PyResult<crate::eth::export::ExportSource> {
+    use crate::eth::export::ExportSource;
+    match (kind, paths.first()) {
+        ("era1" | "ere", _) => Ok(ExportSource::Archives(paths.to_vec())),
+        ("freezer", Some(p)) => Ok(ExportSource::Freezer(p.clone())),
+        _ => Err(PyValueError::new_err(format!(
+            "cannot export from {kind:?}"
+        ))),
+    }
+}
+
+/// An Ere file written: (path, first block, blocks, last hash hex, accumulator hex or None).
+type WrittenEreRow = (String, u64, u64, String, Option<String>);
+
+/// Writes Ere files of blocks `from_block..to_block` of an import's source (as
+/// [`eth_export_era1`]) of `profile` (noproofs, noreceipts, full) into `out`. Returns
+/// [(path, first block, blocks, last hash hex, accumulator hex or None)].
+#[pyfunction]
+#[pyo3(signature = (kind, paths, network, out, from_block, to_block, td_before=None, profile="noproofs"))]
+#[allow(clippy::too_many_arguments)]
+fn eth_export_ere(
+    py: Python<'_>,
+    kind: &str,
+    paths: Vec<PathBuf>,
+    network: &str,
+    out: PathBuf,
+    from_block: u64,
+    to_block: u64,
+    td_before: Option<&str>,
+    profile: &str,
+) -> PyResult<Vec<WrittenEreRow>> {
+    use crate::eth::ere_writer::EreProfile;
+    use crate::eth::export::export_ere;
+    let source = export_source(kind, &paths)?;
+    let td = parse_td(td_before)?;
+    let profile = EreProfile::by_name(profile).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown Ere profile {profile:?} (noproofs, noreceipts, full)"
+        ))
+    })?;
+    let written = py
+        .detach(|| export_ere(&source, network, &out, from_block, to_block, td, profile))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(written
+        .into_iter()
+        .map(|w| {
+            (
+                w.path.to_string_lossy().into_owned(),
+                w.first_block,
+                w.blocks,
+                tables::hex0x(w.last_hash.as_slice()),
+                w.accumulator.map(|a| tables::hex0x(a.as_slice())),
+            )
+        })
+        .collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eth_export_era1, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_export_ere, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_ere_extent, m)?)?;
+    m.add_function(wrap_pyfunction!(eth_ere_header_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(eth_table_schema, m)?)?;
     m.add_function(wrap_pyfunction!(eth_import_unit, m)?)?;
     m.add_function(wrap_pyfunction!(eth_link_violations, m)?)?;

@@ -3,6 +3,7 @@
 
 use super::result::result_class;
 use crate::eth::era1_writer::{Era1DirWriter, WrittenEra1};
+use crate::eth::ere_writer::EreProfile;
 use crate::eth::freezer_writer::{FreezerOptions, FreezerVersion};
 use crate::eth::gen::{generate, EthGenConfig, OutputFormat};
 use crate::eth::{Error, ErrorKind, U256};
@@ -76,12 +77,14 @@ result_class! {
         pos_blocks: u64,
         senders: Vec<String>,
         files: Vec<Py<GeneratedFile>>,
+        geth_genesis: Option<String>,
     }
 }
 
 /// The settings of [`eth_generate`], built in Python by keyword:
 /// `EthGenConfig(blocks=300, format="freezer")`; every other field has the default of
-/// `rechain gen eth`. `format`: era1 or freezer; `network`: mainnet, sepolia or dev;
+/// `rechain gen eth`. `format`: era1, freezer or ere (`ere_profile`: noproofs, noreceipts or
+/// full); `network`: mainnet, sepolia, dev or devmerge;
 /// `freezer_version`: current, v1.15 or v1.10 (with diffs); freezer data files are cut at
 /// `max_file_size`.
 #[pyclass(
@@ -99,6 +102,7 @@ struct PyEthGenConfig {
     tx_max: usize,
     freezer_version: String,
     max_file_size: u64,
+    ere_profile: String,
 }
 
 #[pymethods]
@@ -106,7 +110,8 @@ impl PyEthGenConfig {
     #[new]
     #[pyo3(signature = (*, blocks, format="era1".to_string(), network="mainnet".to_string(),
                         seed=1, tx_min=0, tx_max=4, freezer_version="current".to_string(),
-                        max_file_size=crate::eth::freezer_writer::MAX_FILE_SIZE))]
+                        max_file_size=crate::eth::freezer_writer::MAX_FILE_SIZE,
+                        ere_profile="noproofs".to_string()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         blocks: u64,
@@ -117,6 +122,7 @@ impl PyEthGenConfig {
         tx_max: usize,
         freezer_version: String,
         max_file_size: u64,
+        ere_profile: String,
     ) -> Self {
         PyEthGenConfig {
             blocks,
@@ -127,6 +133,7 @@ impl PyEthGenConfig {
             tx_max,
             freezer_version,
             max_file_size,
+            ere_profile,
         }
     }
 }
@@ -152,9 +159,15 @@ fn eth_generate(
             })?,
             max_file_size: c.max_file_size,
         }),
+        "ere" => OutputFormat::Ere(EreProfile::by_name(&c.ere_profile).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown Ere profile {:?} (noproofs, noreceipts, full)",
+                c.ere_profile
+            ))
+        })?),
         f => {
             return Err(PyValueError::new_err(format!(
-                "unknown format {f:?} (era1, freezer)"
+                "unknown format {f:?} (era1, freezer, ere)"
             )))
         }
     };
@@ -183,6 +196,7 @@ fn eth_generate(
         blobs: s.blobs,
         pos_blocks: s.pos_blocks,
         senders: s.senders.iter().map(|a| hex(&a[..])).collect(),
+        geth_genesis: s.geth_genesis.clone(),
         files: s
             .files
             .iter()
