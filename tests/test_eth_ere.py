@@ -22,8 +22,10 @@ from rechain.pipeline.store.datadir import DataDir
 from rechain.pipeline.verify import digest, verify
 from rechain.schemas.tables import ETH_TABLES
 
-from tests.conftest import cli
+from tests.conftest import SHARED, cli
 
+ERA1 = SHARED / "data" / "ethereum" / "era1"
+MAINNET_3 = "mainnet-00003-d8b8a40b.era1"
 BLOCKS = 20_000
 SEED = 11
 
@@ -327,3 +329,45 @@ def test_ray_tasks_per_file_give_the_same_data_folder(
         DataDir(chain["root"] / "data-ere", readonly=True) as b,
     ):
         assert digest(a)["content"] == digest(b)["content"]
+
+
+def test_mainnet_epoch_as_ere_with_proofs(tmp_path: Path) -> None:
+    """The real mainnet epoch 3 (era1) exported as Ere with block proofs (profile full): the
+    name carries the epoch's last hash (shared/data README), each of the 8,192 proofs leads to
+    the epoch's root in the EIP-7643 list (portal), the tables equal the era1 import's; with
+    two blocks' proofs swapped in the index, exactly those two fail."""
+    era = tmp_path / "era1"
+    era.mkdir()
+    shutil.copy2(ERA1 / MAINNET_3, era)
+    first = eth_import("--era1", era, tmp_path / "d1")
+    assert first["failed"] == 0
+    code, out, err = cli(
+        "eth", "export-ere", "--data", tmp_path / "d1", "--out", tmp_path / "ere", "--profile",
+        "full", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    (f,) = json.loads(out)["files"]
+    assert Path(f["path"]).name == "mainnet-00003-14c8639d.ere"
+    assert f["accumulator"] == "0xd8b8a40b8cf6818e1bac871d882e772be0b28d1baaf72374946506d9e6fa7d75"
+    r = eth_import("--ere", tmp_path / "ere", tmp_path / "d2")
+    assert r["failed"] == 0 and r["blocks"] == 8192
+    assert (r["checks"]["proofs"], r["checks"]["proofs_checked"]) == (8192, 8192)
+    assert r["checks"]["accumulators"] == 1
+    for t in ETH_TABLES:
+        assert table_rows(tmp_path / "d2", t.name) == table_rows(tmp_path / "d1", t.name)
+    # Swap the proof slots (the fifth component) of blocks 24,581 and 24,582.
+    path = Path(f["path"])
+    raw = bytearray(path.read_bytes())
+    index, start, components, _ = _index(bytes(raw))
+    assert components == 5
+    at = [index + 16 + 8 * ((n - start) * components + 4) for n in (24_581, 24_582)]
+    a, b = (bytes(raw[x : x + 8]) for x in at)
+    raw[at[0] : at[0] + 8], raw[at[1] : at[1] + 8] = b, a
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    (swapped / path.name).write_bytes(bytes(raw))
+    bad = eth_import("--ere", swapped, tmp_path / "d3")
+    assert [(v["block"], v["rule"]) for v in bad["verdicts"]] == [
+        (24_581, "proof"),
+        (24_582, "proof"),
+    ]

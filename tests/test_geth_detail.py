@@ -15,9 +15,7 @@ read, imported and exported by both: geth's export is byte for byte rechain's fi
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import shutil
 import subprocess
@@ -47,30 +45,6 @@ SEPOLIA_GENESIS = ERA1_FACTS[1][2]  # README: first hash of sepolia-00000-643a00
 @pytest.fixture(scope="session")
 def gethharness() -> Path:
     return _build(HARNESS)
-
-
-def _cli_accepts(*argv: str) -> bool:
-    """Whether rechain's command line takes these arguments (a capability probe)."""
-    from rechain.pipeline.cli import build_parser
-
-    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            build_parser().parse_args(list(argv))
-        except SystemExit:
-            return False
-    return True
-
-
-#: rechain writes, imports and exports Ere files (the tests that need it skip where it does not).
-RECHAIN_ERE = (
-    _cli_accepts("gen", "eth", "out", "--blocks", "2", "--format", "ere", "--network", "devmerge")
-    and _cli_accepts("eth", "import", "--ere", "dir", "--data", "data")
-    and _cli_accepts("eth", "export-ere", "--data", "data", "--out", "out")
-)
-needs_rechain_ere = pytest.mark.skipif(
-    not RECHAIN_ERE,
-    reason="rechain gen eth --format ere / eth import --ere / eth export-ere not available yet",
-)
 
 
 # --- flattening both sides to the same rows -------------------------------------------------
@@ -530,7 +504,6 @@ def devmerge(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"ere": out / "ere", "genesis": out / "genesis.json", "data": data, "root": root}
 
 
-@needs_rechain_ere
 def test_generated_ere_read_by_geth_agrees_with_rechain(
     gethharness: Path, devmerge: dict[str, Path]
 ) -> None:
@@ -572,7 +545,6 @@ def test_generated_ere_read_by_geth_agrees_with_rechain(
     assert_same_rows(rechain_rows(devmerge["data"]), geth)
 
 
-@needs_rechain_ere
 def test_generated_ere_imported_and_exported_by_geth(
     gethharness: Path, devmerge: dict[str, Path]
 ) -> None:

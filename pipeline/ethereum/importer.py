@@ -239,6 +239,10 @@ def summarize(data: DataDir) -> dict[str, Any]:
         "checks": {
             "headers": blocks,
             "pow": sum(u.get("pow_checked", 0) for u in units),
+            # Ere block proofs: read, and checked against an accumulator root (the others
+            # need beacon state).
+            "proofs": sum(u.get("proofs", 0) for u in units),
+            "proofs_checked": sum(u.get("proofs_checked", 0) for u in units),
             "accumulators": sum(1 for u in with_blocks if u.get("accumulator")),
             "links": links["checked"],
         },

@@ -293,6 +293,8 @@ def _prepare(
         td_known=td_known,
         accumulator=info["accumulator"],
         pow_checked=info["pow_checked"],
+        proofs=info["proofs"],
+        proofs_checked=info["proofs_checked"],
         unrecovered_senders=info["unrecovered_senders"],
         violations=len(verdicts),
         rules=rules,

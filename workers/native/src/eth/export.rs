@@ -145,42 +145,31 @@ fn for_each_block(
                 }
                 next = Some(hi);
                 for n in lo..hi {
-                    let block = match (&era1, &ere) {
+                    let (header, body, receipts, td) = match (&era1, &ere) {
                         (Some(e), _) => {
                             let b = e.block(n)?;
-                            let pow = !decode_header(&b.header)
-                                .map_err(|e| e.for_block(n))?
-                                .header
-                                .difficulty
-                                .is_zero();
-                            SourceBlock {
-                                number: n,
-                                hash: keccak256(&b.header),
-                                pow,
-                                td: Some(b.total_difficulty),
-                                header: b.header,
-                                body: b.body,
-                                receipts: Receipts::Consensus(b.receipts),
-                            }
+                            let r = Receipts::Consensus(b.receipts);
+                            (b.header, b.body, r, Some(b.total_difficulty))
                         }
                         (_, Some(e)) => {
                             let b = e.block(n)?;
-                            let pow = !decode_header(&b.header)
-                                .map_err(|e| e.for_block(n))?
-                                .header
-                                .difficulty
-                                .is_zero();
-                            SourceBlock {
-                                number: n,
-                                hash: keccak256(&b.header),
-                                pow,
-                                td: b.total_difficulty,
-                                header: b.header,
-                                body: b.body,
-                                receipts: b.receipts.map_or(Receipts::Missing, Receipts::Slim),
-                            }
+                            let r = b.receipts.map_or(Receipts::Missing, Receipts::Slim);
+                            (b.header, b.body, r, b.total_difficulty)
                         }
                         _ => unreachable!("one of the two is open"),
+                    };
+                    let difficulty = decode_header(&header)
+                        .map_err(|e| e.for_block(n))?
+                        .header
+                        .difficulty;
+                    let block = SourceBlock {
+                        number: n,
+                        hash: keccak256(&header),
+                        pow: !difficulty.is_zero(),
+                        td,
+                        header,
+                        body,
+                        receipts,
                     };
                     if !f(block)? {
                         return Ok(());

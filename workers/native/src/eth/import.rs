@@ -72,6 +72,9 @@ pub struct Unit {
     pub accumulator: Option<B256>,
     pub transactions: u64,
     pub pow_checked: u64,
+    /// Ere: block proofs read, and those checked against an accumulator root.
+    pub proofs: u64,
+    pub proofs_checked: u64,
     pub unrecovered_senders: u64,
     /// Bytes of the source read.
     pub bytes: u64,
@@ -161,6 +164,7 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
         end = n + 1;
         blocks += 1;
     };
+    let mut proofs = (0, 0);
     let (violations, accumulator, transactions) = match source {
         Source::Era1(path) => {
             let era = Era1::open(path)?;
@@ -170,6 +174,7 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
         Source::Ere(path) => {
             let ere = Ere::open(path)?;
             let r = verify_ere_into(&ere, &opts.cfg, Some(&label), opts.list, &mut sink);
+            proofs = (r.proofs, r.proofs_checked);
             (r.violations, r.accumulator, r.transactions)
         }
         Source::Freezer { dir, first, end } => {
@@ -199,6 +204,8 @@ pub fn run(source: &Source, opts: &Options) -> Result<Unit, Error> {
         accumulator,
         transactions,
         pow_checked,
+        proofs: proofs.0,
+        proofs_checked: proofs.1,
         unrecovered_senders,
         bytes,
     })
@@ -404,13 +411,16 @@ pub fn era1_extent(path: &Path) -> Result<(u64, u64, B256), Error> {
     Ok((era.start(), era.end(), era.accumulator()))
 }
 
-/// The least an import of an era1 file must do: read it, check its layout, decompress every
+/// The least an import of an archive must do: open it and check its layout, decompress every
 /// header and hash it. Returns the number of headers and the last hash (benchmarks measure the
 /// import against this floor).
-pub fn era1_header_hashes(path: &Path) -> Result<(u64, B256), Error> {
-    let era = Era1::open(path)?;
-    let headers = (era.start()..era.end())
-        .map(|n| era.header(n))
+fn header_hashes(
+    first: u64,
+    end: u64,
+    header: impl Fn(u64) -> Result<Vec<u8>, Error>,
+) -> Result<(u64, B256), Error> {
+    let headers = (first..end)
+        .map(header)
         .collect::<Result<Vec<_>, Error>>()?;
     let raws: Vec<&[u8]> = headers.iter().map(Vec::as_slice).collect();
     let mut hasher = KeccakBatch::default();
@@ -418,7 +428,13 @@ pub fn era1_header_hashes(path: &Path) -> Result<(u64, B256), Error> {
         .hash(&raws)
         .last()
         .map_or(B256::ZERO, |h| B256::from(*h));
-    Ok((era.count(), last))
+    Ok((end - first, last))
+}
+
+/// [`header_hashes`] of an era1 file.
+pub fn era1_header_hashes(path: &Path) -> Result<(u64, B256), Error> {
+    let era = Era1::open(path)?;
+    header_hashes(era.start(), era.end(), |n| era.header(n))
 }
 
 /// The first and one-past-last block numbers an Ere file holds, from its index.
@@ -427,20 +443,10 @@ pub fn ere_extent(path: &Path) -> Result<(u64, u64), Error> {
     Ok((ere.start(), ere.end()))
 }
 
-/// [`era1_header_hashes`] for an Ere file: index and layout read, every header decompressed
-/// and hashed.
+/// [`header_hashes`] of an Ere file (its index and layout read first).
 pub fn ere_header_hashes(path: &Path) -> Result<(u64, B256), Error> {
     let ere = Ere::open(path)?;
-    let headers = (ere.start()..ere.end())
-        .map(|n| ere.header(n))
-        .collect::<Result<Vec<_>, Error>>()?;
-    let raws: Vec<&[u8]> = headers.iter().map(Vec::as_slice).collect();
-    let mut hasher = KeccakBatch::default();
-    let last = hasher
-        .hash(&raws)
-        .last()
-        .map_or(B256::ZERO, |h| B256::from(*h));
-    Ok((ere.count(), last))
+    header_hashes(ere.start(), ere.end(), |n| ere.header(n))
 }
 
 /// The accumulator list of `network`, where one is shipped (mainnet).
