@@ -201,8 +201,18 @@ def eth_headers(r: Result) -> Cells:
         f"{x(h['speedup_vs_geth_insert'])} geth's insert (the floor with `eth_blocks`: "
         f"{x(h['floor_with_table_speedup_vs_geth_insert'])}); ethash {x(e['per_core_vs_geth'])} "
         f"geth a core, 1 -> 2 workers {x(e['rechain_scaling_1_to_2'])} "
-        f"(geth {x(e['geth_scaling_1_to_2'])})",
+        f"(geth {x(e['geth_scaling_1_to_2'])})" + _ere(r.get("ere_import")),
         [h["speedup_vs_geth_insert"] >= h["target"]],
+    )
+
+
+def _ere(e: Result | None) -> str:
+    """The Ere section of eth_headers, when the results hold one."""
+    if e is None:
+        return ""
+    return (
+        f"; Ere import {x(e['speedup_vs_geth_import'])} geth's history import "
+        f"({e['blocks']:,} blocks, {e['rechain_blocks_per_s']:,} blocks/s)"
     )
 
 
