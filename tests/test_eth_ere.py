@@ -355,6 +355,14 @@ def test_mainnet_epoch_as_ere_with_proofs(tmp_path: Path) -> None:
     assert r["checks"]["accumulators"] == 1
     for t in ETH_TABLES:
         assert table_rows(tmp_path / "d2", t.name) == table_rows(tmp_path / "d1", t.name)
+    # Exported again from the Ere import, proofs kept: the same file.
+    code, out, err = cli(
+        "eth", "export-ere", "--data", tmp_path / "d2", "--out", tmp_path / "again",
+        "--profile", "full", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    (again,) = json.loads(out)["files"]
+    assert Path(again["path"]).read_bytes() == Path(f["path"]).read_bytes()
     # Swap the proof slots (the fifth component) of blocks 24,581 and 24,582.
     path = Path(f["path"])
     raw = bytearray(path.read_bytes())

@@ -112,7 +112,7 @@ def add_commands(sub: Subparsers) -> None:
         "--profile",
         default="noproofs",
         choices=list(ERE_PROFILES),
-        help="noproofs (geth's), noreceipts, full (proofs: pre-merge blocks only)",
+        help="noproofs (geth's), noreceipts, full (a source's proofs; built for pre-merge ones)",
     )
     xe.add_argument("--json", action="store_true")
     xe.set_defaults(handler=export_ere)

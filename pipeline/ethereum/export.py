@@ -15,7 +15,8 @@ from rechain.schemas import rocksdb as layout
 from rechain.workers import _native
 
 #: The Ere profiles ``export-ere`` writes: geth's (receipts, no proofs), without receipts, and
-#: with proofs (pre-merge blocks only: a post-merge block's proof needs beacon state).
+#: with proofs (a source file's as read; built for pre-merge blocks: a post-merge block's proof
+#: needs beacon state).
 ERE_PROFILES = ("noproofs", "noreceipts", "full")
 
 

@@ -10,9 +10,9 @@
 //!   final TD for the blocks after the merge; none in a file that starts after it.
 //! * The Accumulator (over the pre-merge blocks only) in a file with TDs.
 //! * `noreceipts` leaves the receipts out; `noproofs` (geth's only profile) the proofs. A
-//!   proof can be built here only for a pre-merge block (its place in the epoch accumulator);
-//!   the proofs of post-merge blocks need the beacon chain's roots, so a file with post-merge
-//!   blocks is refused a proof profile.
+//!   block's proof is the one given with it (a source file's, of any type, kept as it is), else
+//!   built here for a pre-merge block (its place in the epoch accumulator); a post-merge block
+//!   without one is refused a proof profile: its proof needs the beacon chain's roots.
 //!
 //! Records are grouped by kind while blocks come one at a time: headers go straight to the
 //! output, bodies and receipts to spill files beside it, appended at [`EreWriter::finish`];
@@ -124,6 +124,9 @@ pub struct EreWriter<W: Write> {
     receipts: Vec<u64>,
     body_spill: Option<Spill>,
     receipt_spill: Option<Spill>,
+    /// Proofs given with their blocks (their records' place in the spill), when writing proofs.
+    proof_spill: Option<Spill>,
+    given_proofs: Vec<Option<(u64, u64)>>,
     /// `(hash, TD)` of the pre-merge blocks, for the accumulator and proofs.
     pre_merge: Vec<(B256, U256)>,
     /// TD record per block (empty for a file that starts after the merge).
@@ -156,6 +159,12 @@ impl<W: Write> EreWriter<W> {
             } else {
                 None
             },
+            proof_spill: if profile.proofs {
+                Some(spill("proofs")?)
+            } else {
+                None
+            },
+            given_proofs: Vec::new(),
             pre_merge: Vec::new(),
             tds: Vec::new(),
             final_td: None,
@@ -174,7 +183,9 @@ impl<W: Write> EreWriter<W> {
     }
 
     /// Append a block (geth's `AddRLP`): header, body and slim receipts RLP, its hash, its TD
-    /// (`Some` exactly for a pre-merge block, `difficulty > 0`) and whether it is pre-merge.
+    /// (`Some` exactly for a pre-merge block, `difficulty > 0`) and, for a proof profile, its
+    /// proof as read (`rlp([type, ssz])`; `None`: built here if the block is pre-merge).
+    #[allow(clippy::too_many_arguments)]
     pub fn add_block(
         &mut self,
         number: u64,
@@ -183,6 +194,7 @@ impl<W: Write> EreWriter<W> {
         body: &[u8],
         slim_receipts: &[u8],
         td: Option<U256>,
+        proof: Option<&[u8]>,
     ) -> Result<()> {
         let fail = |s: String| refuse(s).for_block(number).in_file(&self.path);
         if self.headers.len() as u64 >= super::ere::MAX_BLOCKS {
@@ -249,6 +261,19 @@ impl<W: Write> EreWriter<W> {
             )
             .map_err(io_err(&s.path))?;
         }
+        if let Some(s) = &mut self.proof_spill {
+            let given = match proof {
+                Some(p) => {
+                    let at = s.len;
+                    let n = write_record(&mut s.out, e2store::PROOF, &snappy::encode_framed(p))
+                        .map_err(io_err(&s.path))?;
+                    s.len += n;
+                    Some((at, n))
+                }
+                None => None,
+            };
+            self.given_proofs.push(given);
+        }
         self.last = hash;
         Ok(())
     }
@@ -277,11 +302,14 @@ impl<W: Write> EreWriter<W> {
             return Err(refuse("an Ere file needs at least one block".into()));
         };
         let n = self.headers.len();
-        if self.profile.proofs && self.pre_merge.len() != n {
+        if let Some(i) = (0..n).find(|&i| {
+            self.profile.proofs && i >= self.pre_merge.len() && self.given_proofs[i].is_none()
+        }) {
             return Err(refuse(format!(
-                "{}: proofs of post-merge blocks need the beacon chain's roots; write this \
-                 range without proofs",
-                self.path.display()
+                "{}: block {} has no proof, and a post-merge block's proof needs the beacon \
+                 chain's roots; write this range without proofs",
+                self.path.display(),
+                first + i as u64
             )));
         }
         let body_base = self.written;
@@ -294,16 +322,38 @@ impl<W: Write> EreWriter<W> {
             self.append(spill)?;
         }
         let mut proof_offsets = Vec::new();
-        if self.profile.proofs {
-            for proof in accumulator_proofs(&self.pre_merge) {
+        if let Some(mut spill) = self.proof_spill.take() {
+            spill.out.flush().map_err(io_err(&spill.path))?;
+            let built = accumulator_proofs(&self.pre_merge);
+            for (i, given) in std::mem::take(&mut self.given_proofs)
+                .into_iter()
+                .enumerate()
+            {
                 proof_offsets.push(self.written);
-                let rec = encode_proof(&BlockProof {
-                    proof_type: super::ere::PROOF_HISTORICAL_HASHES_ACCUMULATOR,
-                    data: proof,
-                });
-                self.written +=
-                    write_record(&mut self.out, e2store::PROOF, &snappy::encode_framed(&rec))
-                        .map_err(io_err(&self.path))?;
+                let record = match given {
+                    Some((at, len)) => {
+                        let mut rec = vec![0u8; len as usize];
+                        std::os::unix::fs::FileExt::read_exact_at(
+                            spill.out.get_ref(),
+                            &mut rec,
+                            at,
+                        )
+                        .map_err(io_err(&spill.path))?;
+                        rec
+                    }
+                    None => {
+                        let value = encode_proof(&BlockProof {
+                            proof_type: super::ere::PROOF_HISTORICAL_HASHES_ACCUMULATOR,
+                            data: built[i].clone(),
+                        });
+                        let mut rec = Vec::new();
+                        write_record(&mut rec, e2store::PROOF, &snappy::encode_framed(&value))
+                            .map_err(io_err(&self.path))?;
+                        rec
+                    }
+                };
+                self.out.write_all(&record).map_err(io_err(&self.path))?;
+                self.written += record.len() as u64;
             }
         }
         let mut td_offsets = Vec::with_capacity(self.tds.len());
@@ -408,6 +458,7 @@ impl EreDirWriter {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn add_block(
         &mut self,
         number: u64,
@@ -416,6 +467,7 @@ impl EreDirWriter {
         body: &[u8],
         slim_receipts: &[u8],
         td: Option<U256>,
+        proof: Option<&[u8]>,
     ) -> Result<()> {
         if let Some(next) = self.next.filter(|n| *n != number) {
             return Err(
@@ -439,7 +491,7 @@ impl EreDirWriter {
         }
         let cur = self.current.as_mut().expect("opened above");
         cur.writer
-            .add_block(number, hash, header, body, slim_receipts, td)?;
+            .add_block(number, hash, header, body, slim_receipts, td, proof)?;
         self.next = Some(number + 1);
         Ok(())
     }

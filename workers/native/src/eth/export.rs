@@ -59,6 +59,8 @@ struct SourceBlock {
     td: Option<U256>,
     /// Proof of work (difficulty > 0): a pre-merge block.
     pow: bool,
+    /// An Ere source's block proof, as read (`rlp([type, ssz])`).
+    proof: Option<Vec<u8>>,
 }
 
 impl SourceBlock {
@@ -145,16 +147,16 @@ fn for_each_block(
                 }
                 next = Some(hi);
                 for n in lo..hi {
-                    let (header, body, receipts, td) = match (&era1, &ere) {
+                    let (header, body, receipts, td, proof) = match (&era1, &ere) {
                         (Some(e), _) => {
                             let b = e.block(n)?;
                             let r = Receipts::Consensus(b.receipts);
-                            (b.header, b.body, r, Some(b.total_difficulty))
+                            (b.header, b.body, r, Some(b.total_difficulty), None)
                         }
                         (_, Some(e)) => {
                             let b = e.block(n)?;
                             let r = b.receipts.map_or(Receipts::Missing, Receipts::Slim);
-                            (b.header, b.body, r, b.total_difficulty)
+                            (b.header, b.body, r, b.total_difficulty, b.proof)
                         }
                         _ => unreachable!("one of the two is open"),
                     };
@@ -170,6 +172,7 @@ fn for_each_block(
                         header,
                         body,
                         receipts,
+                        proof,
                     };
                     if !f(block)? {
                         return Ok(());
@@ -201,6 +204,7 @@ fn for_each_block(
                     receipts: Receipts::Storage(fz.receipts(n)?),
                     td: block_td,
                     pow,
+                    proof: None,
                 };
                 if !f(block)? {
                     return Ok(());
@@ -287,8 +291,14 @@ pub fn export_ere(
             } else {
                 Vec::new()
             };
+            // A source's proofs are kept as they are; missing ones are built where they can be.
+            let proof = if profile.proofs {
+                b.proof.as_deref()
+            } else {
+                None
+            };
             w.borrow_mut()
-                .add_block(b.number, b.hash, &b.header, &b.body, &receipts, td)?;
+                .add_block(b.number, b.hash, &b.header, &b.body, &receipts, td, proof)?;
             Ok(true)
         },
         &mut || {

@@ -911,6 +911,7 @@ pub fn generate(cfg: &EthGenConfig, out_dir: &Path) -> Result<EthGenSummary> {
                     &b.body,
                     &slim,
                     pow.then_some(b.td),
+                    None,
                 )?;
             }
             chain.summary.files = w
@@ -1157,6 +1158,95 @@ mod tests {
             "{:?} at {proof_rec}",
             r.violations
         );
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    /// Proofs are data: a file whose post-merge blocks carry proofs of another type (beacon
+    /// summaries, given here as opaque bytes) reads back with them, counts them without
+    /// checking them, and exports as `full` byte for byte; `noproofs` drops them.
+    #[test]
+    fn ere_proofs_of_any_type_are_kept_through_an_export() {
+        use crate::eth::ere::{encode_proof, BlockProof, Ere};
+        use crate::eth::ere_writer::EreDirWriter;
+        use crate::eth::export::{export_ere, ExportSource};
+        use crate::eth::validate::verify_ere_into;
+        let t0 = 1_700_000_000;
+        let chain = ChainConfig {
+            shanghai_time: Some(t0 + 2_000),
+            cancun_time: Some(t0 + 2_600),
+            ..DEV
+        };
+        let cfg = EthGenConfig {
+            chain,
+            genesis: dev_genesis(&chain, t0),
+            ..EthGenConfig::for_network("dev", 300, 9, 0, 2, OutputFormat::Era1).unwrap()
+        };
+        let full = EreProfile::by_name("full").unwrap();
+        let cfg = EthGenConfig {
+            format: OutputFormat::Ere(full),
+            ..cfg
+        };
+        let d = scratch("ere-given-proofs");
+        let mut w = EreDirWriter::new(d.join("src"), "dev", full).unwrap();
+        let mut builder = ChainBuilder::new(&cfg);
+        let mut given = HashMap::new();
+        for _ in 0..cfg.blocks {
+            let b = builder.next_block().unwrap();
+            let pow = !decode_header(&b.header)
+                .unwrap()
+                .header
+                .difficulty
+                .is_zero();
+            let types: Vec<u8> = decode_body(&b.body)
+                .unwrap()
+                .transactions
+                .iter()
+                .map(|t| t.tx_type)
+                .collect();
+            let slim = slim_from_storage(&b.storage_receipts, &types).unwrap();
+            let proof = (!pow).then(|| {
+                encode_proof(&BlockProof {
+                    proof_type: crate::eth::ere::PROOF_HISTORICAL_SUMMARIES,
+                    data: vec![b.number as u8; 96],
+                })
+            });
+            if let Some(p) = &proof {
+                given.insert(b.number, p.clone());
+            }
+            let td = pow.then_some(b.td);
+            w.add_block(
+                b.number,
+                b.hash,
+                &b.header,
+                &b.body,
+                &slim,
+                td,
+                proof.as_deref(),
+            )
+            .unwrap();
+        }
+        let files = w.finish().unwrap();
+        let path = &files[0].path;
+        let ere = Ere::open(path).unwrap();
+        let name = path.file_name().and_then(|n| n.to_str()).map(String::from);
+        let r = verify_ere_into(&ere, &chain, name.as_deref(), None, &mut |_, _| {});
+        assert_eq!(r.violations, vec![]);
+        let pre = 300 - given.len() as u64;
+        assert!(pre > 50 && !given.is_empty());
+        assert_eq!((r.proofs, r.proofs_checked), (300, pre));
+        for (n, p) in &given {
+            assert_eq!(ere.block(*n).unwrap().proof.as_ref(), Some(p));
+        }
+        let source = ExportSource::Archives(vec![path.clone()]);
+        let out = export_ere(&source, "dev", &d.join("full"), 0, 300, None, full).unwrap();
+        assert_eq!(
+            std::fs::read(&out[0].path).unwrap(),
+            std::fs::read(path).unwrap()
+        );
+        let noproofs = EreProfile::by_name("noproofs").unwrap();
+        let out = export_ere(&source, "dev", &d.join("np"), 0, 300, None, noproofs).unwrap();
+        let np = Ere::open(&out[0].path).unwrap();
+        assert!(!np.has(crate::eth::ere::Component::Proof));
         std::fs::remove_dir_all(d).unwrap();
     }
 
